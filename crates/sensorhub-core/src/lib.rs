@@ -1,0 +1,8 @@
+//! Domain types, time-range rules, secrets and provisioning validation of
+//! sensorhub. This crate does no I/O.
+#![forbid(unsafe_code)]
+
+pub mod model;
+pub mod provision;
+pub mod secret;
+pub mod time;

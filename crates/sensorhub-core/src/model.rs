@@ -1,0 +1,108 @@
+//! Domain types of the read API: devices, their sensors, and readings as
+//! they come in from provisioning files, imports and (later) webhooks.
+
+use jiff::tz::Offset;
+use serde::{Deserialize, Serialize, Serializer};
+
+/// The most sensors one device may have: a stored reading marks which
+/// sensors it holds in a 64-bit set.
+pub const MAX_SENSORS_PER_DEVICE: usize = 64;
+
+/// A device (station) as listed by the API (spec 2.1).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Device {
+    /// Device identifier.
+    pub device_id: String,
+    /// Display name.
+    pub name: String,
+    /// Device category, e.g. `AWLR`, `AWS`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Latitude.
+    pub lat: f64,
+    /// Longitude.
+    pub long: f64,
+    /// Reporting interval in seconds.
+    pub interval_seconds: i64,
+    /// Second of the latest reading (UTC), if any; rendered with `Z`.
+    #[serde(serialize_with = "utc_or_null")]
+    pub last_update_at: Option<i64>,
+    /// Sensors, in the order they were declared.
+    pub sensors: Vec<SensorMeta>,
+}
+
+fn utc_or_null<S: Serializer>(v: &Option<i64>, s: S) -> Result<S::Ok, S::Error> {
+    match v {
+        Some(sec) => s.serialize_str(&crate::time::format_rfc3339(*sec, Offset::UTC)),
+        None => s.serialize_none(),
+    }
+}
+
+/// A sensor of a device (spec 2.2); also the provisioning form of one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SensorMeta {
+    /// Sensor identifier, `<device_prefix>-<short_code>`.
+    pub sensor_id: String,
+    /// Display name.
+    pub name: String,
+    /// Sensor category, e.g. `BATTERY`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Unit; `.` for a dimensionless value.
+    pub unit: String,
+}
+
+/// A device as provisioned (by `apply` or `device add`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeviceSpec {
+    /// Device identifier.
+    pub device_id: String,
+    /// Display name.
+    pub name: String,
+    /// Device category.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Latitude in degrees, -90 to 90.
+    pub lat: f64,
+    /// Longitude in degrees, -180 to 180.
+    pub long: f64,
+    /// Reporting interval in seconds, at least 1.
+    pub interval_seconds: i64,
+    /// Sensors to create or update; sensors not listed are left alone.
+    #[serde(default)]
+    pub sensors: Vec<SensorMeta>,
+}
+
+/// One reading to store: values measured by a device at one instant.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReadingInput {
+    /// Device identifier.
+    pub device_id: String,
+    /// Second since the epoch (UTC).
+    pub timestamp: i64,
+    /// Measured values.
+    pub values: Vec<ValueInput>,
+    /// Where it came from, for error messages (`readings[3]`, `line 12`).
+    pub position: String,
+}
+
+/// One measured value of a [`ReadingInput`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct ValueInput {
+    /// Sensor identifier.
+    pub sensor_id: String,
+    /// The value; always finite.
+    pub value: f64,
+    /// The unit as given, which must equal the sensor's; `None` means the sensor's.
+    pub unit: Option<String>,
+}
+
+/// Whether `s` may serve as an identifier (device, sensor, key, user):
+/// non-empty, at most 128 bytes, no whitespace, control characters or `/`.
+pub fn is_valid_identifier(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 128
+        && !s.chars().any(|c| c.is_whitespace() || c.is_control() || c == '/')
+}

@@ -1,0 +1,353 @@
+//! The declarative provisioning document (`sensorhub apply FILE`): parsing
+//! with the position of every error, and the checks that need no database.
+//! References to devices and sensors already stored are checked by the store
+//! inside the same transaction that writes the document.
+
+use crate::model::{is_valid_identifier, DeviceSpec, ReadingInput, ValueInput, MAX_SENSORS_PER_DEVICE};
+use crate::secret::is_valid_password_hash;
+use crate::time::parse_reading_timestamp;
+use serde::Deserialize;
+use std::collections::HashSet;
+
+/// An error in a provisioning document or an import, naming where it is.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{position}: {message}")]
+pub struct InputError {
+    /// Where: `accounts[0].api_keys[1].id`, `line 12`, …
+    pub position: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl InputError {
+    /// An error at `position`.
+    pub fn new(position: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            position: position.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// The whole provisioning document; every key is optional.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Provision {
+    /// Accounts to create or update.
+    #[serde(default)]
+    pub accounts: Vec<AccountSpec>,
+    /// Devices (with sensors) to create or update.
+    #[serde(default)]
+    pub devices: Vec<DeviceSpec>,
+    /// Readings to store; a value at an existing device, second and sensor is replaced.
+    #[serde(default)]
+    pub readings: Vec<ReadingSpec>,
+}
+
+/// An account to create or update.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AccountSpec {
+    /// Login name for HTTP Basic.
+    pub username: String,
+    /// Plain password; hashed with Argon2id, rehashed only when it changed.
+    #[serde(default)]
+    pub password: Option<String>,
+    /// An Argon2 PHC string, for files that must not hold plain passwords.
+    #[serde(default)]
+    pub password_hash: Option<String>,
+    /// Whether the account is disabled; omitted leaves it as it is (new: enabled).
+    #[serde(default)]
+    pub disabled: Option<bool>,
+    /// The devices the account may see; when given, exactly these.
+    #[serde(default)]
+    pub devices: Option<Vec<String>>,
+    /// API keys (public access); keys not listed are left alone.
+    #[serde(default)]
+    pub api_keys: Vec<ApiKeySpec>,
+    /// Webhook keys (`X-API-KEY`); keys not listed are left alone.
+    #[serde(default)]
+    pub webhook_keys: Vec<WebhookKeySpec>,
+}
+
+/// An API key of an account.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApiKeySpec {
+    /// The key id as it appears in public paths; stored only as a digest.
+    pub id: String,
+    /// When given, the key sees only these of the account's devices.
+    #[serde(default)]
+    pub devices: Option<Vec<String>>,
+    /// A revoked key is refused with 403.
+    #[serde(default)]
+    pub revoked: bool,
+}
+
+/// A webhook key of an account.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebhookKeySpec {
+    /// The key as sent in `X-API-KEY`; stored only as a digest.
+    pub key: String,
+    /// A revoked key is refused.
+    #[serde(default)]
+    pub revoked: bool,
+}
+
+/// A reading in a provisioning file or an NDJSON import line.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReadingSpec {
+    /// Device identifier.
+    pub device_id: String,
+    /// RFC 3339 date-time with `Z` or an offset, whole seconds.
+    pub timestamp: String,
+    /// Values measured at that instant.
+    pub sensors: Vec<SensorValueSpec>,
+}
+
+/// One value of a [`ReadingSpec`].
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SensorValueSpec {
+    /// Sensor identifier.
+    pub id: String,
+    /// The value.
+    pub value: f64,
+    /// Optional unit; must equal the sensor's.
+    #[serde(default)]
+    pub unit: Option<String>,
+}
+
+/// Parses JSON text into `T`, naming the path and line of the first error.
+pub fn parse_json<T: for<'de> Deserialize<'de>>(text: &str) -> Result<T, InputError> {
+    let mut de = serde_json::Deserializer::from_str(text);
+    let value: T = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        let position = if path == "." || path.is_empty() {
+            format!("line {} column {}", inner.line(), inner.column())
+        } else {
+            format!("{path} (line {} column {})", inner.line(), inner.column())
+        };
+        InputError::new(position, strip_location(&inner.to_string()))
+    })?;
+    de.end()
+        .map_err(|e| InputError::new(format!("line {} column {}", e.line(), e.column()), strip_location(&e.to_string())))?;
+    Ok(value)
+}
+
+/// serde_json appends " at line L column C"; the position already says so.
+fn strip_location(msg: &str) -> String {
+    match msg.rfind(" at line ") {
+        Some(i) => msg[..i].to_owned(),
+        None => msg.to_owned(),
+    }
+}
+
+impl ReadingSpec {
+    /// Checks the reading and converts it for the store; `position` names it
+    /// in errors.
+    pub fn into_input(self, position: &str) -> Result<ReadingInput, InputError> {
+        if !is_valid_identifier(&self.device_id) {
+            return Err(InputError::new(format!("{position}.device_id"), "must be a non-empty identifier"));
+        }
+        let ts = parse_reading_timestamp(&self.timestamp)
+            .map_err(|e| InputError::new(format!("{position}.timestamp"), e.to_string()))?;
+        if self.sensors.is_empty() {
+            return Err(InputError::new(format!("{position}.sensors"), "a reading needs at least one value"));
+        }
+        let mut seen = HashSet::new();
+        let mut values = Vec::with_capacity(self.sensors.len());
+        for (i, v) in self.sensors.into_iter().enumerate() {
+            let at = format!("{position}.sensors[{i}]");
+            if !seen.insert(v.id.clone()) {
+                return Err(InputError::new(at, format!("duplicate sensor id {:?} in one reading", v.id)));
+            }
+            if !v.value.is_finite() {
+                return Err(InputError::new(at, "value must be a finite number"));
+            }
+            values.push(ValueInput {
+                sensor_id: v.id,
+                value: v.value,
+                unit: v.unit,
+            });
+        }
+        Ok(ReadingInput {
+            device_id: self.device_id,
+            timestamp: ts.as_second(),
+            values,
+            position: position.to_owned(),
+        })
+    }
+}
+
+/// Checks a device definition on its own.
+pub fn check_device(d: &DeviceSpec, at: &str) -> Result<(), InputError> {
+    let err = |field: &str, msg: &str| Err(InputError::new(format!("{at}.{field}"), msg));
+    if !is_valid_identifier(&d.device_id) {
+        return err("device_id", "must be a non-empty identifier without spaces or '/'");
+    }
+    if d.name.trim().is_empty() {
+        return err("name", "must not be empty");
+    }
+    if d.kind.trim().is_empty() {
+        return err("type", "must not be empty");
+    }
+    if !(d.lat.is_finite() && (-90.0..=90.0).contains(&d.lat)) {
+        return err("lat", "must be between -90 and 90");
+    }
+    if !(d.long.is_finite() && (-180.0..=180.0).contains(&d.long)) {
+        return err("long", "must be between -180 and 180");
+    }
+    if d.interval_seconds < 1 {
+        return err("interval_seconds", "must be at least 1");
+    }
+    if d.sensors.len() > MAX_SENSORS_PER_DEVICE {
+        return err("sensors", "a device has at most 64 sensors");
+    }
+    let mut ids = HashSet::new();
+    for (j, s) in d.sensors.iter().enumerate() {
+        let sat = format!("{at}.sensors[{j}]");
+        if !is_valid_identifier(&s.sensor_id) {
+            return Err(InputError::new(format!("{sat}.sensor_id"), "must be a non-empty identifier"));
+        }
+        if !ids.insert(s.sensor_id.as_str()) {
+            return Err(InputError::new(sat, format!("duplicate sensor_id {:?}", s.sensor_id)));
+        }
+        if s.name.trim().is_empty() || s.kind.trim().is_empty() || s.unit.is_empty() {
+            return Err(InputError::new(sat, "name, type and unit must not be empty (use \".\" for no unit)"));
+        }
+    }
+    Ok(())
+}
+
+impl Provision {
+    /// Checks everything that needs no database: identifiers, duplicates,
+    /// ranges, timestamps and passwords. Returns the readings converted for
+    /// the store.
+    pub fn check(&mut self) -> Result<Vec<ReadingInput>, InputError> {
+        let mut usernames = HashSet::new();
+        let mut key_ids = HashSet::new();
+        let mut webhook_keys = HashSet::new();
+        for (i, a) in self.accounts.iter().enumerate() {
+            let at = format!("accounts[{i}]");
+            if !is_valid_identifier(&a.username) || a.username.contains(':') {
+                return Err(InputError::new(format!("{at}.username"), "must be a non-empty name without spaces, ':' or '/'"));
+            }
+            if !usernames.insert(a.username.as_str()) {
+                return Err(InputError::new(at, format!("duplicate username {:?}", a.username)));
+            }
+            match (&a.password, &a.password_hash) {
+                (Some(_), Some(_)) => return Err(InputError::new(at, "give password or password_hash, not both")),
+                (Some(p), None) if p.is_empty() => {
+                    return Err(InputError::new(format!("{at}.password"), "must not be empty"));
+                }
+                (None, Some(h)) if !is_valid_password_hash(h) => {
+                    return Err(InputError::new(format!("{at}.password_hash"), "is not an Argon2 PHC string"));
+                }
+                _ => {}
+            }
+            check_unique_list(a.devices.as_deref(), &format!("{at}.devices"))?;
+            for (k, key) in a.api_keys.iter().enumerate() {
+                let kat = format!("{at}.api_keys[{k}]");
+                if !is_valid_identifier(&key.id) {
+                    return Err(InputError::new(format!("{kat}.id"), "must be a non-empty identifier without spaces or '/'"));
+                }
+                if !key_ids.insert(key.id.as_str()) {
+                    return Err(InputError::new(kat, "duplicate api key id"));
+                }
+                check_unique_list(key.devices.as_deref(), &format!("{kat}.devices"))?;
+            }
+            for (k, key) in a.webhook_keys.iter().enumerate() {
+                let kat = format!("{at}.webhook_keys[{k}]");
+                if !is_valid_identifier(&key.key) {
+                    return Err(InputError::new(format!("{kat}.key"), "must be a non-empty key without spaces"));
+                }
+                if !webhook_keys.insert(key.key.as_str()) {
+                    return Err(InputError::new(kat, "duplicate webhook key"));
+                }
+            }
+        }
+        let mut device_ids = HashSet::new();
+        for (i, d) in self.devices.iter().enumerate() {
+            let at = format!("devices[{i}]");
+            check_device(d, &at)?;
+            if !device_ids.insert(d.device_id.as_str()) {
+                return Err(InputError::new(at, format!("duplicate device_id {:?}", d.device_id)));
+            }
+        }
+        std::mem::take(&mut self.readings)
+            .into_iter()
+            .enumerate()
+            .map(|(i, r)| r.into_input(&format!("readings[{i}]")))
+            .collect()
+    }
+}
+
+fn check_unique_list(list: Option<&[String]>, at: &str) -> Result<(), InputError> {
+    let mut seen = HashSet::new();
+    for (i, d) in list.unwrap_or_default().iter().enumerate() {
+        if !seen.insert(d.as_str()) {
+            return Err(InputError::new(format!("{at}[{i}]"), format!("duplicate device {d:?}")));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(text: &str) -> Result<Vec<ReadingInput>, InputError> {
+        parse_json::<Provision>(text)?.check()
+    }
+
+    #[test]
+    fn empty_document_is_valid() {
+        assert_eq!(check("{}"), Ok(vec![]));
+    }
+
+    #[test]
+    fn malformed_json_names_line_and_column() {
+        let e = check("{\n  \"accounts\": [\n  {\"username\": 5}]}").expect_err("bad");
+        assert!(e.position.starts_with("accounts[0].username (line 3"), "{e}");
+        let e = check("{\"devices\": [}").expect_err("bad");
+        assert!(e.position.contains("line 1 column 14"), "{e}");
+        let e = check("{} x").expect_err("trailing");
+        assert!(e.position.starts_with("line 1 column"), "{e}");
+        let e = check("{\"device\": []}").expect_err("bad");
+        assert!(e.message.contains("unknown field"), "{e}");
+    }
+
+    #[test]
+    fn duplicates_are_named() {
+        let e = check(r#"{"accounts":[{"username":"a","password":"p","api_keys":[{"id":"k"},{"id":"k"}]}]}"#)
+            .expect_err("dup");
+        assert_eq!(e.position, "accounts[0].api_keys[1]");
+        let e = check(r#"{"devices":[
+            {"device_id":"D","name":"n","type":"AWS","lat":0,"long":0,"interval_seconds":60},
+            {"device_id":"D","name":"n","type":"AWS","lat":0,"long":0,"interval_seconds":60}]}"#)
+        .expect_err("dup");
+        assert_eq!(e.position, "devices[1]");
+    }
+
+    #[test]
+    fn readings_need_rfc3339_and_finite_values() {
+        let e = check(r#"{"readings":[{"device_id":"D","timestamp":"2026-05-05 07:00","sensors":[{"id":"s","value":1}]}]}"#)
+            .expect_err("bad ts");
+        assert_eq!(e.position, "readings[0].timestamp");
+        let ok = check(r#"{"readings":[{"device_id":"D","timestamp":"2026-05-05T07:00:00+07:00","sensors":[{"id":"s","value":1.5,"unit":"%"}]}]}"#)
+            .expect("valid");
+        assert_eq!(ok[0].timestamp, 1_777_939_200);
+        assert_eq!(ok[0].values[0].unit.as_deref(), Some("%"));
+    }
+
+    #[test]
+    fn device_ranges_are_checked() {
+        let e = check(r#"{"devices":[{"device_id":"D","name":"n","type":"AWS","lat":91,"long":0,"interval_seconds":60}]}"#)
+            .expect_err("lat");
+        assert_eq!(e.position, "devices[0].lat");
+    }
+}

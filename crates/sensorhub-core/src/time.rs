@@ -1,0 +1,301 @@
+//! Time rules of the read API: the `tz` offset, `start`/`end` bounds, the
+//! default range and its limits, and allocation-free RFC 3339 rendering.
+
+use jiff::civil::{DateTime, Time};
+use jiff::tz::Offset;
+use jiff::{SignedDuration, Timestamp};
+
+/// Why a time parameter was refused; rendered as the `detail` of a 400.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TimeError {
+    /// `tz` is neither whole hours nor `±HH:MM`.
+    #[error("tz {0:?} is not a UTC offset: use whole hours (-12 to 14) or ±HH:MM")]
+    BadTz(String),
+    /// `tz` parsed but lies outside -12:00..=+14:00.
+    #[error("tz {0:?} is out of range: the offset must lie between -12 and +14 hours")]
+    TzOutOfRange(String),
+    /// A bound is not an RFC 3339 date-time (offset optional for query bounds).
+    #[error("{name} {value:?} is not a date-time like 2026-05-05T07:00:00Z or 2026-05-05T07:00:00+07:00")]
+    BadTimestamp {
+        /// The parameter name (`start`, `end`, `timestamp`).
+        name: &'static str,
+        /// The value as received.
+        value: String,
+    },
+    /// `start` is later than `end`.
+    #[error("start ({start}) is after end ({end})")]
+    StartAfterEnd {
+        /// Resolved start, UTC.
+        start: Timestamp,
+        /// Resolved end, UTC.
+        end: Timestamp,
+    },
+    /// The range exceeds the configured maximum.
+    #[error("the range from start to end is longer than the maximum of {max_days} days")]
+    RangeTooLong {
+        /// Configured maximum in days.
+        max_days: u32,
+    },
+}
+
+/// Bounds of `tz`: -12:00 to +14:00, as in the IANA zones in use.
+const MIN_OFFSET_SECONDS: i32 = -12 * 3600;
+const MAX_OFFSET_SECONDS: i32 = 14 * 3600;
+
+/// Parses a `tz` value: whole hours (`7`, `-3`, `+14`) or `±HH:MM` / `±HHMM`.
+///
+/// A leading space is read as `+`, because a raw `+` in a query string
+/// decodes to a space. `Z` and `UTC` mean offset zero.
+pub fn parse_tz(raw: &str) -> Result<Offset, TimeError> {
+    let bad = || TimeError::BadTz(raw.to_owned());
+    let s = raw.trim_end();
+    if s.eq_ignore_ascii_case("z") || s.eq_ignore_ascii_case("utc") {
+        return Ok(Offset::UTC);
+    }
+    let (sign, rest) = match s.as_bytes().first() {
+        Some(b'-') => (-1, &s[1..]),
+        Some(b'+') | Some(b' ') => (1, &s[1..]),
+        Some(_) => (1, s),
+        None => return Err(bad()),
+    };
+    let all_digits = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit());
+    let (hours, minutes): (i32, i32) = match rest.len() {
+        1 | 2 if all_digits(rest) => (rest.parse().map_err(|_| bad())?, 0),
+        4 if all_digits(rest) => (
+            rest[..2].parse().map_err(|_| bad())?,
+            rest[2..].parse().map_err(|_| bad())?,
+        ),
+        5 if rest.as_bytes()[2] == b':' && all_digits(&rest[..2]) && all_digits(&rest[3..]) => (
+            rest[..2].parse().map_err(|_| bad())?,
+            rest[3..].parse().map_err(|_| bad())?,
+        ),
+        _ => return Err(bad()),
+    };
+    if minutes > 59 {
+        return Err(bad());
+    }
+    let seconds = sign * (hours * 3600 + minutes * 60);
+    if !(MIN_OFFSET_SECONDS..=MAX_OFFSET_SECONDS).contains(&seconds) {
+        return Err(TimeError::TzOutOfRange(raw.to_owned()));
+    }
+    Offset::from_seconds(seconds).map_err(|_| bad())
+}
+
+/// The shape of an RFC 3339 date-time, checked byte by byte before jiff
+/// parses it, so that looser ISO 8601 forms (basic format, missing seconds)
+/// are refused. Returns the index where the offset part starts.
+fn rfc3339_offset_start(b: &[u8]) -> Option<usize> {
+    const DIGITS: [usize; 14] = [0, 1, 2, 3, 5, 6, 8, 9, 11, 12, 14, 15, 17, 18];
+    if b.len() < 19 || !DIGITS.iter().all(|&i| b[i].is_ascii_digit()) {
+        return None;
+    }
+    if b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't') || b[13] != b':' || b[16] != b':' {
+        return None;
+    }
+    let mut i = 19;
+    if b.get(i) == Some(&b'.') {
+        i += 1;
+        let digits = b[i..].iter().take_while(|c| c.is_ascii_digit()).count();
+        if digits == 0 || digits > 9 {
+            return None;
+        }
+        i += digits;
+    }
+    Some(i)
+}
+
+/// Whether `rest` (what follows the seconds) is a valid offset; `None` means
+/// no offset was given.
+fn offset_kind(rest: &[u8]) -> Result<Option<()>, ()> {
+    match rest {
+        [] => Ok(None),
+        [b'Z' | b'z'] => Ok(Some(())),
+        [b'+' | b'-' | b' ', h1, h2, b':', m1, m2]
+            if [h1, h2, m1, m2].iter().all(|c| c.is_ascii_digit()) =>
+        {
+            Ok(Some(()))
+        }
+        _ => Err(()),
+    }
+}
+
+/// Parses a query bound (`start`, `end`): RFC 3339 with `Z` or an offset,
+/// or without an offset, in which case it is read in `tz`. A space where the
+/// offset sign belongs is read as `+`.
+pub fn parse_bound(name: &'static str, raw: &str, tz: Offset) -> Result<Timestamp, TimeError> {
+    let bad = || TimeError::BadTimestamp {
+        name,
+        value: raw.to_owned(),
+    };
+    let bytes = raw.as_bytes();
+    let at = rfc3339_offset_start(bytes).ok_or_else(bad)?;
+    match offset_kind(&bytes[at..]).map_err(|()| bad())? {
+        None => {
+            let dt: DateTime = raw.parse().map_err(|_| bad())?;
+            tz.to_timestamp(dt).map_err(|_| bad())
+        }
+        Some(()) => {
+            let mut fixed = raw.to_owned();
+            if bytes[at] == b' ' {
+                fixed.replace_range(at..=at, "+");
+            }
+            fixed.parse::<Timestamp>().map_err(|_| bad())
+        }
+    }
+}
+
+/// Parses the timestamp of a stored reading: strict RFC 3339 with `Z` or an
+/// offset, in whole seconds (readings are kept at one-second resolution, so a
+/// fraction would be lost and is refused instead).
+pub fn parse_reading_timestamp(raw: &str) -> Result<Timestamp, TimeError> {
+    let bad = || TimeError::BadTimestamp {
+        name: "timestamp",
+        value: raw.to_owned(),
+    };
+    let bytes = raw.as_bytes();
+    let at = rfc3339_offset_start(bytes).ok_or_else(bad)?;
+    if at != 19 || !matches!(bytes.get(at), Some(b'Z' | b'z' | b'+' | b'-')) {
+        return Err(bad());
+    }
+    offset_kind(&bytes[at..]).map_err(|()| bad())?;
+    raw.parse::<Timestamp>().map_err(|_| bad())
+}
+
+/// An inclusive range of whole seconds since the Unix epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimeRange {
+    /// First second included.
+    pub start: i64,
+    /// Last second included.
+    pub end: i64,
+}
+
+/// The raw query of a readings request, before validation.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct RangeQuery<'a> {
+    /// `start`, as received (empty means omitted).
+    pub start: Option<&'a str>,
+    /// `end`, as received (empty means omitted).
+    pub end: Option<&'a str>,
+    /// `tz`, as received (empty means omitted).
+    pub tz: Option<&'a str>,
+}
+
+/// The limits and defaults a server applies to every readings request.
+#[derive(Debug, Clone, Copy)]
+pub struct RangeRules {
+    /// Offset used when `tz` is omitted.
+    pub default_tz: Offset,
+    /// Longest allowed range, in days.
+    pub max_range_days: u32,
+}
+
+/// A validated request: the range to read and the offset to render in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResolvedRange {
+    /// Inclusive range of seconds.
+    pub range: TimeRange,
+    /// Offset of the rendered timestamps.
+    pub offset: Offset,
+}
+
+fn non_empty(v: Option<&str>) -> Option<&str> {
+    v.filter(|s| !s.is_empty())
+}
+
+impl RangeRules {
+    /// Applies the API's rules: defaults (today 00:00:00 in the offset, and
+    /// now), inclusive bounds rounded inward to whole seconds, `start <= end`
+    /// and the maximum length.
+    pub fn resolve(&self, q: RangeQuery<'_>, now: Timestamp) -> Result<ResolvedRange, TimeError> {
+        let offset = match non_empty(q.tz) {
+            Some(tz) => parse_tz(tz)?,
+            None => self.default_tz,
+        };
+        let start = match non_empty(q.start) {
+            Some(s) => parse_bound("start", s, offset)?,
+            None => start_of_day(now, offset),
+        };
+        let end = match non_empty(q.end) {
+            Some(s) => parse_bound("end", s, offset)?,
+            None => now,
+        };
+        if start > end {
+            return Err(TimeError::StartAfterEnd { start, end });
+        }
+        let max = SignedDuration::from_hours(24 * i64::from(self.max_range_days));
+        if end.duration_since(start) > max {
+            return Err(TimeError::RangeTooLong {
+                max_days: self.max_range_days,
+            });
+        }
+        // Readings are whole seconds: round the start up and the end down.
+        let ceil = |t: Timestamp| t.as_second() + i64::from(t.subsec_nanosecond() > 0);
+        let range = TimeRange {
+            start: ceil(start),
+            end: end.as_second(),
+        };
+        Ok(ResolvedRange { range, offset })
+    }
+}
+
+/// Midnight of `now`'s calendar day in `offset`.
+fn start_of_day(now: Timestamp, offset: Offset) -> Timestamp {
+    let day = offset.to_datetime(now).date();
+    // A fixed offset has no gaps, so this conversion cannot fail in practice;
+    // fall back to `now` rather than panic.
+    offset
+        .to_timestamp(day.to_datetime(Time::midnight()))
+        .unwrap_or(now)
+}
+
+/// Appends `second` rendered as RFC 3339 in `offset` (`Z` for offset zero),
+/// without allocating: `2026-05-05T07:00:00+07:00`.
+pub fn write_rfc3339(out: &mut Vec<u8>, second: i64, offset: Offset) {
+    let Ok(ts) = Timestamp::from_second(second) else {
+        out.extend_from_slice(b"1970-01-01T00:00:00Z");
+        return;
+    };
+    let dt = offset.to_datetime(ts);
+    let two = |out: &mut Vec<u8>, v: i8| out.extend_from_slice(&[b'0' + (v / 10) as u8, b'0' + (v % 10) as u8]);
+    let year = dt.year().clamp(0, 9999) as u16;
+    out.extend_from_slice(&[
+        b'0' + (year / 1000) as u8,
+        b'0' + (year / 100 % 10) as u8,
+        b'0' + (year / 10 % 10) as u8,
+        b'0' + (year % 10) as u8,
+        b'-',
+    ]);
+    two(out, dt.month());
+    out.push(b'-');
+    two(out, dt.day());
+    out.push(b'T');
+    two(out, dt.hour());
+    out.push(b':');
+    two(out, dt.minute());
+    out.push(b':');
+    two(out, dt.second());
+    write_offset(out, offset);
+}
+
+fn write_offset(out: &mut Vec<u8>, offset: Offset) {
+    let secs = offset.seconds();
+    if secs == 0 {
+        out.push(b'Z');
+        return;
+    }
+    out.push(if secs < 0 { b'-' } else { b'+' });
+    let abs = secs.unsigned_abs();
+    let (h, m) = ((abs / 3600) as u8, (abs % 3600 / 60) as u8);
+    out.extend_from_slice(&[b'0' + h / 10, b'0' + h % 10, b':', b'0' + m / 10, b'0' + m % 10]);
+}
+
+/// `second` rendered as RFC 3339 in `offset`, as an owned string.
+pub fn format_rfc3339(second: i64, offset: Offset) -> String {
+    let mut buf = Vec::with_capacity(25);
+    write_rfc3339(&mut buf, second, offset);
+    String::from_utf8(buf).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests;

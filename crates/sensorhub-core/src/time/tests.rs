@@ -1,0 +1,198 @@
+//! Unit and property tests of the time rules.
+
+use super::*;
+use proptest::prelude::*;
+
+fn off(h: i8) -> Offset {
+    Offset::constant(h)
+}
+
+fn ts(s: &str) -> Timestamp {
+    s.parse().expect("valid test timestamp")
+}
+
+fn rules() -> RangeRules {
+    RangeRules {
+        default_tz: Offset::UTC,
+        max_range_days: 366,
+    }
+}
+
+#[test]
+fn tz_accepts_hours_and_offsets() {
+    assert_eq!(parse_tz("7"), Ok(off(7)));
+    assert_eq!(parse_tz("-3"), Ok(off(-3)));
+    assert_eq!(parse_tz("+14"), Ok(off(14)));
+    assert_eq!(parse_tz(" 7"), Ok(off(7)), "a decoded '+' is a space");
+    assert_eq!(parse_tz("-12"), Ok(off(-12)));
+    assert_eq!(parse_tz("0"), Ok(Offset::UTC));
+    assert_eq!(parse_tz("Z"), Ok(Offset::UTC));
+    assert_eq!(parse_tz("+05:30").map(|o| o.seconds()), Ok(19800));
+    assert_eq!(parse_tz(" 05:30").map(|o| o.seconds()), Ok(19800));
+    assert_eq!(parse_tz("-0930").map(|o| o.seconds()), Ok(-34200));
+}
+
+#[test]
+fn tz_refuses_garbage_and_out_of_range() {
+    for bad in ["", "abc", "7.5", "+", "1:00", "+05:60", "007", "+5:30", "--1"] {
+        assert!(matches!(parse_tz(bad), Err(TimeError::BadTz(_))), "{bad:?}");
+    }
+    for far in ["15", "-13", "+14:30", "-12:01", "99"] {
+        assert!(matches!(parse_tz(far), Err(TimeError::TzOutOfRange(_))), "{far:?}");
+    }
+}
+
+#[test]
+fn bounds_accept_z_offset_space_and_local() {
+    let want = ts("2026-05-05T00:00:00Z");
+    assert_eq!(parse_bound("start", "2026-05-05T00:00:00Z", off(9)), Ok(want));
+    assert_eq!(parse_bound("start", "2026-05-05T07:00:00+07:00", Offset::UTC), Ok(want));
+    assert_eq!(parse_bound("start", "2026-05-05T07:00:00 07:00", Offset::UTC), Ok(want));
+    assert_eq!(parse_bound("start", "2026-05-05T07:00:00", off(7)), Ok(want));
+    assert_eq!(parse_bound("start", "2026-05-04T21:00:00-03:00", off(7)), Ok(want));
+    assert_eq!(
+        parse_bound("end", "2026-05-05T00:00:00.5Z", Offset::UTC).map(|t| t.subsec_nanosecond()),
+        Ok(500_000_000)
+    );
+}
+
+#[test]
+fn bounds_refuse_non_rfc3339() {
+    for bad in [
+        "2026-05-05",
+        "2026-05-05T07:00Z",
+        "20260505T070000Z",
+        "2026-05-05 07:00:00Z",
+        "2026-05-05T07:00:00+0700",
+        "2026-05-05T07:00:00+07",
+        "2026-13-05T07:00:00Z",
+        "2026-02-30T07:00:00Z",
+        "yesterday",
+        "2026-05-05T07:00:00Z ",
+    ] {
+        assert!(parse_bound("start", bad, Offset::UTC).is_err(), "{bad:?}");
+    }
+}
+
+#[test]
+fn reading_timestamps_need_an_offset_and_whole_seconds() {
+    assert_eq!(
+        parse_reading_timestamp("2026-05-05T07:00:00+07:00"),
+        Ok(ts("2026-05-05T00:00:00Z"))
+    );
+    assert!(parse_reading_timestamp("2026-05-05T07:00:00").is_err());
+    assert!(parse_reading_timestamp("2026-05-05T07:00:00.250Z").is_err());
+}
+
+#[test]
+fn defaults_are_midnight_in_the_offset_and_now() {
+    let now = ts("2026-05-05T20:30:00Z");
+    let r = rules()
+        .resolve(RangeQuery { tz: Some("7"), ..Default::default() }, now)
+        .expect("valid");
+    // 20:30Z is 03:30 on May 6th at +07:00, so "today" starts May 5th 17:00Z.
+    assert_eq!(r.range.start, ts("2026-05-05T17:00:00Z").as_second());
+    assert_eq!(r.range.end, now.as_second());
+    assert_eq!(r.offset, off(7));
+    let utc = rules().resolve(RangeQuery::default(), now).expect("valid");
+    assert_eq!(utc.range.start, ts("2026-05-05T00:00:00Z").as_second());
+    assert_eq!(utc.offset, Offset::UTC);
+}
+
+#[test]
+fn empty_parameters_mean_omitted() {
+    let now = ts("2026-05-05T20:30:00Z");
+    let q = RangeQuery { start: Some(""), end: Some(""), tz: Some("") };
+    assert_eq!(rules().resolve(q, now), rules().resolve(RangeQuery::default(), now));
+}
+
+#[test]
+fn start_after_end_and_too_long_are_refused() {
+    let now = ts("2026-05-05T20:30:00Z");
+    let q = RangeQuery {
+        start: Some("2026-05-05T10:00:00Z"),
+        end: Some("2026-05-05T09:59:59Z"),
+        tz: None,
+    };
+    assert!(matches!(rules().resolve(q, now), Err(TimeError::StartAfterEnd { .. })));
+    let q = RangeQuery {
+        start: Some("2025-01-01T00:00:00Z"),
+        end: Some("2026-01-02T00:00:01Z"),
+        tz: None,
+    };
+    assert_eq!(rules().resolve(q, now), Err(TimeError::RangeTooLong { max_days: 366 }));
+    let q = RangeQuery {
+        start: Some("2025-01-01T00:00:00Z"),
+        end: Some("2026-01-02T00:00:00Z"),
+        tz: None,
+    };
+    assert!(rules().resolve(q, now).is_ok(), "exactly 366 days is allowed");
+}
+
+#[test]
+fn equal_bounds_form_a_one_second_range() {
+    let now = ts("2026-05-05T20:30:00Z");
+    let q = RangeQuery {
+        start: Some("2026-05-05T10:00:00Z"),
+        end: Some("2026-05-05T10:00:00Z"),
+        tz: None,
+    };
+    let r = rules().resolve(q, now).expect("valid");
+    assert_eq!(r.range.start, r.range.end);
+}
+
+#[test]
+fn rendering_uses_z_for_zero_and_the_offset_otherwise() {
+    let s = ts("2026-05-05T00:00:00Z").as_second();
+    assert_eq!(format_rfc3339(s, Offset::UTC), "2026-05-05T00:00:00Z");
+    assert_eq!(format_rfc3339(s, off(7)), "2026-05-05T07:00:00+07:00");
+    assert_eq!(format_rfc3339(s, off(-3)), "2026-05-04T21:00:00-03:00");
+    let half = Offset::from_seconds(19800).expect("valid offset");
+    assert_eq!(format_rfc3339(s, half), "2026-05-05T05:30:00+05:30");
+}
+
+proptest! {
+    #[test]
+    fn rendering_matches_jiff_and_parses_back(second in 0i64..253_402_300_799, hours in -12i8..=14) {
+        let offset = off(hours);
+        let text = format_rfc3339(second, offset);
+        let jiff_text = Timestamp::from_second(second)
+            .expect("in range")
+            .to_zoned(jiff::tz::TimeZone::fixed(offset))
+            .strftime("%Y-%m-%dT%H:%M:%S%:z")
+            .to_string();
+        let jiff_text = if hours == 0 { jiff_text.replace("+00:00", "Z") } else { jiff_text };
+        prop_assert_eq!(&text, &jiff_text);
+        prop_assert_eq!(parse_bound("start", &text, Offset::UTC).map(|t| t.as_second()), Ok(second));
+        prop_assert_eq!(parse_reading_timestamp(&text).map(|t| t.as_second()), Ok(second));
+    }
+
+    #[test]
+    fn local_bounds_read_in_the_tz(second in 0i64..4_000_000_000, hours in -12i8..=14) {
+        let offset = off(hours);
+        let mut text = format_rfc3339(second, offset);
+        // Strip the offset: the bound is then read in `tz`.
+        text.truncate(19);
+        prop_assert_eq!(parse_bound("end", &text, offset).map(|t| t.as_second()), Ok(second));
+    }
+
+    #[test]
+    fn resolve_never_panics_and_keeps_its_rules(
+        start in proptest::option::of("[0-9T:+ Z-]{0,26}"),
+        end in proptest::option::of("[0-9T:+ Z-]{0,26}"),
+        tz in proptest::option::of("[+ -]?[0-9]{0,3}"),
+    ) {
+        let now = ts("2026-05-05T20:30:00Z");
+        let q = RangeQuery { start: start.as_deref(), end: end.as_deref(), tz: tz.as_deref() };
+        if let Ok(r) = rules().resolve(q, now) {
+            prop_assert!(r.range.start <= r.range.end);
+            prop_assert!(r.range.end - r.range.start <= 366 * 86_400);
+            prop_assert!((-43_200..=50_400).contains(&r.offset.seconds()));
+        }
+    }
+
+    #[test]
+    fn tz_in_whole_hours_round_trips(hours in -12i32..=14) {
+        prop_assert_eq!(parse_tz(&hours.to_string()).map(|o| o.seconds()), Ok(hours * 3600));
+    }
+}
