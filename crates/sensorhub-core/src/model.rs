@@ -102,7 +102,5 @@ pub struct ValueInput {
 /// Whether `s` may serve as an identifier (device, sensor, key, user):
 /// non-empty, at most 128 bytes, no whitespace, control characters or `/`.
 pub fn is_valid_identifier(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 128
-        && !s.chars().any(|c| c.is_whitespace() || c.is_control() || c == '/')
+    !s.is_empty() && s.len() <= 128 && !s.chars().any(|c| c.is_whitespace() || c.is_control() || c == '/')
 }

@@ -3,7 +3,7 @@
 //! References to devices and sensors already stored are checked by the store
 //! inside the same transaction that writes the document.
 
-use crate::model::{is_valid_identifier, DeviceSpec, ReadingInput, ValueInput, MAX_SENSORS_PER_DEVICE};
+use crate::model::{DeviceSpec, MAX_SENSORS_PER_DEVICE, ReadingInput, ValueInput, is_valid_identifier};
 use crate::secret::is_valid_password_hash;
 use crate::time::parse_reading_timestamp;
 use serde::Deserialize;
@@ -22,10 +22,7 @@ pub struct InputError {
 impl InputError {
     /// An error at `position`.
     pub fn new(position: impl Into<String>, message: impl Into<String>) -> Self {
-        Self {
-            position: position.into(),
-            message: message.into(),
-        }
+        Self { position: position.into(), message: message.into() }
     }
 }
 
@@ -133,8 +130,9 @@ pub fn parse_json<T: for<'de> Deserialize<'de>>(text: &str) -> Result<T, InputEr
         };
         InputError::new(position, strip_location(&inner.to_string()))
     })?;
-    de.end()
-        .map_err(|e| InputError::new(format!("line {} column {}", e.line(), e.column()), strip_location(&e.to_string())))?;
+    de.end().map_err(|e| {
+        InputError::new(format!("line {} column {}", e.line(), e.column()), strip_location(&e.to_string()))
+    })?;
     Ok(value)
 }
 
@@ -168,18 +166,9 @@ impl ReadingSpec {
             if !v.value.is_finite() {
                 return Err(InputError::new(at, "value must be a finite number"));
             }
-            values.push(ValueInput {
-                sensor_id: v.id,
-                value: v.value,
-                unit: v.unit,
-            });
+            values.push(ValueInput { sensor_id: v.id, value: v.value, unit: v.unit });
         }
-        Ok(ReadingInput {
-            device_id: self.device_id,
-            timestamp: ts.as_second(),
-            values,
-            position: position.to_owned(),
-        })
+        Ok(ReadingInput { device_id: self.device_id, timestamp: ts.as_second(), values, position: position.to_owned() })
     }
 }
 
@@ -234,7 +223,10 @@ impl Provision {
         for (i, a) in self.accounts.iter().enumerate() {
             let at = format!("accounts[{i}]");
             if !is_valid_identifier(&a.username) || a.username.contains(':') {
-                return Err(InputError::new(format!("{at}.username"), "must be a non-empty name without spaces, ':' or '/'"));
+                return Err(InputError::new(
+                    format!("{at}.username"),
+                    "must be a non-empty name without spaces, ':' or '/'",
+                ));
             }
             if !usernames.insert(a.username.as_str()) {
                 return Err(InputError::new(at, format!("duplicate username {:?}", a.username)));
@@ -253,7 +245,10 @@ impl Provision {
             for (k, key) in a.api_keys.iter().enumerate() {
                 let kat = format!("{at}.api_keys[{k}]");
                 if !is_valid_identifier(&key.id) {
-                    return Err(InputError::new(format!("{kat}.id"), "must be a non-empty identifier without spaces or '/'"));
+                    return Err(InputError::new(
+                        format!("{kat}.id"),
+                        "must be a non-empty identifier without spaces or '/'",
+                    ));
                 }
                 if !key_ids.insert(key.id.as_str()) {
                     return Err(InputError::new(kat, "duplicate api key id"));
@@ -326,17 +321,21 @@ mod tests {
         let e = check(r#"{"accounts":[{"username":"a","password":"p","api_keys":[{"id":"k"},{"id":"k"}]}]}"#)
             .expect_err("dup");
         assert_eq!(e.position, "accounts[0].api_keys[1]");
-        let e = check(r#"{"devices":[
+        let e = check(
+            r#"{"devices":[
             {"device_id":"D","name":"n","type":"AWS","lat":0,"long":0,"interval_seconds":60},
-            {"device_id":"D","name":"n","type":"AWS","lat":0,"long":0,"interval_seconds":60}]}"#)
+            {"device_id":"D","name":"n","type":"AWS","lat":0,"long":0,"interval_seconds":60}]}"#,
+        )
         .expect_err("dup");
         assert_eq!(e.position, "devices[1]");
     }
 
     #[test]
     fn readings_need_rfc3339_and_finite_values() {
-        let e = check(r#"{"readings":[{"device_id":"D","timestamp":"2026-05-05 07:00","sensors":[{"id":"s","value":1}]}]}"#)
-            .expect_err("bad ts");
+        let e = check(
+            r#"{"readings":[{"device_id":"D","timestamp":"2026-05-05 07:00","sensors":[{"id":"s","value":1}]}]}"#,
+        )
+        .expect_err("bad ts");
         assert_eq!(e.position, "readings[0].timestamp");
         let ok = check(r#"{"readings":[{"device_id":"D","timestamp":"2026-05-05T07:00:00+07:00","sensors":[{"id":"s","value":1.5,"unit":"%"}]}]}"#)
             .expect("valid");
@@ -346,8 +345,9 @@ mod tests {
 
     #[test]
     fn device_ranges_are_checked() {
-        let e = check(r#"{"devices":[{"device_id":"D","name":"n","type":"AWS","lat":91,"long":0,"interval_seconds":60}]}"#)
-            .expect_err("lat");
+        let e =
+            check(r#"{"devices":[{"device_id":"D","name":"n","type":"AWS","lat":91,"long":0,"interval_seconds":60}]}"#)
+                .expect_err("lat");
         assert_eq!(e.position, "devices[0].lat");
     }
 }

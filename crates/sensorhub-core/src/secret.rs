@@ -2,9 +2,9 @@
 //! and generation of new random key ids. Nothing here logs or stores a
 //! plaintext secret.
 
+use argon2::Argon2;
 use argon2::password_hash::phc::PasswordHash;
 use argon2::password_hash::{PasswordHasher, PasswordVerifier};
-use argon2::Argon2;
 use sha2::{Digest, Sha256};
 use std::sync::OnceLock;
 
@@ -19,19 +19,14 @@ pub struct HashError(String);
 /// Hashes `password` with Argon2id (default parameters) and a random salt,
 /// as a PHC string.
 pub fn hash_password(password: &str) -> Result<String, HashError> {
-    Argon2::default()
-        .hash_password(password.as_bytes())
-        .map(|h| h.to_string())
-        .map_err(|e| HashError(e.to_string()))
+    Argon2::default().hash_password(password.as_bytes()).map(|h| h.to_string()).map_err(|e| HashError(e.to_string()))
 }
 
 /// Whether `password` matches the PHC string `phc`. A malformed stored hash
 /// never matches.
 pub fn verify_password(password: &str, phc: &str) -> bool {
     match PasswordHash::new(phc) {
-        Ok(parsed) => Argon2::default()
-            .verify_password(password.as_bytes(), &parsed)
-            .is_ok(),
+        Ok(parsed) => Argon2::default().verify_password(password.as_bytes(), &parsed).is_ok(),
         Err(_) => false,
     }
 }

@@ -61,14 +61,10 @@ pub fn parse_tz(raw: &str) -> Result<Offset, TimeError> {
     let all_digits = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit());
     let (hours, minutes): (i32, i32) = match rest.len() {
         1 | 2 if all_digits(rest) => (rest.parse().map_err(|_| bad())?, 0),
-        4 if all_digits(rest) => (
-            rest[..2].parse().map_err(|_| bad())?,
-            rest[2..].parse().map_err(|_| bad())?,
-        ),
-        5 if rest.as_bytes()[2] == b':' && all_digits(&rest[..2]) && all_digits(&rest[3..]) => (
-            rest[..2].parse().map_err(|_| bad())?,
-            rest[3..].parse().map_err(|_| bad())?,
-        ),
+        4 if all_digits(rest) => (rest[..2].parse().map_err(|_| bad())?, rest[2..].parse().map_err(|_| bad())?),
+        5 if rest.as_bytes()[2] == b':' && all_digits(&rest[..2]) && all_digits(&rest[3..]) => {
+            (rest[..2].parse().map_err(|_| bad())?, rest[3..].parse().map_err(|_| bad())?)
+        }
         _ => return Err(bad()),
     };
     if minutes > 59 {
@@ -110,9 +106,7 @@ fn offset_kind(rest: &[u8]) -> Result<Option<()>, ()> {
     match rest {
         [] => Ok(None),
         [b'Z' | b'z'] => Ok(Some(())),
-        [b'+' | b'-' | b' ', h1, h2, b':', m1, m2]
-            if [h1, h2, m1, m2].iter().all(|c| c.is_ascii_digit()) =>
-        {
+        [b'+' | b'-' | b' ', h1, h2, b':', m1, m2] if [h1, h2, m1, m2].iter().all(|c| c.is_ascii_digit()) => {
             Ok(Some(()))
         }
         _ => Err(()),
@@ -123,10 +117,7 @@ fn offset_kind(rest: &[u8]) -> Result<Option<()>, ()> {
 /// or without an offset, in which case it is read in `tz`. A space where the
 /// offset sign belongs is read as `+`.
 pub fn parse_bound(name: &'static str, raw: &str, tz: Offset) -> Result<Timestamp, TimeError> {
-    let bad = || TimeError::BadTimestamp {
-        name,
-        value: raw.to_owned(),
-    };
+    let bad = || TimeError::BadTimestamp { name, value: raw.to_owned() };
     let bytes = raw.as_bytes();
     let at = rfc3339_offset_start(bytes).ok_or_else(bad)?;
     match offset_kind(&bytes[at..]).map_err(|()| bad())? {
@@ -148,10 +139,7 @@ pub fn parse_bound(name: &'static str, raw: &str, tz: Offset) -> Result<Timestam
 /// offset, in whole seconds (readings are kept at one-second resolution, so a
 /// fraction would be lost and is refused instead).
 pub fn parse_reading_timestamp(raw: &str) -> Result<Timestamp, TimeError> {
-    let bad = || TimeError::BadTimestamp {
-        name: "timestamp",
-        value: raw.to_owned(),
-    };
+    let bad = || TimeError::BadTimestamp { name: "timestamp", value: raw.to_owned() };
     let bytes = raw.as_bytes();
     let at = rfc3339_offset_start(bytes).ok_or_else(bad)?;
     if at != 19 || !matches!(bytes.get(at), Some(b'Z' | b'z' | b'+' | b'-')) {
@@ -225,16 +213,11 @@ impl RangeRules {
         }
         let max = SignedDuration::from_hours(24 * i64::from(self.max_range_days));
         if end.duration_since(start) > max {
-            return Err(TimeError::RangeTooLong {
-                max_days: self.max_range_days,
-            });
+            return Err(TimeError::RangeTooLong { max_days: self.max_range_days });
         }
         // Readings are whole seconds: round the start up and the end down.
         let ceil = |t: Timestamp| t.as_second() + i64::from(t.subsec_nanosecond() > 0);
-        let range = TimeRange {
-            start: ceil(start),
-            end: end.as_second(),
-        };
+        let range = TimeRange { start: ceil(start), end: end.as_second() };
         Ok(ResolvedRange { range, offset })
     }
 }
@@ -244,9 +227,7 @@ fn start_of_day(now: Timestamp, offset: Offset) -> Timestamp {
     let day = offset.to_datetime(now).date();
     // A fixed offset has no gaps, so this conversion cannot fail in practice;
     // fall back to `now` rather than panic.
-    offset
-        .to_timestamp(day.to_datetime(Time::midnight()))
-        .unwrap_or(now)
+    offset.to_timestamp(day.to_datetime(Time::midnight())).unwrap_or(now)
 }
 
 /// Appends `second` rendered as RFC 3339 in `offset` (`Z` for offset zero),

@@ -1,1 +1,136 @@
-//! placeholder
+//! The `Store` trait, which speaks sensorhub's domain, and its backends.
+//! The trait holds no SQL; each backend keeps its SQL in its own module.
+#![forbid(unsafe_code)]
+
+pub mod packed;
+pub mod sqlite;
+mod types;
+
+pub use types::*;
+
+use async_trait::async_trait;
+use futures_util::stream::BoxStream;
+use sensorhub_core::model::{Device, DeviceSpec, ReadingInput};
+use sensorhub_core::provision::{InputError, Provision};
+use sensorhub_core::secret::KeyDigest;
+use sensorhub_core::time::TimeRange;
+use std::sync::Arc;
+
+/// Errors of a store operation.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The input (provisioning file, import row, argument) is wrong; nothing was written.
+    #[error("{0}")]
+    Invalid(#[from] InputError),
+    /// The named thing does not exist.
+    #[error("{0}")]
+    NotFound(String),
+    /// The operation clashes with what is stored.
+    #[error("{0}")]
+    Conflict(String),
+    /// The database URL names a backend this build cannot use.
+    #[error("{0}")]
+    Unsupported(String),
+    /// The database failed.
+    #[error("database error: {0}")]
+    Backend(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
+/// Result of a store operation.
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// Readings of one device, in ascending time order, in batches.
+pub type ReadingStream = BoxStream<'static, StoreResult<ReadingBatch>>;
+
+/// Readings to import, parsed lazily so that a large file is never held in memory.
+pub type ReadingSource = Box<dyn Iterator<Item = Result<ReadingInput, InputError>> + Send>;
+
+/// Everything sensorhub keeps: accounts, keys, devices, sensors, readings.
+#[async_trait]
+pub trait Store: Send + Sync {
+    /// Checks that the database answers (readiness).
+    async fn ping(&self) -> StoreResult<()>;
+
+    /// The credentials of `username`, for HTTP Basic.
+    async fn account_auth(&self, username: &str) -> StoreResult<Option<AccountAuth>>;
+
+    /// The API key with this digest, with its account's state.
+    async fn api_key_auth(&self, digest: &KeyDigest) -> StoreResult<Option<ApiKeyAuth>>;
+
+    /// Devices visible in `scope`, ordered by `device_id`, with sensors and last update.
+    async fn list_devices(&self, scope: Scope) -> StoreResult<Vec<Device>>;
+
+    /// The device `device_id` if it is visible in `scope`.
+    async fn find_device(&self, scope: Scope, device_id: &str) -> StoreResult<Option<DeviceHandle>>;
+
+    /// Streams the readings of `device` within `range` (inclusive), oldest first.
+    fn read_readings(&self, device: &DeviceHandle, range: TimeRange) -> ReadingStream;
+
+    /// Makes a provisioning document true, atomically: all of it or nothing.
+    async fn apply(&self, doc: Provision, readings: Vec<ReadingInput>) -> StoreResult<ApplyReport>;
+
+    /// Stores readings, atomically: all of them or, on the first error, none.
+    async fn import(&self, source: ReadingSource) -> StoreResult<ImportReport>;
+
+    /// Whether the store holds no account and no device (demo data may go in).
+    async fn is_empty(&self) -> StoreResult<bool>;
+
+    /// All accounts, by username.
+    async fn accounts(&self) -> StoreResult<Vec<AccountSummary>>;
+
+    /// All API keys (prefix only), by account and creation.
+    async fn api_keys(&self) -> StoreResult<Vec<ApiKeySummary>>;
+
+    /// Revokes the API keys whose id is `id_or_prefix`, or whose shown prefix it is
+    /// when exactly one key has that prefix. Returns the prefix of the revoked key.
+    async fn revoke_api_key(&self, id_or_prefix: &str) -> StoreResult<String>;
+
+    /// Creates a device (error if it exists) and lets `accounts` see it.
+    async fn add_device(&self, device: DeviceSpec, accounts: Vec<String>) -> StoreResult<()>;
+}
+
+/// Opens the store named by `url`: a file path or `sqlite://PATH`. The
+/// database is created and migrated when missing.
+pub async fn open(url: &str) -> StoreResult<Arc<dyn Store>> {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        return Err(StoreError::Unsupported(
+            "PostgreSQL is not supported yet: use a SQLite file path or a sqlite:// URL".into(),
+        ));
+    }
+    let path = url.strip_prefix("sqlite://").or_else(|| url.strip_prefix("sqlite:")).unwrap_or(url);
+    if path.is_empty() || path.contains("://") {
+        return Err(StoreError::Unsupported(format!(
+            "unsupported database {:?}: use a SQLite file path or a sqlite:// URL",
+            redact_url(url)
+        )));
+    }
+    Ok(Arc::new(sqlite::SqliteStore::open(path).await?))
+}
+
+/// `url` with any password replaced by `***`, for messages and logs.
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => {
+            let userinfo = &rest[..at];
+            let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
+            format!("{scheme}://{user}:***{}", &rest[at..])
+        }
+        None => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact_url;
+
+    #[test]
+    fn urls_lose_their_password() {
+        assert_eq!(redact_url("postgres://u:secret@h:5432/db"), "postgres://u:***@h:5432/db");
+        assert_eq!(redact_url("sqlite://./a.db"), "sqlite://./a.db");
+        assert_eq!(redact_url("./a.db"), "./a.db");
+    }
+}

@@ -1,1 +1,20 @@
-fn main() {}
+//! The `sensorhub` binary: parse the command line, set up logging, run.
+#![forbid(unsafe_code)]
+
+use clap::Parser;
+use std::process::ExitCode;
+use tracing_subscriber::EnvFilter;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let filter = EnvFilter::try_from_env("SENSORHUB_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    let cli = sensorhub::cli::Cli::parse();
+    match sensorhub::cli::run(cli).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -12,10 +12,7 @@ fn ts(s: &str) -> Timestamp {
 }
 
 fn rules() -> RangeRules {
-    RangeRules {
-        default_tz: Offset::UTC,
-        max_range_days: 366,
-    }
+    RangeRules { default_tz: Offset::UTC, max_range_days: 366 }
 }
 
 #[test]
@@ -76,10 +73,7 @@ fn bounds_refuse_non_rfc3339() {
 
 #[test]
 fn reading_timestamps_need_an_offset_and_whole_seconds() {
-    assert_eq!(
-        parse_reading_timestamp("2026-05-05T07:00:00+07:00"),
-        Ok(ts("2026-05-05T00:00:00Z"))
-    );
+    assert_eq!(parse_reading_timestamp("2026-05-05T07:00:00+07:00"), Ok(ts("2026-05-05T00:00:00Z")));
     assert!(parse_reading_timestamp("2026-05-05T07:00:00").is_err());
     assert!(parse_reading_timestamp("2026-05-05T07:00:00.250Z").is_err());
 }
@@ -87,9 +81,7 @@ fn reading_timestamps_need_an_offset_and_whole_seconds() {
 #[test]
 fn defaults_are_midnight_in_the_offset_and_now() {
     let now = ts("2026-05-05T20:30:00Z");
-    let r = rules()
-        .resolve(RangeQuery { tz: Some("7"), ..Default::default() }, now)
-        .expect("valid");
+    let r = rules().resolve(RangeQuery { tz: Some("7"), ..Default::default() }, now).expect("valid");
     // 20:30Z is 03:30 on May 6th at +07:00, so "today" starts May 5th 17:00Z.
     assert_eq!(r.range.start, ts("2026-05-05T17:00:00Z").as_second());
     assert_eq!(r.range.end, now.as_second());
@@ -109,34 +101,18 @@ fn empty_parameters_mean_omitted() {
 #[test]
 fn start_after_end_and_too_long_are_refused() {
     let now = ts("2026-05-05T20:30:00Z");
-    let q = RangeQuery {
-        start: Some("2026-05-05T10:00:00Z"),
-        end: Some("2026-05-05T09:59:59Z"),
-        tz: None,
-    };
+    let q = RangeQuery { start: Some("2026-05-05T10:00:00Z"), end: Some("2026-05-05T09:59:59Z"), tz: None };
     assert!(matches!(rules().resolve(q, now), Err(TimeError::StartAfterEnd { .. })));
-    let q = RangeQuery {
-        start: Some("2025-01-01T00:00:00Z"),
-        end: Some("2026-01-02T00:00:01Z"),
-        tz: None,
-    };
+    let q = RangeQuery { start: Some("2025-01-01T00:00:00Z"), end: Some("2026-01-02T00:00:01Z"), tz: None };
     assert_eq!(rules().resolve(q, now), Err(TimeError::RangeTooLong { max_days: 366 }));
-    let q = RangeQuery {
-        start: Some("2025-01-01T00:00:00Z"),
-        end: Some("2026-01-02T00:00:00Z"),
-        tz: None,
-    };
+    let q = RangeQuery { start: Some("2025-01-01T00:00:00Z"), end: Some("2026-01-02T00:00:00Z"), tz: None };
     assert!(rules().resolve(q, now).is_ok(), "exactly 366 days is allowed");
 }
 
 #[test]
 fn equal_bounds_form_a_one_second_range() {
     let now = ts("2026-05-05T20:30:00Z");
-    let q = RangeQuery {
-        start: Some("2026-05-05T10:00:00Z"),
-        end: Some("2026-05-05T10:00:00Z"),
-        tz: None,
-    };
+    let q = RangeQuery { start: Some("2026-05-05T10:00:00Z"), end: Some("2026-05-05T10:00:00Z"), tz: None };
     let r = rules().resolve(q, now).expect("valid");
     assert_eq!(r.range.start, r.range.end);
 }

@@ -1,0 +1,124 @@
+//! The SQLite backend: one file, WAL mode, migrations from
+//! `migrations/sqlite/` applied on open.
+
+mod pool;
+mod read;
+mod write;
+
+use crate::{
+    AccountAuth, AccountSummary, ApiKeyAuth, ApiKeySummary, ApplyReport, DeviceHandle, ImportReport, ReadingSource,
+    ReadingStream, Scope, Store, StoreError, StoreResult,
+};
+use async_trait::async_trait;
+use pool::Pool;
+use sensorhub_core::model::{Device, DeviceSpec, ReadingInput};
+use sensorhub_core::provision::Provision;
+use sensorhub_core::secret::KeyDigest;
+use sensorhub_core::time::TimeRange;
+use std::path::Path;
+
+/// Migrations in order; `PRAGMA user_version` records how many ran.
+const MIGRATIONS: &[&str] = &[include_str!("../../migrations/sqlite/0001_init.sql")];
+
+/// Connections kept open at most: readers run side by side in WAL mode.
+const POOL_SIZE: usize = 8;
+
+/// A SQLite database file.
+pub struct SqliteStore {
+    pool: Pool,
+}
+
+impl SqliteStore {
+    /// Opens (creating and migrating when needed) the database at `path`.
+    pub async fn open(path: &str) -> StoreResult<Self> {
+        let path = Path::new(path);
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty() && !d.exists()) {
+            return Err(StoreError::NotFound(format!(
+                "the directory {} of the database does not exist",
+                dir.display()
+            )));
+        }
+        let pool = Pool::new(path, POOL_SIZE);
+        pool.run(migrate).await?;
+        Ok(Self { pool })
+    }
+}
+
+/// Applies the migrations the database has not seen yet, each in its own
+/// transaction. Refuses a database made by a newer sensorhub.
+fn migrate(conn: &mut rusqlite::Connection) -> StoreResult<()> {
+    let version = usize::try_from(conn.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0))?).unwrap_or(0);
+    if version > MIGRATIONS.len() {
+        return Err(StoreError::Conflict(format!(
+            "the database has schema version {version}, newer than this sensorhub knows ({}); upgrade sensorhub",
+            MIGRATIONS.len()
+        )));
+    }
+    for (i, sql) in MIGRATIONS.iter().enumerate().skip(version) {
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        tx.execute_batch(sql)?;
+        tx.pragma_update(None, "user_version", (i + 1) as i64)?;
+        tx.commit()?;
+        tracing::info!(version = i + 1, "applied migration");
+    }
+    Ok(())
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    async fn ping(&self) -> StoreResult<()> {
+        self.pool.run(|c| Ok(c.query_row("SELECT 1", [], |_| Ok(()))?)).await
+    }
+
+    async fn account_auth(&self, username: &str) -> StoreResult<Option<AccountAuth>> {
+        let username = username.to_owned();
+        self.pool.run(move |c| read::account_auth(c, &username)).await
+    }
+
+    async fn api_key_auth(&self, digest: &KeyDigest) -> StoreResult<Option<ApiKeyAuth>> {
+        let digest = *digest;
+        self.pool.run(move |c| read::api_key_auth(c, &digest)).await
+    }
+
+    async fn list_devices(&self, scope: Scope) -> StoreResult<Vec<Device>> {
+        self.pool.run(move |c| read::list_devices(c, scope)).await
+    }
+
+    async fn find_device(&self, scope: Scope, device_id: &str) -> StoreResult<Option<DeviceHandle>> {
+        let device_id = device_id.to_owned();
+        self.pool.run(move |c| read::find_device(c, scope, &device_id)).await
+    }
+
+    fn read_readings(&self, device: &DeviceHandle, range: TimeRange) -> ReadingStream {
+        read::stream_readings(self.pool.clone(), device.pk, range)
+    }
+
+    async fn apply(&self, doc: Provision, readings: Vec<ReadingInput>) -> StoreResult<ApplyReport> {
+        self.pool.run(move |c| write::apply(c, doc, readings)).await
+    }
+
+    async fn import(&self, source: ReadingSource) -> StoreResult<ImportReport> {
+        self.pool.run(move |c| write::import(c, source)).await
+    }
+
+    async fn is_empty(&self) -> StoreResult<bool> {
+        self.pool.run(read::is_empty).await
+    }
+
+    async fn accounts(&self) -> StoreResult<Vec<AccountSummary>> {
+        self.pool.run(read::accounts).await
+    }
+
+    async fn api_keys(&self) -> StoreResult<Vec<ApiKeySummary>> {
+        self.pool.run(read::api_keys).await
+    }
+
+    async fn revoke_api_key(&self, id_or_prefix: &str) -> StoreResult<String> {
+        let id = id_or_prefix.to_owned();
+        self.pool.run(move |c| write::revoke_api_key(c, &id)).await
+    }
+
+    async fn add_device(&self, device: DeviceSpec, accounts: Vec<String>) -> StoreResult<()> {
+        self.pool.run(move |c| write::add_device(c, device, accounts)).await
+    }
+}

@@ -1,0 +1,93 @@
+//! A small pool of SQLite connections, each used on a blocking thread.
+//!
+//! Hand-written rather than deadpool-sqlite: that pool pings every
+//! connection on each checkout (one more blocking hop per query) and pins the
+//! rusqlite version; SQLite connections need no health check.
+
+use crate::{StoreError, StoreResult};
+use rusqlite::Connection;
+use rusqlite::functions::FunctionFlags;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use tokio::sync::Semaphore;
+
+/// Settings applied to every connection.
+const PRAGMAS: &str = "PRAGMA journal_mode = WAL;
+PRAGMA synchronous = NORMAL;
+PRAGMA foreign_keys = ON;
+PRAGMA busy_timeout = 10000;
+PRAGMA cache_size = -16000;";
+
+/// A bounded set of connections to one database file.
+#[derive(Clone)]
+pub(crate) struct Pool {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    path: PathBuf,
+    idle: Mutex<Vec<Connection>>,
+    permits: Arc<Semaphore>,
+}
+
+impl Pool {
+    /// A pool of at most `size` connections to `path`.
+    pub(crate) fn new(path: &Path, size: usize) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                path: path.to_owned(),
+                idle: Mutex::new(Vec::with_capacity(size)),
+                permits: Arc::new(Semaphore::new(size)),
+            }),
+        }
+    }
+
+    /// Runs `f` with a connection on a blocking thread.
+    pub(crate) async fn run<R, F>(&self, f: F) -> StoreResult<R>
+    where
+        R: Send + 'static,
+        F: FnOnce(&mut Connection) -> StoreResult<R> + Send + 'static,
+    {
+        let permit = self.inner.permits.clone().acquire_owned().await.map_err(|e| StoreError::Backend(Box::new(e)))?;
+        let inner = self.inner.clone();
+        tokio::task::spawn_blocking(move || {
+            let idle = inner.idle.lock().ok().and_then(|mut v| v.pop());
+            let mut conn = match idle {
+                Some(c) => c,
+                None => open_connection(&inner.path)?,
+            };
+            let result = f(&mut conn);
+            if let Ok(mut v) = inner.idle.lock() {
+                v.push(conn);
+            }
+            drop(permit);
+            result
+        })
+        .await
+        .map_err(|e| StoreError::Backend(Box::new(e)))?
+    }
+}
+
+/// Opens one connection with sensorhub's settings and SQL functions.
+pub(crate) fn open_connection(path: &Path) -> StoreResult<Connection> {
+    let conn = Connection::open(path)?;
+    conn.execute_batch(PRAGMAS)?;
+    conn.create_scalar_function(
+        "sh_merge",
+        2,
+        FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC,
+        |ctx| {
+            let old = ctx.get_raw(0).as_blob().unwrap_or_default();
+            let new = ctx.get_raw(1).as_blob().map_err(|e| rusqlite::Error::UserFunctionError(Box::new(e)))?;
+            crate::packed::merge(old, new)
+                .ok_or_else(|| rusqlite::Error::UserFunctionError("malformed packed reading".into()))
+        },
+    )?;
+    Ok(conn)
+}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> Self {
+        StoreError::Backend(Box::new(e))
+    }
+}

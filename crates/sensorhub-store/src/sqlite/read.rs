@@ -1,0 +1,228 @@
+//! Read queries of the SQLite backend.
+
+use super::pool::Pool;
+use crate::{
+    AccountAuth, AccountSummary, ApiKeyAuth, ApiKeySummary, DeviceHandle, ReadingBatch, ReadingStream, Scope,
+    StoreError, StoreResult, packed,
+};
+use futures_util::StreamExt;
+use rusqlite::{Connection, OptionalExtension, params};
+use sensorhub_core::model::{Device, SensorMeta};
+use sensorhub_core::secret::KeyDigest;
+use sensorhub_core::time::TimeRange;
+use std::collections::HashMap;
+
+/// Readings per batch sent from the blocking reader to the response.
+const BATCH_READINGS: usize = 1024;
+
+pub(super) fn account_auth(c: &Connection, username: &str) -> StoreResult<Option<AccountAuth>> {
+    let mut stmt = c.prepare_cached("SELECT id, password_hash, disabled FROM accounts WHERE username = ?1")?;
+    Ok(stmt
+        .query_row([username], |r| {
+            Ok(AccountAuth { account_id: r.get(0)?, password_hash: r.get(1)?, disabled: r.get(2)? })
+        })
+        .optional()?)
+}
+
+pub(super) fn api_key_auth(c: &Connection, digest: &KeyDigest) -> StoreResult<Option<ApiKeyAuth>> {
+    let mut stmt = c.prepare_cached(
+        "SELECT k.id, k.account_id, k.scoped, k.revoked, a.disabled
+         FROM api_keys k JOIN accounts a ON a.id = k.account_id WHERE k.digest = ?1",
+    )?;
+    Ok(stmt
+        .query_row([&digest[..]], |r| {
+            Ok(ApiKeyAuth {
+                key_id: r.get(0)?,
+                account_id: r.get(1)?,
+                scoped: r.get(2)?,
+                revoked: r.get(3)?,
+                account_disabled: r.get(4)?,
+            })
+        })
+        .optional()?)
+}
+
+/// The `WHERE` clause selecting the devices `d` of a scope, with
+/// parameters `?1` (account, or NULL for all) and `?2` (scoped key or NULL).
+const SCOPE_FILTER: &str = "(?1 IS NULL OR d.id IN (SELECT device_pk FROM account_devices WHERE account_id = ?1))
+     AND (?2 IS NULL OR d.id IN (SELECT device_pk FROM api_key_devices WHERE key_id = ?2))";
+
+fn scope_params(scope: Scope) -> (Option<i64>, Option<i64>) {
+    match scope {
+        Scope::All => (None, None),
+        Scope::Account { account_id, key } => (Some(account_id), key),
+    }
+}
+
+pub(super) fn list_devices(c: &Connection, scope: Scope) -> StoreResult<Vec<Device>> {
+    let (account, key) = scope_params(scope);
+    let mut sensors: HashMap<i64, Vec<SensorMeta>> = HashMap::new();
+    let mut stmt = c.prepare_cached(&format!(
+        "SELECT s.device_pk, s.sensor_id, s.name, s.type, s.unit FROM sensors s JOIN devices d ON d.id = s.device_pk
+         WHERE {SCOPE_FILTER} ORDER BY s.device_pk, s.idx"
+    ))?;
+    let mut rows = stmt.query(params![account, key])?;
+    while let Some(r) = rows.next()? {
+        sensors.entry(r.get(0)?).or_default().push(SensorMeta {
+            sensor_id: r.get(1)?,
+            name: r.get(2)?,
+            kind: r.get(3)?,
+            unit: r.get(4)?,
+        });
+    }
+    let mut stmt = c.prepare_cached(&format!(
+        "SELECT d.id, d.device_id, d.name, d.type, d.lat, d.long, d.interval_seconds,
+                (SELECT max(ts) FROM readings r WHERE r.device_pk = d.id)
+         FROM devices d WHERE {SCOPE_FILTER} ORDER BY d.device_id"
+    ))?;
+    let devices = stmt
+        .query_map(params![account, key], |r| {
+            let pk: i64 = r.get(0)?;
+            Ok(Device {
+                device_id: r.get(1)?,
+                name: r.get(2)?,
+                kind: r.get(3)?,
+                lat: r.get(4)?,
+                long: r.get(5)?,
+                interval_seconds: r.get(6)?,
+                last_update_at: r.get(7)?,
+                sensors: sensors.remove(&pk).unwrap_or_default(),
+            })
+        })?
+        .collect::<Result<_, _>>()?;
+    Ok(devices)
+}
+
+pub(super) fn find_device(c: &Connection, scope: Scope, device_id: &str) -> StoreResult<Option<DeviceHandle>> {
+    let (account, key) = scope_params(scope);
+    let mut stmt =
+        c.prepare_cached(&format!("SELECT d.id FROM devices d WHERE d.device_id = ?3 AND {SCOPE_FILTER}"))?;
+    let Some(pk) = stmt.query_row(params![account, key, device_id], |r| r.get::<_, i64>(0)).optional()? else {
+        return Ok(None);
+    };
+    Ok(Some(DeviceHandle { pk, sensors: device_sensors(c, pk)? }))
+}
+
+/// The sensors of device `pk`, indexed by idx (gaps filled with blanks,
+/// which never occur since idx are handed out in order).
+pub(super) fn device_sensors(c: &Connection, pk: i64) -> StoreResult<Vec<SensorMeta>> {
+    let mut stmt =
+        c.prepare_cached("SELECT idx, sensor_id, name, type, unit FROM sensors WHERE device_pk = ?1 ORDER BY idx")?;
+    let mut out: Vec<SensorMeta> = Vec::new();
+    let mut rows = stmt.query([pk])?;
+    while let Some(r) = rows.next()? {
+        let idx = usize::try_from(r.get::<_, i64>(0)?).unwrap_or(0);
+        out.resize_with(idx, || SensorMeta {
+            sensor_id: String::new(),
+            name: String::new(),
+            kind: String::new(),
+            unit: String::new(),
+        });
+        out.push(SensorMeta { sensor_id: r.get(1)?, name: r.get(2)?, kind: r.get(3)?, unit: r.get(4)? });
+    }
+    Ok(out)
+}
+
+/// Streams readings from a blocking reader through a small bounded channel,
+/// so memory stays flat however long the range: the reader waits while the
+/// client is slow and stops when it goes away.
+pub(super) fn stream_readings(pool: Pool, device_pk: i64, range: TimeRange) -> ReadingStream {
+    let (tx, rx) = tokio::sync::mpsc::channel::<StoreResult<ReadingBatch>>(2);
+    tokio::spawn(async move {
+        let errors = tx.clone();
+        let result = pool
+            .run(move |c| {
+                let mut stmt = c.prepare_cached(
+                    "SELECT ts, vals FROM readings WHERE device_pk = ?1 AND ts >= ?2 AND ts <= ?3 ORDER BY ts",
+                )?;
+                let mut rows = stmt.query(params![device_pk, range.start, range.end])?;
+                let mut batch = ReadingBatch::default();
+                while let Some(r) = rows.next()? {
+                    let ts: i64 = r.get(0)?;
+                    let bytes = r.get_ref(1)?.as_blob().map_err(rusqlite::Error::from)?;
+                    let mask = packed::decode_into(bytes, &mut batch.values).ok_or_else(|| {
+                        StoreError::Backend(format!("malformed reading of device {device_pk} at {ts}").into())
+                    })?;
+                    batch.timestamps.push(ts);
+                    batch.masks.push(mask);
+                    if batch.len() >= BATCH_READINGS {
+                        let full = std::mem::take(&mut batch);
+                        if tx.blocking_send(Ok(full)).is_err() {
+                            return Ok(()); // the client went away
+                        }
+                    }
+                }
+                if !batch.is_empty() {
+                    let _ = tx.blocking_send(Ok(batch));
+                }
+                Ok(())
+            })
+            .await;
+        if let Err(e) = result {
+            let _ = errors.send(Err(e)).await;
+        }
+    });
+    tokio_stream(rx).boxed()
+}
+
+fn tokio_stream<T: Send + 'static>(rx: tokio::sync::mpsc::Receiver<T>) -> impl futures_util::Stream<Item = T> + Send {
+    futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|item| (item, rx)) })
+}
+
+pub(super) fn is_empty(c: &mut Connection) -> StoreResult<bool> {
+    Ok(c.query_row("SELECT NOT EXISTS (SELECT 1 FROM accounts) AND NOT EXISTS (SELECT 1 FROM devices)", [], |r| {
+        r.get(0)
+    })?)
+}
+
+pub(super) fn accounts(c: &mut Connection) -> StoreResult<Vec<AccountSummary>> {
+    let mut stmt = c.prepare(
+        "SELECT a.username, a.disabled, d.device_id FROM accounts a
+         LEFT JOIN account_devices ad ON ad.account_id = a.id LEFT JOIN devices d ON d.id = ad.device_pk
+         ORDER BY a.username, d.device_id",
+    )?;
+    let mut out: Vec<AccountSummary> = Vec::new();
+    let mut rows = stmt.query([])?;
+    while let Some(r) = rows.next()? {
+        let username: String = r.get(0)?;
+        let device: Option<String> = r.get(2)?;
+        if out.last().is_none_or(|a| a.username != username) {
+            out.push(AccountSummary { username, disabled: r.get(1)?, devices: Vec::new() });
+        }
+        if let (Some(d), Some(a)) = (device, out.last_mut()) {
+            a.devices.push(d);
+        }
+    }
+    Ok(out)
+}
+
+pub(super) fn api_keys(c: &mut Connection) -> StoreResult<Vec<ApiKeySummary>> {
+    let mut stmt = c.prepare(
+        "SELECT k.id, k.prefix, a.username, k.scoped, k.revoked, d.device_id FROM api_keys k
+         JOIN accounts a ON a.id = k.account_id
+         LEFT JOIN api_key_devices kd ON kd.key_id = k.id LEFT JOIN devices d ON d.id = kd.device_pk
+         ORDER BY a.username, k.id, d.device_id",
+    )?;
+    let mut out: Vec<(i64, ApiKeySummary)> = Vec::new();
+    let mut rows = stmt.query([])?;
+    while let Some(r) = rows.next()? {
+        let id: i64 = r.get(0)?;
+        let scoped: bool = r.get(3)?;
+        if out.last().is_none_or(|(last, _)| *last != id) {
+            out.push((
+                id,
+                ApiKeySummary {
+                    prefix: r.get(1)?,
+                    username: r.get(2)?,
+                    devices: scoped.then(Vec::new),
+                    revoked: r.get(4)?,
+                },
+            ));
+        }
+        let device: Option<String> = r.get(5)?;
+        if let (Some(d), Some((_, k))) = (device, out.last_mut()) {
+            k.devices.get_or_insert_with(Vec::new).push(d);
+        }
+    }
+    Ok(out.into_iter().map(|(_, k)| k).collect())
+}

@@ -1,0 +1,148 @@
+//! Plain data passed across the `Store` trait.
+
+use sensorhub_core::model::SensorMeta;
+
+/// Which devices a caller may see.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// Every device (admin commands).
+    All,
+    /// An account's devices, narrowed to a scoped API key's list when `key` is set.
+    Account {
+        /// The account.
+        account_id: i64,
+        /// A scoped API key whose device list narrows the account's.
+        key: Option<i64>,
+    },
+}
+
+/// What HTTP Basic needs to check a login.
+#[derive(Debug, Clone)]
+pub struct AccountAuth {
+    /// Account number.
+    pub account_id: i64,
+    /// Argon2id PHC string.
+    pub password_hash: String,
+    /// A disabled account gets 403 even with the right password.
+    pub disabled: bool,
+}
+
+/// What a public request needs to know about its API key.
+#[derive(Debug, Clone, Copy)]
+pub struct ApiKeyAuth {
+    /// Key number.
+    pub key_id: i64,
+    /// Owning account.
+    pub account_id: i64,
+    /// Whether the key sees only its own device list.
+    pub scoped: bool,
+    /// A revoked key gets 403.
+    pub revoked: bool,
+    /// A key of a disabled account gets 403.
+    pub account_disabled: bool,
+}
+
+impl ApiKeyAuth {
+    /// The devices this key may see.
+    pub fn scope(&self) -> Scope {
+        Scope::Account { account_id: self.account_id, key: self.scoped.then_some(self.key_id) }
+    }
+}
+
+/// A device found for reading: its number and its sensors by idx.
+#[derive(Debug, Clone)]
+pub struct DeviceHandle {
+    /// Device number.
+    pub pk: i64,
+    /// Sensors; `sensors[i]` is the sensor with idx `i`.
+    pub sensors: Vec<SensorMeta>,
+}
+
+/// A batch of readings in columns: reading `i` is at `timestamps[i]` and
+/// holds the sensors in bit set `masks[i]`, whose values are the next
+/// `masks[i].count_ones()` entries of `values`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ReadingBatch {
+    /// Seconds since the epoch, ascending.
+    pub timestamps: Vec<i64>,
+    /// Sensor idx bit sets.
+    pub masks: Vec<u64>,
+    /// Values, in reading order then idx order.
+    pub values: Vec<f64>,
+}
+
+impl ReadingBatch {
+    /// Number of readings.
+    pub fn len(&self) -> usize {
+        self.timestamps.len()
+    }
+
+    /// Whether the batch holds no reading.
+    pub fn is_empty(&self) -> bool {
+        self.timestamps.is_empty()
+    }
+}
+
+/// What `apply` changed, per kind.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ApplyReport {
+    /// Accounts created / updated.
+    pub accounts: Changes,
+    /// Devices (and sensors) created / updated.
+    pub devices: Changes,
+    /// API keys created / updated.
+    pub api_keys: Changes,
+    /// Webhook keys created / updated.
+    pub webhook_keys: Changes,
+    /// Readings created or changed; readings equal to what was stored are not counted.
+    pub readings: Changes,
+}
+
+impl ApplyReport {
+    /// Whether nothing changed.
+    pub fn is_noop(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+/// Counts of created and updated items.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Changes {
+    /// Newly created.
+    pub created: u64,
+    /// Existing and changed.
+    pub updated: u64,
+}
+
+/// What `import` stored.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ImportReport {
+    /// Readings (device and second) read from the input.
+    pub readings: u64,
+    /// Values read from the input.
+    pub values: u64,
+}
+
+/// An account as the admin commands list it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AccountSummary {
+    /// Login name.
+    pub username: String,
+    /// Whether it is disabled.
+    pub disabled: bool,
+    /// Devices it may see.
+    pub devices: Vec<String>,
+}
+
+/// An API key as the admin commands list it: never the whole id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiKeySummary {
+    /// First characters of the id.
+    pub prefix: String,
+    /// Owning account.
+    pub username: String,
+    /// Device list of a scoped key; `None` for all of the account's devices.
+    pub devices: Option<Vec<String>>,
+    /// Whether it is revoked.
+    pub revoked: bool,
+}

@@ -1,0 +1,24 @@
+//! `sensorhub apply FILE`: make a provisioning document true, atomically.
+
+use super::{CliResult, Context, print_report};
+use sensorhub_core::provision::{Provision, parse_json};
+use std::path::PathBuf;
+
+/// Arguments of `apply`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The provisioning file (JSON; see examples/provision.json)
+    file: PathBuf,
+}
+
+/// Validates the whole file, then writes it in one transaction.
+pub async fn run(ctx: &Context, args: Args) -> CliResult {
+    let text = std::fs::read_to_string(&args.file).map_err(|e| format!("cannot read {}: {e}", args.file.display()))?;
+    let name = args.file.display().to_string();
+    let mut doc: Provision = parse_json(&text).map_err(|e| format!("{name}: {e}; nothing was written"))?;
+    let readings = doc.check().map_err(|e| format!("{name}: {e}; nothing was written"))?;
+    let store = ctx.open().await?;
+    let report = store.apply(doc, readings).await.map_err(|e| format!("{name}: {e}; nothing was written"))?;
+    print_report(&report);
+    Ok(())
+}

@@ -1,0 +1,279 @@
+//! `sensorhub demo` (and `serve --demo`): fill an empty database with a
+//! realistic demo network around Yogyakarta: water-level (AWLR) and weather
+//! (AWS) stations with 35 days of readings that follow daily cycles.
+//! The demo credentials are public: never use a demo database in production.
+
+use super::{CliResult, Context};
+use crate::config::DEFAULT_LISTEN;
+use sensorhub_core::model::{DeviceSpec, ReadingInput, SensorMeta, ValueInput};
+use sensorhub_core::provision::{AccountSpec, ApiKeySpec, Provision, WebhookKeySpec};
+use sensorhub_store::Store;
+use std::f64::consts::TAU;
+use std::sync::Arc;
+
+/// Arguments of `demo`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Address the server will listen on, for the printed curl commands
+    #[arg(long, env = "SENSORHUB_LISTEN")]
+    listen: Option<String>,
+}
+
+/// Days of readings the demo holds.
+const DAYS: i64 = 35;
+
+/// Fills the database named in `ctx` when it is empty.
+pub async fn run(ctx: &Context, args: Args) -> CliResult {
+    let listen =
+        args.listen.or_else(|| ctx.file.listen.map(|a| a.to_string())).unwrap_or_else(|| DEFAULT_LISTEN.to_owned());
+    fill(&ctx.open().await?, &listen).await
+}
+
+/// A station of the demo network.
+struct Station {
+    id: &'static str,
+    prefix: &'static str,
+    name: &'static str,
+    lat: f64,
+    long: f64,
+    interval: i64,
+}
+
+const AWLR: [Station; 3] = [
+    Station {
+        id: "AWLR-001",
+        prefix: "AWLR1",
+        name: "Kali Code - Jembatan Gondolayu",
+        lat: -7.7829,
+        long: 110.3671,
+        interval: 600,
+    },
+    Station {
+        id: "AWLR-002",
+        prefix: "AWLR2",
+        name: "Kali Winongo - Pakuncen",
+        lat: -7.7956,
+        long: 110.3512,
+        interval: 900,
+    },
+    Station {
+        id: "AWLR-003",
+        prefix: "AWLR3",
+        name: "Kali Gajahwong - Wonocatur",
+        lat: -7.7990,
+        long: 110.4032,
+        interval: 300,
+    },
+];
+
+const AWS: [Station; 2] = [
+    Station {
+        id: "AWS-001",
+        prefix: "AWS1",
+        name: "Stasiun Cuaca Sleman",
+        lat: -7.7156,
+        long: 110.3556,
+        interval: 600,
+    },
+    Station {
+        id: "AWS-002",
+        prefix: "AWS2",
+        name: "Stasiun Cuaca Bantul",
+        lat: -7.8881,
+        long: 110.3289,
+        interval: 900,
+    },
+];
+
+fn sensor(prefix: &str, code: &str, name: &str, kind: &str, unit: &str) -> SensorMeta {
+    SensorMeta { sensor_id: format!("{prefix}-{code}"), name: name.into(), kind: kind.into(), unit: unit.into() }
+}
+
+fn device(s: &Station, kind: &str) -> DeviceSpec {
+    let p = s.prefix;
+    let mut sensors = vec![
+        sensor(p, "batt", "Battery Level", "BATTERY", "%"),
+        sensor(p, "sig", "Cellular Signal", "CELLULAR_SIGNAL", "dBm"),
+    ];
+    if kind == "AWLR" {
+        sensors.push(sensor(p, "wl", "Water Level", "FLUID_LEVEL", "cm"));
+        sensors.push(sensor(p, "alert", "Flood Alert Level", "ALERT_LEVEL", "."));
+    } else {
+        sensors.push(sensor(p, "temp", "Air Temperature", "AIR_TEMPERATURE", "°C"));
+        sensors.push(sensor(p, "hum", "Air Humidity", "AIR_HUMIDITY", "%RH"));
+        sensors.push(sensor(p, "rain", "Rainfall", "RAIN_FALL", "mm"));
+        sensors.push(sensor(p, "wind", "Wind Speed", "WIND_SPEED", "m/s"));
+    }
+    DeviceSpec {
+        device_id: s.id.into(),
+        name: s.name.into(),
+        kind: kind.into(),
+        lat: s.lat,
+        long: s.long,
+        interval_seconds: s.interval,
+        sensors,
+    }
+}
+
+/// The demo's accounts and keys. The passwords and ids are public.
+fn accounts() -> Vec<AccountSpec> {
+    let all: Vec<String> = AWLR.iter().chain(&AWS).map(|s| s.id.to_owned()).collect();
+    let awlr: Vec<String> = AWLR.iter().map(|s| s.id.to_owned()).collect();
+    vec![
+        AccountSpec {
+            username: "alice".into(),
+            password: Some("alice-demo-password".into()),
+            devices: Some(all),
+            api_keys: vec![
+                ApiKeySpec { id: "pk-demo-alice-all".into(), devices: None, revoked: false },
+                ApiKeySpec { id: "pk-demo-alice-awlr".into(), devices: Some(awlr), revoked: false },
+            ],
+            webhook_keys: vec![WebhookKeySpec { key: "wh-demo-alice".into(), revoked: false }],
+            ..AccountSpec::default()
+        },
+        AccountSpec {
+            username: "budi".into(),
+            password: Some("budi-demo-password".into()),
+            devices: Some(vec!["AWLR-002".into(), "AWS-002".into()]),
+            api_keys: vec![ApiKeySpec { id: "pk-demo-budi".into(), devices: None, revoked: false }],
+            ..AccountSpec::default()
+        },
+    ]
+}
+
+/// Fills `store` with the demo when it is empty, then prints how to use it.
+pub async fn fill(store: &Arc<dyn Store>, listen: &str) -> CliResult {
+    if store.is_empty().await? {
+        let devices = AWLR.iter().map(|s| device(s, "AWLR")).chain(AWS.iter().map(|s| device(s, "AWS"))).collect();
+        let mut doc = Provision { accounts: accounts(), devices, readings: Vec::new() };
+        let readings = doc.check()?;
+        store.apply(doc, readings).await?;
+        let now = jiff::Timestamp::now().as_second();
+        let report = store.import(Box::new(readings_until(now).map(Ok))).await?;
+        println!(
+            "demo data written: 2 accounts, 5 stations, {} readings ({} values) over {DAYS} days",
+            report.readings, report.values
+        );
+    } else {
+        println!("the database is not empty: demo data not written (credentials below work on a demo database)");
+    }
+    let base = format!("http://{listen}/external/v1");
+    let day = jiff::Timestamp::now().strftime("%Y-%m-%d");
+    println!(
+        "\nDemo credentials (public: never use a demo database in production):
+  Basic auth   alice / alice-demo-password   (all 5 stations)
+               budi  / budi-demo-password    (AWLR-002, AWS-002)
+  API key ids  pk-demo-alice-all (alice's stations), pk-demo-alice-awlr (AWLR only), pk-demo-budi
+  Webhook key  wh-demo-alice
+
+Try:
+  curl -u alice:alice-demo-password {base}/devices
+  curl -u alice:alice-demo-password '{base}/devices/AWLR-001/data?tz=7'
+  curl '{base}/pk-demo-alice-all/devices/AWS-001/data?start={day}T00:00:00Z&end={day}T03:00:00Z'
+"
+    );
+    Ok(())
+}
+
+/// Every demo reading from `DAYS` days before `now` up to `now`, device by device.
+fn readings_until(now: i64) -> impl Iterator<Item = ReadingInput> + Send {
+    let stations: Vec<(&'static Station, bool, u64)> = AWLR
+        .iter()
+        .map(|s| (s, true))
+        .chain(AWS.iter().map(|s| (s, false)))
+        .zip(1u64..)
+        .map(|((s, w), seed)| (s, w, seed))
+        .collect();
+    stations.into_iter().flat_map(move |(station, water, seed)| {
+        let start = (now - DAYS * 86_400) / station.interval * station.interval;
+        let mut sim = Weather::new(seed, station.interval);
+        (0..).map(move |i| start + i * station.interval).take_while(move |ts| *ts <= now).map(move |ts| {
+            let p = station.prefix;
+            let w = sim.step(ts, start);
+            let v = |code: &str, value: f64| ValueInput { sensor_id: format!("{p}-{code}"), value, unit: None };
+            let mut values = vec![v("batt", w.battery), v("sig", w.signal)];
+            if water {
+                values.push(v("wl", w.water_level));
+                values.push(v("alert", w.alert));
+            } else {
+                values.extend([v("temp", w.temperature), v("hum", w.humidity), v("rain", w.rain), v("wind", w.wind)]);
+            }
+            ReadingInput { device_id: station.id.into(), timestamp: ts, values, position: "demo".into() }
+        })
+    })
+}
+
+/// The values of one instant.
+struct Sample {
+    battery: f64,
+    signal: f64,
+    water_level: f64,
+    alert: f64,
+    temperature: f64,
+    humidity: f64,
+    rain: f64,
+    wind: f64,
+}
+
+/// A deterministic weather simulation: daily temperature and humidity
+/// cycles, afternoon rain bursts, a river that rises after rain and drains
+/// slowly, and a battery that loses a little more than the sun gives back.
+struct Weather {
+    rng: fastrand::Rng,
+    interval: i64,
+    storm_left: i64,
+    runoff: f64,
+}
+
+fn round(v: f64, digits: i32) -> f64 {
+    let f = 10f64.powi(digits);
+    (v * f).round() / f
+}
+
+impl Weather {
+    fn new(seed: u64, interval: i64) -> Self {
+        Self { rng: fastrand::Rng::with_seed(seed), interval, storm_left: 0, runoff: 0.0 }
+    }
+
+    fn step(&mut self, ts: i64, start: i64) -> Sample {
+        // Local solar time at UTC+7.
+        let hour = ((ts + 7 * 3600).rem_euclid(86_400)) as f64 / 3600.0;
+        let day_cycle = (TAU * (hour - 14.0) / 24.0).cos();
+        let noise = |rng: &mut fastrand::Rng, scale: f64| (rng.f64() - 0.5) * 2.0 * scale;
+        if self.storm_left <= 0
+            && (14.0..18.0).contains(&hour)
+            && self.rng.f64() < 0.5 * self.interval as f64 / (4.0 * 3600.0)
+        {
+            self.storm_left = self.rng.i64(3600..4 * 3600);
+        }
+        let rain = if self.storm_left > 0 {
+            self.storm_left -= self.interval;
+            round(self.rng.f64() * 6.0 * self.interval as f64 / 600.0, 1)
+        } else {
+            0.0
+        };
+        self.runoff = self.runoff * (-(self.interval as f64) / (8.0 * 3600.0)).exp() + rain * 4.0;
+        let water_level = 85.0 + self.runoff + 3.0 * day_cycle + noise(&mut self.rng, 0.8);
+        let days = (ts - start) as f64 / 86_400.0;
+        let sun = (TAU * (hour - 12.0) / 24.0).cos().max(0.0);
+        let temperature = 26.5 + 5.0 * day_cycle - rain.min(5.0) * 0.6 + noise(&mut self.rng, 0.4);
+        Sample {
+            battery: round((98.0 - 0.45 * days + 1.5 * sun).clamp(0.0, 100.0), 1),
+            signal: (-78.0 + noise(&mut self.rng, 9.0)).round(),
+            water_level: round(water_level, 1),
+            alert: match water_level {
+                l if l >= 200.0 => 3.0,
+                l if l >= 150.0 => 2.0,
+                l if l >= 120.0 => 1.0,
+                _ => 0.0,
+            },
+            temperature: round(temperature, 1),
+            humidity: round(
+                (78.0 - 14.0 * day_cycle + rain.min(5.0) * 3.0 + noise(&mut self.rng, 2.0)).clamp(35.0, 100.0),
+                1,
+            ),
+            rain,
+            wind: round((1.2 + 2.5 * sun + noise(&mut self.rng, 0.8)).max(0.0), 1),
+        }
+    }
+}

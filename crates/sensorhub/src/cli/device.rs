@@ -1,0 +1,86 @@
+//! `sensorhub device …`: add and list devices.
+
+use super::{CliResult, Context};
+use jiff::tz::Offset;
+use sensorhub_core::model::{DeviceSpec, SensorMeta};
+use sensorhub_core::provision::check_device;
+use sensorhub_core::time::format_rfc3339;
+use sensorhub_store::Scope;
+
+/// Device subcommands.
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// Add a device with its sensors
+    Add {
+        /// Device id, e.g. AWLR-001
+        device_id: String,
+        /// Display name
+        #[arg(long)]
+        name: String,
+        /// Device type, e.g. AWLR or AWS
+        #[arg(long = "type")]
+        kind: String,
+        /// Latitude
+        #[arg(long, allow_hyphen_values = true)]
+        lat: f64,
+        /// Longitude
+        #[arg(long, allow_hyphen_values = true)]
+        long: f64,
+        /// Reporting interval in seconds
+        #[arg(long)]
+        interval: i64,
+        /// A sensor as ID,NAME,TYPE,UNIT (repeatable), e.g. AWLR1-batt,Battery Level,BATTERY,%
+        #[arg(long = "sensor")]
+        sensors: Vec<String>,
+        /// An account that may see the device (repeatable)
+        #[arg(long = "account")]
+        accounts: Vec<String>,
+    },
+    /// List all devices
+    List,
+}
+
+/// Runs a device subcommand.
+pub async fn run(ctx: &Context, cmd: Command) -> CliResult {
+    match cmd {
+        Command::Add { device_id, name, kind, lat, long, interval, sensors, accounts } => {
+            let sensors = sensors.iter().map(|s| parse_sensor(s)).collect::<Result<Vec<_>, _>>()?;
+            let spec =
+                DeviceSpec { device_id: device_id.clone(), name, kind, lat, long, interval_seconds: interval, sensors };
+            check_device(&spec, "device")?;
+            let n = spec.sensors.len();
+            ctx.open().await?.add_device(spec, accounts).await?;
+            println!("added device {device_id} with {n} sensors");
+        }
+        Command::List => {
+            let devices = ctx.open().await?.list_devices(Scope::All).await?;
+            if devices.is_empty() {
+                println!("no devices");
+            }
+            for d in devices {
+                let last = d.last_update_at.map_or_else(|| "never".to_owned(), |s| format_rfc3339(s, Offset::UTC));
+                println!(
+                    "{:<16} {:<6} {:<3} sensors  last {last:<20}  {}",
+                    d.device_id,
+                    d.kind,
+                    d.sensors.len(),
+                    d.name
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+fn parse_sensor(s: &str) -> Result<SensorMeta, String> {
+    let parts: Vec<&str> = s.split(',').map(str::trim).collect();
+    match parts.as_slice() {
+        [id, name, kind, unit] => Ok(SensorMeta {
+            sensor_id: (*id).to_owned(),
+            name: (*name).to_owned(),
+            kind: (*kind).to_owned(),
+            unit: (*unit).to_owned(),
+        }),
+        _ => Err(format!("--sensor {s:?}: expected ID,NAME,TYPE,UNIT")),
+    }
+}

@@ -1,0 +1,219 @@
+//! `sensorhub import FILE`: load readings from NDJSON (one reading object per
+//! line) or CSV (`device_id,timestamp,sensor_id,value` with a header row),
+//! atomically, streaming the file rather than holding it in memory.
+
+use super::{CliResult, Context};
+use sensorhub_core::model::{ReadingInput, ValueInput};
+use sensorhub_core::provision::{InputError, ReadingSpec, parse_json};
+use sensorhub_core::time::parse_reading_timestamp;
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// File formats `import` reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// One JSON reading per line: {"device_id","timestamp","sensors":[{"id","value"}]}
+    Ndjson,
+    /// device_id,timestamp,sensor_id,value with a header row
+    Csv,
+}
+
+/// Arguments of `import`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The file to import
+    file: PathBuf,
+    /// Format; by default from the extension (.csv, otherwise NDJSON)
+    #[arg(long, value_enum)]
+    format: Option<Format>,
+}
+
+/// Imports the file in one transaction and reports the rate.
+pub async fn run(ctx: &Context, args: Args) -> CliResult {
+    let format = args.format.unwrap_or_else(|| guess_format(&args.file));
+    let name = args.file.display().to_string();
+    let file = File::open(&args.file).map_err(|e| format!("cannot read {name}: {e}"))?;
+    let store = ctx.open().await?;
+    let started = Instant::now();
+    let source: sensorhub_store::ReadingSource = match format {
+        Format::Ndjson => Box::new(ndjson_readings(BufReader::with_capacity(1 << 20, file))),
+        Format::Csv => Box::new(CsvReadings::new(BufReader::with_capacity(1 << 20, file))),
+    };
+    let report = store.import(source).await.map_err(|e| format!("{name}: {e}; nothing was imported"))?;
+    let secs = started.elapsed().as_secs_f64().max(1e-9);
+    let rows = if format == Format::Csv { report.values } else { report.readings };
+    println!(
+        "imported {} readings ({} values) from {name} in {secs:.2} s: {:.0} rows/s, {:.0} values/s",
+        report.readings,
+        report.values,
+        rows as f64 / secs,
+        report.values as f64 / secs
+    );
+    Ok(())
+}
+
+fn guess_format(path: &Path) -> Format {
+    match path.extension().and_then(|e| e.to_str()) {
+        Some(ext) if ext.eq_ignore_ascii_case("csv") => Format::Csv,
+        _ => Format::Ndjson,
+    }
+}
+
+/// Readings of an NDJSON stream; blank lines are skipped.
+pub fn ndjson_readings(reader: impl BufRead + Send) -> impl Iterator<Item = Result<ReadingInput, InputError>> + Send {
+    reader.lines().enumerate().filter_map(|(i, line)| {
+        let at = format!("line {}", i + 1);
+        match line {
+            Err(e) => Some(Err(InputError::new(at, e.to_string()))),
+            Ok(l) if l.trim().is_empty() => None,
+            Ok(l) => Some(
+                parse_json::<ReadingSpec>(&l)
+                    .map_err(|e| InputError::new(&at, e.to_string()))
+                    .and_then(|r| r.into_input(&at)),
+            ),
+        }
+    })
+}
+
+/// Readings of a CSV stream. Consecutive rows of the same device and
+/// timestamp become one reading.
+pub struct CsvReadings<R: std::io::Read> {
+    rows: csv::Reader<R>,
+    record: csv::StringRecord,
+    pending: Option<ReadingInput>,
+    pending_ts: String,
+    checked_header: bool,
+    done: bool,
+}
+
+impl<R: std::io::Read> CsvReadings<R> {
+    /// Reads CSV from `reader`.
+    pub fn new(reader: R) -> Self {
+        Self {
+            rows: csv::ReaderBuilder::new().has_headers(true).trim(csv::Trim::All).from_reader(reader),
+            record: csv::StringRecord::new(),
+            pending: None,
+            pending_ts: String::new(),
+            checked_header: false,
+            done: false,
+        }
+    }
+
+    fn check_header(&mut self) -> Result<(), InputError> {
+        let header = self.rows.headers().map_err(|e| InputError::new("line 1", e.to_string()))?;
+        let want = ["device_id", "timestamp", "sensor_id", "value"];
+        if header.iter().ne(want) {
+            return Err(InputError::new("line 1", "the header must be device_id,timestamp,sensor_id,value"));
+        }
+        Ok(())
+    }
+
+    /// The next row, or `None` at the end.
+    fn next_row(&mut self) -> Result<Option<(String, String, ValueInput, u64)>, InputError> {
+        let line = self.rows.position().line() + 1;
+        let at = || format!("line {line}");
+        match self.rows.read_record(&mut self.record) {
+            Ok(false) => return Ok(None),
+            Ok(true) => {}
+            Err(e) => return Err(InputError::new(at(), e.to_string())),
+        }
+        let line = self.record.position().map_or(line, |p| p.line());
+        let at = || format!("line {line}");
+        if self.record.len() != 4 {
+            return Err(InputError::new(at(), "expected 4 fields: device_id,timestamp,sensor_id,value"));
+        }
+        let value: f64 = self.record[3]
+            .parse()
+            .ok()
+            .filter(|v: &f64| v.is_finite())
+            .ok_or_else(|| InputError::new(at(), format!("value {:?} is not a finite number", &self.record[3])))?;
+        Ok(Some((
+            self.record[0].to_owned(),
+            self.record[1].to_owned(),
+            ValueInput { sensor_id: self.record[2].to_owned(), value, unit: None },
+            line,
+        )))
+    }
+
+    fn step(&mut self) -> Result<Option<ReadingInput>, InputError> {
+        if !self.checked_header {
+            self.checked_header = true;
+            self.check_header()?;
+        }
+        loop {
+            let Some((device_id, ts, value, line)) = self.next_row()? else {
+                return Ok(self.pending.take());
+            };
+            if let Some(p) = self.pending.as_mut().filter(|p| p.device_id == device_id && self.pending_ts == ts) {
+                if p.values.iter().any(|v| v.sensor_id == value.sensor_id) {
+                    return Err(InputError::new(
+                        format!("line {line}"),
+                        format!("sensor {:?} appears twice for this device and timestamp", value.sensor_id),
+                    ));
+                }
+                p.values.push(value);
+                continue;
+            }
+            let at = format!("line {line}");
+            let timestamp = parse_reading_timestamp(&ts).map_err(|e| InputError::new(&at, e.to_string()))?.as_second();
+            let next = ReadingInput { device_id, timestamp, values: vec![value], position: at };
+            self.pending_ts = ts;
+            if let Some(done) = self.pending.replace(next) {
+                return Ok(Some(done));
+            }
+        }
+    }
+}
+
+impl<R: std::io::Read> Iterator for CsvReadings<R> {
+    type Item = Result<ReadingInput, InputError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        let item = self.step().transpose();
+        if !matches!(item, Some(Ok(_))) {
+            self.done = true;
+        }
+        item
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn csv_groups_rows_of_one_instant() {
+        let text = "device_id,timestamp,sensor_id,value\nD,2026-05-05T00:00:00Z,a,1\nD,2026-05-05T00:00:00Z,b,2\nD,2026-05-05T00:01:00Z,a,3\n";
+        let got: Vec<_> = CsvReadings::new(text.as_bytes()).collect::<Result<_, _>>().expect("valid");
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[0].values.len(), 2);
+        assert_eq!(got[1].values[0].value, 3.0);
+        assert_eq!(got[1].position, "line 4");
+    }
+
+    #[test]
+    fn csv_errors_name_the_line() {
+        let text = "device_id,timestamp,sensor_id,value\nD,2026-05-05T00:00:00Z,a,1\nD,2026-05-05T00:01:00Z,a,x\n";
+        let err = CsvReadings::new(text.as_bytes()).find_map(Result::err).expect("error");
+        assert_eq!(err.position, "line 3");
+        let err = CsvReadings::new("a,b\n".as_bytes()).find_map(Result::err).expect("error");
+        assert_eq!(err.position, "line 1");
+        let text = "device_id,timestamp,sensor_id,value\nD,yesterday,a,1\n";
+        let err = CsvReadings::new(text.as_bytes()).find_map(Result::err).expect("error");
+        assert_eq!(err.position, "line 2");
+    }
+
+    #[test]
+    fn ndjson_skips_blank_lines_and_names_bad_ones() {
+        let text = "{\"device_id\":\"D\",\"timestamp\":\"2026-05-05T00:00:00Z\",\"sensors\":[{\"id\":\"a\",\"value\":1}]}\n\n{oops}\n";
+        let got: Vec<_> = ndjson_readings(text.as_bytes()).collect();
+        assert_eq!(got.len(), 2);
+        assert!(got[0].is_ok());
+        assert!(matches!(&got[1], Err(e) if e.position.starts_with("line 3")));
+    }
+}

@@ -1,0 +1,123 @@
+//! The command line: one file per command, each with its arguments and a
+//! `run` function.
+
+mod account;
+mod apply;
+mod demo;
+mod device;
+mod import;
+mod key;
+mod serve;
+
+use crate::config::{self, FileConfig};
+use clap::{Parser, Subcommand};
+use sensorhub_store::Store;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// sensorhub: the Device Sensor Data Service for AWLR and AWS stations.
+#[derive(Debug, Parser)]
+#[command(name = "sensorhub", version, about, propagate_version = true)]
+pub struct Cli {
+    /// Database: a SQLite file path or a sqlite:// URL [default: ./sensorhub.db]
+    #[arg(long, global = true, env = "SENSORHUB_DATABASE")]
+    database: Option<String>,
+    /// TOML config file (keys: database, listen, default_tz, max_range_days)
+    #[arg(long, global = true, env = "SENSORHUB_CONFIG")]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Serve the HTTP API
+    Serve(serve::Args),
+    /// Fill an empty database with demo stations, accounts and 35 days of readings
+    Demo(demo::Args),
+    /// Make a provisioning file (accounts, devices, keys, readings) true, atomically
+    Apply(apply::Args),
+    /// Import readings from NDJSON or CSV, atomically
+    Import(import::Args),
+    /// Create or upgrade the database schema
+    Migrate,
+    /// Manage accounts
+    #[command(subcommand)]
+    Account(account::Command),
+    /// Manage API keys for public access
+    #[command(subcommand)]
+    Key(key::Command),
+    /// Manage devices
+    #[command(subcommand)]
+    Device(device::Command),
+}
+
+/// What every command gets: the config file and the database to open.
+pub struct Context {
+    /// The config file's contents.
+    pub file: FileConfig,
+    /// Database path or URL after layering.
+    pub database: String,
+}
+
+impl Context {
+    /// Opens (creating and migrating when needed) the database.
+    pub async fn open(&self) -> CliResult<Arc<dyn Store>> {
+        Ok(sensorhub_store::open(&self.database).await?)
+    }
+}
+
+/// Result of a command; an error is reported on stderr with exit code 1.
+pub type CliResult<T = ()> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+/// Parses the command line and runs the command.
+pub async fn run(cli: Cli) -> CliResult {
+    for var in config::unknown_env_vars() {
+        tracing::warn!(variable = %var, "unknown SENSORHUB_ environment variable ignored");
+    }
+    let file = FileConfig::load(cli.config.as_deref())?;
+    let database =
+        cli.database.or_else(|| file.database.clone()).unwrap_or_else(|| config::DEFAULT_DATABASE.to_owned());
+    let ctx = Context { file, database };
+    match cli.command {
+        Command::Serve(args) => serve::run(&ctx, args).await,
+        Command::Demo(args) => demo::run(&ctx, args).await,
+        Command::Apply(args) => apply::run(&ctx, args).await,
+        Command::Import(args) => import::run(&ctx, args).await,
+        Command::Migrate => {
+            ctx.open().await?;
+            println!("database {} is migrated to the current schema", sensorhub_store::redact_url(&ctx.database));
+            Ok(())
+        }
+        Command::Account(cmd) => account::run(&ctx, cmd).await,
+        Command::Key(cmd) => key::run(&ctx, cmd).await,
+        Command::Device(cmd) => device::run(&ctx, cmd).await,
+    }
+}
+
+/// Splits a comma-separated list, dropping empty items.
+pub fn split_list(s: &str) -> Vec<String> {
+    s.split(',').map(str::trim).filter(|x| !x.is_empty()).map(str::to_owned).collect()
+}
+
+/// Prints what `apply` changed, one line per kind that changed.
+pub fn print_report(report: &sensorhub_store::ApplyReport) {
+    if report.is_noop() {
+        println!("nothing changed: the database already matches");
+        return;
+    }
+    let kinds = [
+        ("accounts", report.accounts),
+        ("devices", report.devices),
+        ("api keys", report.api_keys),
+        ("webhook keys", report.webhook_keys),
+    ];
+    for (name, c) in kinds {
+        if c.created + c.updated > 0 {
+            println!("{name}: {} created, {} updated", c.created, c.updated);
+        }
+    }
+    if report.readings.updated > 0 {
+        println!("readings: {} stored or changed", report.readings.updated);
+    }
+}

@@ -1,0 +1,56 @@
+//! Typed configuration, layered: built-in defaults < TOML file (`--config`)
+//! < `SENSORHUB_*` environment variables < command-line flags. Flags and
+//! environment are merged by clap; this module adds the file and defaults.
+
+use serde::Deserialize;
+use std::net::SocketAddr;
+use std::path::Path;
+
+/// Default listen address.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+/// Default database.
+pub const DEFAULT_DATABASE: &str = "./sensorhub.db";
+/// Default longest readings range, in days.
+pub const DEFAULT_MAX_RANGE_DAYS: u32 = 366;
+
+/// The keys a config file may hold; all optional.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    /// Database path or URL.
+    pub database: Option<String>,
+    /// Listen address.
+    pub listen: Option<SocketAddr>,
+    /// Default UTC offset of rendered times.
+    pub default_tz: Option<String>,
+    /// Longest readings range, in days.
+    pub max_range_days: Option<u32>,
+}
+
+impl FileConfig {
+    /// Reads `path`, or an empty config when no path is given.
+    pub fn load(path: Option<&Path>) -> Result<Self, String> {
+        let Some(path) = path else { return Ok(Self::default()) };
+        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read config {}: {e}", path.display()))?;
+        toml::from_str(&text).map_err(|e| format!("config {}: {e}", path.display()))
+    }
+}
+
+/// Environment variables sensorhub reads; others with the prefix are
+/// probably typos and get a warning.
+pub const KNOWN_ENV: &[&str] = &[
+    "SENSORHUB_CONFIG",
+    "SENSORHUB_DATABASE",
+    "SENSORHUB_LISTEN",
+    "SENSORHUB_DEFAULT_TZ",
+    "SENSORHUB_MAX_RANGE_DAYS",
+    "SENSORHUB_LOG",
+];
+
+/// Names of `SENSORHUB_*` variables that sensorhub does not know.
+pub fn unknown_env_vars() -> Vec<String> {
+    std::env::vars_os()
+        .filter_map(|(k, _)| k.into_string().ok())
+        .filter(|k| k.starts_with("SENSORHUB_") && !KNOWN_ENV.contains(&k.as_str()))
+        .collect()
+}

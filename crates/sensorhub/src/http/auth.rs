@@ -1,0 +1,159 @@
+//! Authentication as extractors: HTTP Basic for the authenticated reads, the
+//! API key id in the path for the public reads. Both produce a [`Caller`]
+//! whose scope says which devices it may see.
+
+use super::AppState;
+use super::error::ApiError;
+use axum::extract::{FromRequestParts, RawPathParams};
+use axum::http::header::AUTHORIZATION;
+use axum::http::request::Parts;
+use base64::Engine;
+use sensorhub_core::secret::{KeyDigest, digest_parts, key_digest, verify_dummy, verify_password};
+use sensorhub_store::Scope;
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Who is asking, and what they may see.
+#[derive(Debug, Clone, Copy)]
+pub struct Caller {
+    /// The devices visible to this caller.
+    pub scope: Scope,
+}
+
+/// A caller authenticated with HTTP Basic.
+pub struct BasicCaller(pub Caller);
+
+/// A caller identified by the API key id in the path.
+pub struct PublicCaller(pub Caller);
+
+/// Verified Basic credentials, so that Argon2 runs once per credential and
+/// not once per request. The key is a digest of user, password and the
+/// stored hash: a changed password misses the cache by construction, and the
+/// plain password is never kept.
+pub struct CredentialCache {
+    entries: Mutex<HashMap<KeyDigest, Instant>>,
+    ttl: Duration,
+    capacity: usize,
+}
+
+impl CredentialCache {
+    /// A cache keeping verified credentials for `ttl`, at most `capacity` of them.
+    pub fn new(ttl: Duration, capacity: usize) -> Self {
+        Self { entries: Mutex::new(HashMap::new()), ttl, capacity }
+    }
+
+    fn contains(&self, key: &KeyDigest) -> bool {
+        let Ok(entries) = self.entries.lock() else { return false };
+        entries.get(key).is_some_and(|at| at.elapsed() < self.ttl)
+    }
+
+    fn insert(&self, key: KeyDigest) {
+        let Ok(mut entries) = self.entries.lock() else { return };
+        if entries.len() >= self.capacity {
+            let ttl = self.ttl;
+            entries.retain(|_, at| at.elapsed() < ttl);
+            if entries.len() >= self.capacity {
+                entries.clear();
+            }
+        }
+        entries.insert(key, Instant::now());
+    }
+}
+
+/// Splits an `Authorization: Basic …` header into user and password. The
+/// scheme is case-insensitive; the password may contain `:`.
+pub fn parse_basic(header: &str) -> Option<(String, String)> {
+    let (scheme, encoded) = header.trim().split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("basic") {
+        return None;
+    }
+    let raw = base64::engine::general_purpose::STANDARD.decode(encoded.trim()).ok()?;
+    let text = String::from_utf8(raw).ok()?;
+    let (user, password) = text.split_once(':')?;
+    Some((user.to_owned(), password.to_owned()))
+}
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| ApiError::Internal(format!("password check failed: {e}")))
+}
+
+impl FromRequestParts<AppState> for BasicCaller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let (user, password) = parts
+            .headers
+            .get(AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(parse_basic)
+            .ok_or(ApiError::Unauthorized)?;
+        let Some(account) = state.store.account_auth(&user).await? else {
+            // Same work as for a known user, so timing does not tell names apart.
+            blocking(move || verify_dummy(&password)).await?;
+            return Err(ApiError::Unauthorized);
+        };
+        let key = digest_parts(&[user.as_bytes(), password.as_bytes(), account.password_hash.as_bytes()]);
+        if !state.credentials.contains(&key) {
+            let phc = account.password_hash.clone();
+            if !blocking(move || verify_password(&password, &phc)).await? {
+                return Err(ApiError::Unauthorized);
+            }
+            state.credentials.insert(key);
+        }
+        if account.disabled {
+            return Err(ApiError::Forbidden);
+        }
+        Ok(BasicCaller(Caller { scope: Scope::Account { account_id: account.account_id, key: None } }))
+    }
+}
+
+impl FromRequestParts<AppState> for PublicCaller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let params = RawPathParams::from_request_parts(parts, state).await.map_err(|_| ApiError::Forbidden)?;
+        let key_id = params
+            .iter()
+            .find_map(|(name, value)| (name == "api_key_id").then_some(value))
+            .ok_or(ApiError::Forbidden)?;
+        let key = state.store.api_key_auth(&key_digest(key_id)).await?.ok_or(ApiError::Forbidden)?;
+        if key.revoked || key.account_disabled {
+            return Err(ApiError::Forbidden);
+        }
+        Ok(PublicCaller(Caller { scope: key.scope() }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn b64(s: &str) -> String {
+        base64::engine::general_purpose::STANDARD.encode(s)
+    }
+
+    #[test]
+    fn basic_parsing() {
+        assert_eq!(parse_basic(&format!("Basic {}", b64("a:b:c"))), Some(("a".into(), "b:c".into())));
+        assert_eq!(parse_basic(&format!("bAsIc {}", b64("a:"))), Some(("a".into(), String::new())));
+        assert_eq!(parse_basic(&format!("Bearer {}", b64("a:b"))), None);
+        assert_eq!(parse_basic(&format!("Basic {}", b64("nocolon"))), None);
+        assert_eq!(parse_basic("Basic !!!"), None);
+        assert_eq!(parse_basic("Basic"), None);
+    }
+
+    #[test]
+    fn cache_expires_and_stays_bounded() {
+        let cache = CredentialCache::new(Duration::from_secs(60), 2);
+        cache.insert([1; 32]);
+        cache.insert([2; 32]);
+        assert!(cache.contains(&[1; 32]));
+        cache.insert([3; 32]);
+        assert!(cache.contains(&[3; 32]));
+        assert!(cache.entries.lock().map(|e| e.len()).unwrap_or(99) <= 2);
+        let expired = CredentialCache::new(Duration::ZERO, 2);
+        expired.insert([1; 32]);
+        assert!(!expired.contains(&[1; 32]));
+    }
+}

@@ -1,0 +1,7 @@
+//! sensorhub: the Device Sensor Data Service (HTTP API) and its admin
+//! commands, over a pluggable store.
+#![forbid(unsafe_code)]
+
+pub mod cli;
+pub mod config;
+pub mod http;
