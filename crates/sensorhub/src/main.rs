@@ -2,13 +2,18 @@
 #![forbid(unsafe_code)]
 
 use clap::Parser;
+use std::io::IsTerminal;
 use std::process::ExitCode;
 use tracing_subscriber::EnvFilter;
 
 #[tokio::main]
 async fn main() -> ExitCode {
     let filter = EnvFilter::try_from_env("SENSORHUB_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr)
+        .init();
     let cli = sensorhub::cli::Cli::parse();
     match sensorhub::cli::run(cli).await {
         Ok(()) => ExitCode::SUCCESS,

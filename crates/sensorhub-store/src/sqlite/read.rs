@@ -162,11 +162,10 @@ pub(super) fn stream_readings(pool: Pool, device_pk: i64, range: TimeRange) -> R
             let _ = errors.send(Err(e)).await;
         }
     });
-    tokio_stream(rx).boxed()
-}
-
-fn tokio_stream<T: Send + 'static>(rx: tokio::sync::mpsc::Receiver<T>) -> impl futures_util::Stream<Item = T> + Send {
-    futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|item| (item, rx)) })
+    let mut rx = rx;
+    // `poll_recv` keeps answering `None` once closed, so the stream may be
+    // polled again after its end.
+    futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx)).boxed()
 }
 
 pub(super) fn is_empty(c: &mut Connection) -> StoreResult<bool> {

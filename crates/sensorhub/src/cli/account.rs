@@ -41,10 +41,21 @@ pub enum Command {
     },
     /// List accounts and the devices they may see
     List,
+    /// Print the Argon2id hash of a password, for `password_hash` in provisioning files
+    HashPassword {
+        /// Read the password from the first line of standard input
+        #[arg(long)]
+        password_stdin: bool,
+    },
 }
 
 /// Runs an account subcommand.
 pub async fn run(ctx: &Context, cmd: Command) -> CliResult {
+    if let Command::HashPassword { password_stdin } = cmd {
+        let password = read_password(password_stdin, true)?;
+        println!("{}", sensorhub_core::secret::hash_password(&password)?);
+        return Ok(());
+    }
     let store = ctx.open().await?;
     match cmd {
         Command::Add { name, password_stdin, devices } => {
@@ -82,6 +93,7 @@ pub async fn run(ctx: &Context, cmd: Command) -> CliResult {
                 println!("{:<20} {:<9} {}", a.username, state, a.devices.join(","));
             }
         }
+        Command::HashPassword { .. } => {}
     }
     Ok(())
 }

@@ -1,0 +1,163 @@
+//! `TestApp`: a temporary database provisioned through the same path as
+//! `apply`, the real router served on 127.0.0.1:0, and clients per actor.
+
+use jiff::tz::Offset;
+use reqwest::{Method, StatusCode, header::HeaderMap};
+use sensorhub::http::{AppState, app, serve};
+use sensorhub_core::model::ReadingInput;
+use sensorhub_core::provision::{Provision, parse_json};
+use sensorhub_core::time::RangeRules;
+use sensorhub_store::Store;
+use serde_json::Value;
+use std::path::PathBuf;
+use std::sync::Arc;
+use tempfile::TempDir;
+use tokio::sync::oneshot;
+
+/// The provisioning file every test starts from.
+pub const FIXTURE: &str = include_str!("fixture.json");
+
+/// Alice's password (it contains colons on purpose).
+pub const ALICE_PASSWORD: &str = "alice:pass:with:colons";
+
+/// A running server over its own temporary database.
+pub struct TestApp {
+    /// `http://127.0.0.1:PORT/external/v1`
+    pub base: String,
+    /// The server's store, for tests that add readings.
+    pub store: Arc<dyn Store>,
+    /// The database file.
+    pub db: PathBuf,
+    client: reqwest::Client,
+    shutdown: Option<oneshot::Sender<()>>,
+    _dir: TempDir,
+}
+
+/// A response, parsed.
+pub struct Answer {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: Value,
+    pub text: String,
+}
+
+impl Answer {
+    /// The `data` of a success envelope.
+    pub fn data(&self) -> &Value {
+        &self.body["data"]
+    }
+}
+
+impl TestApp {
+    /// A server over the fixture with the default rules (tz 0, 366 days).
+    pub async fn start() -> Self {
+        Self::with_rules(RangeRules { default_tz: Offset::UTC, max_range_days: 366 }).await
+    }
+
+    /// A server over the fixture with `rules`.
+    pub async fn with_rules(rules: RangeRules) -> Self {
+        Self::spawn(rules, Some(FIXTURE)).await
+    }
+
+    /// A server over an empty database.
+    pub async fn empty() -> Self {
+        Self::spawn(RangeRules { default_tz: Offset::UTC, max_range_days: 366 }, None).await
+    }
+
+    async fn spawn(rules: RangeRules, provision: Option<&str>) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let db = dir.path().join("test.db");
+        let store = sensorhub_store::open(db.to_str().expect("utf-8 path")).await.expect("open store");
+        if let Some(text) = provision {
+            let mut doc: Provision = parse_json(text).expect("fixture parses");
+            let readings = doc.check().expect("fixture is valid");
+            store.apply(doc, readings).await.expect("fixture applies");
+        }
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let (tx, rx) = oneshot::channel::<()>();
+        let router = app(AppState::new(store.clone(), rules));
+        tokio::spawn(serve(listener, router, async {
+            let _ = rx.await;
+        }));
+        Self {
+            base: format!("http://{addr}/external/v1"),
+            store,
+            db,
+            client: reqwest::Client::new(),
+            shutdown: Some(tx),
+            _dir: dir,
+        }
+    }
+
+    /// Stores readings directly.
+    pub async fn add_readings(&self, readings: Vec<ReadingInput>) {
+        self.store.import(Box::new(readings.into_iter().map(Ok))).await.expect("import");
+    }
+
+    /// Sends `method path` with an optional `Authorization` header.
+    pub async fn send(&self, method: Method, path: &str, auth: Option<&str>) -> Answer {
+        let mut req = self.client.request(method, format!("{}{path}", self.base));
+        if let Some(a) = auth {
+            req = req.header("Authorization", a);
+        }
+        let res = req.send().await.expect("request");
+        let status = res.status();
+        let headers = res.headers().clone();
+        let text = res.text().await.expect("body");
+        let body = if text.is_empty() { Value::Null } else { serde_json::from_str(&text).expect("JSON body") };
+        Answer { status, headers, body, text }
+    }
+
+    /// GET without credentials (public paths).
+    pub async fn get(&self, path: &str) -> Answer {
+        self.send(Method::GET, path, None).await
+    }
+
+    /// GET as `user:password` with HTTP Basic.
+    pub async fn get_as(&self, user: &str, password: &str, path: &str) -> Answer {
+        self.send(Method::GET, path, Some(&basic(user, password))).await
+    }
+
+    /// GET as alice.
+    pub async fn alice(&self, path: &str) -> Answer {
+        self.get_as("alice", ALICE_PASSWORD, path).await
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+/// An `Authorization: Basic …` value.
+pub fn basic(user: &str, password: &str) -> String {
+    use base64::Engine;
+    format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}")))
+}
+
+/// Asserts an error answer: status, exact envelope, JSON content type.
+pub fn assert_error(a: &Answer, status: u16, message: &str) {
+    assert_eq!(a.status.as_u16(), status, "status of {}", a.text);
+    assert_eq!(a.body["message"], message, "message of {}", a.text);
+    assert!(a.body.get("data").is_some_and(Value::is_null), "data must be null: {}", a.text);
+    assert_eq!(a.headers["content-type"], "application/json");
+}
+
+/// A reading of one value.
+pub fn reading(device: &str, ts: i64, sensor: &str, value: f64) -> ReadingInput {
+    ReadingInput {
+        device_id: device.into(),
+        timestamp: ts,
+        values: vec![sensorhub_core::model::ValueInput { sensor_id: sensor.into(), value, unit: None }],
+        position: "test".into(),
+    }
+}
+
+/// Seconds since the epoch of an RFC 3339 text.
+pub fn secs(text: &str) -> i64 {
+    text.parse::<jiff::Timestamp>().expect("timestamp").as_second()
+}

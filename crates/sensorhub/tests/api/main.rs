@@ -1,0 +1,8 @@
+//! Integration tests: the real server on an ephemeral port, and the real
+//! binary for the admin commands.
+
+mod auth;
+mod cli;
+mod devices;
+mod harness;
+mod readings;
