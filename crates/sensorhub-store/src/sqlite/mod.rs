@@ -122,3 +122,26 @@ impl Store for SqliteStore {
         self.pool.run(move |c| write::add_device(c, device, accounts)).await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn opening_creates_and_migrates_and_refuses_a_newer_schema() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("m.db");
+        let path = path.to_str().expect("utf-8");
+        let store = SqliteStore::open(path).await.expect("create");
+        assert!(store.is_empty().await.expect("empty"));
+        drop(store);
+        SqliteStore::open(path).await.expect("reopen is a no-op");
+        let conn = rusqlite::Connection::open(path).expect("open");
+        conn.pragma_update(None, "user_version", 99i64).expect("bump");
+        drop(conn);
+        let err = SqliteStore::open(path).await.err().expect("refused");
+        assert!(err.to_string().contains("newer than this sensorhub knows"), "{err}");
+        let missing = dir.path().join("no/such/dir/x.db");
+        assert!(SqliteStore::open(missing.to_str().expect("utf-8")).await.is_err());
+    }
+}

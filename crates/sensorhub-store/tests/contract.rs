@@ -1,0 +1,162 @@
+//! The store contract: behaviour every backend must share. Each check is a
+//! function over `Arc<dyn Store>`; `backends()` lists the stores to run it on
+//! (SQLite today; PostgreSQL joins the same list).
+
+use futures_util::StreamExt;
+use sensorhub_core::model::{ReadingInput, ValueInput};
+use sensorhub_core::provision::{InputError, Provision, parse_json};
+use sensorhub_core::secret::key_digest;
+use sensorhub_core::time::TimeRange;
+use sensorhub_store::{ReadingBatch, Scope, Store, StoreError};
+use std::sync::Arc;
+
+const BASE: &str = r#"{
+  "accounts": [{"username": "alice", "password": "pw", "devices": ["D1"],
+                "api_keys": [{"id": "k-all"}, {"id": "k-d1", "devices": ["D1"]}]}],
+  "devices": [
+    {"device_id": "D1", "name": "one", "type": "AWS", "lat": 1, "long": 2, "interval_seconds": 60,
+     "sensors": [{"sensor_id": "a", "name": "A", "type": "T", "unit": "%"},
+                 {"sensor_id": "b", "name": "B", "type": "T", "unit": "."}]},
+    {"device_id": "D2", "name": "two", "type": "AWLR", "lat": 1, "long": 2, "interval_seconds": 60,
+     "sensors": [{"sensor_id": "a", "name": "A", "type": "T", "unit": "cm"}]}
+  ]
+}"#;
+
+/// A store under test and the directory that keeps it alive.
+struct Backend {
+    store: Arc<dyn Store>,
+    _dir: tempfile::TempDir,
+}
+
+async fn backends() -> Vec<Backend> {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("contract.db");
+    let store = sensorhub_store::open(&format!("sqlite://{}", path.display())).await.expect("open");
+    apply(&*store, BASE).await.expect("base applies");
+    vec![Backend { store, _dir: dir }]
+}
+
+async fn apply(store: &dyn Store, text: &str) -> Result<sensorhub_store::ApplyReport, StoreError> {
+    let mut doc: Provision = parse_json(text)?;
+    let readings = doc.check()?;
+    store.apply(doc, readings).await
+}
+
+fn reading(device: &str, ts: i64, values: &[(&str, f64)]) -> ReadingInput {
+    ReadingInput {
+        device_id: device.into(),
+        timestamp: ts,
+        values: values.iter().map(|(s, v)| ValueInput { sensor_id: (*s).into(), value: *v, unit: None }).collect(),
+        position: format!("reading at {ts}"),
+    }
+}
+
+async fn import(store: &dyn Store, readings: Vec<Result<ReadingInput, InputError>>) -> Result<(), StoreError> {
+    store.import(Box::new(readings.into_iter())).await.map(|_| ())
+}
+
+async fn read_all(store: &dyn Store, device: &str, start: i64, end: i64) -> Vec<ReadingBatch> {
+    let handle = store.find_device(Scope::All, device).await.expect("find").expect("exists");
+    store.read_readings(&handle, TimeRange { start, end }).map(|b| b.expect("batch")).collect().await
+}
+
+#[tokio::test]
+async fn values_at_one_second_merge_per_sensor() {
+    for b in backends().await {
+        let s = &*b.store;
+        import(s, vec![Ok(reading("D1", 100, &[("a", 1.0)]))]).await.expect("import");
+        import(s, vec![Ok(reading("D1", 100, &[("b", 2.0)]))]).await.expect("import");
+        import(s, vec![Ok(reading("D1", 100, &[("a", 3.0)]))]).await.expect("import");
+        let batches = read_all(s, "D1", 0, 1000).await;
+        assert_eq!(batches, vec![ReadingBatch { timestamps: vec![100], masks: vec![0b11], values: vec![3.0, 2.0] }]);
+    }
+}
+
+#[tokio::test]
+async fn ranges_are_inclusive_ordered_and_batched() {
+    for b in backends().await {
+        let s = &*b.store;
+        // Inserted newest first: the store orders them.
+        let n = 2500i64;
+        import(s, (0..n).rev().map(|i| Ok(reading("D1", i * 10, &[("a", i as f64)]))).collect()).await.expect("import");
+        import(s, vec![Ok(reading("D2", 50, &[("a", -1.0)]))]).await.expect("other device");
+        let batches = read_all(s, "D1", 10, 24_980).await;
+        assert!(batches.len() >= 3, "a long range comes in several batches");
+        let ts: Vec<i64> = batches.iter().flat_map(|b| b.timestamps.clone()).collect();
+        assert_eq!(ts.first(), Some(&10));
+        assert_eq!(ts.last(), Some(&24_980));
+        assert_eq!(ts.len(), 2498);
+        assert!(ts.windows(2).all(|w| w[0] < w[1]));
+        assert!(read_all(s, "D1", 25_000, 30_000).await.is_empty());
+    }
+}
+
+#[tokio::test]
+async fn a_failing_import_stores_nothing() {
+    for b in backends().await {
+        let s = &*b.store;
+        let err = import(
+            s,
+            vec![
+                Ok(reading("D1", 1, &[("a", 1.0)])),
+                Ok(reading("D1", 2, &[("a", 1.0)])),
+                Err(InputError::new("line 3", "broken")),
+            ],
+        )
+        .await
+        .expect_err("fails");
+        assert_eq!(err.to_string(), "line 3: broken");
+        let err = import(s, vec![Ok(reading("D1", 3, &[("a", 1.0)])), Ok(reading("D1", 4, &[("zz", 1.0)]))])
+            .await
+            .expect_err("unknown sensor");
+        assert!(err.to_string().contains("unknown sensor \"zz\""), "{err}");
+        assert!(read_all(s, "D1", 0, 10).await.is_empty());
+    }
+}
+
+#[tokio::test]
+async fn scopes_select_devices_and_keys_resolve_by_digest() {
+    for b in backends().await {
+        let s = &*b.store;
+        let all: Vec<_> = s.list_devices(Scope::All).await.expect("list").into_iter().map(|d| d.device_id).collect();
+        assert_eq!(all, ["D1", "D2"]);
+        let key = s.api_key_auth(&key_digest("k-d1")).await.expect("lookup").expect("exists");
+        assert!(key.scoped && !key.revoked && !key.account_disabled);
+        let seen: Vec<_> = s.list_devices(key.scope()).await.expect("list").into_iter().map(|d| d.device_id).collect();
+        assert_eq!(seen, ["D1"]);
+        assert!(s.find_device(key.scope(), "D2").await.expect("find").is_none());
+        assert!(s.api_key_auth(&key_digest("k-none")).await.expect("lookup").is_none());
+        let auth = s.account_auth("alice").await.expect("lookup").expect("exists");
+        assert!(auth.password_hash.starts_with("$argon2id$") && !auth.disabled);
+        assert!(s.account_auth("nobody").await.expect("lookup").is_none());
+    }
+}
+
+#[tokio::test]
+async fn apply_twice_changes_nothing_and_a_bad_document_writes_nothing() {
+    for b in backends().await {
+        let s = &*b.store;
+        assert!(apply(s, BASE).await.expect("again").is_noop());
+        let before =
+            format!("{:?}{:?}", s.list_devices(Scope::All).await.expect("list"), s.accounts().await.expect("acc"));
+        let bad = r#"{"devices":[{"device_id":"D3","name":"n","type":"T","lat":0,"long":0,"interval_seconds":1}],
+                      "accounts":[{"username":"alice","devices":["D1","D9"]}]}"#;
+        let err = apply(s, bad).await.expect_err("unknown device");
+        assert!(err.to_string().starts_with("accounts[0].devices[1]"), "{err}");
+        let after =
+            format!("{:?}{:?}", s.list_devices(Scope::All).await.expect("list"), s.accounts().await.expect("acc"));
+        assert_eq!(before, after);
+        assert!(!s.is_empty().await.expect("empty?"));
+    }
+}
+
+#[tokio::test]
+async fn revoking_by_prefix_needs_one_match() {
+    for b in backends().await {
+        let s = &*b.store;
+        let err = s.revoke_api_key("k-").await.expect_err("two keys share the prefix k-");
+        assert!(matches!(err, StoreError::NotFound(_)), "k- is not a whole prefix: {err}");
+        assert_eq!(s.revoke_api_key("k-d1").await.expect("by id"), "k-d1");
+        assert!(s.api_key_auth(&key_digest("k-d1")).await.expect("lookup").expect("exists").revoked);
+    }
+}
