@@ -84,8 +84,35 @@ pub struct ReadingInput {
     pub timestamp: i64,
     /// Measured values.
     pub values: Vec<ValueInput>,
-    /// Where it came from, for error messages (`readings[3]`, `line 12`).
-    pub position: String,
+    /// Where it came from, for error messages.
+    pub origin: Origin,
+}
+
+/// Where a reading came from, so that an error can point at it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Origin {
+    /// An item of a document (`readings[3]`) or an NDJSON line (`line 12`).
+    Item(String),
+    /// CSV rows: value `i` of the reading is on line `n + i`.
+    Lines(u64),
+}
+
+impl Origin {
+    /// Where the device id is.
+    pub fn device_at(&self) -> String {
+        match self {
+            Origin::Item(item) => format!("{item}.device_id"),
+            Origin::Lines(n) => format!("line {n}"),
+        }
+    }
+
+    /// Where value `i` is.
+    pub fn value_at(&self, i: usize) -> String {
+        match self {
+            Origin::Item(item) => format!("{item}.sensors[{i}]"),
+            Origin::Lines(n) => format!("line {}", n + i as u64),
+        }
+    }
 }
 
 /// One measured value of a [`ReadingInput`].

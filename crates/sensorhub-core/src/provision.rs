@@ -3,11 +3,11 @@
 //! References to devices and sensors already stored are checked by the store
 //! inside the same transaction that writes the document.
 
-use crate::model::{DeviceSpec, MAX_SENSORS_PER_DEVICE, ReadingInput, ValueInput, is_valid_identifier};
-use crate::secret::is_valid_password_hash;
+use crate::model::{DeviceSpec, MAX_SENSORS_PER_DEVICE, Origin, ReadingInput, ValueInput, is_valid_identifier};
+use crate::secret::{RECOMMENDED_KEY_LENGTH, is_valid_password_hash};
 use crate::time::parse_reading_timestamp;
 use serde::Deserialize;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 /// An error in a provisioning document or an import, naming where it is.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -76,9 +76,9 @@ pub struct ApiKeySpec {
     /// When given, the key sees only these of the account's devices.
     #[serde(default)]
     pub devices: Option<Vec<String>>,
-    /// A revoked key is refused with 403.
+    /// A revoked key is refused with 403; omitted leaves it as it is (new: active).
     #[serde(default)]
-    pub revoked: bool,
+    pub revoked: Option<bool>,
 }
 
 /// A webhook key of an account.
@@ -87,9 +87,9 @@ pub struct ApiKeySpec {
 pub struct WebhookKeySpec {
     /// The key as sent in `X-API-KEY`; stored only as a digest.
     pub key: String,
-    /// A revoked key is refused.
+    /// A revoked key is refused; omitted leaves it as it is (new: active).
     #[serde(default)]
-    pub revoked: bool,
+    pub revoked: Option<bool>,
 }
 
 /// A reading in a provisioning file or an NDJSON import line.
@@ -119,20 +119,22 @@ pub struct SensorValueSpec {
 
 /// Parses JSON text into `T`, naming the path and line of the first error.
 pub fn parse_json<T: for<'de> Deserialize<'de>>(text: &str) -> Result<T, InputError> {
+    parse_json_at(text, 1)
+}
+
+/// Like [`parse_json`] for text that starts on line `first_line` of a file
+/// (an NDJSON line), so that errors name the file's line.
+pub fn parse_json_at<T: for<'de> Deserialize<'de>>(text: &str, first_line: usize) -> Result<T, InputError> {
+    let at = |e: &serde_json::Error| format!("line {} column {}", e.line() + first_line - 1, e.column());
     let mut de = serde_json::Deserializer::from_str(text);
     let value: T = serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner();
-        let position = if path == "." || path.is_empty() {
-            format!("line {} column {}", inner.line(), inner.column())
-        } else {
-            format!("{path} (line {} column {})", inner.line(), inner.column())
-        };
+        let position =
+            if matches!(path.as_str(), "." | "?" | "") { at(&inner) } else { format!("{path} ({})", at(&inner)) };
         InputError::new(position, strip_location(&inner.to_string()))
     })?;
-    de.end().map_err(|e| {
-        InputError::new(format!("line {} column {}", e.line(), e.column()), strip_location(&e.to_string()))
-    })?;
+    de.end().map_err(|e| InputError::new(at(&e), strip_location(&e.to_string())))?;
     Ok(value)
 }
 
@@ -168,7 +170,12 @@ impl ReadingSpec {
             }
             values.push(ValueInput { sensor_id: v.id, value: v.value, unit: v.unit });
         }
-        Ok(ReadingInput { device_id: self.device_id, timestamp: ts.as_second(), values, position: position.to_owned() })
+        Ok(ReadingInput {
+            device_id: self.device_id,
+            timestamp: ts.as_second(),
+            values,
+            origin: Origin::Item(position.to_owned()),
+        })
     }
 }
 
@@ -273,11 +280,50 @@ impl Provision {
                 return Err(InputError::new(at, format!("duplicate device_id {:?}", d.device_id)));
             }
         }
-        std::mem::take(&mut self.readings)
+        let readings: Vec<ReadingInput> = std::mem::take(&mut self.readings)
             .into_iter()
             .enumerate()
             .map(|(i, r)| r.into_input(&format!("readings[{i}]")))
-            .collect()
+            .collect::<Result<_, _>>()?;
+        // A document states facts: two values for one sensor and second contradict.
+        let mut seen: HashMap<(&str, i64, &str), usize> = HashMap::new();
+        for (i, r) in readings.iter().enumerate() {
+            for (j, v) in r.values.iter().enumerate() {
+                if let Some(k) = seen.insert((&r.device_id, r.timestamp, &v.sensor_id), i) {
+                    return Err(InputError::new(
+                        format!("readings[{i}].sensors[{j}]"),
+                        format!(
+                            "sensor {:?} of device {:?} at this time is already given in readings[{k}]",
+                            v.sensor_id, r.device_id
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(readings)
+    }
+
+    /// Advice that does not stop the document: keys short enough to guess.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for (i, a) in self.accounts.iter().enumerate() {
+            let keys =
+                a.api_keys.iter().enumerate().map(|(k, key)| (format!("accounts[{i}].api_keys[{k}].id"), &key.id));
+            let hooks = a
+                .webhook_keys
+                .iter()
+                .enumerate()
+                .map(|(k, key)| (format!("accounts[{i}].webhook_keys[{k}].key"), &key.key));
+            for (at, key) in keys.chain(hooks) {
+                if key.chars().count() < RECOMMENDED_KEY_LENGTH {
+                    out.push(format!(
+                        "{at} is shorter than {RECOMMENDED_KEY_LENGTH} characters and could be guessed; \
+                         `sensorhub key add` makes random 160-bit ids"
+                    ));
+                }
+            }
+        }
+        out
     }
 }
 
@@ -341,6 +387,27 @@ mod tests {
             .expect("valid");
         assert_eq!(ok[0].timestamp, 1_777_939_200);
         assert_eq!(ok[0].values[0].unit.as_deref(), Some("%"));
+    }
+
+    #[test]
+    fn a_value_given_twice_is_a_contradiction() {
+        let e = check(r#"{"readings":[
+            {"device_id":"D","timestamp":"2026-05-05T07:00:00+07:00","sensors":[{"id":"s","value":1}]},
+            {"device_id":"D","timestamp":"2026-05-05T00:00:00Z","sensors":[{"id":"t","value":1},{"id":"s","value":2}]}]}"#)
+        .expect_err("duplicate");
+        assert_eq!(e.position, "readings[1].sensors[1]");
+        assert!(e.message.contains("readings[0]"), "{e}");
+    }
+
+    #[test]
+    fn short_keys_are_warned_about() {
+        let doc: Provision = parse_json(
+            r#"{"accounts":[{"username":"a","api_keys":[{"id":"pk-short"},{"id":"pk_0123456789abcdef0123456789"}]}]}"#,
+        )
+        .expect("valid");
+        let w = doc.warnings();
+        assert_eq!(w.len(), 1);
+        assert!(w[0].starts_with("accounts[0].api_keys[0].id"), "{w:?}");
     }
 
     #[test]

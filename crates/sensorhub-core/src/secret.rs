@@ -81,11 +81,17 @@ pub fn generate_key(prefix: &str) -> Result<String, RandomError> {
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
 
-/// The part of a key that may be shown to operators: its first 8
-/// characters, enough to tell keys apart, far too few to use one.
+/// The part of a key that may be stored and shown to operators, to tell
+/// keys apart: at most 8 characters and never more than a third of the key,
+/// so that even a short, operator-chosen id is not given away.
 pub fn key_prefix(key: &str) -> String {
-    key.chars().take(8).collect()
+    let n = key.chars().count();
+    key.chars().take((n / 3).min(8)).collect()
 }
+
+/// Keys shorter than this are accepted (operators may choose their own ids)
+/// but warned about: their SHA-256 digest can be guessed offline.
+pub const RECOMMENDED_KEY_LENGTH: usize = 24;
 
 #[cfg(test)]
 mod tests {
@@ -110,6 +116,9 @@ mod tests {
         assert!(a.starts_with("pk_"));
         assert_ne!(a, b);
         assert_eq!(key_prefix(&a), a[..8]);
+        assert_eq!(key_prefix("pk-old"), "pk");
+        assert_eq!(key_prefix("pk-alice-all"), "pk-a");
+        assert_eq!(key_prefix("k"), "");
     }
 
     #[test]

@@ -106,7 +106,10 @@ fn offset_kind(rest: &[u8]) -> Result<Option<()>, ()> {
     match rest {
         [] => Ok(None),
         [b'Z' | b'z'] => Ok(Some(())),
-        [b'+' | b'-' | b' ', h1, h2, b':', m1, m2] if [h1, h2, m1, m2].iter().all(|c| c.is_ascii_digit()) => {
+        // RFC 3339 offsets: hours 00-23, minutes 00-59.
+        [b'+' | b'-' | b' ', h1, h2, b':', m1, m2]
+            if [h1, h2, m1, m2].iter().all(|c| c.is_ascii_digit()) && [*h1, *h2] <= *b"23" && *m1 <= b'5' =>
+        {
             Ok(Some(()))
         }
         _ => Err(()),

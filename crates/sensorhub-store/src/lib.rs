@@ -10,7 +10,7 @@ pub use types::*;
 
 use async_trait::async_trait;
 use futures_util::stream::BoxStream;
-use sensorhub_core::model::{Device, DeviceSpec, ReadingInput};
+use sensorhub_core::model::{Device, ReadingInput};
 use sensorhub_core::provision::{InputError, Provision};
 use sensorhub_core::secret::KeyDigest;
 use sensorhub_core::time::TimeRange;
@@ -84,9 +84,6 @@ pub trait Store: Send + Sync {
     /// Revokes the API keys whose id is `id_or_prefix`, or whose shown prefix it is
     /// when exactly one key has that prefix. Returns the prefix of the revoked key.
     async fn revoke_api_key(&self, id_or_prefix: &str) -> StoreResult<String>;
-
-    /// Creates a device (error if it exists) and lets `accounts` see it.
-    async fn add_device(&self, device: DeviceSpec, accounts: Vec<String>) -> StoreResult<()>;
 }
 
 /// Opens the store named by `url`: a file path or `sqlite://PATH`. The
@@ -98,9 +95,9 @@ pub async fn open(url: &str) -> StoreResult<Arc<dyn Store>> {
         ));
     }
     let path = url.strip_prefix("sqlite://").or_else(|| url.strip_prefix("sqlite:")).unwrap_or(url);
-    if path.is_empty() || path.contains("://") {
+    if path.is_empty() || path.contains("://") || path.contains('?') || path.contains(":memory:") {
         return Err(StoreError::Unsupported(format!(
-            "unsupported database {:?}: use a SQLite file path or a sqlite:// URL",
+            "unsupported database {:?}: use a SQLite file path or a sqlite:// URL (no in-memory database, no ?options)",
             redact_url(url)
         )));
     }

@@ -3,7 +3,7 @@
 //! (SQLite today; PostgreSQL joins the same list).
 
 use futures_util::StreamExt;
-use sensorhub_core::model::{ReadingInput, ValueInput};
+use sensorhub_core::model::{Origin, ReadingInput, ValueInput};
 use sensorhub_core::provision::{InputError, Provision, parse_json};
 use sensorhub_core::secret::key_digest;
 use sensorhub_core::time::TimeRange;
@@ -47,7 +47,7 @@ fn reading(device: &str, ts: i64, values: &[(&str, f64)]) -> ReadingInput {
         device_id: device.into(),
         timestamp: ts,
         values: values.iter().map(|(s, v)| ValueInput { sensor_id: (*s).into(), value: *v, unit: None }).collect(),
-        position: format!("reading at {ts}"),
+        origin: Origin::Item(format!("reading at {ts}")),
     }
 }
 
@@ -154,9 +154,14 @@ async fn apply_twice_changes_nothing_and_a_bad_document_writes_nothing() {
 async fn revoking_by_prefix_needs_one_match() {
     for b in backends().await {
         let s = &*b.store;
-        let err = s.revoke_api_key("k-").await.expect_err("two keys share the prefix k-");
-        assert!(matches!(err, StoreError::NotFound(_)), "k- is not a whole prefix: {err}");
-        assert_eq!(s.revoke_api_key("k-d1").await.expect("by id"), "k-d1");
+        // Short ids show at most a third of themselves: "k-d1" and "k-all" both show "k".
+        let err = s.revoke_api_key("k").await.expect_err("ambiguous");
+        assert!(matches!(err, StoreError::Conflict(_)), "{err}");
+        let err = s.revoke_api_key("k-").await.expect_err("not a shown prefix");
+        assert!(matches!(err, StoreError::NotFound(_)), "{err}");
+        assert!(matches!(s.revoke_api_key("").await, Err(StoreError::NotFound(_))));
+        assert_eq!(s.revoke_api_key("k-d1").await.expect("by id"), "k");
         assert!(s.api_key_auth(&key_digest("k-d1")).await.expect("lookup").expect("exists").revoked);
+        assert!(!s.api_key_auth(&key_digest("k-all")).await.expect("lookup").expect("exists").revoked);
     }
 }

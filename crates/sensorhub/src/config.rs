@@ -12,6 +12,8 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 pub const DEFAULT_DATABASE: &str = "./sensorhub.db";
 /// Default longest readings range, in days.
 pub const DEFAULT_MAX_RANGE_DAYS: u32 = 366;
+/// Default seconds in-flight requests get after a shutdown signal.
+pub const DEFAULT_SHUTDOWN_GRACE: u64 = 30;
 
 /// The keys a config file may hold; all optional.
 #[derive(Debug, Default, Deserialize)]
@@ -21,10 +23,27 @@ pub struct FileConfig {
     pub database: Option<String>,
     /// Listen address.
     pub listen: Option<SocketAddr>,
-    /// Default UTC offset of rendered times.
+    /// Default UTC offset of rendered times: hours (`7`) or text (`"+05:30"`).
+    #[serde(default, deserialize_with = "tz_setting")]
     pub default_tz: Option<String>,
     /// Longest readings range, in days.
     pub max_range_days: Option<u32>,
+    /// Seconds in-flight requests get after a shutdown signal.
+    pub shutdown_grace: Option<u64>,
+}
+
+/// `default_tz` may be a number of hours or a string.
+fn tz_setting<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Tz {
+        Hours(i64),
+        Text(String),
+    }
+    Ok(Option::<Tz>::deserialize(d)?.map(|tz| match tz {
+        Tz::Hours(h) => h.to_string(),
+        Tz::Text(t) => t,
+    }))
 }
 
 impl FileConfig {
@@ -44,6 +63,7 @@ pub const KNOWN_ENV: &[&str] = &[
     "SENSORHUB_LISTEN",
     "SENSORHUB_DEFAULT_TZ",
     "SENSORHUB_MAX_RANGE_DAYS",
+    "SENSORHUB_SHUTDOWN_GRACE",
     "SENSORHUB_LOG",
 ];
 

@@ -66,6 +66,8 @@ fn bounds_refuse_non_rfc3339() {
         "2026-02-30T07:00:00Z",
         "yesterday",
         "2026-05-05T07:00:00Z ",
+        "2026-05-05T07:00:00+25:00",
+        "2026-05-05T07:00:00+07:60",
     ] {
         assert!(parse_bound("start", bad, Offset::UTC).is_err(), "{bad:?}");
     }

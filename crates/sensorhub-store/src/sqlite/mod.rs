@@ -11,7 +11,7 @@ use crate::{
 };
 use async_trait::async_trait;
 use pool::Pool;
-use sensorhub_core::model::{Device, DeviceSpec, ReadingInput};
+use sensorhub_core::model::{Device, ReadingInput};
 use sensorhub_core::provision::Provision;
 use sensorhub_core::secret::KeyDigest;
 use sensorhub_core::time::TimeRange;
@@ -44,10 +44,13 @@ impl SqliteStore {
     }
 }
 
-/// Applies the migrations the database has not seen yet, each in its own
-/// transaction. Refuses a database made by a newer sensorhub.
+/// Applies the migrations the database has not seen yet, in one
+/// `IMMEDIATE` transaction that also reads the version, so that several
+/// processes opening a new file at once migrate it exactly once. Refuses a
+/// database made by a newer sensorhub.
 fn migrate(conn: &mut rusqlite::Connection) -> StoreResult<()> {
-    let version = usize::try_from(conn.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0))?).unwrap_or(0);
+    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    let version = usize::try_from(tx.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0))?).unwrap_or(0);
     if version > MIGRATIONS.len() {
         return Err(StoreError::Conflict(format!(
             "the database has schema version {version}, newer than this sensorhub knows ({}); upgrade sensorhub",
@@ -55,12 +58,11 @@ fn migrate(conn: &mut rusqlite::Connection) -> StoreResult<()> {
         )));
     }
     for (i, sql) in MIGRATIONS.iter().enumerate().skip(version) {
-        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         tx.execute_batch(sql)?;
         tx.pragma_update(None, "user_version", (i + 1) as i64)?;
-        tx.commit()?;
         tracing::info!(version = i + 1, "applied migration");
     }
+    tx.commit()?;
     Ok(())
 }
 
@@ -116,10 +118,6 @@ impl Store for SqliteStore {
     async fn revoke_api_key(&self, id_or_prefix: &str) -> StoreResult<String> {
         let id = id_or_prefix.to_owned();
         self.pool.run(move |c| write::revoke_api_key(c, &id)).await
-    }
-
-    async fn add_device(&self, device: DeviceSpec, accounts: Vec<String>) -> StoreResult<()> {
-        self.pool.run(move |c| write::add_device(c, device, accounts)).await
     }
 }
 

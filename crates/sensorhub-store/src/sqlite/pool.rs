@@ -12,10 +12,12 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::Semaphore;
 
 /// Settings applied to every connection.
-const PRAGMAS: &str = "PRAGMA journal_mode = WAL;
+/// `busy_timeout` comes first: switching to WAL takes a lock that another
+/// process may hold for a moment.
+const PRAGMAS: &str = "PRAGMA busy_timeout = 10000;
+PRAGMA journal_mode = WAL;
 PRAGMA synchronous = NORMAL;
 PRAGMA foreign_keys = ON;
-PRAGMA busy_timeout = 10000;
 PRAGMA cache_size = -16000;";
 
 /// A bounded set of connections to one database file.

@@ -123,49 +123,44 @@ pub(super) fn device_sensors(c: &Connection, pk: i64) -> StoreResult<Vec<SensorM
     Ok(out)
 }
 
-/// Streams readings from a blocking reader through a small bounded channel,
-/// so memory stays flat however long the range: the reader waits while the
-/// client is slow and stops when it goes away.
+/// Streams readings one batch at a time. Each batch is a fresh range query
+/// from just after the last second sent, so no connection is held while the
+/// client reads: a slow client costs a little memory, never a pooled
+/// connection. The next batch is read only when the previous one was taken.
 pub(super) fn stream_readings(pool: Pool, device_pk: i64, range: TimeRange) -> ReadingStream {
-    let (tx, rx) = tokio::sync::mpsc::channel::<StoreResult<ReadingBatch>>(2);
-    tokio::spawn(async move {
-        let errors = tx.clone();
-        let result = pool
-            .run(move |c| {
-                let mut stmt = c.prepare_cached(
-                    "SELECT ts, vals FROM readings WHERE device_pk = ?1 AND ts >= ?2 AND ts <= ?3 ORDER BY ts",
-                )?;
-                let mut rows = stmt.query(params![device_pk, range.start, range.end])?;
-                let mut batch = ReadingBatch::default();
-                while let Some(r) = rows.next()? {
-                    let ts: i64 = r.get(0)?;
-                    let bytes = r.get_ref(1)?.as_blob().map_err(rusqlite::Error::from)?;
-                    let mask = packed::decode_into(bytes, &mut batch.values).ok_or_else(|| {
-                        StoreError::Backend(format!("malformed reading of device {device_pk} at {ts}").into())
-                    })?;
-                    batch.timestamps.push(ts);
-                    batch.masks.push(mask);
-                    if batch.len() >= BATCH_READINGS {
-                        let full = std::mem::take(&mut batch);
-                        if tx.blocking_send(Ok(full)).is_err() {
-                            return Ok(()); // the client went away
-                        }
-                    }
-                }
-                if !batch.is_empty() {
-                    let _ = tx.blocking_send(Ok(batch));
-                }
-                Ok(())
-            })
-            .await;
-        if let Err(e) = result {
-            let _ = errors.send(Err(e)).await;
+    let state = Some(range.start);
+    futures_util::stream::try_unfold((pool, state), move |(pool, next)| async move {
+        let Some(from) = next else { return Ok(None) };
+        let batch = pool.run(move |c| read_batch(c, device_pk, from, range.end)).await?;
+        if batch.is_empty() {
+            return Ok(None);
         }
-    });
-    let mut rx = rx;
-    // `poll_recv` keeps answering `None` once closed, so the stream may be
-    // polled again after its end.
-    futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx)).boxed()
+        let more = (batch.len() == BATCH_READINGS)
+            .then(|| batch.timestamps.last().map(|t| t + 1))
+            .flatten()
+            .filter(|t| *t <= range.end);
+        Ok(Some((batch, (pool, more))))
+    })
+    .fuse()
+    .boxed()
+}
+
+/// Up to `BATCH_READINGS` readings of a device from `from` to `end`, inclusive.
+fn read_batch(c: &mut Connection, device_pk: i64, from: i64, end: i64) -> StoreResult<ReadingBatch> {
+    let mut stmt = c.prepare_cached(
+        "SELECT ts, vals FROM readings WHERE device_pk = ?1 AND ts >= ?2 AND ts <= ?3 ORDER BY ts LIMIT ?4",
+    )?;
+    let mut rows = stmt.query(params![device_pk, from, end, BATCH_READINGS as i64])?;
+    let mut batch = ReadingBatch::default();
+    while let Some(r) = rows.next()? {
+        let ts: i64 = r.get(0)?;
+        let bytes = r.get_ref(1)?.as_blob().map_err(rusqlite::Error::from)?;
+        let mask = packed::decode_into(bytes, &mut batch.values)
+            .ok_or_else(|| StoreError::Backend(format!("malformed reading of device {device_pk} at {ts}").into()))?;
+        batch.timestamps.push(ts);
+        batch.masks.push(mask);
+    }
+    Ok(batch)
 }
 
 pub(super) fn is_empty(c: &mut Connection) -> StoreResult<bool> {

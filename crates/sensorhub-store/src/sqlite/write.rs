@@ -240,7 +240,7 @@ fn upsert_api_key(
     account_id: i64,
     id: &str,
     scope: Option<BTreeSet<i64>>,
-    revoked: bool,
+    revoked: Option<bool>,
     at: &str,
 ) -> StoreResult<Change> {
     let digest = key_digest(id);
@@ -256,6 +256,7 @@ fn upsert_api_key(
             Err(invalid(at, "this API key id already belongs to another account"))
         }
         Some((key_id, _, scoped, was_revoked)) => {
+            let revoked = revoked.unwrap_or(was_revoked);
             let links = pk_set(tx, "SELECT device_pk FROM api_key_devices WHERE key_id = ?1", key_id)?;
             if scoped == scope.is_some() && was_revoked == revoked && links == *wanted {
                 return Ok(Change::Unchanged);
@@ -270,7 +271,7 @@ fn upsert_api_key(
         None => {
             tx.execute(
                 "INSERT INTO api_keys (digest, prefix, account_id, scoped, revoked, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                params![&digest[..], key_prefix(id), account_id, scope.is_some(), revoked, now()],
+                params![&digest[..], key_prefix(id), account_id, scope.is_some(), revoked.unwrap_or(false), now()],
             )?;
             set_links(tx, "api_key_devices", "key_id", tx.last_insert_rowid(), wanted)?;
             Ok(Change::Created)
@@ -282,7 +283,7 @@ fn upsert_webhook_key(
     tx: &Transaction<'_>,
     account_id: i64,
     key: &str,
-    revoked: bool,
+    revoked: Option<bool>,
     at: &str,
 ) -> StoreResult<Change> {
     let digest = key_digest(key);
@@ -295,15 +296,15 @@ fn upsert_webhook_key(
         Some((_, owner, _)) if owner != account_id => {
             Err(invalid(at, "this webhook key already belongs to another account"))
         }
-        Some((_, _, was)) if was == revoked => Ok(Change::Unchanged),
+        Some((_, _, was)) if revoked.is_none_or(|r| r == was) => Ok(Change::Unchanged),
         Some((id, ..)) => {
-            tx.execute("UPDATE webhook_keys SET revoked = ?2 WHERE id = ?1", params![id, revoked])?;
+            tx.execute("UPDATE webhook_keys SET revoked = ?2 WHERE id = ?1", params![id, revoked.unwrap_or(false)])?;
             Ok(Change::Updated)
         }
         None => {
             tx.execute(
                 "INSERT INTO webhook_keys (digest, prefix, account_id, revoked, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
-                params![&digest[..], key_prefix(key), account_id, revoked, now()],
+                params![&digest[..], key_prefix(key), account_id, revoked.unwrap_or(false), now()],
             )?;
             Ok(Change::Created)
         }
@@ -355,10 +356,10 @@ impl<'t, 'c> ReadingWriter<'t, 'c> {
         pairs.clear();
         let device = self
             .device(&r.device_id)?
-            .ok_or_else(|| invalid(format!("{}.device_id", r.position), format!("unknown device {:?}", r.device_id)))?;
+            .ok_or_else(|| invalid(r.origin.device_at(), format!("unknown device {:?}", r.device_id)))?;
         let pk = device.pk;
         for (i, v) in r.values.iter().enumerate() {
-            let at = || format!("{}.sensors[{i}]", r.position);
+            let at = || r.origin.value_at(i);
             let (idx, unit) = device.sensors.get(&v.sensor_id).ok_or_else(|| {
                 invalid(at(), format!("unknown sensor {:?} for device {:?}", v.sensor_id, r.device_id))
             })?;
@@ -401,7 +402,7 @@ pub(super) fn revoke_api_key(c: &mut Connection, id_or_prefix: &str) -> StoreRes
         let mut stmt = tx.prepare("SELECT id, prefix FROM api_keys WHERE digest = ?1")?;
         stmt.query_map([&digest[..]], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<_, _>>()?
     };
-    if found.is_empty() {
+    if found.is_empty() && !id_or_prefix.is_empty() {
         let mut stmt = tx.prepare("SELECT id, prefix FROM api_keys WHERE prefix = ?1 AND revoked = 0")?;
         found = stmt.query_map([id_or_prefix], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<_, _>>()?;
     }
@@ -417,22 +418,4 @@ pub(super) fn revoke_api_key(c: &mut Connection, id_or_prefix: &str) -> StoreRes
     tx.execute("UPDATE api_keys SET revoked = 1 WHERE id = ?1", [id])?;
     tx.commit()?;
     Ok(prefix)
-}
-
-pub(super) fn add_device(c: &mut Connection, device: DeviceSpec, accounts: Vec<String>) -> StoreResult<()> {
-    let tx = begin(c)?;
-    if device_pk(&tx, &device.device_id)?.is_some() {
-        return Err(StoreError::Conflict(format!("device {:?} already exists", device.device_id)));
-    }
-    upsert_device(&tx, &device, "device")?;
-    let pk = device_pk(&tx, &device.device_id)?.ok_or_else(|| StoreError::NotFound("device vanished".into()))?;
-    for username in &accounts {
-        let account: i64 = tx
-            .query_row("SELECT id FROM accounts WHERE username = ?1", [username], |r| r.get(0))
-            .optional()?
-            .ok_or_else(|| StoreError::NotFound(format!("no account named {username:?}")))?;
-        tx.execute("INSERT INTO account_devices (account_id, device_pk) VALUES (?1, ?2)", [account, pk])?;
-    }
-    tx.commit()?;
-    Ok(())
 }

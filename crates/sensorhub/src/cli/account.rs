@@ -2,9 +2,9 @@
 //! enable them, list them. Every change goes through the same atomic path
 //! as `apply`.
 
-use super::{CliResult, Context, print_report, split_list};
+use super::{CliResult, Context, split_list};
 use sensorhub_core::provision::{AccountSpec, Provision};
-use sensorhub_store::Store;
+use sensorhub_store::{ApplyReport, Store, StoreError};
 use std::io::{BufRead, IsTerminal};
 
 /// Account subcommands.
@@ -51,15 +51,10 @@ pub enum Command {
 
 /// Runs an account subcommand.
 pub async fn run(ctx: &Context, cmd: Command) -> CliResult {
-    if let Command::HashPassword { password_stdin } = cmd {
-        let password = read_password(password_stdin, true)?;
-        println!("{}", sensorhub_core::secret::hash_password(&password)?);
-        return Ok(());
-    }
-    let store = ctx.open().await?;
     match cmd {
         Command::Add { name, password_stdin, devices } => {
-            if find(&*store, &name).await?.is_some() {
+            let store = ctx.open().await?;
+            if store.account_auth(&name).await?.is_some() {
                 return Err(
                     format!("account {name:?} already exists (use `account passwd` to change its password)").into()
                 );
@@ -75,16 +70,20 @@ pub async fn run(ctx: &Context, cmd: Command) -> CliResult {
             println!("created account {name}");
         }
         Command::Passwd { name, password_stdin } => {
+            let store = ctx.open().await?;
             require(&*store, &name).await?;
             let password = read_password(password_stdin, true)?;
-            change(&*store, AccountSpec { username: name.clone(), password: Some(password), ..AccountSpec::default() })
-                .await?;
-            println!("password of {name} changed");
+            let spec = AccountSpec { username: name.clone(), password: Some(password), ..AccountSpec::default() };
+            if change(&*store, spec).await?.is_noop() {
+                println!("password of {name} unchanged: it is the same as before");
+            } else {
+                println!("password of {name} changed");
+            }
         }
-        Command::Disable { name } => set_disabled(&*store, name, true).await?,
-        Command::Enable { name } => set_disabled(&*store, name, false).await?,
+        Command::Disable { name } => set_disabled(&*ctx.open().await?, name, true).await?,
+        Command::Enable { name } => set_disabled(&*ctx.open().await?, name, false).await?,
         Command::List => {
-            let accounts = store.accounts().await?;
+            let accounts = ctx.open().await?.accounts().await?;
             if accounts.is_empty() {
                 println!("no accounts");
             }
@@ -93,37 +92,50 @@ pub async fn run(ctx: &Context, cmd: Command) -> CliResult {
                 println!("{:<20} {:<9} {}", a.username, state, a.devices.join(","));
             }
         }
-        Command::HashPassword { .. } => {}
+        Command::HashPassword { password_stdin } => {
+            let password = read_password(password_stdin, true)?;
+            println!("{}", sensorhub_core::secret::hash_password(&password)?);
+        }
     }
     Ok(())
 }
 
 async fn set_disabled(store: &dyn Store, name: String, disabled: bool) -> CliResult {
     require(store, &name).await?;
-    change(store, AccountSpec { username: name.clone(), disabled: Some(disabled), ..AccountSpec::default() }).await?;
-    println!("account {name} {}", if disabled { "disabled" } else { "enabled" });
+    let report =
+        change(store, AccountSpec { username: name.clone(), disabled: Some(disabled), ..AccountSpec::default() })
+            .await?;
+    let state = if disabled { "disabled" } else { "enabled" };
+    if report.is_noop() {
+        println!("account {name} was already {state}");
+    } else {
+        println!("account {name} {state}");
+    }
     Ok(())
-}
-
-async fn find(store: &dyn Store, name: &str) -> CliResult<Option<sensorhub_store::AccountSummary>> {
-    Ok(store.accounts().await?.into_iter().find(|a| a.username == name))
 }
 
 /// Fails unless the account exists.
 pub async fn require(store: &dyn Store, name: &str) -> CliResult {
-    match find(store, name).await? {
+    match store.account_auth(name).await? {
         Some(_) => Ok(()),
         None => Err(format!("no account named {name:?}").into()),
     }
 }
 
 /// Applies one account change through the provisioning path.
-pub async fn change(store: &dyn Store, spec: AccountSpec) -> CliResult {
-    let mut doc = Provision { accounts: vec![spec], ..Provision::default() };
-    let readings = doc.check()?;
-    let report = store.apply(doc, readings).await?;
-    print_report(&report);
-    Ok(())
+pub async fn change(store: &dyn Store, spec: AccountSpec) -> CliResult<ApplyReport> {
+    apply_doc(store, Provision { accounts: vec![spec], ..Provision::default() }).await
+}
+
+/// Applies a document built by a command. Errors are reported without the
+/// document positions, which mean nothing to someone who typed a command.
+pub async fn apply_doc(store: &dyn Store, mut doc: Provision) -> CliResult<ApplyReport> {
+    let readings = doc.check().map_err(|e| e.message)?;
+    match store.apply(doc, readings).await {
+        Ok(report) => Ok(report),
+        Err(StoreError::Invalid(e)) => Err(e.message.into()),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Reads a password from stdin (first line) or, on a terminal, a prompt.

@@ -17,6 +17,9 @@ pub async fn run(ctx: &Context, args: Args) -> CliResult {
     let name = args.file.display().to_string();
     let mut doc: Provision = parse_json(&text).map_err(|e| format!("{name}: {e}; nothing was written"))?;
     let readings = doc.check().map_err(|e| format!("{name}: {e}; nothing was written"))?;
+    for warning in doc.warnings() {
+        eprintln!("warning: {name}: {warning}");
+    }
     let store = ctx.open().await?;
     let report = store.apply(doc, readings).await.map_err(|e| format!("{name}: {e}; nothing was written"))?;
     print_report(&report);

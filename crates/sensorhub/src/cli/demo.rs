@@ -5,7 +5,7 @@
 
 use super::{CliResult, Context};
 use crate::config::DEFAULT_LISTEN;
-use sensorhub_core::model::{DeviceSpec, ReadingInput, SensorMeta, ValueInput};
+use sensorhub_core::model::{DeviceSpec, Origin, ReadingInput, SensorMeta, ValueInput};
 use sensorhub_core::provision::{AccountSpec, ApiKeySpec, Provision, WebhookKeySpec};
 use sensorhub_store::Store;
 use std::f64::consts::TAU;
@@ -125,17 +125,17 @@ fn accounts() -> Vec<AccountSpec> {
             password: Some("alice-demo-password".into()),
             devices: Some(all),
             api_keys: vec![
-                ApiKeySpec { id: "pk-demo-alice-all".into(), devices: None, revoked: false },
-                ApiKeySpec { id: "pk-demo-alice-awlr".into(), devices: Some(awlr), revoked: false },
+                ApiKeySpec { id: "pk-demo-alice-all".into(), devices: None, revoked: None },
+                ApiKeySpec { id: "pk-demo-alice-awlr".into(), devices: Some(awlr), revoked: None },
             ],
-            webhook_keys: vec![WebhookKeySpec { key: "wh-demo-alice".into(), revoked: false }],
+            webhook_keys: vec![WebhookKeySpec { key: "wh-demo-alice".into(), revoked: None }],
             ..AccountSpec::default()
         },
         AccountSpec {
             username: "budi".into(),
             password: Some("budi-demo-password".into()),
             devices: Some(vec!["AWLR-002".into(), "AWS-002".into()]),
-            api_keys: vec![ApiKeySpec { id: "pk-demo-budi".into(), devices: None, revoked: false }],
+            api_keys: vec![ApiKeySpec { id: "pk-demo-budi".into(), devices: None, revoked: None }],
             ..AccountSpec::default()
         },
     ]
@@ -198,7 +198,7 @@ fn readings_until(now: i64) -> impl Iterator<Item = ReadingInput> + Send {
             } else {
                 values.extend([v("temp", w.temperature), v("hum", w.humidity), v("rain", w.rain), v("wind", w.wind)]);
             }
-            ReadingInput { device_id: station.id.into(), timestamp: ts, values, position: "demo".into() }
+            ReadingInput { device_id: station.id.into(), timestamp: ts, values, origin: Origin::Item("demo".into()) }
         })
     })
 }

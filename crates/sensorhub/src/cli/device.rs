@@ -1,9 +1,10 @@
 //! `sensorhub device …`: add and list devices.
 
+use super::account::apply_doc;
 use super::{CliResult, Context};
 use jiff::tz::Offset;
 use sensorhub_core::model::{DeviceSpec, SensorMeta};
-use sensorhub_core::provision::check_device;
+use sensorhub_core::provision::{AccountSpec, Provision, check_device};
 use sensorhub_core::time::format_rfc3339;
 use sensorhub_store::Scope;
 
@@ -43,13 +44,28 @@ pub enum Command {
 /// Runs a device subcommand.
 pub async fn run(ctx: &Context, cmd: Command) -> CliResult {
     match cmd {
-        Command::Add { device_id, name, kind, lat, long, interval, sensors, accounts } => {
+        Command::Add { device_id, name, kind, lat, long, interval, sensors, mut accounts } => {
             let sensors = sensors.iter().map(|s| parse_sensor(s)).collect::<Result<Vec<_>, _>>()?;
             let spec =
                 DeviceSpec { device_id: device_id.clone(), name, kind, lat, long, interval_seconds: interval, sensors };
-            check_device(&spec, "device")?;
+            check_device(&spec, "device").map_err(|e| e.message)?;
+            let store = ctx.open().await?;
+            if store.find_device(Scope::All, &device_id).await?.is_some() {
+                return Err(format!("device {device_id:?} already exists").into());
+            }
+            // The accounts keep what they see and see the new device too.
+            accounts.sort();
+            accounts.dedup();
+            let known = store.accounts().await?;
+            let mut grants = Vec::new();
+            for name in accounts {
+                let account = known.iter().find(|a| a.username == name).ok_or(format!("no account named {name:?}"))?;
+                let mut devices = account.devices.clone();
+                devices.push(device_id.clone());
+                grants.push(AccountSpec { username: name, devices: Some(devices), ..AccountSpec::default() });
+            }
             let n = spec.sensors.len();
-            ctx.open().await?.add_device(spec, accounts).await?;
+            apply_doc(&*store, Provision { devices: vec![spec], accounts: grants, readings: Vec::new() }).await?;
             println!("added device {device_id} with {n} sensors");
         }
         Command::List => {

@@ -3,8 +3,8 @@
 //! atomically, streaming the file rather than holding it in memory.
 
 use super::{CliResult, Context};
-use sensorhub_core::model::{ReadingInput, ValueInput};
-use sensorhub_core::provision::{InputError, ReadingSpec, parse_json};
+use sensorhub_core::model::{Origin, ReadingInput, ValueInput};
+use sensorhub_core::provision::{InputError, ReadingSpec, parse_json_at};
 use sensorhub_core::time::parse_reading_timestamp;
 use std::fs::File;
 use std::io::{BufRead, BufReader};
@@ -68,24 +68,31 @@ pub fn ndjson_readings(reader: impl BufRead + Send) -> impl Iterator<Item = Resu
         match line {
             Err(e) => Some(Err(InputError::new(at, e.to_string()))),
             Ok(l) if l.trim().is_empty() => None,
-            Ok(l) => Some(
-                parse_json::<ReadingSpec>(&l)
-                    .map_err(|e| InputError::new(&at, e.to_string()))
-                    .and_then(|r| r.into_input(&at)),
-            ),
+            Ok(l) => Some(parse_json_at::<ReadingSpec>(&l, i + 1).and_then(|r| r.into_input(&at))),
         }
     })
 }
 
-/// Readings of a CSV stream. Consecutive rows of the same device and
-/// timestamp become one reading.
+/// Readings of a CSV stream. Rows of the same device and timestamp on
+/// consecutive lines become one reading; a later value for the same sensor
+/// replaces an earlier one, as a later import would.
 pub struct CsvReadings<R: std::io::Read> {
     rows: csv::Reader<R>,
     record: csv::StringRecord,
     pending: Option<ReadingInput>,
+    /// Timestamp text and line of the last row added to `pending`.
     pending_ts: String,
+    pending_line: u64,
     checked_header: bool,
     done: bool,
+}
+
+/// One CSV row.
+struct Row {
+    device_id: String,
+    timestamp: String,
+    value: ValueInput,
+    line: u64,
 }
 
 impl<R: std::io::Read> CsvReadings<R> {
@@ -96,6 +103,7 @@ impl<R: std::io::Read> CsvReadings<R> {
             record: csv::StringRecord::new(),
             pending: None,
             pending_ts: String::new(),
+            pending_line: 0,
             checked_header: false,
             done: false,
         }
@@ -111,30 +119,25 @@ impl<R: std::io::Read> CsvReadings<R> {
     }
 
     /// The next row, or `None` at the end.
-    fn next_row(&mut self) -> Result<Option<(String, String, ValueInput, u64)>, InputError> {
-        let line = self.rows.position().line() + 1;
-        let at = || format!("line {line}");
+    fn next_row(&mut self) -> Result<Option<Row>, InputError> {
         match self.rows.read_record(&mut self.record) {
             Ok(false) => return Ok(None),
             Ok(true) => {}
-            Err(e) => return Err(InputError::new(at(), e.to_string())),
+            Err(e) => {
+                let line = e.position().map_or_else(|| "line ?".to_owned(), |p| format!("line {}", p.line()));
+                return Err(InputError::new(line, e.to_string()));
+            }
         }
-        let line = self.record.position().map_or(line, |p| p.line());
-        let at = || format!("line {line}");
-        if self.record.len() != 4 {
-            return Err(InputError::new(at(), "expected 4 fields: device_id,timestamp,sensor_id,value"));
-        }
-        let value: f64 = self.record[3]
-            .parse()
-            .ok()
-            .filter(|v: &f64| v.is_finite())
-            .ok_or_else(|| InputError::new(at(), format!("value {:?} is not a finite number", &self.record[3])))?;
-        Ok(Some((
-            self.record[0].to_owned(),
-            self.record[1].to_owned(),
-            ValueInput { sensor_id: self.record[2].to_owned(), value, unit: None },
+        let line = self.record.position().map_or(0, |p| p.line());
+        let value: f64 = self.record[3].parse().ok().filter(|v: &f64| v.is_finite()).ok_or_else(|| {
+            InputError::new(format!("line {line}"), format!("value {:?} is not a finite number", &self.record[3]))
+        })?;
+        Ok(Some(Row {
+            device_id: self.record[0].to_owned(),
+            timestamp: self.record[1].to_owned(),
+            value: ValueInput { sensor_id: self.record[2].to_owned(), value, unit: None },
             line,
-        )))
+        }))
     }
 
     fn step(&mut self) -> Result<Option<ReadingInput>, InputError> {
@@ -143,23 +146,29 @@ impl<R: std::io::Read> CsvReadings<R> {
             self.check_header()?;
         }
         loop {
-            let Some((device_id, ts, value, line)) = self.next_row()? else {
+            let Some(row) = self.next_row()? else {
                 return Ok(self.pending.take());
             };
-            if let Some(p) = self.pending.as_mut().filter(|p| p.device_id == device_id && self.pending_ts == ts) {
-                if p.values.iter().any(|v| v.sensor_id == value.sensor_id) {
-                    return Err(InputError::new(
-                        format!("line {line}"),
-                        format!("sensor {:?} appears twice for this device and timestamp", value.sensor_id),
-                    ));
-                }
-                p.values.push(value);
+            let follows = row.line == self.pending_line + 1;
+            self.pending_line = row.line;
+            if let Some(p) = self
+                .pending
+                .as_mut()
+                .filter(|p| follows && p.device_id == row.device_id && self.pending_ts == row.timestamp)
+            {
+                p.values.push(row.value);
                 continue;
             }
-            let at = format!("line {line}");
-            let timestamp = parse_reading_timestamp(&ts).map_err(|e| InputError::new(&at, e.to_string()))?.as_second();
-            let next = ReadingInput { device_id, timestamp, values: vec![value], position: at };
-            self.pending_ts = ts;
+            let timestamp = parse_reading_timestamp(&row.timestamp)
+                .map_err(|e| InputError::new(format!("line {}", row.line), e.to_string()))?
+                .as_second();
+            let next = ReadingInput {
+                device_id: row.device_id,
+                timestamp,
+                values: vec![row.value],
+                origin: Origin::Lines(row.line),
+            };
+            self.pending_ts = row.timestamp;
             if let Some(done) = self.pending.replace(next) {
                 return Ok(Some(done));
             }
@@ -193,12 +202,16 @@ mod tests {
         assert_eq!(got.len(), 2);
         assert_eq!(got[0].values.len(), 2);
         assert_eq!(got[1].values[0].value, 3.0);
-        assert_eq!(got[1].position, "line 4");
+        assert_eq!(got[1].origin, Origin::Lines(4));
+        assert_eq!(got[0].origin.value_at(1), "line 3");
     }
 
     #[test]
     fn csv_errors_name_the_line() {
         let text = "device_id,timestamp,sensor_id,value\nD,2026-05-05T00:00:00Z,a,1\nD,2026-05-05T00:01:00Z,a,x\n";
+        let err = CsvReadings::new(text.as_bytes()).find_map(Result::err).expect("error");
+        assert_eq!(err.position, "line 3");
+        let text = "device_id,timestamp,sensor_id,value\nD,2026-05-05T00:00:00Z,a,1\nD,2026-05-05T00:01:00Z,a,1,5\n";
         let err = CsvReadings::new(text.as_bytes()).find_map(Result::err).expect("error");
         assert_eq!(err.position, "line 3");
         let err = CsvReadings::new("a,b\n".as_bytes()).find_map(Result::err).expect("error");
@@ -214,6 +227,6 @@ mod tests {
         let got: Vec<_> = ndjson_readings(text.as_bytes()).collect();
         assert_eq!(got.len(), 2);
         assert!(got[0].is_ok());
-        assert!(matches!(&got[1], Err(e) if e.position.starts_with("line 3")));
+        assert!(matches!(&got[1], Err(e) if e.position == "line 3 column 2"), "{:?}", got[1]);
     }
 }

@@ -39,7 +39,7 @@ pub async fn run(ctx: &Context, cmd: Command) -> CliResult {
             let scope = devices.as_ref().map_or_else(|| "all of its devices".to_owned(), |d| d.join(","));
             let spec = AccountSpec {
                 username: account.clone(),
-                api_keys: vec![ApiKeySpec { id: id.clone(), devices, revoked: false }],
+                api_keys: vec![ApiKeySpec { id: id.clone(), devices, revoked: None }],
                 ..AccountSpec::default()
             };
             change(&*store, spec).await?;

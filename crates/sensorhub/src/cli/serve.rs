@@ -1,11 +1,12 @@
 //! `sensorhub serve`: run the HTTP API.
 
 use super::{CliResult, Context};
-use crate::config::{DEFAULT_LISTEN, DEFAULT_MAX_RANGE_DAYS};
+use crate::config::{DEFAULT_LISTEN, DEFAULT_MAX_RANGE_DAYS, DEFAULT_SHUTDOWN_GRACE};
 use crate::http::{AppState, app, serve, shutdown_signal};
 use jiff::tz::Offset;
 use sensorhub_core::time::{RangeRules, parse_tz};
 use std::net::SocketAddr;
+use std::time::Duration;
 
 /// Arguments of `serve`.
 #[derive(Debug, clap::Args)]
@@ -19,6 +20,9 @@ pub struct Args {
     /// Longest range one readings request may ask for, in days [default: 366]
     #[arg(long, env = "SENSORHUB_MAX_RANGE_DAYS")]
     max_range_days: Option<u32>,
+    /// Seconds in-flight requests get to finish after SIGTERM or Ctrl-C [default: 30]
+    #[arg(long, env = "SENSORHUB_SHUTDOWN_GRACE")]
+    shutdown_grace: Option<u64>,
     /// Fill the database with demo data first when it is empty
     #[arg(long)]
     demo: bool,
@@ -50,7 +54,8 @@ pub async fn run(ctx: &Context, args: Args) -> CliResult {
         database = %sensorhub_store::redact_url(&ctx.database),
         "sensorhub serving /external/v1"
     );
-    serve(listener, app(state), shutdown_signal()).await?;
+    let grace = Duration::from_secs(args.shutdown_grace.or(ctx.file.shutdown_grace).unwrap_or(DEFAULT_SHUTDOWN_GRACE));
+    serve(listener, app(state), shutdown_signal(), grace).await?;
     tracing::info!("stopped");
     Ok(())
 }

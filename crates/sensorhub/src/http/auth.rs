@@ -27,6 +27,24 @@ pub struct BasicCaller(pub Caller);
 /// A caller identified by the API key id in the path.
 pub struct PublicCaller(pub Caller);
 
+impl From<BasicCaller> for Caller {
+    fn from(c: BasicCaller) -> Self {
+        c.0
+    }
+}
+
+impl From<PublicCaller> for Caller {
+    fn from(c: PublicCaller) -> Self {
+        c.0
+    }
+}
+
+/// The value of path parameter `name`, percent-decoded.
+pub async fn path_param<S: Send + Sync>(parts: &mut Parts, state: &S, name: &str) -> Option<String> {
+    let params = RawPathParams::from_request_parts(parts, state).await.ok()?;
+    params.iter().find_map(|(n, value)| (n == name).then(|| value.to_owned()))
+}
+
 /// Verified Basic credentials, so that Argon2 runs once per credential and
 /// not once per request. The key is a digest of user, password and the
 /// stored hash: a changed password misses the cache by construction, and the
@@ -61,6 +79,13 @@ impl CredentialCache {
     }
 }
 
+/// Standard base64, with or without padding.
+const BASE64: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::new(
+    &base64::alphabet::STANDARD,
+    base64::engine::GeneralPurposeConfig::new()
+        .with_decode_padding_mode(base64::engine::DecodePaddingMode::Indifferent),
+);
+
 /// Splits an `Authorization: Basic …` header into user and password. The
 /// scheme is case-insensitive; the password may contain `:`.
 pub fn parse_basic(header: &str) -> Option<(String, String)> {
@@ -68,7 +93,7 @@ pub fn parse_basic(header: &str) -> Option<(String, String)> {
     if !scheme.eq_ignore_ascii_case("basic") {
         return None;
     }
-    let raw = base64::engine::general_purpose::STANDARD.decode(encoded.trim()).ok()?;
+    let raw = BASE64.decode(encoded.trim()).ok()?;
     let text = String::from_utf8(raw).ok()?;
     let (user, password) = text.split_once(':')?;
     Some((user.to_owned(), password.to_owned()))
@@ -82,12 +107,12 @@ impl FromRequestParts<AppState> for BasicCaller {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let (user, password) = parts
-            .headers
-            .get(AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(parse_basic)
-            .ok_or(ApiError::Unauthorized)?;
+        let mut headers = parts.headers.get_all(AUTHORIZATION).iter();
+        let (user, password) = match (headers.next(), headers.next()) {
+            (Some(value), None) => value.to_str().ok().and_then(parse_basic),
+            _ => None, // none, or several: ambiguous
+        }
+        .ok_or(ApiError::Unauthorized)?;
         let Some(account) = state.store.account_auth(&user).await? else {
             // Same work as for a known user, so timing does not tell names apart.
             blocking(move || verify_dummy(&password)).await?;
@@ -112,12 +137,8 @@ impl FromRequestParts<AppState> for PublicCaller {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let params = RawPathParams::from_request_parts(parts, state).await.map_err(|_| ApiError::Forbidden)?;
-        let key_id = params
-            .iter()
-            .find_map(|(name, value)| (name == "api_key_id").then_some(value))
-            .ok_or(ApiError::Forbidden)?;
-        let key = state.store.api_key_auth(&key_digest(key_id)).await?.ok_or(ApiError::Forbidden)?;
+        let key_id = path_param(parts, state, "api_key_id").await.ok_or(ApiError::Forbidden)?;
+        let key = state.store.api_key_auth(&key_digest(&key_id)).await?.ok_or(ApiError::Forbidden)?;
         if key.revoked || key.account_disabled {
             return Err(ApiError::Forbidden);
         }
@@ -139,6 +160,8 @@ mod tests {
         assert_eq!(parse_basic(&format!("bAsIc {}", b64("a:"))), Some(("a".into(), String::new())));
         assert_eq!(parse_basic(&format!("Bearer {}", b64("a:b"))), None);
         assert_eq!(parse_basic(&format!("Basic {}", b64("nocolon"))), None);
+        assert_eq!(parse_basic("Basic YTpi"), Some(("a".into(), "b".into())));
+        assert_eq!(parse_basic("Basic YTpiYw"), Some(("a".into(), "bc".into())), "padding is optional");
         assert_eq!(parse_basic("Basic !!!"), None);
         assert_eq!(parse_basic("Basic"), None);
     }

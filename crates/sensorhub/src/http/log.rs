@@ -1,10 +1,39 @@
 //! One access-log line per request: method, route template, status and
 //! latency. The raw path is never logged: a public path holds an API key id.
+//! A streamed response is logged when its body ends, with its full duration
+//! and whether it was sent completely.
 
+use axum::body::{Body, BodyDataStream, Bytes, HttpBody};
 use axum::extract::{MatchedPath, Request};
+use axum::http::Method;
 use axum::middleware::Next;
 use axum::response::Response;
+use futures_util::Stream;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Instant;
+
+/// What one access-log line says.
+struct Entry {
+    method: Method,
+    route: String,
+    status: u16,
+    started: Instant,
+}
+
+impl Entry {
+    fn write(self, complete: bool) {
+        tracing::info!(
+            target: "sensorhub::access",
+            method = %self.method,
+            route = %self.route,
+            status = self.status,
+            latency_ms = self.started.elapsed().as_secs_f64() * 1000.0,
+            complete,
+            "request"
+        );
+    }
+}
 
 /// Middleware writing the access log.
 pub async fn access_log(req: Request, next: Next) -> Response {
@@ -13,13 +42,46 @@ pub async fn access_log(req: Request, next: Next) -> Response {
     let route =
         req.extensions().get::<MatchedPath>().map_or_else(|| "<unmatched>".to_owned(), |p| p.as_str().to_owned());
     let res = next.run(req).await;
-    tracing::info!(
-        target: "sensorhub::access",
-        %method,
-        route = %route,
-        status = res.status().as_u16(),
-        latency_ms = started.elapsed().as_secs_f64() * 1000.0,
-        "request"
-    );
-    res
+    let entry = Entry { method, route, status: res.status().as_u16(), started };
+    if res.body().size_hint().exact().is_some() {
+        entry.write(true);
+        return res;
+    }
+    let (parts, body) = res.into_parts();
+    let logged = LoggedBody { inner: body.into_data_stream(), entry: Some(entry) };
+    Response::from_parts(parts, Body::from_stream(logged))
+}
+
+/// A streamed body that writes its log line when it ends or is dropped.
+struct LoggedBody {
+    inner: BodyDataStream,
+    entry: Option<Entry>,
+}
+
+impl Stream for LoggedBody {
+    type Item = Result<Bytes, axum::Error>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let item = Pin::new(&mut self.inner).poll_next(cx);
+        match &item {
+            Poll::Ready(None) => self.finish(true),
+            Poll::Ready(Some(Err(_))) => self.finish(false),
+            _ => {}
+        }
+        item
+    }
+}
+
+impl LoggedBody {
+    fn finish(&mut self, complete: bool) {
+        if let Some(entry) = self.entry.take() {
+            entry.write(complete);
+        }
+    }
+}
+
+impl Drop for LoggedBody {
+    fn drop(&mut self) {
+        self.finish(false);
+    }
 }

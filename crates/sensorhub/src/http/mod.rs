@@ -7,6 +7,7 @@ pub mod error;
 mod log;
 pub mod readings;
 
+use auth::{BasicCaller, PublicCaller};
 use axum::Router;
 use axum::routing::{MethodRouter, get};
 use error::ApiError;
@@ -47,23 +48,41 @@ where
 /// The application router.
 pub fn app(state: AppState) -> Router {
     Router::new()
-        .route("/external/v1/devices", read_route(devices::list_basic))
-        .route("/external/v1/devices/{device_id}/data", read_route(readings::read_basic))
-        .route("/external/v1/{api_key_id}/devices", read_route(devices::list_public))
-        .route("/external/v1/{api_key_id}/devices/{device_id}/data", read_route(readings::read_public))
+        .route("/external/v1/devices", read_route(devices::list::<BasicCaller>))
+        .route("/external/v1/devices/{device_id}/data", read_route(readings::read::<BasicCaller>))
+        .route("/external/v1/{api_key_id}/devices", read_route(devices::list::<PublicCaller>))
+        .route("/external/v1/{api_key_id}/devices/{device_id}/data", read_route(readings::read::<PublicCaller>))
         .fallback(|| async { ApiError::NotFound })
         .layer(axum::middleware::from_fn(log::access_log))
         .with_state(state)
 }
 
 /// Serves `app` on `listener` until `shutdown` resolves, then stops
-/// accepting and lets in-flight requests finish.
+/// accepting and lets in-flight requests finish, for at most `grace`: a
+/// client that reads a long response slowly cannot hold the process up.
 pub async fn serve(
     listener: TcpListener,
     app: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
+    grace: Duration,
 ) -> std::io::Result<()> {
-    axum::serve(listener, app).with_graceful_shutdown(shutdown).await
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let mut graceful = stopped.clone();
+    let server = axum::serve(listener, app).with_graceful_shutdown(async move {
+        let _ = graceful.wait_for(|s| *s).await;
+    });
+    let deadline = async move {
+        shutdown.await;
+        let _ = stop.send(true);
+        tokio::time::sleep(grace).await;
+    };
+    tokio::select! {
+        result = server => result,
+        () = deadline => {
+            tracing::warn!(grace_seconds = grace.as_secs(), "in-flight requests still running after the grace period; closing them");
+            Ok(())
+        }
+    }
 }
 
 /// Resolves on SIGTERM or Ctrl-C.

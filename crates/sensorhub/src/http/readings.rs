@@ -2,10 +2,12 @@
 //! of one device in a time range, streamed from the store to the socket.
 
 use super::AppState;
-use super::auth::{BasicCaller, Caller, PublicCaller};
+#[cfg(doc)]
+use super::auth::{BasicCaller, PublicCaller};
+use super::auth::{Caller, path_param};
 use super::error::{ApiError, JSON};
 use axum::body::Body;
-use axum::extract::{FromRequestParts, RawPathParams, State};
+use axum::extract::{FromRequestParts, State};
 use axum::http::header;
 use axum::http::request::Parts;
 use axum::response::{IntoResponse, Response};
@@ -41,35 +43,18 @@ impl<S: Send + Sync> FromRequestParts<S> for DevicePath {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        let params = RawPathParams::from_request_parts(parts, state).await.map_err(|_| ApiError::DeviceNotFound)?;
-        params
-            .iter()
-            .find_map(|(name, value)| (name == "device_id").then(|| DevicePath(value.to_owned())))
-            .ok_or(ApiError::DeviceNotFound)
+        path_param(parts, state, "device_id").await.map(DevicePath).ok_or(ApiError::DeviceNotFound)
     }
 }
 
-/// Spec 4.2.
-pub async fn read_basic(
+/// Spec 4.2 (with [`BasicCaller`]) and 4.4 (with [`PublicCaller`]).
+pub async fn read<C: Into<Caller>>(
     State(state): State<AppState>,
-    BasicCaller(caller): BasicCaller,
+    caller: C,
     DevicePath(device_id): DevicePath,
     params: RangeParams,
 ) -> Result<Response, ApiError> {
-    read(state, caller, device_id, params).await
-}
-
-/// Spec 4.4.
-pub async fn read_public(
-    State(state): State<AppState>,
-    PublicCaller(caller): PublicCaller,
-    DevicePath(device_id): DevicePath,
-    params: RangeParams,
-) -> Result<Response, ApiError> {
-    read(state, caller, device_id, params).await
-}
-
-async fn read(state: AppState, caller: Caller, device_id: String, params: RangeParams) -> Result<Response, ApiError> {
+    let caller: Caller = caller.into();
     let query = RangeQuery { start: params.start.as_deref(), end: params.end.as_deref(), tz: params.tz.as_deref() };
     let resolved =
         state.rules.resolve(query, jiff::Timestamp::now()).map_err(|e| ApiError::BadRequest(e.to_string()))?;

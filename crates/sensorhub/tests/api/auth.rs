@@ -27,6 +27,19 @@ async fn missing_malformed_and_wrong_credentials_are_401_with_a_challenge() {
 }
 
 #[tokio::test]
+async fn two_authorization_headers_are_refused() {
+    let app = TestApp::start().await;
+    let res = reqwest::Client::new()
+        .get(format!("{}/devices", app.base))
+        .header("Authorization", basic("alice", ALICE_PASSWORD))
+        .header("Authorization", basic("bob", "bob-pass"))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(res.status(), 401);
+}
+
+#[tokio::test]
 async fn the_scheme_is_case_insensitive_and_passwords_may_hold_colons() {
     let app = TestApp::start().await;
     let value = basic("alice", ALICE_PASSWORD).replacen("Basic", "bAsIc", 1);

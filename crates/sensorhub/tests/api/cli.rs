@@ -57,6 +57,13 @@ async fn apply_is_idempotent() {
     assert_eq!(app.get_as("dinas-pu", "dinas-pu-example", "/devices").await.status, 200);
     assert_error(&app.get("/pk-old/devices").await, 403, "Forbidden");
 
+    // Revoking a key by command survives re-applying a file that lists it
+    // without `revoked`.
+    ok(&run(&app.db, &["key", "revoke", "pk-alice-all"], ""));
+    let again = ok(&run(&app.db, &["apply", file.to_str().expect("path")], ""));
+    assert_eq!(again.trim(), "nothing changed: the database already matches");
+    assert_error(&app.get("/pk-alice-all/devices").await, 403, "Forbidden");
+
     // A changed name and a changed reading are updated; the rest is left alone.
     let dir = tempfile::tempdir().expect("dir");
     let changed = dir.path().join("changed.json");
@@ -68,13 +75,18 @@ async fn apply_is_idempotent() {
     .expect("write");
     let out = ok(&run(&app.db, &["apply", changed.to_str().expect("path")], ""));
     assert!(out.contains("devices: 0 created, 1 updated") && out.contains("readings: 1"), "{out}");
-    let a = app.get("/pk-alice-all/devices/AWS-002/data?start=2026-05-05T00:00:00Z&end=2026-05-05T00:00:00Z").await;
+    let a = app
+        .get_as("alice", "change-me-alice", "/devices/AWS-002/data?start=2026-05-05T00:00:00Z&end=2026-05-05T00:00:00Z")
+        .await;
     assert_eq!(
         a.data()[0]["sensors"],
         serde_json::json!([{"id": "AWS2-temp", "value": 30.0, "unit": "°C"}, {"id": "AWS2-rain", "value": 0.0, "unit": "mm"}])
     );
-    assert_eq!(app.get("/pk-alice-all/devices").await.data()[1]["name"], "Renamed");
-    assert_eq!(app.get("/pk-alice-all/devices").await.data()[1]["sensors"].as_array().map(Vec::len), Some(5));
+    assert_eq!(app.get_as("alice", "change-me-alice", "/devices").await.data()[1]["name"], "Renamed");
+    assert_eq!(
+        app.get_as("alice", "change-me-alice", "/devices").await.data()[1]["sensors"].as_array().map(Vec::len),
+        Some(5)
+    );
 }
 
 /// Everything the store shows, to compare before and after a refused change.
@@ -314,6 +326,21 @@ async fn demo_fills_an_empty_database_with_working_credentials() {
 }
 
 #[test]
+fn processes_opening_a_new_database_at_once_all_succeed() {
+    let dir = tempfile::tempdir().expect("dir");
+    let db = dir.path().join("race.db");
+    let children: Vec<_> = (0..4)
+        .map(|_| {
+            Command::new(BIN).arg("migrate").arg("--database").arg(&db).stderr(Stdio::piped()).spawn().expect("spawn")
+        })
+        .collect();
+    for child in children {
+        let out = child.wait_with_output().expect("wait");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+}
+
+#[test]
 fn postgres_is_refused_clearly_and_config_layers_apply() {
     let dir = tempfile::tempdir().expect("dir");
     let err = failed(&run(Path::new("postgres://u:secret@localhost/db"), &["device", "list"], ""));
@@ -337,6 +364,17 @@ fn postgres_is_refused_clearly_and_config_layers_apply() {
     assert!(out.status.success());
     assert!(env_db.exists(), "the environment wins over the config file");
 
+    let out = Command::new(BIN).args(["device", "list", "--database", "sqlite::memory:"]).output().expect("run");
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("no in-memory database"));
+
+    std::fs::write(
+        &config,
+        format!("database = {:?}\ndefault_tz = 7\nshutdown_grace = 3\n", db.to_str().expect("path")),
+    )
+    .expect("write");
+    let out = Command::new(BIN).args(["device", "list", "--config"]).arg(&config).output().expect("run");
+    assert!(out.status.success(), "a number of hours is a valid default_tz: {}", String::from_utf8_lossy(&out.stderr));
+
     std::fs::write(&config, "databse = \"typo\"\n").expect("write");
     let out = Command::new(BIN).args(["device", "list", "--config"]).arg(&config).output().expect("run");
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("unknown field"));
@@ -349,8 +387,19 @@ fn serve_shuts_down_gracefully_and_logs_no_secret() {
     let fixture = dir.path().join("fixture.json");
     std::fs::write(&fixture, FIXTURE).expect("write");
     ok(&run(&db, &["apply", fixture.to_str().expect("path")], ""));
+    // Enough readings that a client which does not read blocks the response.
+    let csv = dir.path().join("many.csv");
+    let mut text = String::from("device_id,timestamp,sensor_id,value\n");
+    let start = crate::harness::secs("2025-06-01T00:00:00Z");
+    for i in 0..200_000i64 {
+        let ts = jiff::Timestamp::from_second(start + i * 60).expect("ts");
+        text.push_str(&format!("AWLR-001,{ts},AWLR1-batt,{}\n", i % 100));
+    }
+    std::fs::write(&csv, text).expect("write");
+    ok(&run(&db, &["import", csv.to_str().expect("path")], ""));
+
     let mut child = Command::new(BIN)
-        .args(["serve", "--listen", "127.0.0.1:0", "--database"])
+        .args(["serve", "--listen", "127.0.0.1:0", "--shutdown-grace", "1", "--database"])
         .arg(&db)
         .env("SENSORHUB_LOG", "info")
         .stderr(Stdio::piped())
@@ -368,27 +417,40 @@ fn serve_shuts_down_gracefully_and_logs_no_secret() {
         }
     };
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
-    rt.block_on(async {
+    let stalled = rt.block_on(async {
         let client = reqwest::Client::new();
         let base = format!("http://{addr}/external/v1");
         let r = client.get(format!("{base}/pk-alice-all/devices")).send().await.expect("request");
         assert_eq!(r.status(), 200);
         let r = client
-            .get(format!("{base}/devices"))
+            .get(format!("{base}/devices/AWLR-001/data?start=2025-06-01T00:00:00Z&end=2026-01-01T00:00:00Z"))
             .header("Authorization", crate::harness::basic("alice", crate::harness::ALICE_PASSWORD))
             .send()
             .await
             .expect("request");
         assert_eq!(r.status(), 200);
+        let body = r.text().await.expect("body");
+        assert!(body.len() > 10_000_000, "{}", body.len());
+        // A client that asks for it all again and never reads.
+        let mut stalled = std::net::TcpStream::connect(&addr).expect("connect");
+        let request = format!(
+            "GET /external/v1/pk-alice-all/devices/AWLR-001/data?start=2025-06-01T00:00:00Z&end=2026-01-01T00:00:00Z HTTP/1.1\r\nHost: {addr}\r\n\r\n"
+        );
+        stalled.write_all(request.as_bytes()).expect("send");
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        stalled
     });
     let kill = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().expect("kill");
     assert!(kill.success());
     let status = child.wait().expect("wait");
+    drop(stalled);
     let mut rest = String::new();
     std::io::Read::read_to_string(&mut stderr, &mut rest).expect("read");
     log.push_str(&rest);
     assert!(status.success(), "exit status {status:?}: {log}");
+    assert!(log.contains("grace period"), "the stalled client was cut off after the grace period: {log}");
     assert!(log.contains("route=/external/v1/{api_key_id}/devices"), "{log}");
+    assert!(log.contains("complete=true"), "{log}");
     for secret in ["pk-alice-all", "alice:pass", "Basic ", "YWxpY2"] {
         assert!(!log.contains(secret), "{secret} in the log: {log}");
     }

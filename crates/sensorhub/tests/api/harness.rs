@@ -77,9 +77,10 @@ impl TestApp {
         let addr = listener.local_addr().expect("addr");
         let (tx, rx) = oneshot::channel::<()>();
         let router = app(AppState::new(store.clone(), rules));
-        tokio::spawn(serve(listener, router, async {
+        let stop = async {
             let _ = rx.await;
-        }));
+        };
+        tokio::spawn(serve(listener, router, stop, std::time::Duration::from_secs(5)));
         Self {
             base: format!("http://{addr}/external/v1"),
             store,
@@ -153,7 +154,7 @@ pub fn reading(device: &str, ts: i64, sensor: &str, value: f64) -> ReadingInput 
         device_id: device.into(),
         timestamp: ts,
         values: vec![sensorhub_core::model::ValueInput { sensor_id: sensor.into(), value, unit: None }],
-        position: "test".into(),
+        origin: sensorhub_core::model::Origin::Item("test".into()),
     }
 }
 
