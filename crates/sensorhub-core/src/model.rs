@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize, Serializer};
 pub const MAX_SENSORS_PER_DEVICE: usize = 64;
 
 /// A device (station) as listed by the API (spec 2.1).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct Device {
     /// Device identifier.
     pub device_id: String,
@@ -24,8 +24,9 @@ pub struct Device {
     pub long: f64,
     /// Reporting interval in seconds.
     pub interval_seconds: i64,
-    /// Second of the latest reading (UTC), if any; rendered with `Z`.
+    /// Time of the latest reading, UTC with `Z`; null when it has none.
     #[serde(serialize_with = "utc_or_null")]
+    #[schema(value_type = Option<String>, format = DateTime, example = "2026-05-05T00:30:00Z")]
     pub last_update_at: Option<i64>,
     /// Sensors, in the order they were declared.
     pub sensors: Vec<SensorMeta>,
@@ -39,7 +40,7 @@ fn utc_or_null<S: Serializer>(v: &Option<i64>, s: S) -> Result<S::Ok, S::Error> 
 }
 
 /// A sensor of a device (spec 2.2); also the provisioning form of one.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SensorMeta {
     /// Sensor identifier, `<device_prefix>-<short_code>`.

@@ -22,6 +22,9 @@ pub enum TimeError {
         /// The value as received.
         value: String,
     },
+    /// A reading's timestamp has a fraction of a second.
+    #[error("timestamp {0:?} has a fraction of a second: readings are stored to the second")]
+    Fraction(String),
     /// `start` is later than `end`.
     #[error("start ({start}) is after end ({end})")]
     StartAfterEnd {
@@ -138,18 +141,27 @@ pub fn parse_bound(name: &'static str, raw: &str, tz: Offset) -> Result<Timestam
     }
 }
 
+/// Parses a strict RFC 3339 date-time with `Z` or an offset; fractions of
+/// a second are allowed.
+pub fn parse_rfc3339(name: &'static str, raw: &str) -> Result<Timestamp, TimeError> {
+    let bad = || TimeError::BadTimestamp { name, value: raw.to_owned() };
+    let bytes = raw.as_bytes();
+    let at = rfc3339_offset_start(bytes).ok_or_else(bad)?;
+    if !matches!(bytes.get(at), Some(b'Z' | b'z' | b'+' | b'-')) || offset_kind(&bytes[at..]).is_err() {
+        return Err(bad());
+    }
+    raw.parse::<Timestamp>().map_err(|_| bad())
+}
+
 /// Parses the timestamp of a stored reading: strict RFC 3339 with `Z` or an
 /// offset, in whole seconds (readings are kept at one-second resolution, so a
 /// fraction would be lost and is refused instead).
 pub fn parse_reading_timestamp(raw: &str) -> Result<Timestamp, TimeError> {
-    let bad = || TimeError::BadTimestamp { name: "timestamp", value: raw.to_owned() };
-    let bytes = raw.as_bytes();
-    let at = rfc3339_offset_start(bytes).ok_or_else(bad)?;
-    if at != 19 || !matches!(bytes.get(at), Some(b'Z' | b'z' | b'+' | b'-')) {
-        return Err(bad());
+    let ts = parse_rfc3339("timestamp", raw)?;
+    if ts.subsec_nanosecond() != 0 {
+        return Err(TimeError::Fraction(raw.to_owned()));
     }
-    offset_kind(&bytes[at..]).map_err(|()| bad())?;
-    raw.parse::<Timestamp>().map_err(|_| bad())
+    Ok(ts)
 }
 
 /// An inclusive range of whole seconds since the Unix epoch.

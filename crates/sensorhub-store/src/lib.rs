@@ -57,6 +57,12 @@ pub trait Store: Send + Sync {
     /// The API key with this digest, with its account's state.
     async fn api_key_auth(&self, digest: &KeyDigest) -> StoreResult<Option<ApiKeyAuth>>;
 
+    /// The webhook key with this digest, with its account's state.
+    async fn webhook_key_auth(&self, digest: &KeyDigest) -> StoreResult<Option<WebhookKeyAuth>>;
+
+    /// The state of the connection pool.
+    fn pool_status(&self) -> PoolStatus;
+
     /// Devices visible in `scope`, ordered by `device_id`, with sensors and last update.
     async fn list_devices(&self, scope: Scope) -> StoreResult<Vec<Device>>;
 

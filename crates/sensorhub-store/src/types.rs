@@ -146,3 +146,29 @@ pub struct ApiKeySummary {
     /// Whether it is revoked.
     pub revoked: bool,
 }
+
+/// What the webhook needs to know about an `X-API-KEY`.
+#[derive(Debug, Clone, Copy)]
+pub struct WebhookKeyAuth {
+    /// Key number.
+    pub key_id: i64,
+    /// Owning account.
+    pub account_id: i64,
+    /// The stored digest, for a constant-time comparison.
+    pub digest: [u8; 32],
+    /// A revoked key is refused.
+    pub revoked: bool,
+    /// A key of a disabled account is refused.
+    pub account_disabled: bool,
+}
+
+/// The state of a backend's connection pool, for metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PoolStatus {
+    /// Connections the pool may open.
+    pub max: usize,
+    /// Connections in use now.
+    pub in_use: usize,
+    /// Open connections waiting for work.
+    pub idle: usize,
+}

@@ -14,6 +14,10 @@ pub const DEFAULT_DATABASE: &str = "./sensorhub.db";
 pub const DEFAULT_MAX_RANGE_DAYS: u32 = 366;
 /// Default seconds in-flight requests get after a shutdown signal.
 pub const DEFAULT_SHUTDOWN_GRACE: u64 = 30;
+/// Default quota per caller.
+pub const DEFAULT_RATE_LIMIT: &str = "600/minute";
+/// Default largest webhook body.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 1 << 20;
 
 /// The keys a config file may hold; all optional.
 #[derive(Debug, Default, Deserialize)]
@@ -30,6 +34,16 @@ pub struct FileConfig {
     pub max_range_days: Option<u32>,
     /// Seconds in-flight requests get after a shutdown signal.
     pub shutdown_grace: Option<u64>,
+    /// Quota per caller (`600/minute`, `off`).
+    pub rate_limit: Option<String>,
+    /// `simulate` or `ingest`.
+    pub webhook_mode: Option<crate::http::webhook::WebhookMode>,
+    /// Largest webhook body, in bytes.
+    pub max_body_bytes: Option<usize>,
+    /// Header with the client address set by a trusted proxy.
+    pub client_ip_header: Option<String>,
+    /// `text` or `json`.
+    pub log_format: Option<crate::cli::LogFormat>,
 }
 
 /// `default_tz` may be a number of hours or a string.
@@ -64,6 +78,11 @@ pub const KNOWN_ENV: &[&str] = &[
     "SENSORHUB_DEFAULT_TZ",
     "SENSORHUB_MAX_RANGE_DAYS",
     "SENSORHUB_SHUTDOWN_GRACE",
+    "SENSORHUB_RATE_LIMIT",
+    "SENSORHUB_WEBHOOK_MODE",
+    "SENSORHUB_MAX_BODY_BYTES",
+    "SENSORHUB_CLIENT_IP_HEADER",
+    "SENSORHUB_LOG_FORMAT",
     "SENSORHUB_LOG",
 ];
 

@@ -5,3 +5,5 @@
 pub mod cli;
 pub mod config;
 pub mod http;
+pub mod metrics;
+pub mod ratelimit;

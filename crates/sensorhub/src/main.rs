@@ -2,19 +2,20 @@
 #![forbid(unsafe_code)]
 
 use clap::Parser;
+use sensorhub::cli::LogFormat;
 use std::io::IsTerminal;
 use std::process::ExitCode;
 use tracing_subscriber::EnvFilter;
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let filter = EnvFilter::try_from_env("SENSORHUB_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr)
-        .init();
     let cli = sensorhub::cli::Cli::parse();
+    let filter = EnvFilter::try_from_env("SENSORHUB_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    let logs = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match cli.log_format() {
+        LogFormat::Json => logs.json().flatten_event(true).init(),
+        LogFormat::Text => logs.with_ansi(std::io::stderr().is_terminal()).init(),
+    }
     match sensorhub::cli::run(cli).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

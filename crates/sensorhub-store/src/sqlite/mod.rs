@@ -6,8 +6,8 @@ mod read;
 mod write;
 
 use crate::{
-    AccountAuth, AccountSummary, ApiKeyAuth, ApiKeySummary, ApplyReport, DeviceHandle, ImportReport, ReadingSource,
-    ReadingStream, Scope, Store, StoreError, StoreResult,
+    AccountAuth, AccountSummary, ApiKeyAuth, ApiKeySummary, ApplyReport, DeviceHandle, ImportReport, PoolStatus,
+    ReadingSource, ReadingStream, Scope, Store, StoreError, StoreResult, WebhookKeyAuth,
 };
 use async_trait::async_trait;
 use pool::Pool;
@@ -80,6 +80,15 @@ impl Store for SqliteStore {
     async fn api_key_auth(&self, digest: &KeyDigest) -> StoreResult<Option<ApiKeyAuth>> {
         let digest = *digest;
         self.pool.run(move |c| read::api_key_auth(c, &digest)).await
+    }
+
+    async fn webhook_key_auth(&self, digest: &KeyDigest) -> StoreResult<Option<WebhookKeyAuth>> {
+        let digest = *digest;
+        self.pool.run(move |c| read::webhook_key_auth(c, &digest)).await
+    }
+
+    fn pool_status(&self) -> PoolStatus {
+        self.pool.status()
     }
 
     async fn list_devices(&self, scope: Scope) -> StoreResult<Vec<Device>> {

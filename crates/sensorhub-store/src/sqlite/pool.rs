@@ -28,6 +28,7 @@ pub(crate) struct Pool {
 
 struct Inner {
     path: PathBuf,
+    size: usize,
     idle: Mutex<Vec<Connection>>,
     permits: Arc<Semaphore>,
 }
@@ -38,10 +39,18 @@ impl Pool {
         Self {
             inner: Arc::new(Inner {
                 path: path.to_owned(),
+                size,
                 idle: Mutex::new(Vec::with_capacity(size)),
                 permits: Arc::new(Semaphore::new(size)),
             }),
         }
+    }
+
+    /// Connections in use and idle.
+    pub(crate) fn status(&self) -> crate::PoolStatus {
+        let in_use = self.inner.size - self.inner.permits.available_permits();
+        let idle = self.inner.idle.lock().map(|v| v.len()).unwrap_or(0);
+        crate::PoolStatus { max: self.inner.size, in_use, idle }
     }
 
     /// Runs `f` with a connection on a blocking thread.

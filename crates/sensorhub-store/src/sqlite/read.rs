@@ -3,7 +3,7 @@
 use super::pool::Pool;
 use crate::{
     AccountAuth, AccountSummary, ApiKeyAuth, ApiKeySummary, DeviceHandle, ReadingBatch, ReadingStream, Scope,
-    StoreError, StoreResult, packed,
+    StoreError, StoreResult, WebhookKeyAuth, packed,
 };
 use futures_util::StreamExt;
 use rusqlite::{Connection, OptionalExtension, params};
@@ -35,6 +35,24 @@ pub(super) fn api_key_auth(c: &Connection, digest: &KeyDigest) -> StoreResult<Op
                 key_id: r.get(0)?,
                 account_id: r.get(1)?,
                 scoped: r.get(2)?,
+                revoked: r.get(3)?,
+                account_disabled: r.get(4)?,
+            })
+        })
+        .optional()?)
+}
+
+pub(super) fn webhook_key_auth(c: &Connection, digest: &KeyDigest) -> StoreResult<Option<WebhookKeyAuth>> {
+    let mut stmt = c.prepare_cached(
+        "SELECT k.id, k.account_id, k.digest, k.revoked, a.disabled
+         FROM webhook_keys k JOIN accounts a ON a.id = k.account_id WHERE k.digest = ?1",
+    )?;
+    Ok(stmt
+        .query_row([&digest[..]], |r| {
+            Ok(WebhookKeyAuth {
+                key_id: r.get(0)?,
+                account_id: r.get(1)?,
+                digest: r.get(2)?,
                 revoked: r.get(3)?,
                 account_disabled: r.get(4)?,
             })

@@ -25,8 +25,31 @@ pub struct Cli {
     /// TOML config file (keys: database, listen, default_tz, max_range_days, shutdown_grace)
     #[arg(long, global = true, env = "SENSORHUB_CONFIG")]
     config: Option<PathBuf>,
+    /// Log format on stderr: text or json [default: text]
+    #[arg(long, global = true, env = "SENSORHUB_LOG_FORMAT", value_enum)]
+    log_format: Option<LogFormat>,
     #[command(subcommand)]
     command: Command,
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+impl Cli {
+    /// The log format: flag or environment, else the config file, else text.
+    pub fn log_format(&self) -> LogFormat {
+        self.log_format
+            .or_else(|| FileConfig::load(self.config.as_deref()).ok().and_then(|f| f.log_format))
+            .unwrap_or_default()
+    }
 }
 
 #[derive(Debug, Subcommand)]

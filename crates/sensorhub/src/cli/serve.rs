@@ -1,8 +1,14 @@
 //! `sensorhub serve`: run the HTTP API.
 
 use super::{CliResult, Context};
-use crate::config::{DEFAULT_LISTEN, DEFAULT_MAX_RANGE_DAYS, DEFAULT_SHUTDOWN_GRACE};
+use crate::config::{
+    DEFAULT_LISTEN, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_RANGE_DAYS, DEFAULT_RATE_LIMIT, DEFAULT_SHUTDOWN_GRACE,
+};
+use crate::http::webhook::WebhookMode;
 use crate::http::{AppState, app, serve, shutdown_signal};
+use crate::http::{ServerOptions, WebhookSettings};
+use crate::ratelimit::RateLimitSetting;
+use axum::http::HeaderName;
 use jiff::tz::Offset;
 use sensorhub_core::time::{RangeRules, parse_tz};
 use std::net::SocketAddr;
@@ -23,6 +29,18 @@ pub struct Args {
     /// Seconds in-flight requests get to finish after SIGTERM or Ctrl-C [default: 30]
     #[arg(long, env = "SENSORHUB_SHUTDOWN_GRACE")]
     shutdown_grace: Option<u64>,
+    /// Requests per caller: COUNT/UNIT (second, minute, hour) or off [default: 600/minute]
+    #[arg(long, env = "SENSORHUB_RATE_LIMIT")]
+    rate_limit: Option<RateLimitSetting>,
+    /// simulate: check and remember webhook envelopes, store nothing; ingest: store them as readings [default: simulate]
+    #[arg(long, env = "SENSORHUB_WEBHOOK_MODE", value_enum)]
+    webhook_mode: Option<WebhookMode>,
+    /// Largest webhook body accepted, in bytes [default: 1048576]
+    #[arg(long, env = "SENSORHUB_MAX_BODY_BYTES")]
+    max_body_bytes: Option<usize>,
+    /// Header with the client address set by a trusted reverse proxy (e.g. X-Forwarded-For; its last entry counts)
+    #[arg(long, env = "SENSORHUB_CLIENT_IP_HEADER")]
+    client_ip_header: Option<String>,
     /// Fill the database with demo data first when it is empty
     #[arg(long)]
     demo: bool,
@@ -48,7 +66,24 @@ pub async fn run(ctx: &Context, args: Args) -> CliResult {
     }
     let listener =
         tokio::net::TcpListener::bind(listen).await.map_err(|e| format!("cannot listen on {listen}: {e}"))?;
-    let state = AppState::new(store, RangeRules { default_tz, max_range_days });
+    let rate_limit = match args.rate_limit {
+        Some(r) => r,
+        None => ctx.file.rate_limit.as_deref().unwrap_or(DEFAULT_RATE_LIMIT).parse::<RateLimitSetting>()?,
+    };
+    let client_ip_header = match args.client_ip_header.or_else(|| ctx.file.client_ip_header.clone()) {
+        Some(name) => {
+            Some(HeaderName::try_from(name.as_str()).map_err(|e| format!("--client-ip-header {name:?}: {e}"))?)
+        }
+        None => None,
+    };
+    let webhook = WebhookSettings {
+        mode: args.webhook_mode.or(ctx.file.webhook_mode).unwrap_or_default(),
+        max_body_bytes: args.max_body_bytes.or(ctx.file.max_body_bytes).unwrap_or(DEFAULT_MAX_BODY_BYTES),
+    };
+    let options =
+        ServerOptions { rules: RangeRules { default_tz, max_range_days }, rate_limit, client_ip_header, webhook };
+    tracing::info!(rate_limit = ?options.rate_limit, webhook_mode = ?options.webhook.mode, "settings");
+    let state = AppState::new(store, options);
     tracing::info!(
         listen = %listener.local_addr()?,
         database = %sensorhub_store::redact_url(&ctx.database),

@@ -3,7 +3,8 @@
 //! whose scope says which devices it may see.
 
 use super::AppState;
-use super::error::ApiError;
+use super::error::{ApiError, WebhookError};
+use super::ratelimit::Guard;
 use axum::extract::{FromRequestParts, RawPathParams};
 use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
@@ -107,25 +108,40 @@ impl FromRequestParts<AppState> for BasicCaller {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let guard = Guard::new(parts, state, "basic");
         let mut headers = parts.headers.get_all(AUTHORIZATION).iter();
-        let (user, password) = match (headers.next(), headers.next()) {
+        let credentials = match (headers.next(), headers.next()) {
             (Some(value), None) => value.to_str().ok().and_then(parse_basic),
             _ => None, // none, or several: ambiguous
-        }
-        .ok_or(ApiError::Unauthorized)?;
-        let Some(account) = state.store.account_auth(&user).await? else {
-            // Same work as for a known user, so timing does not tell names apart.
-            blocking(move || verify_dummy(&password)).await?;
-            return Err(ApiError::Unauthorized);
         };
-        let key = digest_parts(&[user.as_bytes(), password.as_bytes(), account.password_hash.as_bytes()]);
-        if !state.credentials.contains(&key) {
-            let phc = account.password_hash.clone();
-            if !blocking(move || verify_password(&password, &phc)).await? {
-                return Err(ApiError::Unauthorized);
+        let Some((user, password)) = credentials else {
+            return Err(guard.failed(ApiError::Unauthorized).await);
+        };
+        let account = state.store.account_auth(&user).await?;
+        let cache_key =
+            account.as_ref().map(|a| digest_parts(&[user.as_bytes(), password.as_bytes(), a.password_hash.as_bytes()]));
+        let cached = cache_key.as_ref().is_some_and(|k| state.credentials.contains(k));
+        let account = match account {
+            Some(account) if cached => account,
+            Some(account) => {
+                guard.before_verify().await?;
+                let phc = account.password_hash.clone();
+                if !blocking(move || verify_password(&password, &phc)).await? {
+                    return Err(guard.failed(ApiError::Unauthorized).await);
+                }
+                if let Some(key) = cache_key {
+                    state.credentials.insert(key);
+                }
+                account
             }
-            state.credentials.insert(key);
-        }
+            None => {
+                guard.before_verify().await?;
+                // Same work as for a known user, so timing does not tell names apart.
+                blocking(move || verify_dummy(&password)).await?;
+                return Err(guard.failed(ApiError::Unauthorized).await);
+            }
+        };
+        guard.caller(b"user", user.as_bytes()).await?;
         if account.disabled {
             return Err(ApiError::Forbidden);
         }
@@ -137,13 +153,60 @@ impl FromRequestParts<AppState> for PublicCaller {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let key_id = path_param(parts, state, "api_key_id").await.ok_or(ApiError::Forbidden)?;
-        let key = state.store.api_key_auth(&key_digest(&key_id)).await?.ok_or(ApiError::Forbidden)?;
-        if key.revoked || key.account_disabled {
-            return Err(ApiError::Forbidden);
+        let guard = Guard::new(parts, state, "public");
+        let Some(key_id) = path_param(parts, state, "api_key_id").await else {
+            return Err(guard.failed(ApiError::Forbidden).await);
+        };
+        let digest = key_digest(&key_id);
+        match state.store.api_key_auth(&digest).await? {
+            Some(key) if !key.revoked && !key.account_disabled => {
+                guard.caller(b"key", &digest).await?;
+                Ok(PublicCaller(Caller { scope: key.scope() }))
+            }
+            _ => {
+                guard.before_verify().await?;
+                Err(guard.failed(ApiError::Forbidden).await)
+            }
         }
-        Ok(PublicCaller(Caller { scope: key.scope() }))
     }
+}
+
+/// A sender of webhook envelopes, identified by `X-API-KEY`.
+pub struct WebhookCaller {
+    /// The key's account.
+    pub account_id: i64,
+}
+
+impl FromRequestParts<AppState> for WebhookCaller {
+    type Rejection = WebhookError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, WebhookError> {
+        let guard = Guard::new(parts, state, "webhook");
+        let mut values = parts.headers.get_all("x-api-key").iter();
+        let key = match (values.next(), values.next()) {
+            (Some(v), None) => v.to_str().ok().map(str::trim).filter(|k| !k.is_empty()),
+            _ => None,
+        };
+        let Some(key) = key else {
+            return Err(guard.failed(ApiError::Unauthorized).await.into());
+        };
+        let digest = key_digest(key);
+        match state.store.webhook_key_auth(&digest).await? {
+            Some(k) if constant_time_eq(&k.digest, &digest) && !k.revoked && !k.account_disabled => {
+                guard.caller(b"hook", &digest).await?;
+                Ok(WebhookCaller { account_id: k.account_id })
+            }
+            _ => {
+                guard.before_verify().await?;
+                Err(guard.failed(ApiError::Unauthorized).await.into())
+            }
+        }
+    }
+}
+
+/// Compares two digests in time independent of where they differ.
+fn constant_time_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 #[cfg(test)]

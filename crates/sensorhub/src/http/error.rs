@@ -27,6 +27,21 @@ pub enum ApiError {
     /// 405 on a read path; answered before authentication.
     #[error("method not allowed")]
     MethodNotAllowed,
+    /// 405 on the webhook path, which takes only POST.
+    #[error("method not allowed")]
+    WebhookMethodNotAllowed,
+    /// 429; `Retry-After` and the `RateLimit-*` headers are added by the rate-limit layer.
+    #[error("too many requests")]
+    TooManyRequests,
+    /// 413: the body is larger than `--max-body-bytes`.
+    #[error("payload too large")]
+    PayloadTooLarge,
+    /// 415: the body is declared as something other than JSON.
+    #[error("unsupported media type: {0}")]
+    UnsupportedMediaType(String),
+    /// 503: a dependency (the database) does not answer.
+    #[error("service unavailable: {0}")]
+    Unavailable(String),
     /// 500; the cause is logged, never sent.
     #[error("internal error: {0}")]
     Internal(String),
@@ -56,24 +71,35 @@ impl ApiError {
             ApiError::Forbidden => (StatusCode::FORBIDDEN, "Forbidden"),
             ApiError::DeviceNotFound => (StatusCode::NOT_FOUND, "Device not found"),
             ApiError::NotFound => (StatusCode::NOT_FOUND, "Not Found"),
-            ApiError::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed"),
+            ApiError::MethodNotAllowed | ApiError::WebhookMethodNotAllowed => {
+                (StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed")
+            }
+            // The spec's spelling for the read endpoints, kept on purpose.
+            ApiError::TooManyRequests => (StatusCode::TOO_MANY_REQUESTS, "To Many Request"),
+            ApiError::PayloadTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "Payload Too Large"),
+            ApiError::UnsupportedMediaType(_) => (StatusCode::UNSUPPORTED_MEDIA_TYPE, "Unsupported Media Type"),
+            ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "Service Unavailable"),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "Internal Server Error"),
         }
     }
 }
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let (status, message) = self.status_and_message();
-        let detail = match &self {
-            ApiError::BadRequest(d) => Some(d.as_str()),
-            ApiError::Internal(cause) => {
-                tracing::error!(error = %cause, "request failed");
-                None
-            }
+impl ApiError {
+    fn detail(&self) -> Option<&str> {
+        match self {
+            ApiError::BadRequest(d) | ApiError::UnsupportedMediaType(d) => Some(d.as_str()),
             _ => None,
-        };
-        let body = serde_json::to_vec(&Envelope::<()> { message, data: None, detail }).unwrap_or_default();
+        }
+    }
+
+    /// Renders `body` with this error's status and headers.
+    fn respond(self, body: Vec<u8>) -> Response {
+        let (status, _) = self.status_and_message();
+        match &self {
+            ApiError::Internal(cause) => tracing::error!(error = %cause, "request failed"),
+            ApiError::Unavailable(cause) => tracing::warn!(error = %cause, "dependency unavailable"),
+            _ => {}
+        }
         let mut res = (status, body).into_response();
         let headers = res.headers_mut();
         headers.insert(header::CONTENT_TYPE, JSON);
@@ -84,9 +110,61 @@ impl IntoResponse for ApiError {
             ApiError::MethodNotAllowed => {
                 headers.insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
             }
+            ApiError::WebhookMethodNotAllowed => {
+                headers.insert(header::ALLOW, HeaderValue::from_static("POST"));
+            }
+            ApiError::PayloadTooLarge => {
+                // The rest of the body is not read: the connection cannot be reused.
+                headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+            }
             _ => {}
         }
         res
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (_, message) = self.status_and_message();
+        let body =
+            serde_json::to_vec(&Envelope::<()> { message, data: None, detail: self.detail() }).unwrap_or_default();
+        self.respond(body)
+    }
+}
+
+/// An error of the webhook endpoint: `{"message", "detail"?}` without
+/// `data` (spec 2.7), and "Too Many Requests" spelled correctly there.
+#[derive(Debug)]
+pub struct WebhookError(pub ApiError);
+
+impl<E: Into<ApiError>> From<E> for WebhookError {
+    fn from(e: E) -> Self {
+        WebhookError(e.into())
+    }
+}
+
+/// The body of a webhook answer (spec 2.7): `Data received successfully`,
+/// or an error text (`Unauthorized`, `Bad Request`, `Payload Too Large`,
+/// `Too Many Requests`, …).
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct WebhookReply<'a> {
+    /// What happened.
+    #[schema(example = "Data received successfully")]
+    pub message: &'a str,
+    /// Why a request was refused, naming the field.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<&'a str>,
+}
+
+impl IntoResponse for WebhookError {
+    fn into_response(self) -> Response {
+        let (_, message) = self.0.status_and_message();
+        let message = match self.0 {
+            ApiError::TooManyRequests => "Too Many Requests",
+            _ => message,
+        };
+        let body = serde_json::to_vec(&WebhookReply { message, detail: self.0.detail() }).unwrap_or_default();
+        self.0.respond(body)
     }
 }
 

@@ -1,15 +1,18 @@
 //! One access-log line per request: method, route template, status and
-//! latency. The raw path is never logged: a public path holds an API key id.
+//! latency, and the request metrics. The raw path is never logged: a public path holds an API key id.
 //! A streamed response is logged when its body ends, with its full duration
 //! and whether it was sent completely.
 
+use super::AppState;
+use crate::metrics::Metrics;
 use axum::body::{Body, BodyDataStream, Bytes, HttpBody};
-use axum::extract::{MatchedPath, Request};
+use axum::extract::{MatchedPath, Request, State};
 use axum::http::Method;
 use axum::middleware::Next;
 use axum::response::Response;
 use futures_util::Stream;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
@@ -19,30 +22,33 @@ struct Entry {
     route: String,
     status: u16,
     started: Instant,
+    metrics: Arc<Metrics>,
 }
 
 impl Entry {
     fn write(self, complete: bool) {
+        let seconds = self.started.elapsed().as_secs_f64();
+        self.metrics.request(self.method.as_str(), &self.route, self.status, seconds);
         tracing::info!(
             target: "sensorhub::access",
             method = %self.method,
             route = %self.route,
             status = self.status,
-            latency_ms = self.started.elapsed().as_secs_f64() * 1000.0,
+            latency_ms = seconds * 1000.0,
             complete,
             "request"
         );
     }
 }
 
-/// Middleware writing the access log.
-pub async fn access_log(req: Request, next: Next) -> Response {
+/// Middleware writing the access log and the request metrics.
+pub async fn access_log(State(state): State<AppState>, req: Request, next: Next) -> Response {
     let started = Instant::now();
     let method = req.method().clone();
     let route =
         req.extensions().get::<MatchedPath>().map_or_else(|| "<unmatched>".to_owned(), |p| p.as_str().to_owned());
     let res = next.run(req).await;
-    let entry = Entry { method, route, status: res.status().as_u16(), started };
+    let entry = Entry { method, route, status: res.status().as_u16(), started, metrics: state.metrics.clone() };
     if res.body().size_hint().exact().is_some() {
         entry.write(true);
         return res;

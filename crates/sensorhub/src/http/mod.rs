@@ -5,18 +5,27 @@ pub mod auth;
 pub mod devices;
 pub mod error;
 mod log;
+pub mod openapi;
+mod ops;
+pub mod ratelimit;
 pub mod readings;
+pub mod webhook;
 
-use auth::{BasicCaller, PublicCaller};
+use crate::metrics::Metrics;
+use crate::ratelimit::memory::MemoryLimiter;
+use crate::ratelimit::{Limiter, Quota, RateLimitSetting};
 use axum::Router;
-use axum::routing::{MethodRouter, get};
-use error::ApiError;
+use axum::http::HeaderName;
+use axum::routing::{MethodRouter, get, post};
+use error::{ApiError, WebhookError};
 use sensorhub_core::time::RangeRules;
 use sensorhub_store::Store;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
+use webhook::WebhookMode;
 
 /// What every handler can reach.
 #[derive(Clone)]
@@ -27,12 +36,92 @@ pub struct AppState {
     pub rules: RangeRules,
     /// Verified Basic credentials.
     pub credentials: Arc<auth::CredentialCache>,
+    /// Per-caller rate limits; `None` when off.
+    pub limiter: Option<Arc<dyn Limiter>>,
+    /// Header holding the client address, set by a trusted reverse proxy.
+    pub client_ip_header: Option<HeaderName>,
+    /// Webhook behaviour.
+    pub webhook: WebhookSettings,
+    /// Envelopes accepted by the webhook, per account.
+    pub received: Arc<webhook::ReceivedLog>,
+    /// Prometheus metrics.
+    pub metrics: Arc<Metrics>,
+}
+
+/// How the webhook treats envelopes.
+#[derive(Debug, Clone, Copy)]
+pub struct WebhookSettings {
+    /// Simulate (test bench) or ingest.
+    pub mode: WebhookMode,
+    /// Largest body accepted.
+    pub max_body_bytes: usize,
+}
+
+/// Everything about serving that an operator chooses.
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    /// Time-range defaults and limits.
+    pub rules: RangeRules,
+    /// Per-caller quota.
+    pub rate_limit: RateLimitSetting,
+    /// Header holding the client address (e.g. `X-Forwarded-For`), if behind a proxy.
+    pub client_ip_header: Option<HeaderName>,
+    /// Webhook behaviour.
+    pub webhook: WebhookSettings,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        Self {
+            rules: RangeRules { default_tz: jiff::tz::Offset::UTC, max_range_days: 366 },
+            rate_limit: RateLimitSetting::On(Quota { count: 600, period: Duration::from_secs(60) }),
+            client_ip_header: None,
+            webhook: WebhookSettings { mode: WebhookMode::Simulate, max_body_bytes: 1 << 20 },
+        }
+    }
 }
 
 impl AppState {
-    /// State over `store` with the given range rules.
-    pub fn new(store: Arc<dyn Store>, rules: RangeRules) -> Self {
-        Self { store, rules, credentials: Arc::new(auth::CredentialCache::new(Duration::from_secs(600), 10_000)) }
+    /// State over `store` with `options`; the rate limiter is kept in memory.
+    pub fn new(store: Arc<dyn Store>, options: ServerOptions) -> Self {
+        let limiter: Option<Arc<dyn Limiter>> = match options.rate_limit {
+            RateLimitSetting::Off => None,
+            RateLimitSetting::On(quota) => {
+                let limiter = Arc::new(MemoryLimiter::new(quota));
+                spawn_sweeper(&limiter);
+                Some(limiter)
+            }
+        };
+        Self {
+            store,
+            rules: options.rules,
+            credentials: Arc::new(auth::CredentialCache::new(Duration::from_secs(600), 10_000)),
+            limiter,
+            client_ip_header: options.client_ip_header,
+            webhook: options.webhook,
+            received: Arc::default(),
+            metrics: Arc::default(),
+        }
+    }
+}
+
+/// Forgets callers whose quota is whole again, once a minute, for as long
+/// as the limiter lives.
+fn spawn_sweeper(limiter: &Arc<MemoryLimiter>) {
+    let weak = Arc::downgrade(limiter);
+    if let Ok(rt) = tokio::runtime::Handle::try_current() {
+        rt.spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(60));
+            loop {
+                tick.tick().await;
+                match weak.upgrade() {
+                    Some(l) => {
+                        l.sweep();
+                    }
+                    None => return,
+                }
+            }
+        });
     }
 }
 
@@ -45,15 +134,52 @@ where
     get(handler).fallback(|| async { ApiError::MethodNotAllowed })
 }
 
+/// The routes of the application, built through [`Routes`] so that the
+/// list of paths can be checked against the OpenAPI document.
+pub fn routes() -> Routes {
+    Routes::default()
+        .route("/external/v1/devices", read_route(devices::list_basic))
+        .route("/external/v1/devices/{device_id}/data", read_route(readings::read_basic))
+        .route("/external/v1/{api_key_id}/devices", read_route(devices::list_public))
+        .route("/external/v1/{api_key_id}/devices/{device_id}/data", read_route(readings::read_public))
+        .route(
+            "/external/v1/webhook/sensor-data",
+            post(webhook::receive).fallback(|| async { WebhookError(ApiError::WebhookMethodNotAllowed) }),
+        )
+        .route("/external/v1/webhook/sensor-data/received", read_route(webhook::received))
+        .route("/healthz", get(ops::healthz))
+        .route("/readyz", get(ops::readyz))
+        .route("/metrics", get(ops::metrics))
+        .route("/openapi.json", get(ops::openapi))
+}
+
+/// A router that remembers its paths.
+#[derive(Default)]
+pub struct Routes {
+    router: Router<AppState>,
+    paths: Vec<&'static str>,
+}
+
+impl Routes {
+    fn route(mut self, path: &'static str, method_router: MethodRouter<AppState>) -> Self {
+        self.router = self.router.route(path, method_router);
+        self.paths.push(path);
+        self
+    }
+
+    /// The paths served.
+    pub fn paths(&self) -> &[&'static str] {
+        &self.paths
+    }
+}
+
 /// The application router.
 pub fn app(state: AppState) -> Router {
-    Router::new()
-        .route("/external/v1/devices", read_route(devices::list::<BasicCaller>))
-        .route("/external/v1/devices/{device_id}/data", read_route(readings::read::<BasicCaller>))
-        .route("/external/v1/{api_key_id}/devices", read_route(devices::list::<PublicCaller>))
-        .route("/external/v1/{api_key_id}/devices/{device_id}/data", read_route(readings::read::<PublicCaller>))
+    routes()
+        .router
         .fallback(|| async { ApiError::NotFound })
-        .layer(axum::middleware::from_fn(log::access_log))
+        .layer(axum::middleware::from_fn(ratelimit::headers))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), log::access_log))
         .with_state(state)
 }
 
@@ -68,9 +194,11 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let mut graceful = stopped.clone();
-    let server = axum::serve(listener, app).with_graceful_shutdown(async move {
-        let _ = graceful.wait_for(|s| *s).await;
-    });
+    let server = axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).with_graceful_shutdown(
+        async move {
+            let _ = graceful.wait_for(|s| *s).await;
+        },
+    );
     let deadline = async move {
         shutdown.await;
         let _ = stop.send(true);

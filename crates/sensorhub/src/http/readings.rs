@@ -2,10 +2,9 @@
 //! of one device in a time range, streamed from the store to the socket.
 
 use super::AppState;
-#[cfg(doc)]
-use super::auth::{BasicCaller, PublicCaller};
-use super::auth::{Caller, path_param};
+use super::auth::{BasicCaller, Caller, PublicCaller, path_param};
 use super::error::{ApiError, JSON};
+use super::openapi::{ErrorBody, ReadingList};
 use axum::body::Body;
 use axum::extract::{FromRequestParts, State};
 use axum::http::header;
@@ -20,10 +19,17 @@ use sensorhub_store::ReadingBatch;
 use serde::Deserialize;
 
 /// The query of a readings request, as received.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct RangeParams {
+    /// Start, inclusive: RFC 3339 with Z or an offset, or without one (read in tz). Default: today 00:00:00.
+    #[param(example = "2026-05-05T00:00:00Z")]
     start: Option<String>,
+    /// End, inclusive, same forms. Default: now.
+    #[param(example = "2026-05-05T23:59:59Z")]
     end: Option<String>,
+    /// UTC offset of rendered times: whole hours -12..14, or ±HH:MM. Default: the server's --default-tz.
+    #[param(example = "7")]
     tz: Option<String>,
 }
 
@@ -47,8 +53,54 @@ impl<S: Send + Sync> FromRequestParts<S> for DevicePath {
     }
 }
 
+/// Spec 4.2.
+#[utoipa::path(get, path = "/external/v1/devices/{device_id}/data", tag = "readings",
+    security(("basicAuth" = [])),
+    params(("device_id" = String, Path, description = "Device id"), RangeParams),
+    responses(
+        (status = 200, description = "Readings grouped by timestamp, ascending", body = ReadingList),
+        (status = 400, description = "Bad Request, with a detail", body = ErrorBody),
+        (status = 401, description = "Unauthorized", body = ErrorBody),
+        (status = 403, description = "Forbidden: the account is disabled", body = ErrorBody),
+        (status = 404, description = "Device not found", body = ErrorBody),
+        (status = 405, description = "Method Not Allowed", body = ErrorBody),
+        (status = 429, description = "To Many Request", body = ErrorBody),
+    ))]
+pub async fn read_basic(
+    state: State<AppState>,
+    caller: BasicCaller,
+    device: DevicePath,
+    params: RangeParams,
+) -> Result<Response, ApiError> {
+    read(state, caller, device, params).await
+}
+
+/// Spec 4.4.
+#[utoipa::path(get, path = "/external/v1/{api_key_id}/devices/{device_id}/data", tag = "readings",
+    params(
+        ("api_key_id" = String, Path, description = "API key id: the credential of the public endpoints"),
+        ("device_id" = String, Path, description = "Device id"),
+        RangeParams,
+    ),
+    responses(
+        (status = 200, description = "Readings grouped by timestamp, ascending", body = ReadingList),
+        (status = 400, description = "Bad Request, with a detail", body = ErrorBody),
+        (status = 403, description = "Forbidden: unknown or revoked key, or disabled account", body = ErrorBody),
+        (status = 404, description = "Device not found", body = ErrorBody),
+        (status = 405, description = "Method Not Allowed", body = ErrorBody),
+        (status = 429, description = "To Many Request", body = ErrorBody),
+    ))]
+pub async fn read_public(
+    state: State<AppState>,
+    caller: PublicCaller,
+    device: DevicePath,
+    params: RangeParams,
+) -> Result<Response, ApiError> {
+    read(state, caller, device, params).await
+}
+
 /// Spec 4.2 (with [`BasicCaller`]) and 4.4 (with [`PublicCaller`]).
-pub async fn read<C: Into<Caller>>(
+async fn read<C: Into<Caller>>(
     State(state): State<AppState>,
     caller: C,
     DevicePath(device_id): DevicePath,
@@ -63,11 +115,16 @@ pub async fn read<C: Into<Caller>>(
     // Wait for the first batch so that a failing store still gets a 500
     // rather than a cut-off 200.
     let first = batches.next().await.transpose()?;
+    let metrics = state.metrics.clone();
+    metrics.readings_served(first.as_ref().map_or(0, ReadingBatch::len));
     let mut encoder = ReadingEncoder::new(&device.sensors, resolved.offset);
     let head = encoder.begin(first.as_ref());
     let body = stream::once(async move { Ok::<_, std::io::Error>(head) })
         .chain(batches.map(move |batch| match batch {
-            Ok(b) => Ok(encoder.batch(&b)),
+            Ok(b) => {
+                metrics.readings_served(b.len());
+                Ok(encoder.batch(&b))
+            }
             Err(e) => {
                 tracing::error!(error = %e, "reading stream failed; closing the response");
                 Err(std::io::Error::other(e.to_string()))

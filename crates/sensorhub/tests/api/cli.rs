@@ -455,3 +455,30 @@ fn serve_shuts_down_gracefully_and_logs_no_secret() {
         assert!(!log.contains(secret), "{secret} in the log: {log}");
     }
 }
+
+#[test]
+fn json_logs_are_one_object_per_line() {
+    let dir = tempfile::tempdir().expect("dir");
+    let db = dir.path().join("j.db");
+    let mut child = Command::new(BIN)
+        .args(["serve", "--listen", "127.0.0.1:0", "--log-format", "json", "--database"])
+        .arg(&db)
+        .env("SENSORHUB_LOG", "info")
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let mut stderr = BufReader::new(child.stderr.take().expect("stderr"));
+    let line = loop {
+        let mut line = String::new();
+        assert!(stderr.read_line(&mut line).expect("read") > 0, "server exited");
+        if line.contains("listen") {
+            break line;
+        }
+    };
+    let event: serde_json::Value = serde_json::from_str(&line).expect("a JSON log line");
+    assert_eq!(event["level"], "INFO");
+    assert!(event["listen"].as_str().is_some_and(|a| a.starts_with("127.0.0.1:")), "{event}");
+    Command::new("kill").args(["-TERM", &child.id().to_string()]).status().expect("kill");
+    assert!(child.wait().expect("wait").success());
+}

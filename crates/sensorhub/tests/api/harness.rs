@@ -1,9 +1,8 @@
 //! `TestApp`: a temporary database provisioned through the same path as
 //! `apply`, the real router served on 127.0.0.1:0, and clients per actor.
 
-use jiff::tz::Offset;
 use reqwest::{Method, StatusCode, header::HeaderMap};
-use sensorhub::http::{AppState, app, serve};
+use sensorhub::http::{AppState, ServerOptions, app, serve};
 use sensorhub_core::model::ReadingInput;
 use sensorhub_core::provision::{Provision, parse_json};
 use sensorhub_core::time::RangeRules;
@@ -49,22 +48,27 @@ impl Answer {
 }
 
 impl TestApp {
-    /// A server over the fixture with the default rules (tz 0, 366 days).
+    /// A server over the fixture with the default options (tz 0, 366 days, 600/minute).
     pub async fn start() -> Self {
-        Self::with_rules(RangeRules { default_tz: Offset::UTC, max_range_days: 366 }).await
+        Self::with(ServerOptions::default()).await
     }
 
     /// A server over the fixture with `rules`.
     pub async fn with_rules(rules: RangeRules) -> Self {
-        Self::spawn(rules, Some(FIXTURE)).await
+        Self::with(ServerOptions { rules, ..ServerOptions::default() }).await
+    }
+
+    /// A server over the fixture with `options`.
+    pub async fn with(options: ServerOptions) -> Self {
+        Self::spawn(options, Some(FIXTURE)).await
     }
 
     /// A server over an empty database.
     pub async fn empty() -> Self {
-        Self::spawn(RangeRules { default_tz: Offset::UTC, max_range_days: 366 }, None).await
+        Self::spawn(ServerOptions::default(), None).await
     }
 
-    async fn spawn(rules: RangeRules, provision: Option<&str>) -> Self {
+    async fn spawn(options: ServerOptions, provision: Option<&str>) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         let db = dir.path().join("test.db");
         let store = sensorhub_store::open(db.to_str().expect("utf-8 path")).await.expect("open store");
@@ -76,7 +80,7 @@ impl TestApp {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let (tx, rx) = oneshot::channel::<()>();
-        let router = app(AppState::new(store.clone(), rules));
+        let router = app(AppState::new(store.clone(), options));
         let stop = async {
             let _ = rx.await;
         };
@@ -98,16 +102,46 @@ impl TestApp {
 
     /// Sends `method path` with an optional `Authorization` header.
     pub async fn send(&self, method: Method, path: &str, auth: Option<&str>) -> Answer {
-        let mut req = self.client.request(method, format!("{}{path}", self.base));
-        if let Some(a) = auth {
-            req = req.header("Authorization", a);
+        let headers: Vec<(&str, &str)> = auth.map(|a| ("Authorization", a)).into_iter().collect();
+        self.request(method, &format!("{}{path}", self.base), &headers, None).await
+    }
+
+    /// Sends a request to `url` with `headers` and an optional body.
+    pub async fn request(
+        &self,
+        method: Method,
+        url: &str,
+        headers: &[(&str, &str)],
+        body: Option<reqwest::Body>,
+    ) -> Answer {
+        let mut req = self.client.request(method, url);
+        for (name, value) in headers {
+            req = req.header(*name, *value);
+        }
+        if let Some(b) = body {
+            req = req.body(b);
         }
         let res = req.send().await.expect("request");
         let status = res.status();
         let headers = res.headers().clone();
         let text = res.text().await.expect("body");
-        let body = if text.is_empty() { Value::Null } else { serde_json::from_str(&text).expect("JSON body") };
+        let body = serde_json::from_str(&text).unwrap_or(Value::Null);
         Answer { status, headers, body, text }
+    }
+
+    /// `http://127.0.0.1:PORT`, for paths outside `/external/v1`.
+    pub fn root(&self) -> String {
+        self.base.trim_end_matches("/external/v1").to_owned()
+    }
+
+    /// POSTs `body` to the webhook with `key` as `X-API-KEY`.
+    pub async fn webhook(&self, key: Option<&str>, body: &str) -> Answer {
+        let mut headers = vec![("Content-Type", "application/json")];
+        if let Some(k) = key {
+            headers.push(("X-API-KEY", k));
+        }
+        let url = format!("{}/webhook/sensor-data", self.base);
+        self.request(Method::POST, &url, &headers, Some(body.to_owned().into())).await
     }
 
     /// GET without credentials (public paths).

@@ -5,4 +5,7 @@ mod auth;
 mod cli;
 mod devices;
 mod harness;
+mod ops;
+mod ratelimit;
 mod readings;
+mod webhook;

@@ -1,0 +1,147 @@
+//! The OpenAPI 3.1 document at `/openapi.json`, generated from the handlers'
+//! annotations and the response types. Readings are streamed by a custom
+//! encoder, so their schema is described by the types below.
+
+use super::error::WebhookReply;
+use super::webhook::Received;
+use sensorhub_core::model::{Device, SensorMeta};
+use serde::Serialize;
+use utoipa::openapi::security::{ApiKey, ApiKeyValue, Http, HttpAuthScheme, SecurityScheme};
+use utoipa::{Modify, OpenApi, ToSchema};
+
+/// A measured value (spec 2.4).
+#[derive(Serialize, ToSchema)]
+pub struct SensorValue {
+    /// Sensor identifier.
+    id: String,
+    /// The value.
+    value: f64,
+    /// Unit; `.` for a dimensionless value.
+    unit: String,
+}
+
+/// The values measured at one instant (spec 2.3).
+#[derive(Serialize, ToSchema)]
+pub struct Reading {
+    /// RFC 3339, in the requested offset (`Z` for 0).
+    #[schema(example = "2026-05-05T07:00:00+07:00")]
+    timestamp: String,
+    /// Values measured at that instant, in sensor order.
+    sensors: Vec<SensorValue>,
+}
+
+/// `{"message": "Success", "data": [Device]}`
+#[derive(Serialize, ToSchema)]
+pub struct DeviceList {
+    #[schema(example = "Success")]
+    message: String,
+    data: Vec<Device>,
+}
+
+/// `{"message": "Success", "data": [Reading]}`, ascending by time.
+#[derive(Serialize, ToSchema)]
+pub struct ReadingList {
+    #[schema(example = "Success")]
+    message: String,
+    data: Vec<Reading>,
+}
+
+/// `{"message": "Success", "data": [Received]}`, newest first.
+#[derive(Serialize, ToSchema)]
+pub struct ReceivedList {
+    #[schema(example = "Success")]
+    message: String,
+    data: Vec<Received>,
+}
+
+/// An error of the read endpoints: the spec's exact text and `data: null`.
+#[derive(Serialize, ToSchema)]
+pub struct ErrorBody {
+    /// `Bad Request`, `Unauthorized`, `Forbidden`, `Device not found`,
+    /// `Method Not Allowed`, `To Many Request` (sic), `Not Found`.
+    #[schema(example = "Device not found")]
+    message: String,
+    /// Always null.
+    #[schema(value_type = Option<Object>)]
+    data: Option<()>,
+    /// What is wrong (400 only).
+    detail: Option<String>,
+}
+
+/// The webhook envelope (spec 2.6).
+#[derive(Serialize, ToSchema)]
+pub struct WebhookEnvelope {
+    /// Event kind, e.g. `sensor-data`.
+    event: String,
+    /// Device identifier.
+    device_id: String,
+    /// RFC 3339 date-time with `Z` or an offset.
+    #[schema(example = "2026-05-05T07:00:00+07:00")]
+    timestamp: String,
+    /// A flat set of named values, or `{"sensors": [{"id", "value"}]}`.
+    #[schema(value_type = Object)]
+    data: serde_json::Value,
+    /// Free-form.
+    #[schema(value_type = Option<Object>)]
+    metadata: Option<serde_json::Value>,
+}
+
+/// The security schemes: HTTP Basic, and the webhook's `X-API-KEY`. The
+/// public reads carry their credential as the `api_key_id` path parameter,
+/// which OpenAPI cannot express as a scheme.
+struct Security;
+
+impl Modify for Security {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme("basicAuth", SecurityScheme::Http(Http::new(HttpAuthScheme::Basic)));
+        components
+            .add_security_scheme("webhookKey", SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::new("X-API-KEY"))));
+    }
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "sensorhub: Device Sensor Data Service", description = "Devices and readings of AWLR and AWS stations, and a sensor-data webhook receiver."),
+    paths(
+        super::devices::list_basic,
+        super::readings::read_basic,
+        super::devices::list_public,
+        super::readings::read_public,
+        super::webhook::receive,
+        super::webhook::received,
+        super::ops::healthz,
+        super::ops::readyz,
+        super::ops::metrics,
+        super::ops::openapi,
+    ),
+    components(schemas(Device, SensorMeta, Reading, SensorValue, ErrorBody, WebhookEnvelope, WebhookReply, Received)),
+    modifiers(&Security)
+)]
+struct ApiDoc;
+
+/// The document as JSON.
+pub fn document_json() -> String {
+    ApiDoc::openapi().to_json().unwrap_or_else(|_| "{}".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_route_is_documented() {
+        let doc: serde_json::Value = serde_json::from_str(&document_json()).expect("JSON");
+        assert!(doc["openapi"].as_str().is_some_and(|v| v.starts_with("3.1")), "{}", doc["openapi"]);
+        let paths = doc["paths"].as_object().expect("paths");
+        for path in super::super::routes().paths() {
+            assert!(paths.contains_key(*path), "{path} is not in the OpenAPI document");
+        }
+        assert_eq!(paths.len(), super::super::routes().paths().len(), "no documented path is missing from the router");
+        let schemes = doc["components"]["securitySchemes"].as_object().expect("schemes");
+        assert!(schemes.contains_key("basicAuth") && schemes.contains_key("webhookKey"));
+        for schema in ["Device", "Reading", "ErrorBody", "WebhookEnvelope", "WebhookReply"] {
+            assert!(doc["components"]["schemas"].get(schema).is_some(), "{schema}");
+        }
+    }
+}

@@ -1,0 +1,368 @@
+//! POST /webhook/sensor-data: the sensor-data webhook receiver (spec 4.5).
+//! In `simulate` mode (the default) it is a test bench: envelopes are
+//! checked, never stored as readings, and the last ones accepted are kept in
+//! memory with warnings so a sender can see what arrived. In `ingest` mode
+//! an envelope is written as one reading, atomically.
+
+use super::AppState;
+use super::auth::WebhookCaller;
+use super::error::{ApiError, JSON, WebhookError, WebhookReply, success};
+use super::openapi::{ReceivedList, WebhookEnvelope};
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, header};
+use axum::response::{IntoResponse, Response};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use sensorhub_core::model::{Origin, ReadingInput, ValueInput};
+use sensorhub_core::time::{format_rfc3339, parse_rfc3339};
+use sensorhub_store::Scope;
+use serde::Serialize;
+use serde_json::{Map, Value};
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
+
+/// What the webhook does with accepted envelopes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WebhookMode {
+    /// Check and remember envelopes; store nothing (a test bench for senders).
+    #[default]
+    Simulate,
+    /// Store each envelope's values as one reading.
+    Ingest,
+}
+
+/// Envelopes kept per account.
+const KEEP: usize = 100;
+/// Bytes of envelopes kept per account at most; the oldest go first.
+const KEEP_BYTES: usize = 4 << 20;
+
+/// An accepted envelope as the sender can read it back.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct Received {
+    /// When it arrived, UTC.
+    pub received_at: String,
+    /// The envelope as sent.
+    #[schema(value_type = Object)]
+    pub envelope: Value,
+    /// What would be refused or surprising on a real integration.
+    pub warnings: Vec<String>,
+    #[serde(skip)]
+    size: usize,
+}
+
+/// The last accepted envelopes of each account, newest last.
+#[derive(Default)]
+pub struct ReceivedLog {
+    accounts: Mutex<HashMap<i64, VecDeque<Received>>>,
+}
+
+impl ReceivedLog {
+    fn push(&self, account: i64, item: Received) {
+        let Ok(mut accounts) = self.accounts.lock() else { return };
+        let list = accounts.entry(account).or_default();
+        list.push_back(item);
+        let mut bytes: usize = list.iter().map(|r| r.size).sum();
+        while list.len() > KEEP || (bytes > KEEP_BYTES && list.len() > 1) {
+            if let Some(old) = list.pop_front() {
+                bytes -= old.size;
+            }
+        }
+    }
+
+    /// The account's envelopes, newest first.
+    pub fn newest_first(&self, account: i64) -> Vec<Received> {
+        let Ok(accounts) = self.accounts.lock() else { return Vec::new() };
+        accounts.get(&account).map(|l| l.iter().rev().cloned().collect()).unwrap_or_default()
+    }
+}
+
+/// A checked envelope.
+struct Envelope {
+    device_id: String,
+    timestamp: jiff::Timestamp,
+    /// Named values: the field path for messages, the sensor id, the value.
+    values: Vec<(String, String, Value)>,
+    warnings: Vec<String>,
+}
+
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+fn required_string(obj: &Map<String, Value>, field: &str) -> Result<String, String> {
+    match obj.get(field) {
+        None => Err(format!("{field} is required")),
+        Some(Value::String(s)) if s.trim().is_empty() => Err(format!("{field} must not be empty")),
+        Some(Value::String(s)) => Ok(s.clone()),
+        Some(other) => Err(format!("{field} must be a string, not {}", kind(other))),
+    }
+}
+
+/// Checks the envelope of spec 2.6; the error names the field.
+fn parse_envelope(body: &[u8]) -> Result<(Envelope, Value), String> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Err("the body is empty: send the envelope as a JSON object".into());
+    }
+    let raw: Value = serde_json::from_slice(body).map_err(|e| format!("the body is not valid JSON: {e}"))?;
+    let Value::Object(obj) = &raw else {
+        return Err(format!("the body must be a JSON object, not {}", kind(&raw)));
+    };
+    required_string(obj, "event")?;
+    let device_id = required_string(obj, "device_id")?;
+    let ts_text = required_string(obj, "timestamp")?;
+    let timestamp = parse_rfc3339("timestamp", &ts_text).map_err(|_| {
+        format!("timestamp must be an RFC 3339 date-time like 2026-05-05T07:00:00+07:00, not {ts_text:?}")
+    })?;
+    let data = match obj.get("data") {
+        None => return Err("data is required".into()),
+        Some(Value::Object(d)) => d,
+        Some(other) => return Err(format!("data must be a JSON object, not {}", kind(other))),
+    };
+    match obj.get("metadata") {
+        None | Some(Value::Null | Value::Object(_)) => {}
+        Some(other) => return Err(format!("metadata must be a JSON object, not {}", kind(other))),
+    }
+    let mut values = Vec::new();
+    match data.get("sensors") {
+        Some(Value::Array(items)) => {
+            for (i, item) in items.iter().enumerate() {
+                let at = format!("data.sensors[{i}]");
+                let Value::Object(item) = item else {
+                    return Err(format!("{at} must be an object with id and value, not {}", kind(item)));
+                };
+                let id = required_string(item, "id").map_err(|e| format!("{at}.{e}"))?;
+                let value = item.get("value").ok_or(format!("{at}.value is required"))?;
+                values.push((format!("{at}.value"), id, value.clone()));
+            }
+        }
+        Some(other) if data.len() == 1 => {
+            return Err(format!("data.sensors must be an array of {{id, value}}, not {}", kind(other)));
+        }
+        _ => values.extend(data.iter().map(|(k, v)| (format!("data.{k}"), k.clone(), v.clone()))),
+    }
+    let known = ["event", "device_id", "timestamp", "data", "metadata"];
+    let mut warnings: Vec<String> = obj
+        .keys()
+        .filter(|k| !known.contains(&k.as_str()))
+        .map(|k| format!("unknown field {k:?} is ignored"))
+        .collect();
+    if timestamp.subsec_nanosecond() != 0 {
+        warnings.push("timestamp has a fraction of a second: readings are stored to the second".into());
+    }
+    if values.is_empty() {
+        warnings.push("data holds no values".into());
+    }
+    Ok((Envelope { device_id, timestamp, values, warnings }, raw))
+}
+
+/// Reads the body, refusing it (413) past `max` bytes without reading on.
+async fn read_body(headers: &HeaderMap, body: Body, max: usize) -> Result<axum::body::Bytes, ApiError> {
+    if let Some(ct) = headers.get(header::CONTENT_TYPE) {
+        let ct = ct.to_str().unwrap_or_default().to_ascii_lowercase();
+        let essence = ct.split(';').next().unwrap_or_default().trim();
+        if essence != "application/json" && !essence.ends_with("+json") {
+            return Err(ApiError::UnsupportedMediaType(format!(
+                "Content-Type must be application/json, not {essence:?}"
+            )));
+        }
+    }
+    let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > max as u64) {
+        return Err(ApiError::PayloadTooLarge);
+    }
+    match Limited::new(body, max).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.is::<LengthLimitError>() => Err(ApiError::PayloadTooLarge),
+        Err(e) => Err(ApiError::BadRequest(format!("cannot read the body: {e}"))),
+    }
+}
+
+/// Spec 4.5.
+#[utoipa::path(post, path = "/external/v1/webhook/sensor-data", tag = "webhook",
+    operation_id = "receive-sensor-data",
+    security(("webhookKey" = [])),
+    request_body(content = WebhookEnvelope, content_type = "application/json"),
+    responses(
+        (status = 200, description = "Data received successfully", body = WebhookReply),
+        (status = 400, description = "Bad Request: the detail names the field", body = WebhookReply),
+        (status = 401, description = "Unauthorized: missing, unknown or revoked X-API-KEY", body = WebhookReply),
+        (status = 404, description = "Device not found (ingest mode)", body = WebhookReply),
+        (status = 405, description = "Method Not Allowed", body = WebhookReply),
+        (status = 413, description = "Payload Too Large", body = WebhookReply),
+        (status = 415, description = "Unsupported Media Type", body = WebhookReply),
+        (status = 429, description = "Too Many Requests", body = WebhookReply),
+    ))]
+pub async fn receive(
+    State(state): State<AppState>,
+    caller: WebhookCaller,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, WebhookError> {
+    let result = handle(&state, &caller, &headers, body).await;
+    state.metrics.webhook(result.is_ok());
+    result?;
+    let reply = WebhookReply { message: "Data received successfully", detail: None };
+    Ok(([(header::CONTENT_TYPE, JSON)], serde_json::to_vec(&reply).unwrap_or_default()).into_response())
+}
+
+async fn handle(state: &AppState, caller: &WebhookCaller, headers: &HeaderMap, body: Body) -> Result<(), ApiError> {
+    let bytes = read_body(headers, body, state.webhook.max_body_bytes).await?;
+    let (mut envelope, raw) = parse_envelope(&bytes).map_err(ApiError::BadRequest)?;
+    let scope = Scope::Account { account_id: caller.account_id, key: None };
+    let device = state.store.find_device(scope, &envelope.device_id).await?;
+    if state.webhook.mode == WebhookMode::Ingest {
+        let device = device.ok_or(ApiError::DeviceNotFound)?;
+        ingest(state, &envelope, &device.sensors).await?;
+    } else {
+        match &device {
+            None => {
+                envelope.warnings.push(format!("device {:?} is not one of this account's devices", envelope.device_id))
+            }
+            Some(d) => {
+                for (at, id, _) in &envelope.values {
+                    if !d.sensors.iter().any(|s| s.sensor_id == *id) {
+                        envelope.warnings.push(format!("{at}: sensor {id:?} is not registered for this device"));
+                    }
+                }
+            }
+        }
+        for (at, _, value) in &envelope.values {
+            if !value.is_number() {
+                envelope.warnings.push(format!("{at} is {}, not a number", kind(value)));
+            }
+        }
+    }
+    let now = jiff::Timestamp::now().as_second();
+    let received = Received {
+        received_at: format_rfc3339(now, jiff::tz::Offset::UTC),
+        size: bytes.len(),
+        envelope: raw,
+        warnings: envelope.warnings,
+    };
+    state.received.push(caller.account_id, received);
+    Ok(())
+}
+
+/// Writes the envelope's values as one reading: all of them or, on the first
+/// unknown sensor or non-number, none.
+async fn ingest(
+    state: &AppState,
+    envelope: &Envelope,
+    sensors: &[sensorhub_core::model::SensorMeta],
+) -> Result<(), ApiError> {
+    if envelope.values.is_empty() {
+        return Err(ApiError::BadRequest("data holds no values".into()));
+    }
+    if envelope.timestamp.subsec_nanosecond() != 0 {
+        return Err(ApiError::BadRequest(
+            "timestamp has a fraction of a second: readings are stored to the second".into(),
+        ));
+    }
+    let mut values = Vec::with_capacity(envelope.values.len());
+    for (at, id, value) in &envelope.values {
+        if !sensors.iter().any(|s| s.sensor_id == *id) {
+            return Err(ApiError::BadRequest(format!("{at}: sensor {id:?} is not registered for this device")));
+        }
+        let Some(v) = value.as_f64().filter(|v| v.is_finite()) else {
+            return Err(ApiError::BadRequest(format!("{at} must be a number, not {}", kind(value))));
+        };
+        values.push(ValueInput { sensor_id: id.clone(), value: v, unit: None });
+    }
+    let reading = ReadingInput {
+        device_id: envelope.device_id.clone(),
+        timestamp: envelope.timestamp.as_second(),
+        values,
+        origin: Origin::Item("webhook".into()),
+    };
+    state.store.import(Box::new(std::iter::once(Ok(reading)))).await?;
+    state.metrics.readings_ingested(1);
+    Ok(())
+}
+
+/// GET /webhook/sensor-data/received: the caller's last accepted envelopes.
+#[utoipa::path(get, path = "/external/v1/webhook/sensor-data/received", tag = "webhook",
+    security(("webhookKey" = [])),
+    responses(
+        (status = 200, description = "The last 100 accepted envelopes, newest first, with warnings", body = ReceivedList),
+        (status = 401, description = "Unauthorized", body = WebhookReply),
+        (status = 429, description = "Too Many Requests", body = WebhookReply),
+    ))]
+pub async fn received(State(state): State<AppState>, caller: WebhookCaller) -> Response {
+    success(state.received.newest_first(caller.account_id))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn detail(body: &str) -> String {
+        parse_envelope(body.as_bytes()).err().unwrap_or_default()
+    }
+
+    #[test]
+    fn both_data_shapes_are_read() {
+        let (e, _) = parse_envelope(
+            br#"{"event":"sensor-data","device_id":"D","timestamp":"2026-05-05T07:00:00+07:00","data":{"a":1,"b":2.5}}"#,
+        )
+        .expect("valid");
+        assert_eq!(e.values.len(), 2);
+        let (e, _) = parse_envelope(
+            br#"{"event":"x","device_id":"D","timestamp":"2026-05-05T00:00:00Z","data":{"sensors":[{"id":"a","value":1}]},"metadata":{"fw":"1.2"}}"#,
+        )
+        .expect("valid");
+        assert_eq!(e.values[0].0, "data.sensors[0].value");
+        assert_eq!(e.values[0].1, "a");
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let ok = r#""event":"x","device_id":"D","timestamp":"2026-05-05T00:00:00Z""#;
+        assert!(detail("").contains("empty"));
+        assert!(detail("{").contains("not valid JSON"));
+        assert!(detail("[]").contains("not an array"));
+        assert!(
+            detail(r#"{"device_id":"D","timestamp":"2026-05-05T00:00:00Z","data":{}}"#).contains("event is required")
+        );
+        assert!(
+            detail(r#"{"event":5,"device_id":"D","timestamp":"2026-05-05T00:00:00Z","data":{}}"#)
+                .contains("event must be a string")
+        );
+        assert!(
+            detail(r#"{"event":"x","device_id":"","timestamp":"2026-05-05T00:00:00Z","data":{}}"#)
+                .contains("device_id must not be empty")
+        );
+        assert!(
+            detail(r#"{"event":"x","device_id":"D","timestamp":"yesterday","data":{}}"#)
+                .contains("timestamp must be an RFC 3339")
+        );
+        assert!(detail(&format!("{{{ok}}}")).contains("data is required"));
+        assert!(detail(&format!("{{{ok},\"data\":[1]}}")).contains("data must be a JSON object, not an array"));
+        assert!(detail(&format!("{{{ok},\"data\":{{}},\"metadata\":3}}")).contains("metadata must be a JSON object"));
+        assert!(
+            detail(&format!("{{{ok},\"data\":{{\"sensors\":[{{\"value\":1}}]}}}}"))
+                .contains("data.sensors[0].id is required")
+        );
+        assert!(detail(&format!("{{{ok},\"data\":{{\"sensors\":5}}}}")).contains("data.sensors must be an array"));
+    }
+
+    #[test]
+    fn the_log_keeps_the_newest_hundred() {
+        let log = ReceivedLog::default();
+        for i in 0..150 {
+            let item = Received { received_at: i.to_string(), envelope: Value::Null, warnings: vec![], size: 10 };
+            log.push(1, item);
+        }
+        let list = log.newest_first(1);
+        assert_eq!(list.len(), 100);
+        assert_eq!(list[0].received_at, "149");
+        assert!(log.newest_first(2).is_empty());
+    }
+}

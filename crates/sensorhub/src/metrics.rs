@@ -1,0 +1,157 @@
+//! Prometheus metrics (OpenMetrics text at `GET /metrics`): requests and
+//! latency by route template and status, rate-limited requests, webhook
+//! envelopes, readings served and ingested, and the database pool.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use sensorhub_store::PoolStatus;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    method: String,
+    route: String,
+    status: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LatencyLabels {
+    route: String,
+    status: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabels {
+    state: &'static str,
+}
+
+fn latency_histogram() -> Histogram {
+    // 0.25 ms to ~8 s.
+    Histogram::new(exponential_buckets(0.000_25, 2.0, 16))
+}
+
+/// Every metric the service exports.
+pub struct Metrics {
+    registry: Registry,
+    requests: Family<RequestLabels, Counter>,
+    latency: Family<LatencyLabels, Histogram, fn() -> Histogram>,
+    rate_limited: Family<KindLabels, Counter>,
+    webhook: Family<OutcomeLabels, Counter>,
+    readings_served: Counter,
+    readings_ingested: Counter,
+    pool: Family<StateLabels, Gauge>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("sensorhub");
+        let requests = Family::<RequestLabels, Counter>::default();
+        let latency = Family::<LatencyLabels, Histogram, fn() -> Histogram>::new_with_constructor(latency_histogram);
+        let rate_limited = Family::<KindLabels, Counter>::default();
+        let webhook = Family::<OutcomeLabels, Counter>::default();
+        let readings_served = Counter::default();
+        let readings_ingested = Counter::default();
+        let pool = Family::<StateLabels, Gauge>::default();
+        registry.register("http_requests", "HTTP requests by method, route template and status", requests.clone());
+        registry.register(
+            "http_request_duration_seconds",
+            "Time to the end of the response body, by route template and status",
+            latency.clone(),
+        );
+        registry.register("rate_limited_requests", "Requests answered 429, by caller kind", rate_limited.clone());
+        registry.register("webhook_envelopes", "Webhook envelopes by outcome (accepted, rejected)", webhook.clone());
+        registry.register("readings_served", "Readings sent in readings responses", readings_served.clone());
+        registry.register("readings_ingested", "Readings stored through the webhook", readings_ingested.clone());
+        registry.register("db_pool_connections", "Database pool connections by state", pool.clone());
+        // Series that exist from the start, so that rates over them are defined.
+        for kind in ["basic", "public", "webhook", "ip"] {
+            let _ = rate_limited.get_or_create(&KindLabels { kind });
+        }
+        for outcome in ["accepted", "rejected"] {
+            let _ = webhook.get_or_create(&OutcomeLabels { outcome });
+        }
+        Self { registry, requests, latency, rate_limited, webhook, readings_served, readings_ingested, pool }
+    }
+}
+
+impl Metrics {
+    /// Counts a finished request.
+    pub fn request(&self, method: &str, route: &str, status: u16, seconds: f64) {
+        self.requests
+            .get_or_create(&RequestLabels { method: method.to_owned(), route: route.to_owned(), status })
+            .inc();
+        self.latency.get_or_create(&LatencyLabels { route: route.to_owned(), status }).observe(seconds);
+    }
+
+    /// Counts a 429 for a caller kind (`basic`, `public`, `webhook`, `ip`).
+    pub fn rate_limited(&self, kind: &'static str) {
+        self.rate_limited.get_or_create(&KindLabels { kind }).inc();
+    }
+
+    /// Counts a webhook envelope.
+    pub fn webhook(&self, accepted: bool) {
+        let outcome = if accepted { "accepted" } else { "rejected" };
+        self.webhook.get_or_create(&OutcomeLabels { outcome }).inc();
+    }
+
+    /// Counts readings sent to a client.
+    pub fn readings_served(&self, n: usize) {
+        self.readings_served.inc_by(n as u64);
+    }
+
+    /// Counts readings stored through the webhook.
+    pub fn readings_ingested(&self, n: usize) {
+        self.readings_ingested.inc_by(n as u64);
+    }
+
+    /// The OpenMetrics text, with the pool's state as of now.
+    pub fn render(&self, pool: PoolStatus) -> String {
+        let gauge = |state| self.pool.get_or_create(&StateLabels { state }).clone();
+        gauge("max").set(pool.max as i64);
+        gauge("in_use").set(pool.in_use as i64);
+        gauge("idle").set(pool.idle as i64);
+        let mut out = String::new();
+        if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &self.registry) {
+            tracing::error!(error = %e, "cannot encode metrics");
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_every_family() {
+        let m = Metrics::default();
+        m.request("GET", "/external/v1/devices", 200, 0.002);
+        m.rate_limited("basic");
+        m.webhook(true);
+        m.readings_served(3);
+        let text = m.render(PoolStatus { max: 8, in_use: 1, idle: 2 });
+        for needle in [
+            "sensorhub_http_requests_total{method=\"GET\",route=\"/external/v1/devices\",status=\"200\"} 1",
+            "sensorhub_http_request_duration_seconds_bucket",
+            "sensorhub_rate_limited_requests_total{kind=\"basic\"} 1",
+            "sensorhub_webhook_envelopes_total{outcome=\"accepted\"} 1",
+            "sensorhub_readings_served_total 3",
+            "sensorhub_db_pool_connections{state=\"max\"} 8",
+        ] {
+            assert!(text.contains(needle), "{needle} missing from {text}");
+        }
+    }
+}
