@@ -5,4 +5,5 @@
 pub mod model;
 pub mod provision;
 pub mod secret;
+pub mod simulate;
 pub mod time;

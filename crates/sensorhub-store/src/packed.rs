@@ -1,6 +1,18 @@
 //! The packed form of the values measured by one device at one second:
-//! a LEB128 bit set of sensor idx, then one little-endian `f64` per set bit
-//! in idx order. Four values take 33 bytes instead of four rows.
+//! a LEB128 bit set of sensor idx, then one code per set bit in idx order.
+//! Sensor values are mostly decimals with few digits (`92.5`, `-78`,
+//! `120.4`), so a value that is exactly `n / 10^k` for k in 0..=2 is stored
+//! as the LEB128 varint `zigzag(n) << 2 | k` (one to three bytes); any
+//! other value as the code `3` and its eight little-endian bytes. Decoding
+//! divides by the exact power of ten, which is correctly rounded, and a
+//! value is only stored scaled if that gives back the same bits.
+
+/// Decimal scales tried, in order: 1, 10, 100.
+const SCALES: [f64; 3] = [1.0, 10.0, 100.0];
+/// Code of a raw `f64`.
+const RAW: u64 = 3;
+/// Largest |n| stored scaled (keeps `n` exact in an `f64`).
+const MAX_SCALED: f64 = 9.0e15;
 
 /// Appends the packed form of `values` (pairs of idx and value, any order,
 /// idx below 64; a later pair for the same idx wins) to `out`.
@@ -12,20 +24,35 @@ pub fn encode(values: &[(u8, f64)], out: &mut Vec<u8>) {
         slots[i] = v;
         mask |= 1 << i;
     }
-    write_mask(mask, out);
+    write_varint(mask, out);
     let mut m = mask;
     while m != 0 {
         let i = m.trailing_zeros() as usize;
-        out.extend_from_slice(&slots[i].to_le_bytes());
+        write_value(slots[i], out);
         m &= m - 1;
     }
 }
 
-fn write_mask(mut mask: u64, out: &mut Vec<u8>) {
+fn write_value(v: f64, out: &mut Vec<u8>) {
+    for (k, scale) in SCALES.iter().enumerate() {
+        let n = (v * scale).round();
+        // Decode from the integer, as `read_value` will (so -0.0 stays raw).
+        if n.abs() <= MAX_SCALED && ((n as i64) as f64 / scale).to_bits() == v.to_bits() {
+            let n = n as i64;
+            let zigzag = ((n << 1) ^ (n >> 63)) as u64;
+            write_varint((zigzag << 2) | k as u64, out);
+            return;
+        }
+    }
+    write_varint(RAW, out);
+    out.extend_from_slice(&v.to_le_bytes());
+}
+
+fn write_varint(mut x: u64, out: &mut Vec<u8>) {
     loop {
-        let byte = (mask & 0x7f) as u8;
-        mask >>= 7;
-        if mask == 0 {
+        let byte = (x & 0x7f) as u8;
+        x >>= 7;
+        if x == 0 {
             out.push(byte);
             return;
         }
@@ -33,32 +60,40 @@ fn write_mask(mut mask: u64, out: &mut Vec<u8>) {
     }
 }
 
-/// Reads the bit set at the start of `bytes`; returns it and the rest.
-fn read_mask(bytes: &[u8]) -> Option<(u64, &[u8])> {
-    let mut mask = 0u64;
+/// Reads a varint at the start of `bytes`; returns it and the rest.
+fn read_varint(bytes: &[u8]) -> Option<(u64, &[u8])> {
+    let mut x = 0u64;
     for (i, &b) in bytes.iter().enumerate().take(10) {
-        mask |= u64::from(b & 0x7f) << (7 * i);
+        x |= u64::from(b & 0x7f) << (7 * i);
         if b & 0x80 == 0 {
-            return Some((mask, &bytes[i + 1..]));
+            return Some((x, &bytes[i + 1..]));
         }
     }
     None
 }
 
+fn read_value(bytes: &[u8]) -> Option<(f64, &[u8])> {
+    let (code, rest) = read_varint(bytes)?;
+    let k = (code & 3) as usize;
+    if code == RAW {
+        let (raw, rest) = rest.split_first_chunk::<8>()?;
+        return Some((f64::from_le_bytes(*raw), rest));
+    }
+    let zigzag = code >> 2;
+    let n = ((zigzag >> 1) as i64) ^ -((zigzag & 1) as i64);
+    Some((n as f64 / *SCALES.get(k)?, rest))
+}
+
 /// Decodes a packed reading: its bit set, and its values appended to `out`
 /// in idx order. `None` if the bytes are not a packed reading.
 pub fn decode_into(bytes: &[u8], out: &mut Vec<f64>) -> Option<u64> {
-    let (mask, rest) = read_mask(bytes)?;
-    let n = mask.count_ones() as usize;
-    if rest.len() != n * 8 {
-        return None;
+    let (mask, mut rest) = read_varint(bytes)?;
+    for _ in 0..mask.count_ones() {
+        let (v, next) = read_value(rest)?;
+        out.push(v);
+        rest = next;
     }
-    out.extend(rest.chunks_exact(8).map(|c| {
-        let mut b = [0u8; 8];
-        b.copy_from_slice(c);
-        f64::from_le_bytes(b)
-    }));
-    Some(mask)
+    rest.is_empty().then_some(mask)
 }
 
 /// Decodes a packed reading into (idx, value) pairs in idx order.
@@ -93,15 +128,26 @@ mod tests {
     fn round_trip_in_idx_order() {
         let mut buf = Vec::new();
         encode(&[(3, 1.5), (0, -2.0), (63, 7.25)], &mut buf);
-        assert_eq!(buf.len(), 10 + 24);
         assert_eq!(decode_pairs(&buf), Some(vec![(0, -2.0), (3, 1.5), (63, 7.25)]));
     }
 
     #[test]
-    fn four_values_take_33_bytes() {
+    fn short_decimals_take_a_few_bytes() {
         let mut buf = Vec::new();
-        encode(&[(0, 1.0), (1, 2.0), (2, 3.0), (3, 4.0)], &mut buf);
-        assert_eq!(buf.len(), 33);
+        encode(&[(0, 92.5), (1, -78.0), (2, 120.4), (3, 0.0)], &mut buf);
+        assert_eq!(buf.len(), 1 + 2 + 2 + 2 + 1);
+        assert_eq!(decode_pairs(&buf), Some(vec![(0, 92.5), (1, -78.0), (2, 120.4), (3, 0.0)]));
+    }
+
+    #[test]
+    fn awkward_values_survive_bit_for_bit() {
+        let values = [-0.0, 1e-7, 0.1 + 0.2, f64::MAX, f64::MIN_POSITIVE, 1e300, -123456.789, 24.15, 9.0e15, 9.1e15];
+        for v in values {
+            let mut buf = Vec::new();
+            encode(&[(5, v)], &mut buf);
+            let got = decode_pairs(&buf).expect("decodes")[0].1;
+            assert_eq!(got.to_bits(), v.to_bits(), "{v}");
+        }
     }
 
     #[test]
@@ -113,9 +159,25 @@ mod tests {
         assert_eq!(decode_pairs(&m), Some(vec![(0, 1.0), (1, 20.0), (2, 30.0)]));
     }
 
+    proptest::proptest! {
+        #[test]
+        fn any_finite_value_round_trips(v in proptest::num::f64::NORMAL | proptest::num::f64::SUBNORMAL | proptest::num::f64::ZERO,
+                                         d in -100_000i64..100_000, k in 0u32..4) {
+            let decimal = d as f64 / 10f64.powi(k as i32);
+            for x in [v, decimal] {
+                let mut buf = Vec::new();
+                encode(&[(0, x), (9, -x)], &mut buf);
+                let got = decode_pairs(&buf).expect("decodes");
+                proptest::prop_assert_eq!(got[0].1.to_bits(), x.to_bits());
+                proptest::prop_assert_eq!(got[1].1.to_bits(), (-x).to_bits());
+            }
+        }
+    }
+
     #[test]
     fn garbage_is_refused() {
-        assert_eq!(decode_pairs(&[0x03, 1, 2]), None);
+        assert_eq!(decode_pairs(&[0x03, 0x0f]), None);
+        assert_eq!(decode_pairs(&[0x01, 0x03, 1, 2]), None);
         assert_eq!(decode_pairs(&[0xff; 11]), None);
         assert_eq!(decode_pairs(&[]), None);
     }

@@ -7,8 +7,8 @@ use super::{CliResult, Context};
 use crate::config::DEFAULT_LISTEN;
 use sensorhub_core::model::{DeviceSpec, Origin, ReadingInput, SensorMeta, ValueInput};
 use sensorhub_core::provision::{AccountSpec, ApiKeySpec, Provision, WebhookKeySpec};
+use sensorhub_core::simulate::Weather;
 use sensorhub_store::Store;
-use std::f64::consts::TAU;
 use std::sync::Arc;
 
 /// Arguments of `demo`.
@@ -201,79 +201,4 @@ fn readings_until(now: i64) -> impl Iterator<Item = ReadingInput> + Send {
             ReadingInput { device_id: station.id.into(), timestamp: ts, values, origin: Origin::Item("demo".into()) }
         })
     })
-}
-
-/// The values of one instant.
-struct Sample {
-    battery: f64,
-    signal: f64,
-    water_level: f64,
-    alert: f64,
-    temperature: f64,
-    humidity: f64,
-    rain: f64,
-    wind: f64,
-}
-
-/// A deterministic weather simulation: daily temperature and humidity
-/// cycles, afternoon rain bursts, a river that rises after rain and drains
-/// slowly, and a battery that loses a little more than the sun gives back.
-struct Weather {
-    rng: fastrand::Rng,
-    interval: i64,
-    storm_left: i64,
-    runoff: f64,
-}
-
-fn round(v: f64, digits: i32) -> f64 {
-    let f = 10f64.powi(digits);
-    (v * f).round() / f
-}
-
-impl Weather {
-    fn new(seed: u64, interval: i64) -> Self {
-        Self { rng: fastrand::Rng::with_seed(seed), interval, storm_left: 0, runoff: 0.0 }
-    }
-
-    fn step(&mut self, ts: i64, start: i64) -> Sample {
-        // Local solar time at UTC+7.
-        let hour = ((ts + 7 * 3600).rem_euclid(86_400)) as f64 / 3600.0;
-        let day_cycle = (TAU * (hour - 14.0) / 24.0).cos();
-        let noise = |rng: &mut fastrand::Rng, scale: f64| (rng.f64() - 0.5) * 2.0 * scale;
-        if self.storm_left <= 0
-            && (14.0..18.0).contains(&hour)
-            && self.rng.f64() < 0.5 * self.interval as f64 / (4.0 * 3600.0)
-        {
-            self.storm_left = self.rng.i64(3600..4 * 3600);
-        }
-        let rain = if self.storm_left > 0 {
-            self.storm_left -= self.interval;
-            round(self.rng.f64() * 6.0 * self.interval as f64 / 600.0, 1)
-        } else {
-            0.0
-        };
-        self.runoff = self.runoff * (-(self.interval as f64) / (8.0 * 3600.0)).exp() + rain * 4.0;
-        let water_level = 85.0 + self.runoff + 3.0 * day_cycle + noise(&mut self.rng, 0.8);
-        let days = (ts - start) as f64 / 86_400.0;
-        let sun = (TAU * (hour - 12.0) / 24.0).cos().max(0.0);
-        let temperature = 26.5 + 5.0 * day_cycle - rain.min(5.0) * 0.6 + noise(&mut self.rng, 0.4);
-        Sample {
-            battery: round((98.0 - 0.45 * days + 1.5 * sun).clamp(0.0, 100.0), 1),
-            signal: (-78.0 + noise(&mut self.rng, 9.0)).round(),
-            water_level: round(water_level, 1),
-            alert: match water_level {
-                l if l >= 200.0 => 3.0,
-                l if l >= 150.0 => 2.0,
-                l if l >= 120.0 => 1.0,
-                _ => 0.0,
-            },
-            temperature: round(temperature, 1),
-            humidity: round(
-                (78.0 - 14.0 * day_cycle + rain.min(5.0) * 3.0 + noise(&mut self.rng, 2.0)).clamp(35.0, 100.0),
-                1,
-            ),
-            rain,
-            wind: round((1.2 + 2.5 * sun + noise(&mut self.rng, 0.8)).max(0.0), 1),
-        }
-    }
 }
