@@ -25,6 +25,9 @@ pub enum TimeError {
     /// A reading's timestamp has a fraction of a second.
     #[error("timestamp {0:?} has a fraction of a second: readings are stored to the second")]
     Fraction(String),
+    /// A reading's timestamp lies before 1970.
+    #[error("timestamp {0} is before 1970-01-01")]
+    TooEarly(Timestamp),
     /// `start` is later than `end`.
     #[error("start ({start}) is after end ({end})")]
     StartAfterEnd {
@@ -89,6 +92,10 @@ fn rfc3339_offset_start(b: &[u8]) -> Option<usize> {
         return None;
     }
     if b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't') || b[13] != b':' || b[16] != b':' {
+        return None;
+    }
+    // No leap second: jiff would fold 60 into 59 and overwrite that second.
+    if b[17] > b'5' {
         return None;
     }
     let mut i = 19;
@@ -161,7 +168,16 @@ pub fn parse_reading_timestamp(raw: &str) -> Result<Timestamp, TimeError> {
     if ts.subsec_nanosecond() != 0 {
         return Err(TimeError::Fraction(raw.to_owned()));
     }
+    check_reading_time(ts)?;
     Ok(ts)
+}
+
+/// Readings before 1970 are refused: they are typos (a year 0000), not data.
+pub fn check_reading_time(ts: Timestamp) -> Result<(), TimeError> {
+    if ts.as_second() < 0 {
+        return Err(TimeError::TooEarly(ts));
+    }
+    Ok(())
 }
 
 /// An inclusive range of whole seconds since the Unix epoch.

@@ -68,6 +68,7 @@ fn bounds_refuse_non_rfc3339() {
         "2026-05-05T07:00:00Z ",
         "2026-05-05T07:00:00+25:00",
         "2026-05-05T07:00:00+07:60",
+        "2026-05-05T23:59:60Z",
     ] {
         assert!(parse_bound("start", bad, Offset::UTC).is_err(), "{bad:?}");
     }
@@ -80,6 +81,8 @@ fn reading_timestamps_need_an_offset_and_whole_seconds() {
     assert!(matches!(parse_reading_timestamp("2026-05-05T07:00:00.250Z"), Err(TimeError::Fraction(_))));
     assert!(parse_rfc3339("timestamp", "2026-05-05T07:00:00.250Z").is_ok());
     assert!(parse_rfc3339("timestamp", "2026-05-05T07:00:00").is_err());
+    assert!(matches!(parse_reading_timestamp("0000-01-01T00:00:00Z"), Err(TimeError::TooEarly(_))));
+    assert!(parse_reading_timestamp("1970-01-01T00:00:00Z").is_ok());
 }
 
 #[test]

@@ -22,7 +22,7 @@ pub struct Cli {
     /// Database: a SQLite file path or a sqlite:// URL [default: ./sensorhub.db]
     #[arg(long, global = true, env = "SENSORHUB_DATABASE")]
     database: Option<String>,
-    /// TOML config file (keys: database, listen, default_tz, max_range_days, shutdown_grace)
+    /// TOML config file; its keys are the long flags in snake_case (see the README)
     #[arg(long, global = true, env = "SENSORHUB_CONFIG")]
     config: Option<PathBuf>,
     /// Log format on stderr: text or json [default: text]

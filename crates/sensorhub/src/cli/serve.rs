@@ -82,7 +82,7 @@ pub async fn run(ctx: &Context, args: Args) -> CliResult {
     };
     let options =
         ServerOptions { rules: RangeRules { default_tz, max_range_days }, rate_limit, client_ip_header, webhook };
-    tracing::info!(rate_limit = ?options.rate_limit, webhook_mode = ?options.webhook.mode, "settings");
+    tracing::info!(rate_limit = %options.rate_limit, webhook_mode = ?options.webhook.mode, "settings");
     let state = AppState::new(store, options);
     tracing::info!(
         listen = %listener.local_addr()?,

@@ -124,21 +124,25 @@ impl FromRequestParts<AppState> for BasicCaller {
         let account = match account {
             Some(account) if cached => account,
             Some(account) => {
-                guard.before_verify().await?;
-                let phc = account.password_hash.clone();
-                if !blocking(move || verify_password(&password, &phc)).await? {
-                    return Err(guard.failed(ApiError::Unauthorized).await);
-                }
-                if let Some(key) = cache_key {
+                guard.spend_attempt().await?;
+                let _permit = state.verifications.acquire().await.map_err(|e| ApiError::Internal(e.to_string()))?;
+                // Another request with the same credentials may have verified them meanwhile.
+                let key = cache_key.unwrap_or_default();
+                if !state.credentials.contains(&key) {
+                    let phc = account.password_hash.clone();
+                    if !blocking(move || verify_password(&password, &phc)).await? {
+                        return Err(ApiError::Unauthorized);
+                    }
                     state.credentials.insert(key);
                 }
                 account
             }
             None => {
-                guard.before_verify().await?;
+                guard.spend_attempt().await?;
+                let _permit = state.verifications.acquire().await.map_err(|e| ApiError::Internal(e.to_string()))?;
                 // Same work as for a known user, so timing does not tell names apart.
                 blocking(move || verify_dummy(&password)).await?;
-                return Err(guard.failed(ApiError::Unauthorized).await);
+                return Err(ApiError::Unauthorized);
             }
         };
         guard.caller(b"user", user.as_bytes()).await?;
@@ -181,6 +185,16 @@ impl FromRequestParts<AppState> for WebhookCaller {
     type Rejection = WebhookError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, WebhookError> {
+        let caller = Self::authenticate(parts, state).await;
+        if caller.is_err() && parts.method == axum::http::Method::POST {
+            state.metrics.webhook(false);
+        }
+        caller
+    }
+}
+
+impl WebhookCaller {
+    async fn authenticate(parts: &mut Parts, state: &AppState) -> Result<Self, WebhookError> {
         let guard = Guard::new(parts, state, "webhook");
         let mut values = parts.headers.get_all("x-api-key").iter();
         let key = match (values.next(), values.next()) {

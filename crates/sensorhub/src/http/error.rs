@@ -164,7 +164,10 @@ impl IntoResponse for WebhookError {
             _ => message,
         };
         let body = serde_json::to_vec(&WebhookReply { message, detail: self.0.detail() }).unwrap_or_default();
-        self.0.respond(body)
+        let mut res = self.0.respond(body);
+        // The webhook authenticates with X-API-KEY, not Basic.
+        res.headers_mut().remove(header::WWW_AUTHENTICATE);
+        res
     }
 }
 

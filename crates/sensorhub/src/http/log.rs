@@ -4,6 +4,7 @@
 //! and whether it was sent completely.
 
 use super::AppState;
+use super::ratelimit::client_ip;
 use crate::metrics::Metrics;
 use axum::body::{Body, BodyDataStream, Bytes, HttpBody};
 use axum::extract::{MatchedPath, Request, State};
@@ -11,6 +12,7 @@ use axum::http::Method;
 use axum::middleware::Next;
 use axum::response::Response;
 use futures_util::Stream;
+use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -18,7 +20,8 @@ use std::time::Instant;
 
 /// What one access-log line says.
 struct Entry {
-    method: Method,
+    method: &'static str,
+    client: IpAddr,
     route: String,
     status: u16,
     started: Instant,
@@ -28,10 +31,11 @@ struct Entry {
 impl Entry {
     fn write(self, complete: bool) {
         let seconds = self.started.elapsed().as_secs_f64();
-        self.metrics.request(self.method.as_str(), &self.route, self.status, seconds);
+        self.metrics.request(self.method, &self.route, self.status, seconds);
         tracing::info!(
             target: "sensorhub::access",
-            method = %self.method,
+            method = self.method,
+            client = %self.client,
             route = %self.route,
             status = self.status,
             latency_ms = seconds * 1000.0,
@@ -41,14 +45,22 @@ impl Entry {
     }
 }
 
+/// The method as a label: one of the standard ones, or `OTHER`, so that a
+/// client cannot create unbounded metric series with made-up methods.
+fn method_label(m: &Method) -> &'static str {
+    const KNOWN: [&str; 9] = ["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE", "CONNECT"];
+    KNOWN.into_iter().find(|k| *k == m.as_str()).unwrap_or("OTHER")
+}
+
 /// Middleware writing the access log and the request metrics.
 pub async fn access_log(State(state): State<AppState>, req: Request, next: Next) -> Response {
     let started = Instant::now();
-    let method = req.method().clone();
+    let method = method_label(req.method());
+    let client = client_ip(req.headers(), req.extensions(), state.client_ip_header.as_ref());
     let route =
         req.extensions().get::<MatchedPath>().map_or_else(|| "<unmatched>".to_owned(), |p| p.as_str().to_owned());
     let res = next.run(req).await;
-    let entry = Entry { method, route, status: res.status().as_u16(), started, metrics: state.metrics.clone() };
+    let entry = Entry { method, client, route, status: res.status().as_u16(), started, metrics: state.metrics.clone() };
     if res.body().size_hint().exact().is_some() {
         entry.write(true);
         return res;

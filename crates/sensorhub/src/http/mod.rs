@@ -36,6 +36,8 @@ pub struct AppState {
     pub rules: RangeRules,
     /// Verified Basic credentials.
     pub credentials: Arc<auth::CredentialCache>,
+    /// Argon2 checks running at once at most (one per core): each takes ~19 MiB and a core.
+    pub verifications: Arc<tokio::sync::Semaphore>,
     /// Per-caller rate limits; `None` when off.
     pub limiter: Option<Arc<dyn Limiter>>,
     /// Header holding the client address, set by a trusted reverse proxy.
@@ -96,6 +98,9 @@ impl AppState {
             store,
             rules: options.rules,
             credentials: Arc::new(auth::CredentialCache::new(Duration::from_secs(600), 10_000)),
+            verifications: Arc::new(tokio::sync::Semaphore::new(
+                std::thread::available_parallelism().map_or(2, std::num::NonZeroUsize::get),
+            )),
             limiter,
             client_ip_header: options.client_ip_header,
             webhook: options.webhook,
@@ -146,11 +151,14 @@ pub fn routes() -> Routes {
             "/external/v1/webhook/sensor-data",
             post(webhook::receive).fallback(|| async { WebhookError(ApiError::WebhookMethodNotAllowed) }),
         )
-        .route("/external/v1/webhook/sensor-data/received", read_route(webhook::received))
-        .route("/healthz", get(ops::healthz))
-        .route("/readyz", get(ops::readyz))
-        .route("/metrics", get(ops::metrics))
-        .route("/openapi.json", get(ops::openapi))
+        .route(
+            "/external/v1/webhook/sensor-data/received",
+            get(webhook::received).fallback(|| async { WebhookError(ApiError::MethodNotAllowed) }),
+        )
+        .route("/healthz", read_route(ops::healthz))
+        .route("/readyz", read_route(ops::readyz))
+        .route("/metrics", read_route(ops::metrics))
+        .route("/openapi.json", read_route(ops::openapi))
 }
 
 /// A router that remembers its paths.

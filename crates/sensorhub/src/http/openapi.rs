@@ -6,6 +6,9 @@ use super::error::WebhookReply;
 use super::webhook::Received;
 use sensorhub_core::model::{Device, SensorMeta};
 use serde::Serialize;
+use utoipa::openapi::RefOr;
+use utoipa::openapi::header::Header;
+use utoipa::openapi::schema::{ObjectBuilder, Type};
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, Http, HttpAuthScheme, SecurityScheme};
 use utoipa::{Modify, OpenApi, ToSchema};
 
@@ -24,7 +27,7 @@ pub struct SensorValue {
 #[derive(Serialize, ToSchema)]
 pub struct Reading {
     /// RFC 3339, in the requested offset (`Z` for 0).
-    #[schema(example = "2026-05-05T07:00:00+07:00")]
+    #[schema(format = DateTime, example = "2026-05-05T07:00:00+07:00")]
     timestamp: String,
     /// Values measured at that instant, in sensor order.
     sensors: Vec<SensorValue>,
@@ -72,11 +75,13 @@ pub struct ErrorBody {
 #[derive(Serialize, ToSchema)]
 pub struct WebhookEnvelope {
     /// Event kind, e.g. `sensor-data`.
+    #[schema(min_length = 1, example = "sensor-data")]
     event: String,
     /// Device identifier.
+    #[schema(min_length = 1, example = "AWLR-001")]
     device_id: String,
     /// RFC 3339 date-time with `Z` or an offset.
-    #[schema(example = "2026-05-05T07:00:00+07:00")]
+    #[schema(format = DateTime, example = "2026-05-05T07:00:00+07:00")]
     timestamp: String,
     /// A flat set of named values, or `{"sensors": [{"id", "value"}]}`.
     #[schema(value_type = Object)]
@@ -100,9 +105,45 @@ impl Modify for Security {
     }
 }
 
+/// The rate-limit headers, on every answer of a rate-limited operation
+/// (those that answer 429): `RateLimit-*` always, `Retry-After` on 429.
+struct RateLimitHeaders;
+
+impl Modify for RateLimitHeaders {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let integer = |text: &str| {
+            let schema = ObjectBuilder::new().schema_type(Type::Integer).minimum(Some(0)).build();
+            let mut header = Header::new(schema);
+            header.description = Some(text.to_owned());
+            header
+        };
+        for item in openapi.paths.paths.values_mut() {
+            for op in [&mut item.get, &mut item.post].into_iter().flatten() {
+                if !op.responses.responses.contains_key("429") {
+                    continue;
+                }
+                for (status, response) in op.responses.responses.iter_mut() {
+                    let RefOr::T(response) = response else { continue };
+                    if status == "429" {
+                        response
+                            .headers
+                            .insert("Retry-After".into(), RefOr::T(integer("Seconds to wait before retrying")));
+                    }
+                    if !status.starts_with('4') || status == "429" {
+                        let h = &mut response.headers;
+                        h.insert("RateLimit-Limit".into(), RefOr::T(integer("Requests allowed per period")));
+                        h.insert("RateLimit-Remaining".into(), RefOr::T(integer("Requests left now")));
+                        h.insert("RateLimit-Reset".into(), RefOr::T(integer("Seconds until the quota is whole")));
+                    }
+                }
+            }
+        }
+    }
+}
+
 #[derive(OpenApi)]
 #[openapi(
-    info(title = "sensorhub: Device Sensor Data Service", description = "Devices and readings of AWLR and AWS stations, and a sensor-data webhook receiver."),
+    info(title = "sensorhub: Device Sensor Data Service", description = "Devices and readings of AWLR and AWS stations, and a sensor-data webhook receiver. Three ways to authenticate: HTTP Basic (basicAuth) for /devices and /devices/{device_id}/data; an API key id in the path ({api_key_id}) for the public reads, which OpenAPI cannot declare as a security scheme and so is documented as a path parameter; and the X-API-KEY header (webhookKey) for the webhook."),
     paths(
         super::devices::list_basic,
         super::readings::read_basic,
@@ -116,7 +157,7 @@ impl Modify for Security {
         super::ops::openapi,
     ),
     components(schemas(Device, SensorMeta, Reading, SensorValue, ErrorBody, WebhookEnvelope, WebhookReply, Received)),
-    modifiers(&Security)
+    modifiers(&Security, &RateLimitHeaders)
 )]
 struct ApiDoc;
 
@@ -140,6 +181,9 @@ mod tests {
         assert_eq!(paths.len(), super::super::routes().paths().len(), "no documented path is missing from the router");
         let schemes = doc["components"]["securitySchemes"].as_object().expect("schemes");
         assert!(schemes.contains_key("basicAuth") && schemes.contains_key("webhookKey"));
+        let limited = &doc["paths"]["/external/v1/devices"]["get"]["responses"];
+        assert!(limited["429"]["headers"].get("Retry-After").is_some());
+        assert!(limited["200"]["headers"].get("RateLimit-Remaining").is_some());
         for schema in ["Device", "Reading", "ErrorBody", "WebhookEnvelope", "WebhookReply"] {
             assert!(doc["components"]["schemas"].get(schema).is_some(), "{schema}");
         }

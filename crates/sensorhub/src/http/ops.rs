@@ -10,14 +10,14 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
 /// GET /healthz: the process is up.
-#[utoipa::path(get, path = "/healthz", tag = "operations", responses((status = 200, description = "{\"status\": \"ok\"}")))]
+#[utoipa::path(get, path = "/healthz", tag = "operations", responses((status = 200, description = "The process is up", content_type = "application/json", example = json!({"status": "ok"}))))]
 pub async fn healthz() -> Response {
     ([(header::CONTENT_TYPE, JSON)], json!({"status": "ok"}).to_string()).into_response()
 }
 
 /// GET /readyz: the database answers.
 #[utoipa::path(get, path = "/readyz", tag = "operations", responses(
-    (status = 200, description = "{\"status\": \"ready\"}"),
+    (status = 200, description = "The database answers", content_type = "application/json", example = json!({"status": "ready"})),
     (status = 503, description = "The database does not answer", body = ErrorBody),
 ))]
 pub async fn readyz(State(state): State<AppState>) -> Result<Response, ApiError> {
@@ -35,7 +35,7 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
 }
 
 /// GET /openapi.json.
-#[utoipa::path(get, path = "/openapi.json", tag = "operations", responses((status = 200, description = "This document")))]
+#[utoipa::path(get, path = "/openapi.json", tag = "operations", responses((status = 200, description = "This document", content_type = "application/json", body = Object)))]
 pub async fn openapi() -> Response {
     ([(header::CONTENT_TYPE, JSON)], super::openapi::document_json()).into_response()
 }

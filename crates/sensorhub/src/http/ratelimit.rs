@@ -9,7 +9,7 @@ use super::error::ApiError;
 use crate::ratelimit::Decision;
 use axum::extract::{ConnectInfo, Request};
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, HeaderName, HeaderValue};
+use axum::http::{Extensions, HeaderMap, HeaderName, HeaderValue};
 use axum::middleware::Next;
 use axum::response::Response;
 use sensorhub_core::secret::digest_parts;
@@ -44,11 +44,10 @@ pub async fn headers(mut req: Request, next: Next) -> Response {
 
 /// The client address: the peer, or the last entry of the configured header
 /// (set by a trusted reverse proxy).
-pub fn client_ip(parts: &Parts, header: Option<&HeaderName>) -> IpAddr {
-    let forwarded = header.and_then(|name| last_ip(&parts.headers, name));
+pub fn client_ip(headers: &HeaderMap, extensions: &Extensions, header: Option<&HeaderName>) -> IpAddr {
+    let forwarded = header.and_then(|name| last_ip(headers, name));
     forwarded.unwrap_or_else(|| {
-        parts
-            .extensions
+        extensions
             .get::<ConnectInfo<SocketAddr>>()
             .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |ConnectInfo(addr)| addr.ip())
     })
@@ -56,7 +55,9 @@ pub fn client_ip(parts: &Parts, header: Option<&HeaderName>) -> IpAddr {
 
 fn last_ip(headers: &HeaderMap, name: &HeaderName) -> Option<IpAddr> {
     let value = headers.get_all(name).iter().next_back()?.to_str().ok()?;
-    value.rsplit(',').next()?.trim().parse().ok()
+    let entry = value.rsplit(',').next()?.trim();
+    // A bare address, or one with a port (`10.0.0.1:5555`, `[2001:db8::1]:443`).
+    entry.parse().ok().or_else(|| entry.parse::<SocketAddr>().ok().map(|a| a.ip()))
 }
 
 /// The rate-limit side of authenticating one request.
@@ -71,10 +72,11 @@ pub struct Guard<'a> {
 impl<'a> Guard<'a> {
     /// A guard for the request in `parts`.
     pub fn new(parts: &Parts, state: &'a AppState, kind: &'static str) -> Self {
-        let ip = client_ip(parts, state.client_ip_header.as_ref());
+        let ip = client_ip(&parts.headers, &parts.extensions, state.client_ip_header.as_ref());
         let ip_bytes = match ip {
             IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
-            IpAddr::V6(v6) => v6.octets(),
+            // One IPv6 client usually holds a whole /64: count it as one.
+            IpAddr::V6(v6) => (u128::from(v6) & !((1u128 << 64) - 1)).to_be_bytes(),
         };
         Self {
             state,
@@ -90,8 +92,8 @@ impl<'a> Guard<'a> {
         }
     }
 
-    /// Before verifying credentials not verified before: 429 when the
-    /// client address is over its quota, so guesses cost no Argon2 work.
+    /// Before looking at credentials that cost nothing to check (API keys):
+    /// 429 when the client address is already over its quota.
     pub async fn before_verify(&self) -> Result<(), ApiError> {
         let Some(limiter) = &self.state.limiter else { return Ok(()) };
         if limiter.is_over(&self.ip_key).await {
@@ -101,6 +103,20 @@ impl<'a> Guard<'a> {
             return Err(ApiError::TooManyRequests);
         }
         Ok(())
+    }
+
+    /// Before an Argon2 check: spends one unit of the client address's
+    /// quota up front, whatever the outcome, so that guesses sent all at once
+    /// cannot each get a check; 429 when there is none left.
+    pub async fn spend_attempt(&self) -> Result<(), ApiError> {
+        let Some(limiter) = &self.state.limiter else { return Ok(()) };
+        let d = limiter.check(&self.ip_key).await;
+        if d.allowed {
+            return Ok(());
+        }
+        self.state.metrics.rate_limited("ip");
+        self.record(d);
+        Err(ApiError::TooManyRequests)
     }
 
     /// A failed authentication: spends the address's quota and answers
@@ -140,6 +156,10 @@ mod tests {
         let name = HeaderName::from_static("x-forwarded-for");
         h.insert(&name, HeaderValue::from_static("10.0.0.1, 203.0.113.7"));
         assert_eq!(last_ip(&h, &name), Some("203.0.113.7".parse().expect("ip")));
+        h.insert(&name, HeaderValue::from_static("10.0.0.1:5555"));
+        assert_eq!(last_ip(&h, &name), Some("10.0.0.1".parse().expect("ip")));
+        h.insert(&name, HeaderValue::from_static("[2001:db8::1]:443"));
+        assert_eq!(last_ip(&h, &name), Some("2001:db8::1".parse().expect("ip")));
         h.insert(&name, HeaderValue::from_static("garbage"));
         assert_eq!(last_ip(&h, &name), None);
     }

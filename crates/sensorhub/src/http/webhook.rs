@@ -14,11 +14,13 @@ use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use sensorhub_core::model::{Origin, ReadingInput, ValueInput};
-use sensorhub_core::time::{format_rfc3339, parse_rfc3339};
+use sensorhub_core::time::{check_reading_time, format_rfc3339, parse_rfc3339};
 use sensorhub_store::Scope;
 use serde::Serialize;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 use std::sync::Mutex;
 
 /// What the webhook does with accepted envelopes.
@@ -38,13 +40,14 @@ const KEEP: usize = 100;
 const KEEP_BYTES: usize = 4 << 20;
 
 /// An accepted envelope as the sender can read it back.
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct Received {
     /// When it arrived, UTC.
     pub received_at: String,
-    /// The envelope as sent.
+    /// The envelope as sent, byte for byte (kept as text: a parsed tree
+    /// would take many times the memory).
     #[schema(value_type = Object)]
-    pub envelope: Value,
+    pub envelope: Box<RawValue>,
     /// What would be refused or surprising on a real integration.
     pub warnings: Vec<String>,
     #[serde(skip)]
@@ -54,14 +57,14 @@ pub struct Received {
 /// The last accepted envelopes of each account, newest last.
 #[derive(Default)]
 pub struct ReceivedLog {
-    accounts: Mutex<HashMap<i64, VecDeque<Received>>>,
+    accounts: Mutex<HashMap<i64, VecDeque<Arc<Received>>>>,
 }
 
 impl ReceivedLog {
     fn push(&self, account: i64, item: Received) {
         let Ok(mut accounts) = self.accounts.lock() else { return };
         let list = accounts.entry(account).or_default();
-        list.push_back(item);
+        list.push_back(Arc::new(item));
         let mut bytes: usize = list.iter().map(|r| r.size).sum();
         while list.len() > KEEP || (bytes > KEEP_BYTES && list.len() > 1) {
             if let Some(old) = list.pop_front() {
@@ -71,7 +74,7 @@ impl ReceivedLog {
     }
 
     /// The account's envelopes, newest first.
-    pub fn newest_first(&self, account: i64) -> Vec<Received> {
+    pub fn newest_first(&self, account: i64) -> Vec<Arc<Received>> {
         let Ok(accounts) = self.accounts.lock() else { return Vec::new() };
         accounts.get(&account).map(|l| l.iter().rev().cloned().collect()).unwrap_or_default()
     }
@@ -132,6 +135,9 @@ fn parse_envelope(body: &[u8]) -> Result<(Envelope, Value), String> {
     }
     let mut values = Vec::new();
     match data.get("sensors") {
+        Some(Value::Array(_)) if data.len() > 1 => {
+            return Err("data must hold either a sensors list or named values, not both".into());
+        }
         Some(Value::Array(items)) => {
             for (i, item) in items.iter().enumerate() {
                 let at = format!("data.sensors[{i}]");
@@ -155,7 +161,17 @@ fn parse_envelope(body: &[u8]) -> Result<(Envelope, Value), String> {
         .map(|k| format!("unknown field {k:?} is ignored"))
         .collect();
     if timestamp.subsec_nanosecond() != 0 {
-        warnings.push("timestamp has a fraction of a second: readings are stored to the second".into());
+        warnings
+            .push("timestamp has a fraction of a second: readings are stored to the second, so it is dropped".into());
+    }
+    if let Err(e) = check_reading_time(timestamp) {
+        warnings.push(format!("{e}: ingest mode would refuse it"));
+    }
+    let mut seen = std::collections::HashSet::new();
+    for (at, id, _) in &values {
+        if !seen.insert(id.as_str()) {
+            warnings.push(format!("{at}: sensor {id:?} is given more than once"));
+        }
     }
     if values.is_empty() {
         warnings.push("data holds no values".into());
@@ -240,11 +256,14 @@ async fn handle(state: &AppState, caller: &WebhookCaller, headers: &HeaderMap, b
             }
         }
     }
+    drop(raw);
+    let text = String::from_utf8(bytes.to_vec()).map_err(|_| ApiError::BadRequest("the body is not UTF-8".into()))?;
+    let envelope_text = RawValue::from_string(text).map_err(|e| ApiError::BadRequest(e.to_string()))?;
     let now = jiff::Timestamp::now().as_second();
     let received = Received {
         received_at: format_rfc3339(now, jiff::tz::Offset::UTC),
         size: bytes.len(),
-        envelope: raw,
+        envelope: envelope_text,
         warnings: envelope.warnings,
     };
     state.received.push(caller.account_id, received);
@@ -261,13 +280,12 @@ async fn ingest(
     if envelope.values.is_empty() {
         return Err(ApiError::BadRequest("data holds no values".into()));
     }
-    if envelope.timestamp.subsec_nanosecond() != 0 {
-        return Err(ApiError::BadRequest(
-            "timestamp has a fraction of a second: readings are stored to the second".into(),
-        ));
-    }
-    let mut values = Vec::with_capacity(envelope.values.len());
+    check_reading_time(envelope.timestamp).map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    let mut values: Vec<ValueInput> = Vec::with_capacity(envelope.values.len());
     for (at, id, value) in &envelope.values {
+        if values.iter().any(|v| v.sensor_id == *id) {
+            return Err(ApiError::BadRequest(format!("{at}: sensor {id:?} is given more than once")));
+        }
         if !sensors.iter().any(|s| s.sensor_id == *id) {
             return Err(ApiError::BadRequest(format!("{at}: sensor {id:?} is not registered for this device")));
         }
@@ -278,6 +296,7 @@ async fn ingest(
     }
     let reading = ReadingInput {
         device_id: envelope.device_id.clone(),
+        // Readings are kept to the second: a fraction is dropped (and warned about).
         timestamp: envelope.timestamp.as_second(),
         values,
         origin: Origin::Item("webhook".into()),
@@ -351,13 +370,15 @@ mod tests {
                 .contains("data.sensors[0].id is required")
         );
         assert!(detail(&format!("{{{ok},\"data\":{{\"sensors\":5}}}}")).contains("data.sensors must be an array"));
+        assert!(detail(&format!("{{{ok},\"data\":{{\"sensors\":[],\"x\":1}}}}")).contains("not both"));
     }
 
     #[test]
     fn the_log_keeps_the_newest_hundred() {
         let log = ReceivedLog::default();
         for i in 0..150 {
-            let item = Received { received_at: i.to_string(), envelope: Value::Null, warnings: vec![], size: 10 };
+            let envelope = RawValue::from_string("{}".into()).expect("valid");
+            let item = Received { received_at: i.to_string(), envelope, warnings: vec![], size: 10 };
             log.push(1, item);
         }
         let list = log.newest_first(1);

@@ -1,6 +1,7 @@
 //! The in-memory limiter: one process's view, sharded maps of arrival times.
 //! Memory stays bounded: a key whose quota is whole again carries no
-//! information and is dropped by a sweep, and at most `MAX_KEYS` are kept.
+//! information and is dropped by a sweep, and at most `MAX_KEYS` are kept
+//! (a shard full of live callers is emptied rather than grown).
 
 use super::{Decision, Limiter, Quota, gcra};
 use std::collections::HashMap;
@@ -66,8 +67,13 @@ impl MemoryLimiter {
         };
         let (decision, next) = gcra(self.quota, map.get(key).copied(), now, spend);
         if let Some(tat) = next {
-            if map.len() >= MAX_KEYS / SHARDS {
+            if map.len() >= MAX_KEYS / SHARDS && !map.contains_key(key) {
                 map.retain(|_, t| *t > now);
+                if map.len() >= MAX_KEYS / SHARDS {
+                    // Still full of live callers: start the shard afresh rather than grow.
+                    tracing::warn!("rate-limit shard full; forgetting its callers");
+                    map.clear();
+                }
             }
             map.insert(*key, tat);
         }

@@ -54,6 +54,15 @@ pub enum RateLimitSetting {
     On(Quota),
 }
 
+impl fmt::Display for RateLimitSetting {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RateLimitSetting::Off => f.write_str("off"),
+            RateLimitSetting::On(q) => q.fmt(f),
+        }
+    }
+}
+
 impl FromStr for RateLimitSetting {
     type Err = String;
 

@@ -22,13 +22,17 @@ async fn metrics_count_requests_limits_webhooks_readings_and_the_pool() {
         json!({"event": "e", "device_id": "AWLR-001", "timestamp": "2026-05-05T00:00:00Z", "data": {}}).to_string();
     app.webhook(Some("wh-alice-secret"), &ok).await;
     app.webhook(Some("wh-alice-secret"), "[]").await;
+    app.webhook(Some("wrong"), "[]").await;
+    let odd = reqwest::Method::from_bytes(b"ZZ12345").expect("method");
+    app.request(odd, &format!("{}/healthz", app.root()), &[], None).await;
     let a = app.request(Method::GET, &format!("{}/metrics", app.root()), &[], None).await;
     assert_eq!(a.status, 200);
     for needle in [
         r#"sensorhub_http_requests_total{method="GET",route="/external/v1/devices",status="200"} 1"#,
         r#"sensorhub_http_request_duration_seconds_count{route="/external/v1/devices/{device_id}/data",status="200"} 1"#,
         r#"sensorhub_webhook_envelopes_total{outcome="accepted"} 1"#,
-        r#"sensorhub_webhook_envelopes_total{outcome="rejected"} 1"#,
+        r#"sensorhub_webhook_envelopes_total{outcome="rejected"} 2"#,
+        r#"sensorhub_http_requests_total{method="OTHER",route="/healthz",status="405"} 1"#,
         "sensorhub_readings_served_total 3",
         r#"sensorhub_db_pool_connections{state="max"}"#,
         "sensorhub_rate_limited_requests",

@@ -72,13 +72,15 @@ async fn webhook_keys_are_limited_with_their_own_text() {
 
 #[tokio::test]
 async fn failed_logins_are_throttled_by_address_but_verified_credentials_pass() {
-    let app = limited("3/minute").await;
+    let app = limited("4/minute").await;
+    // Every Argon2 check spends a unit of the address's quota, the first
+    // (successful) login of alice included.
     assert_eq!(app.alice("/devices").await.status, 200, "alice is verified and cached");
     for _ in 0..3 {
         assert_error(&app.get_as("alice", "guess", "/devices").await, 401, "Unauthorized");
     }
     let a = app.get_as("alice", "guess", "/devices").await;
-    assert_limited(&a, 3);
+    assert_limited(&a, 4);
     assert_eq!(a.text, r#"{"message":"To Many Request","data":null}"#);
     // Credentials not verified before are not even checked now...
     assert_error(&app.get_as("carol", "carol-pass", "/devices").await, 429, "To Many Request");
@@ -88,6 +90,22 @@ async fn failed_logins_are_throttled_by_address_but_verified_credentials_pass() 
     // ...while verified credentials and valid keys still pass.
     assert_eq!(app.get_as("alice", ALICE_PASSWORD, "/devices").await.status, 200);
     assert_eq!(app.get("/pk-alice-all/devices").await.status, 200);
+}
+
+#[tokio::test]
+async fn guesses_sent_at_once_get_no_more_checks_than_the_quota() {
+    let app = std::sync::Arc::new(limited("3/minute").await);
+    let guesses = (0..24).map(|i| {
+        let app = app.clone();
+        tokio::spawn(async move { app.get_as("alice", &format!("guess-{i}"), "/devices").await.status.as_u16() })
+    });
+    let mut statuses = Vec::new();
+    for g in guesses {
+        statuses.push(g.await.expect("task"));
+    }
+    let checked = statuses.iter().filter(|s| **s == 401).count();
+    assert_eq!(checked, 3, "only the quota's worth of guesses reach Argon2: {statuses:?}");
+    assert_eq!(statuses.iter().filter(|s| **s == 429).count(), 21);
 }
 
 #[tokio::test]

@@ -40,6 +40,7 @@ async fn missing_wrong_revoked_and_disabled_keys_are_401() {
         let a = app.webhook(key, &body).await;
         assert_eq!(a.status, 401, "{key:?}");
         assert_eq!(a.text, r#"{"message":"Unauthorized"}"#, "{key:?}");
+        assert!(a.headers.get("www-authenticate").is_none(), "the webhook does not use Basic");
     }
 }
 
@@ -123,6 +124,10 @@ async fn other_methods_are_405() {
         assert_eq!(a.headers["allow"], "POST");
         assert_eq!(a.text, r#"{"message":"Method Not Allowed"}"#);
     }
+    let received = format!("{url}/received");
+    let a = app.request(Method::POST, &received, &[("X-API-KEY", KEY)], None).await;
+    assert_eq!((a.status.as_u16(), a.text.as_str()), (405, r#"{"message":"Method Not Allowed"}"#));
+    assert_eq!(a.headers["allow"], "GET, HEAD");
 }
 
 #[tokio::test]
@@ -171,7 +176,9 @@ async fn ingest_writes_exactly_one_reading() {
     let body = envelope("AWLR-001", "2026-06-01T07:00:00+07:00", json!({"AWLR1-batt": 88.5, "AWLR1-wl": 130}));
     assert_eq!(app.webhook(Some(KEY), &body).await.status, 200);
     assert_eq!(app.webhook(Some(KEY), &body).await.status, 200, "a retry is idempotent");
-    let list = envelope("AWLR-001", "2026-06-01T00:15:00Z", json!({"sensors": [{"id": "AWLR1-sig", "value": -70}]}));
+    // A fraction of a second (JavaScript's toISOString) is dropped: readings are kept to the second.
+    let list =
+        envelope("AWLR-001", "2026-06-01T00:15:00.123Z", json!({"sensors": [{"id": "AWLR1-sig", "value": -70}]}));
     assert_eq!(app.webhook(Some(KEY), &list).await.status, 200);
     let a = app.alice("/devices/AWLR-001/data?start=2026-06-01T00:00:00Z&end=2026-06-02T00:00:00Z").await;
     assert_eq!(
@@ -200,8 +207,15 @@ async fn ingest_refuses_unknown_sensors_and_devices_writing_nothing() {
         "{}",
         a.text
     );
-    let fraction = envelope("AWLR-001", "2026-06-01T00:00:00.5Z", json!({"AWLR1-batt": 1}));
-    assert_eq!(app.webhook(Some(KEY), &fraction).await.status, 400);
+    let twice = envelope(
+        "AWLR-001",
+        "2026-06-01T00:00:00Z",
+        json!({"sensors": [{"id": "AWLR1-batt", "value": 1}, {"id": "AWLR1-batt", "value": 2}]}),
+    );
+    let a = app.webhook(Some(KEY), &twice).await;
+    assert!(a.body["detail"].as_str().is_some_and(|d| d.contains("given more than once")), "{}", a.text);
+    let ancient = envelope("AWLR-001", "0000-01-01T00:00:00Z", json!({"AWLR1-batt": 1}));
+    assert_eq!(app.webhook(Some(KEY), &ancient).await.status, 400);
     assert_eq!(app.alice(window).await.text, r#"{"message":"Success","data":[]}"#, "nothing was written");
 
     let hidden = envelope("SECRET-9", "2026-06-01T00:00:00Z", json!({"S9-wl": 1}));
