@@ -302,6 +302,43 @@ fn write_offset(out: &mut Vec<u8>, offset: Offset) {
     out.extend_from_slice(&[b'0' + h / 10, b'0' + h % 10, b':', b'0' + m / 10, b'0' + m % 10]);
 }
 
+/// Renders many timestamps in one offset, in any order but fastest in time
+/// order: the date part is computed once per calendar day.
+#[derive(Debug, Clone)]
+pub struct Rfc3339Writer {
+    offset_secs: i64,
+    suffix: Vec<u8>,
+    day: i64,
+    date: [u8; 11],
+}
+
+impl Rfc3339Writer {
+    /// A writer for `offset` (`Z` for zero).
+    pub fn new(offset: Offset) -> Self {
+        let mut suffix = Vec::with_capacity(6);
+        write_offset(&mut suffix, offset);
+        Self { offset_secs: i64::from(offset.seconds()), suffix, day: i64::MIN, date: [0; 11] }
+    }
+
+    /// Appends `second` as [`write_rfc3339`] would.
+    pub fn write(&mut self, out: &mut Vec<u8>, second: i64) {
+        let local = second + self.offset_secs;
+        let day = local.div_euclid(86_400);
+        if day != self.day {
+            let mut full = Vec::with_capacity(25);
+            write_rfc3339(&mut full, second, Offset::from_seconds(self.offset_secs as i32).unwrap_or(Offset::UTC));
+            self.date.copy_from_slice(&full[..11]);
+            self.day = day;
+        }
+        let tod = local.rem_euclid(86_400);
+        let (h, m, s) = ((tod / 3600) as u8, (tod / 60 % 60) as u8, (tod % 60) as u8);
+        out.extend_from_slice(&self.date);
+        out.extend_from_slice(&[b'0' + h / 10, b'0' + h % 10, b':', b'0' + m / 10, b'0' + m % 10, b':']);
+        out.extend_from_slice(&[b'0' + s / 10, b'0' + s % 10]);
+        out.extend_from_slice(&self.suffix);
+    }
+}
+
 /// `second` rendered as RFC 3339 in `offset`, as an owned string.
 pub fn format_rfc3339(second: i64, offset: Offset) -> String {
     let mut buf = Vec::with_capacity(25);

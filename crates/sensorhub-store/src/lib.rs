@@ -9,6 +9,7 @@ mod types;
 pub use types::*;
 
 use async_trait::async_trait;
+use futures_util::StreamExt;
 use futures_util::stream::BoxStream;
 use sensorhub_core::model::{Device, ReadingInput};
 use sensorhub_core::provision::{InputError, Provision};
@@ -72,6 +73,16 @@ pub trait Store: Send + Sync {
     /// Streams the readings of `device` within `range` (inclusive), oldest first.
     fn read_readings(&self, device: &DeviceHandle, range: TimeRange) -> ReadingStream;
 
+    /// The device `device_id` visible in `scope` with the first batch of its
+    /// readings in `range` and a stream of the rest; `None` if the device is
+    /// not visible. Backends may do it in one round trip.
+    async fn read_window(&self, scope: Scope, device_id: &str, range: TimeRange) -> StoreResult<Option<Window>> {
+        let Some(device) = self.find_device(scope, device_id).await? else { return Ok(None) };
+        let mut rest = self.read_readings(&device, range);
+        let first = rest.next().await.transpose()?.unwrap_or_default();
+        Ok(Some(Window { device, first, rest }))
+    }
+
     /// Makes a provisioning document true, atomically: all of it or nothing.
     async fn apply(&self, doc: Provision, readings: Vec<ReadingInput>) -> StoreResult<ApplyReport>;
 
@@ -90,6 +101,16 @@ pub trait Store: Send + Sync {
     /// Revokes the API keys whose id is `id_or_prefix`, or whose shown prefix it is
     /// when exactly one key has that prefix. Returns the prefix of the revoked key.
     async fn revoke_api_key(&self, id_or_prefix: &str) -> StoreResult<String>;
+}
+
+/// A device's readings in a range: the first batch, read, and the rest.
+pub struct Window {
+    /// The device.
+    pub device: DeviceHandle,
+    /// The first readings (empty when there are none).
+    pub first: ReadingBatch,
+    /// The readings after `first`.
+    pub rest: ReadingStream,
 }
 
 /// Opens the store named by `url`: a file path or `sqlite://PATH`. The

@@ -4,15 +4,20 @@
 //! `120.4`), so a value that is exactly `n / 10^k` for k in 0..=2 is stored
 //! as the LEB128 varint `zigzag(n) << 2 | k` (one to three bytes); any
 //! other value as the code `3` and its eight little-endian bytes. Decoding
+//! hands out the decimal itself ([`StoredValue`]), so the reader can print
+//! it without a float-to-decimal search. Decoding
 //! divides by the exact power of ten, which is correctly rounded, and a
 //! value is only stored scaled if that gives back the same bits.
+
+use crate::StoredValue;
 
 /// Decimal scales tried, in order: 1, 10, 100.
 const SCALES: [f64; 3] = [1.0, 10.0, 100.0];
 /// Code of a raw `f64`.
 const RAW: u64 = 3;
-/// Largest |n| stored scaled (keeps `n` exact in an `f64`).
-const MAX_SCALED: f64 = 9.0e15;
+/// Largest |n| stored scaled: exact in an `f64`, and below the magnitude
+/// (1e16) where JSON printers switch to an exponent.
+const MAX_SCALED: f64 = 1.0e15;
 
 /// Appends the packed form of `values` (pairs of idx and value, any order,
 /// idx below 64; a later pair for the same idx wins) to `out`.
@@ -36,8 +41,8 @@ pub fn encode(values: &[(u8, f64)], out: &mut Vec<u8>) {
 fn write_value(v: f64, out: &mut Vec<u8>) {
     for (k, scale) in SCALES.iter().enumerate() {
         let n = (v * scale).round();
-        // Decode from the integer, as `read_value` will (so -0.0 stays raw).
-        if n.abs() <= MAX_SCALED && ((n as i64) as f64 / scale).to_bits() == v.to_bits() {
+        // Decode from the integer, as `StoredValue::to_f64` will (so -0.0 stays raw).
+        if n.abs() < MAX_SCALED && ((n as i64) as f64 / scale).to_bits() == v.to_bits() {
             let n = n as i64;
             let zigzag = ((n << 1) ^ (n >> 63)) as u64;
             write_varint((zigzag << 2) | k as u64, out);
@@ -72,21 +77,20 @@ fn read_varint(bytes: &[u8]) -> Option<(u64, &[u8])> {
     None
 }
 
-fn read_value(bytes: &[u8]) -> Option<(f64, &[u8])> {
+fn read_value(bytes: &[u8]) -> Option<(StoredValue, &[u8])> {
     let (code, rest) = read_varint(bytes)?;
-    let k = (code & 3) as usize;
     if code == RAW {
         let (raw, rest) = rest.split_first_chunk::<8>()?;
-        return Some((f64::from_le_bytes(*raw), rest));
+        return Some((StoredValue::Float(f64::from_le_bytes(*raw)), rest));
     }
     let zigzag = code >> 2;
     let n = ((zigzag >> 1) as i64) ^ -((zigzag & 1) as i64);
-    Some((n as f64 / *SCALES.get(k)?, rest))
+    Some((StoredValue::Decimal { n, k: (code & 3) as u8 }, rest))
 }
 
 /// Decodes a packed reading: its bit set, and its values appended to `out`
 /// in idx order. `None` if the bytes are not a packed reading.
-pub fn decode_into(bytes: &[u8], out: &mut Vec<f64>) -> Option<u64> {
+pub fn decode_into(bytes: &[u8], out: &mut Vec<StoredValue>) -> Option<u64> {
     let (mask, mut rest) = read_varint(bytes)?;
     for _ in 0..mask.count_ones() {
         let (v, next) = read_value(rest)?;
@@ -103,7 +107,7 @@ pub fn decode_pairs(bytes: &[u8]) -> Option<Vec<(u8, f64)>> {
     let mut m = mask;
     let mut pairs = Vec::with_capacity(values.len());
     for v in values {
-        pairs.push((m.trailing_zeros() as u8, v));
+        pairs.push((m.trailing_zeros() as u8, v.to_f64()));
         m &= m - 1;
     }
     Some(pairs)

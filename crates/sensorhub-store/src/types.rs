@@ -68,7 +68,7 @@ pub struct ReadingBatch {
     /// Sensor idx bit sets.
     pub masks: Vec<u64>,
     /// Values, in reading order then idx order.
-    pub values: Vec<f64>,
+    pub values: Vec<StoredValue>,
 }
 
 impl ReadingBatch {
@@ -80,6 +80,37 @@ impl ReadingBatch {
     /// Whether the batch holds no reading.
     pub fn is_empty(&self) -> bool {
         self.timestamps.is_empty()
+    }
+}
+
+/// A value as stored: most sensor values are short decimals, kept as
+/// `n / 10^k` so that they can be printed without a float-to-decimal search.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum StoredValue {
+    /// Exactly `n / 10^k`, with `k` in 0..=2 and as small as possible.
+    Decimal {
+        /// The digits.
+        n: i64,
+        /// Digits after the decimal point.
+        k: u8,
+    },
+    /// Any other finite value.
+    Float(f64),
+}
+
+impl StoredValue {
+    /// The value as a double (bit for bit the one stored).
+    pub fn to_f64(self) -> f64 {
+        match self {
+            StoredValue::Decimal { n, k } => n as f64 / [1.0, 10.0, 100.0][usize::from(k.min(2))],
+            StoredValue::Float(v) => v,
+        }
+    }
+}
+
+impl From<f64> for StoredValue {
+    fn from(v: f64) -> Self {
+        StoredValue::Float(v)
     }
 }
 

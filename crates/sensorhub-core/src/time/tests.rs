@@ -175,6 +175,22 @@ proptest! {
     }
 
     #[test]
+    fn the_day_cached_writer_matches(start in 0i64..4_000_000_000, steps in proptest::collection::vec(0i64..200_000, 1..50), minutes in -720i32..=840) {
+        let offset = Offset::from_seconds(minutes * 60).expect("offset");
+        let mut writer = Rfc3339Writer::new(offset);
+        let mut ts = start;
+        for step in steps {
+            ts += step;
+            let mut out = Vec::new();
+            writer.write(&mut out, ts);
+            prop_assert_eq!(String::from_utf8(out).expect("utf-8"), format_rfc3339(ts, offset));
+        }
+        let mut out = Vec::new();
+        writer.write(&mut out, start);
+        prop_assert_eq!(String::from_utf8(out).expect("utf-8"), format_rfc3339(start, offset), "going back in time");
+    }
+
+    #[test]
     fn tz_in_whole_hours_round_trips(hours in -12i32..=14) {
         prop_assert_eq!(parse_tz(&hours.to_string()).map(|o| o.seconds()), Ok(hours * 3600));
     }

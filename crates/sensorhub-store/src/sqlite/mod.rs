@@ -7,7 +7,7 @@ mod write;
 
 use crate::{
     AccountAuth, AccountSummary, ApiKeyAuth, ApiKeySummary, ApplyReport, DeviceHandle, ImportReport, PoolStatus,
-    ReadingSource, ReadingStream, Scope, Store, StoreError, StoreResult, WebhookKeyAuth,
+    ReadingSource, ReadingStream, Scope, Store, StoreError, StoreResult, WebhookKeyAuth, Window,
 };
 use async_trait::async_trait;
 use pool::Pool;
@@ -102,6 +102,15 @@ impl Store for SqliteStore {
 
     fn read_readings(&self, device: &DeviceHandle, range: TimeRange) -> ReadingStream {
         read::stream_readings(self.pool.clone(), device.pk, range)
+    }
+
+    async fn read_window(&self, scope: Scope, device_id: &str, range: TimeRange) -> StoreResult<Option<Window>> {
+        let id = device_id.to_owned();
+        let Some((device, first)) = self.pool.run(move |c| read::window_head(c, scope, &id, range)).await? else {
+            return Ok(None);
+        };
+        let rest = read::stream_from(self.pool.clone(), device.pk, read::after(&first, range.end), range.end);
+        Ok(Some(Window { device, first, rest }))
     }
 
     async fn apply(&self, doc: Provision, readings: Vec<ReadingInput>) -> StoreResult<ApplyReport> {

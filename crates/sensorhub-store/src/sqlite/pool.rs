@@ -18,7 +18,7 @@ const PRAGMAS: &str = "PRAGMA busy_timeout = 10000;
 PRAGMA journal_mode = WAL;
 PRAGMA synchronous = NORMAL;
 PRAGMA foreign_keys = ON;
-PRAGMA cache_size = -16000;";
+PRAGMA cache_size = -1024;";
 
 /// A bounded set of connections to one database file.
 #[derive(Clone)]

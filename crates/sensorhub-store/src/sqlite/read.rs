@@ -12,8 +12,8 @@ use sensorhub_core::secret::KeyDigest;
 use sensorhub_core::time::TimeRange;
 use std::collections::HashMap;
 
-/// Readings per batch sent from the blocking reader to the response.
-const BATCH_READINGS: usize = 1024;
+/// Readings per batch: a day at one-minute intervals (1,440) fits in one.
+const BATCH_READINGS: usize = 2048;
 
 pub(super) fn account_auth(c: &Connection, username: &str) -> StoreResult<Option<AccountAuth>> {
     let mut stmt = c.prepare_cached("SELECT id, password_hash, disabled FROM accounts WHERE username = ?1")?;
@@ -146,25 +146,43 @@ pub(super) fn device_sensors(c: &Connection, pk: i64) -> StoreResult<Vec<SensorM
 /// client reads: a slow client costs a little memory, never a pooled
 /// connection. The next batch is read only when the previous one was taken.
 pub(super) fn stream_readings(pool: Pool, device_pk: i64, range: TimeRange) -> ReadingStream {
-    let state = Some(range.start);
-    futures_util::stream::try_unfold((pool, state), move |(pool, next)| async move {
+    stream_from(pool, device_pk, Some(range.start), range.end)
+}
+
+/// The stream of readings from `next` (when there may be more) to `end`.
+pub(super) fn stream_from(pool: Pool, device_pk: i64, next: Option<i64>, end: i64) -> ReadingStream {
+    futures_util::stream::try_unfold((pool, next), move |(pool, next)| async move {
         let Some(from) = next else { return Ok(None) };
-        let batch = pool.run(move |c| read_batch(c, device_pk, from, range.end)).await?;
+        let batch = pool.run(move |c| read_batch(c, device_pk, from, end)).await?;
         if batch.is_empty() {
             return Ok(None);
         }
-        let more = (batch.len() == BATCH_READINGS)
-            .then(|| batch.timestamps.last().map(|t| t + 1))
-            .flatten()
-            .filter(|t| *t <= range.end);
+        let more = after(&batch, end);
         Ok(Some((batch, (pool, more))))
     })
     .fuse()
     .boxed()
 }
 
+/// Where the next batch starts, when `batch` was full and ends before `end`.
+pub(super) fn after(batch: &ReadingBatch, end: i64) -> Option<i64> {
+    (batch.len() == BATCH_READINGS).then(|| batch.timestamps.last().map(|t| t + 1)).flatten().filter(|t| *t <= end)
+}
+
+/// The device visible in `scope` and its first batch, in one round trip.
+pub(super) fn window_head(
+    c: &mut Connection,
+    scope: Scope,
+    device_id: &str,
+    range: TimeRange,
+) -> StoreResult<Option<(DeviceHandle, ReadingBatch)>> {
+    let Some(device) = find_device(c, scope, device_id)? else { return Ok(None) };
+    let first = read_batch(c, device.pk, range.start, range.end)?;
+    Ok(Some((device, first)))
+}
+
 /// Up to `BATCH_READINGS` readings of a device from `from` to `end`, inclusive.
-fn read_batch(c: &mut Connection, device_pk: i64, from: i64, end: i64) -> StoreResult<ReadingBatch> {
+pub(super) fn read_batch(c: &mut Connection, device_pk: i64, from: i64, end: i64) -> StoreResult<ReadingBatch> {
     let mut stmt = c.prepare_cached(
         "SELECT ts, vals FROM readings WHERE device_pk = ?1 AND ts >= ?2 AND ts <= ?3 ORDER BY ts LIMIT ?4",
     )?;

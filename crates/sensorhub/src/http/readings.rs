@@ -14,8 +14,8 @@ use bytes::Bytes;
 use futures_util::{StreamExt, stream};
 use jiff::tz::Offset;
 use sensorhub_core::model::SensorMeta;
-use sensorhub_core::time::{RangeQuery, write_rfc3339};
-use sensorhub_store::ReadingBatch;
+use sensorhub_core::time::{RangeQuery, Rfc3339Writer};
+use sensorhub_store::{ReadingBatch, StoredValue};
 use serde::Deserialize;
 
 /// The query of a readings request, as received.
@@ -110,15 +110,15 @@ async fn read<C: Into<Caller>>(
     let query = RangeQuery { start: params.start.as_deref(), end: params.end.as_deref(), tz: params.tz.as_deref() };
     let resolved =
         state.rules.resolve(query, jiff::Timestamp::now()).map_err(|e| ApiError::BadRequest(e.to_string()))?;
-    let device = state.store.find_device(caller.scope, &device_id).await?.ok_or(ApiError::DeviceNotFound)?;
-    let mut batches = state.store.read_readings(&device, resolved.range);
-    // Wait for the first batch so that a failing store still gets a 500
-    // rather than a cut-off 200.
-    let first = batches.next().await.transpose()?;
+    // The device and the first readings come together, so that a failing
+    // store still gets a 500 rather than a cut-off 200.
+    let window =
+        state.store.read_window(caller.scope, &device_id, resolved.range).await?.ok_or(ApiError::DeviceNotFound)?;
     let metrics = state.metrics.clone();
-    metrics.readings_served(first.as_ref().map_or(0, ReadingBatch::len));
-    let mut encoder = ReadingEncoder::new(&device.sensors, resolved.offset);
-    let head = encoder.begin(first.as_ref());
+    metrics.readings_served(window.first.len());
+    let mut encoder = ReadingEncoder::new(&window.device.sensors, resolved.offset);
+    let head = encoder.begin(Some(&window.first));
+    let batches = window.rest;
     let body = stream::once(async move { Ok::<_, std::io::Error>(head) })
         .chain(batches.map(move |batch| match batch {
             Ok(b) => {
@@ -141,9 +141,8 @@ pub struct ReadingEncoder {
     before: Vec<Vec<u8>>,
     /// `,"unit":"…"}` per sensor idx.
     after: Vec<Vec<u8>>,
-    offset: Offset,
+    time: Rfc3339Writer,
     first: bool,
-    ryu: ryu::Buffer,
 }
 
 impl ReadingEncoder {
@@ -156,9 +155,8 @@ impl ReadingEncoder {
                 .map(|s| format!("{{\"id\":{},\"value\":", json(&s.sensor_id)).into_bytes())
                 .collect(),
             after: sensors.iter().map(|s| format!(",\"unit\":{}}}", json(&s.unit)).into_bytes()).collect(),
-            offset,
+            time: Rfc3339Writer::new(offset),
             first: true,
-            ryu: ryu::Buffer::new(),
         }
     }
 
@@ -187,7 +185,7 @@ impl ReadingEncoder {
             }
             self.first = false;
             out.extend_from_slice(b"{\"timestamp\":\"");
-            write_rfc3339(out, ts, self.offset);
+            self.time.write(out, ts);
             out.extend_from_slice(b"\",\"sensors\":[");
             let mut m = mask;
             let mut comma = false;
@@ -201,10 +199,38 @@ impl ReadingEncoder {
                 }
                 comma = true;
                 out.extend_from_slice(before);
-                out.extend_from_slice(self.ryu.format_finite(*value).as_bytes());
+                write_value(out, *value);
                 out.extend_from_slice(after);
             }
             out.extend_from_slice(b"]}");
+        }
+    }
+}
+
+/// Appends a stored value exactly as serde_json writes the double (the
+/// shortest form that reads back the same). A stored decimal `n / 10^k` is
+/// that shortest form already (`k` is minimal and the magnitude below 1e15),
+/// so it is printed from its digits without a float-to-decimal search.
+pub fn write_value(out: &mut Vec<u8>, value: StoredValue) {
+    match value {
+        StoredValue::Decimal { n, k } => {
+            if n < 0 {
+                out.push(b'-');
+            }
+            let abs = n.unsigned_abs();
+            let pow = [1, 10, 100][usize::from(k.min(2))];
+            let mut int = itoa::Buffer::new();
+            out.extend_from_slice(int.format(abs / pow).as_bytes());
+            let frac = abs % pow;
+            match k {
+                0 => out.extend_from_slice(b".0"),
+                1 => out.extend_from_slice(&[b'.', b'0' + frac as u8]),
+                _ => out.extend_from_slice(&[b'.', b'0' + (frac / 10) as u8, b'0' + (frac % 10) as u8]),
+            }
+        }
+        // Finite (checked on the way in), so this cannot fail.
+        StoredValue::Float(v) => {
+            let _ = serde_json::to_writer(out, &v);
         }
     }
 }
@@ -213,6 +239,43 @@ impl ReadingEncoder {
 mod tests {
     use super::*;
 
+    fn as_serde(v: f64) -> String {
+        serde_json::to_string(&v).expect("finite")
+    }
+
+    /// `v` stored and read back as the store does, then written.
+    fn as_ours(v: f64) -> String {
+        let mut packed = Vec::new();
+        sensorhub_store::packed::encode(&[(0, v)], &mut packed);
+        let mut values = Vec::new();
+        sensorhub_store::packed::decode_into(&packed, &mut values).expect("decodes");
+        let mut out = Vec::new();
+        write_value(&mut out, values[0]);
+        String::from_utf8(out).expect("utf-8")
+    }
+
+    #[test]
+    fn numbers_are_written_as_serde_writes_them() {
+        for v in
+            [0.0, -0.0, 92.5, -78.0, 120.4, 0.05, -0.07, 12.34, 1e-7, 0.1 + 0.2, 1e15, 9.99e14, 123456789.12, 1e300]
+        {
+            assert_eq!(as_ours(v), as_serde(v), "{v}");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_number_is_written_as_serde_writes_it(
+            v in proptest::num::f64::NORMAL | proptest::num::f64::ZERO | proptest::num::f64::SUBNORMAL,
+            d in -10_000_000_000i64..10_000_000_000,
+            k in 0u32..4,
+        ) {
+            let decimal = d as f64 / 10f64.powi(k as i32);
+            proptest::prop_assert_eq!(as_ours(v), as_serde(v));
+            proptest::prop_assert_eq!(as_ours(decimal), as_serde(decimal));
+        }
+    }
+
     #[test]
     fn encodes_readings_like_serde_would() {
         let sensors = vec![
@@ -220,7 +283,12 @@ mod tests {
             SensorMeta { sensor_id: "A-x".into(), name: "n".into(), kind: "X".into(), unit: ".".into() },
         ];
         let mut enc = ReadingEncoder::new(&sensors, Offset::constant(7));
-        let batch = ReadingBatch { timestamps: vec![0, 60], masks: vec![0b11, 0b10], values: vec![92.5, 100.0, -1e-7] };
+        let values = vec![
+            StoredValue::Decimal { n: 925, k: 1 },
+            StoredValue::Decimal { n: 100, k: 0 },
+            StoredValue::Float(-1e-7),
+        ];
+        let batch = ReadingBatch { timestamps: vec![0, 60], masks: vec![0b11, 0b10], values };
         let mut text = enc.begin(Some(&batch)).to_vec();
         text.extend_from_slice(b"]}");
         let parsed: serde_json::Value = serde_json::from_slice(&text).expect("valid JSON");

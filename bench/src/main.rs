@@ -1,0 +1,100 @@
+//! `sensorhub-bench`: generate datasets and run the benchmark scenarios.
+#![forbid(unsafe_code)]
+
+mod dataset;
+mod run;
+mod wrk;
+
+use clap::{Parser, Subcommand};
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// The sensorhub benchmark suite.
+#[derive(Parser)]
+#[command(name = "sensorhub-bench")]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run every scenario against a release build and print the figures
+    Run(run::Args),
+    /// Write a dataset: provision.json and readings as CSV, NDJSON and InfluxDB line protocol
+    Gen {
+        /// small, medium or large
+        #[arg(long, default_value = "small")]
+        scale: String,
+        /// Seed
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+        /// Output directory
+        #[arg(long)]
+        out: PathBuf,
+        /// Formats to write, comma-separated: csv, ndjson, influx
+        #[arg(long, default_value = "csv,ndjson,influx")]
+        formats: String,
+    },
+}
+
+fn generate(scale: &str, seed: u64, out: &std::path::Path, formats: &str) -> Result<(), String> {
+    let scale = dataset::Scale::named(scale).ok_or(format!("unknown scale {scale:?}"))?;
+    std::fs::create_dir_all(out).map_err(|e| e.to_string())?;
+    let stations = dataset::stations(scale, seed);
+    std::fs::write(out.join("provision.json"), dataset::provision(&stations).to_string()).map_err(|e| e.to_string())?;
+    let open = |name: &str| -> Result<Option<BufWriter<File>>, String> {
+        let wanted = formats.split(',').any(|f| f.trim() == name);
+        let file_name = match name {
+            "csv" => "readings.csv",
+            "ndjson" => "readings.ndjson",
+            _ => "readings.lp",
+        };
+        wanted
+            .then(|| File::create(out.join(file_name)).map(|f| BufWriter::with_capacity(1 << 20, f)))
+            .transpose()
+            .map_err(|e| e.to_string())
+    };
+    let (mut csv, mut ndjson, mut influx) = (open("csv")?, open("ndjson")?, open("influx")?);
+    let mut sinks = dataset::Sinks {
+        csv: csv.as_mut().map(|w| w as &mut dyn Write),
+        ndjson: ndjson.as_mut().map(|w| w as &mut dyn Write),
+        influx: influx.as_mut().map(|w| w as &mut dyn Write),
+    };
+    let counts = dataset::write_readings(&stations, &mut sinks).map_err(|e| e.to_string())?;
+    for w in [csv.as_mut(), ndjson.as_mut(), influx.as_mut()].into_iter().flatten() {
+        w.flush().map_err(|e| e.to_string())?;
+    }
+    println!(
+        "{} stations, {} readings, {} values in {}",
+        stations.len(),
+        counts.readings,
+        counts.values,
+        out.display()
+    );
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let result = match Cli::parse().command {
+        Cmd::Gen { scale, seed, out, formats } => generate(&scale, seed, &out, &formats),
+        Cmd::Run(args) => {
+            let out = args.out_dir();
+            run::run(args).and_then(|r| {
+                println!("{}", run::table(&r));
+                let path = run::save(&r, &out)?;
+                println!("results written to {}", path.display());
+                Ok(())
+            })
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,423 @@
+//! The scenarios: a release `sensorhub` on loopback, loaded by `wrk` for a
+//! fixed time at fixed concurrency, with the server's RSS read from /proc.
+
+use crate::dataset::{self, Scale};
+use crate::wrk::{self, WrkResult};
+use base64::Engine;
+use serde::Serialize;
+use std::fs;
+use std::io::{BufWriter, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Arguments of `run`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Store for the ingest (S5) and scale (S6) scenarios: small, medium or large
+    #[arg(long, default_value = "small")]
+    scale: String,
+    /// Seed of the generated data
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Seconds each load scenario runs
+    #[arg(long, default_value_t = 10)]
+    duration: u64,
+    /// Where datasets and stores are kept
+    #[arg(long, default_value = "bench/data")]
+    data: PathBuf,
+    /// Where the JSON results go
+    #[arg(long, default_value = "bench/results")]
+    out: PathBuf,
+    /// First of the two loopback ports used
+    #[arg(long, default_value_t = 18400)]
+    port: u16,
+}
+
+impl Args {
+    /// Where the JSON results go.
+    pub fn out_dir(&self) -> PathBuf {
+        self.out.clone()
+    }
+}
+
+/// One load scenario's figures.
+#[derive(Debug, Clone, Serialize)]
+pub struct Load {
+    /// What it measures.
+    pub what: String,
+    /// Concurrent connections.
+    pub connections: u32,
+    /// Figures from wrk.
+    #[serde(flatten)]
+    pub wrk: WrkResult,
+    /// Server peak RSS during the scenario, MiB.
+    pub peak_rss_mib: f64,
+}
+
+/// The ingest scenario's figures.
+#[derive(Debug, Clone, Serialize)]
+pub struct Ingest {
+    /// Store scale.
+    pub scale: String,
+    /// Values imported.
+    pub values: u64,
+    /// Wall time of `sensorhub import`, seconds.
+    pub seconds: f64,
+    /// Values per second.
+    pub values_per_s: f64,
+    /// Database file size after import.
+    pub bytes: u64,
+    /// Bytes on disk per stored value.
+    pub bytes_per_value: f64,
+}
+
+/// A target and whether this run met it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Target {
+    /// Which.
+    pub name: String,
+    /// Measured.
+    pub value: f64,
+    /// Limit.
+    pub limit: String,
+    /// Met or not.
+    pub met: bool,
+}
+
+/// A whole run.
+#[derive(Debug, Serialize)]
+pub struct Results {
+    /// UTC time of the run.
+    pub date: String,
+    /// `git rev-parse HEAD`.
+    pub commit: String,
+    /// CPUs, model and memory.
+    pub machine: String,
+    /// Options.
+    pub scale: String,
+    /// Seed.
+    pub seed: u64,
+    /// Seconds per load scenario.
+    pub duration_s: u64,
+    /// Server RSS at rest, MiB.
+    pub idle_rss_mib: f64,
+    /// S1-S4, S7 (and S6's second S1).
+    pub loads: Vec<(String, Load)>,
+    /// S5.
+    pub ingest: Ingest,
+    /// S6: S1's p50 on the small store and on the `scale` store, ms.
+    pub scale_p50_ms: Option<(f64, f64)>,
+    /// The targets.
+    pub targets: Vec<Target>,
+}
+
+/// A prepared store.
+struct Store {
+    db: PathBuf,
+    ingest: Ingest,
+}
+
+fn sh(cmd: &mut Command) -> Result<String, String> {
+    let out = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("{cmd:?} failed: {}", String::from_utf8_lossy(&out.stderr)));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Generates the dataset of `scale` (once) and imports it into a fresh store, timing the import.
+fn prepare(bin: &Path, data: &Path, scale: Scale, seed: u64) -> Result<Store, String> {
+    let dir = data.join(format!("{}-{seed}", scale.name));
+    fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let csv = dir.join("readings.csv");
+    let counts_file = dir.join("counts.json");
+    let stations = dataset::stations(scale, seed);
+    let values: u64 = match fs::read_to_string(&counts_file).ok().and_then(|t| t.trim().parse().ok()) {
+        Some(v) if csv.exists() => v,
+        _ => {
+            eprintln!("generating the {} dataset in {}", scale.name, dir.display());
+            fs::write(dir.join("provision.json"), dataset::provision(&stations).to_string())
+                .map_err(|e| e.to_string())?;
+            let file = fs::File::create(&csv).map_err(|e| e.to_string())?;
+            let mut w = BufWriter::with_capacity(1 << 20, file);
+            let counts =
+                dataset::write_readings(&stations, &mut dataset::Sinks { csv: Some(&mut w), ..Default::default() })
+                    .map_err(|e| e.to_string())?;
+            w.flush().map_err(|e| e.to_string())?;
+            fs::write(&counts_file, counts.values.to_string()).map_err(|e| e.to_string())?;
+            counts.values
+        }
+    };
+    let db = dir.join("store.db");
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = fs::remove_file(format!("{}{suffix}", db.display()));
+    }
+    sh(Command::new(bin).arg("apply").arg(dir.join("provision.json")).arg("--database").arg(&db))?;
+    eprintln!("importing {values} values into {}", db.display());
+    let started = Instant::now();
+    sh(Command::new(bin).arg("import").arg(&csv).arg("--database").arg(&db).env("SENSORHUB_LOG", "warn"))?;
+    let seconds = started.elapsed().as_secs_f64();
+    let bytes =
+        ["", "-wal"].iter().filter_map(|s| fs::metadata(format!("{}{s}", db.display())).ok()).map(|m| m.len()).sum();
+    let ingest = Ingest {
+        scale: scale.name.into(),
+        values,
+        seconds,
+        values_per_s: values as f64 / seconds,
+        bytes,
+        bytes_per_value: bytes as f64 / values as f64,
+    };
+    Ok(Store { db, ingest })
+}
+
+/// A server process, stopped when dropped.
+struct Server {
+    child: Child,
+    port: u16,
+}
+
+impl Server {
+    fn start(cmd: &mut Command, port: u16) -> Result<Server, String> {
+        let child = cmd.stdout(Stdio::null()).spawn().map_err(|e| format!("{cmd:?}: {e}"))?;
+        let server = Server { child, port };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if get(port, "/healthz", None).is_ok_and(|b| !b.is_empty()) {
+                return Ok(server);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Err(format!("the server on port {port} did not come up"))
+    }
+
+    fn rss(&self, field: &str) -> f64 {
+        let status = fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(field)?.trim().strip_suffix("kB")?.trim().parse::<f64>().ok())
+            .map_or(0.0, |kb| kb / 1024.0)
+    }
+
+    /// Resets the peak RSS (VmHWM) so that the next reading is this scenario's.
+    fn reset_peak(&self) {
+        let _ = fs::write(format!("/proc/{}/clear_refs", self.child.id()), "5");
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        let _ = self.child.wait();
+    }
+}
+
+/// A plain HTTP/1.0 GET (the body ends with the connection); returns the body.
+fn get(port: u16, path: &str, auth: Option<&str>) -> Result<Vec<u8>, String> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+    let auth = auth.map(|a| format!("Authorization: {a}\r\n")).unwrap_or_default();
+    write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n{auth}\r\n").map_err(|e| e.to_string())?;
+    let mut all = Vec::new();
+    s.read_to_end(&mut all).map_err(|e| e.to_string())?;
+    let split = all.windows(4).position(|w| w == b"\r\n\r\n").ok_or("no HTTP header")?;
+    if !all.starts_with(b"HTTP/1.0 200") && !all.starts_with(b"HTTP/1.1 200") {
+        return Err(String::from_utf8_lossy(&all[..split]).into_owned());
+    }
+    Ok(all[split + 4..].to_vec())
+}
+
+fn basic(user: &str, password: &str) -> String {
+    format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}")))
+}
+
+/// The scenario URLs on the generated data.
+const DAY: &str = "start=2025-12-01T00:00:00Z&end=2025-12-01T23:59:59Z";
+const MONTH: &str = "start=2025-12-01T00:00:00Z&end=2025-12-30T23:59:59Z";
+const YEAR: &str = "start=2025-01-01T00:00:00Z&end=2025-12-31T23:59:59Z";
+
+fn load(
+    server: &Server,
+    what: &str,
+    path: &str,
+    auth: Option<&str>,
+    connections: u32,
+    secs: u64,
+) -> Result<Load, String> {
+    let url = format!("http://127.0.0.1:{}{path}", server.port);
+    // A second of warm-up (connections, caches, the first Argon2 check), not counted.
+    wrk::run(&url, auth, connections, 1)?;
+    server.reset_peak();
+    let wrk = wrk::run(&url, auth, connections, secs)?;
+    let peak = server.rss("VmHWM:");
+    eprintln!("  {what}: {:.0} req/s, p50 {:.2} ms, p99 {:.2} ms", wrk.requests_per_s, wrk.p50_ms, wrk.p99_ms);
+    Ok(Load { what: what.into(), connections, wrk, peak_rss_mib: peak })
+}
+
+fn machine() -> String {
+    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let model = fs::read_to_string("/proc/cpuinfo")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("model name")?.split(':').nth(1).map(|m| m.trim().to_owned()))
+        .unwrap_or_else(|| "unknown CPU".into());
+    let mem = fs::read_to_string("/proc/meminfo")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:")?.trim().strip_suffix("kB")?.trim().parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0 / 1024.0);
+    format!("{cpus} CPUs ({model}), {mem:.0} GiB")
+}
+
+/// Runs every scenario and writes the results.
+pub fn run(args: Args) -> Result<Results, String> {
+    let scale = Scale::named(&args.scale).ok_or(format!("unknown scale {:?}", args.scale))?;
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let bin_dir = exe.parent().ok_or("no binary directory")?;
+    let sensorhub = bin_dir.join("sensorhub");
+    let floor = bin_dir.join("sensorhub-floor");
+    let secs = args.duration;
+
+    let small = prepare(&sensorhub, &args.data, dataset::SMALL, args.seed)?;
+    let big = if scale == dataset::SMALL { None } else { Some(prepare(&sensorhub, &args.data, scale, args.seed)?) };
+    let port = args.port;
+    let serve = |db: &Path| {
+        let mut cmd = Command::new(&sensorhub);
+        cmd.args(["serve", "--rate-limit", "off", "--listen", &format!("127.0.0.1:{port}"), "--database"])
+            .arg(db)
+            .env("SENSORHUB_LOG", "warn");
+        Server::start(&mut cmd, port)
+    };
+
+    let bench_auth = basic(dataset::BENCH_USER.0, dataset::BENCH_USER.1);
+    let fifty_auth = basic(dataset::FIFTY_USER.0, dataset::FIFTY_USER.1);
+    let s1_path = format!("/external/v1/devices/{}/data?{DAY}", dataset::REF_DEVICE);
+    let mut loads = Vec::new();
+    let server = serve(&small.db)?;
+    std::thread::sleep(Duration::from_millis(300));
+    let idle = server.rss("VmRSS:");
+    eprintln!("server idle RSS {idle:.1} MiB; scenarios of {secs} s each");
+    // S7 first, on a fresh process: its peak against the idle RSS.
+    let s7_path = format!("/external/v1/{}/devices/{}/data?{YEAR}", dataset::BENCH_KEY, dataset::REF_DEVICE);
+    server.reset_peak();
+    let url = format!("http://127.0.0.1:{port}{s7_path}");
+    let s7 = wrk::run(&url, None, 8, secs.max(5))?;
+    let s7_peak = server.rss("VmHWM:");
+    eprintln!("  data-365d x 8 clients: {:.1} req/s, peak RSS {s7_peak:.1} MiB", s7.requests_per_s);
+    let s7 = Load { what: "data-365d x 8 clients (memory)".into(), connections: 8, wrk: s7, peak_rss_mib: s7_peak };
+    let s1_body = get(port, &s1_path, Some(&bench_auth))?;
+    loads.push(("S1".into(), load(&server, "data-1d (1,440 readings, Basic)", &s1_path, Some(&bench_auth), 16, secs)?));
+    let s2_path = format!("/external/v1/{}/devices/{}/data?{MONTH}", dataset::BENCH_KEY, dataset::REF_DEVICE);
+    loads.push(("S2".into(), load(&server, "data-30d (43,200 readings, public key)", &s2_path, None, 4, secs)?));
+    loads.push((
+        "S3".into(),
+        load(&server, "devices (50, Basic)", "/external/v1/devices", Some(&fifty_auth), 16, secs)?,
+    ));
+    let s3p = format!("/external/v1/{}/devices", dataset::FIFTY_KEY);
+    loads.push(("S3-key".into(), load(&server, "devices (50, public key)", &s3p, None, 16, secs)?));
+    loads.push(("S7".into(), s7));
+    drop(server);
+
+    let body_file = args.data.join("s1-body.json");
+    fs::write(&body_file, &s1_body).map_err(|e| e.to_string())?;
+    let floor_server = Server::start(
+        Command::new(&floor).arg("--listen").arg(format!("127.0.0.1:{port}")).arg("--body").arg(&body_file),
+        port,
+    )?;
+    loads.push((
+        "S4".into(),
+        load(&floor_server, "floor (S1's bytes, pre-rendered)", &s1_path, Some(&bench_auth), 16, secs)?,
+    ));
+    drop(floor_server);
+
+    let scale_p50 = match &big {
+        Some(store) => {
+            let server = serve(&store.db)?;
+            let l =
+                load(&server, &format!("data-1d on the {} store", scale.name), &s1_path, Some(&bench_auth), 16, secs)?;
+            let small_p50 = loads[0].1.wrk.p50_ms;
+            let p50 = l.wrk.p50_ms;
+            loads.push(("S6".into(), l));
+            Some((small_p50, p50))
+        }
+        None => None,
+    };
+    let ingest = big.map_or(small.ingest, |b| b.ingest);
+    let find = |k: &str| loads.iter().find(|(n, _)| n == k).map(|(_, l)| l.clone());
+    let (s1, s3, s3k, s4, s7) = (find("S1"), find("S3"), find("S3-key"), find("S4"), find("S7"));
+    let mut targets = Vec::new();
+    let mut target = |name: &str, value: f64, limit: &str, met: bool| {
+        targets.push(Target { name: name.into(), value, limit: limit.into(), met });
+    };
+    if let (Some(s1), Some(s4)) = (&s1, &s4) {
+        let r = s1.wrk.requests_per_s / s4.wrk.requests_per_s;
+        target("S1 req/s / S4 req/s", r, ">= 0.25", r >= 0.25);
+    }
+    if let Some((small_p50, big_p50)) = scale_p50 {
+        let r = big_p50 / small_p50;
+        target(&format!("S6 p50 {} / p50 small", scale.name), r, "<= 1.3", r <= 1.3);
+    }
+    if let Some(s7) = &s7 {
+        let r = s7.peak_rss_mib / idle;
+        target("S7 peak RSS / idle RSS", r, "<= 2", r <= 2.0);
+        target("S7 peak RSS MiB", s7.peak_rss_mib, "<= 200", s7.peak_rss_mib <= 200.0);
+    }
+    if let (Some(b), Some(k)) = (&s3, &s3k) {
+        let r = b.wrk.requests_per_s / k.wrk.requests_per_s;
+        target("S3 Basic req/s / S3 key req/s", r, ">= 0.9", r >= 0.9);
+    }
+    target("S5 values/s", ingest.values_per_s, ">= 1,000,000", ingest.values_per_s >= 1e6);
+    target("S5 bytes/value", ingest.bytes_per_value, "<= 12", ingest.bytes_per_value <= 12.0);
+    let commit = sh(Command::new("git").args(["rev-parse", "--short", "HEAD"])).unwrap_or_default().trim().to_owned();
+    Ok(Results {
+        date: jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
+        commit,
+        machine: machine(),
+        scale: scale.name.into(),
+        seed: args.seed,
+        duration_s: secs,
+        idle_rss_mib: idle,
+        loads,
+        ingest,
+        scale_p50_ms: scale_p50,
+        targets,
+    })
+}
+
+/// Writes the results as JSON under `out` and returns the path.
+pub fn save(results: &Results, out: &Path) -> Result<PathBuf, String> {
+    fs::create_dir_all(out).map_err(|e| e.to_string())?;
+    let name = format!("{}-{}.json", results.date.replace(':', ""), results.scale);
+    let path = out.join(name);
+    let text = serde_json::to_string_pretty(results).map_err(|e| e.to_string())?;
+    fs::write(&path, text).map_err(|e| e.to_string())?;
+    Ok(path)
+}
+
+/// The results as a terminal table.
+pub fn table(r: &Results) -> String {
+    let mut t = format!(
+        "sensorhub bench {} (commit {}, {}), scale {}, {} s per scenario, idle RSS {:.1} MiB\n\n",
+        r.date, r.commit, r.machine, r.scale, r.duration_s, r.idle_rss_mib
+    );
+    t += &format!(
+        "{:<7} {:<40} {:>5} {:>10} {:>9} {:>9} {:>9} {:>9}\n",
+        "", "scenario", "conns", "req/s", "p50 ms", "p99 ms", "MB/s", "peak MiB"
+    );
+    for (name, l) in &r.loads {
+        t += &format!(
+            "{name:<7} {:<40} {:>5} {:>10.0} {:>9.2} {:>9.2} {:>9.1} {:>9.1}\n",
+            l.what, l.connections, l.wrk.requests_per_s, l.wrk.p50_ms, l.wrk.p99_ms, l.wrk.mb_per_s, l.peak_rss_mib
+        );
+    }
+    let i = &r.ingest;
+    t += &format!(
+        "S5      import of the {} dataset: {} values in {:.1} s = {:.0} values/s; {} bytes = {:.2} bytes/value\n\n",
+        i.scale, i.values, i.seconds, i.values_per_s, i.bytes, i.bytes_per_value
+    );
+    for target in &r.targets {
+        let mark = if target.met { "met   " } else { "MISSED" };
+        t += &format!("{mark} {:<34} {:>12.3}  (target {})\n", target.name, target.value, target.limit);
+    }
+    t
+}

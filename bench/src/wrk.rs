@@ -1,0 +1,113 @@
+//! Runs `wrk` and reads its report.
+
+use serde::Serialize;
+use std::process::Command;
+
+/// What one wrk run measured.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct WrkResult {
+    /// Requests per second.
+    pub requests_per_s: f64,
+    /// Median latency, ms.
+    pub p50_ms: f64,
+    /// 99th percentile latency, ms.
+    pub p99_ms: f64,
+    /// Response bytes per second, MB (10^6).
+    pub mb_per_s: f64,
+    /// Requests completed.
+    pub requests: u64,
+    /// Non-2xx answers and socket errors.
+    pub errors: u64,
+}
+
+/// Loads `url` for `secs` seconds with `connections` connections on two threads.
+pub fn run(url: &str, auth: Option<&str>, connections: u32, secs: u64) -> Result<WrkResult, String> {
+    let mut cmd = Command::new("wrk");
+    cmd.args(["-t2", &format!("-c{connections}"), &format!("-d{secs}s"), "--latency", "--timeout", "30s"]);
+    if let Some(a) = auth {
+        cmd.args(["-H", &format!("Authorization: {a}")]);
+    }
+    let out = cmd.arg(url).output().map_err(|e| format!("cannot run wrk (bench/run installs it): {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        return Err(format!("wrk failed: {text}{}", String::from_utf8_lossy(&out.stderr)));
+    }
+    let r = parse(&text).ok_or_else(|| format!("cannot read wrk's report:\n{text}"))?;
+    if r.errors > 0 {
+        return Err(format!("{} errors or non-2xx answers during the run:\n{text}", r.errors));
+    }
+    Ok(r)
+}
+
+/// `1.23ms`, `456.00us`, `1.02s` in milliseconds.
+fn duration_ms(s: &str) -> Option<f64> {
+    let (num, factor) = if let Some(n) = s.strip_suffix("us") {
+        (n, 0.001)
+    } else if let Some(n) = s.strip_suffix("ms") {
+        (n, 1.0)
+    } else if let Some(n) = s.strip_suffix('s') {
+        (n, 1000.0)
+    } else {
+        return None;
+    };
+    num.parse::<f64>().ok().map(|v| v * factor)
+}
+
+/// `123.45MB` (wrk counts in 1024s) in MB of 10^6 bytes.
+fn size_mb(s: &str) -> Option<f64> {
+    let units = [("GB", 1024f64.powi(3)), ("MB", 1024f64.powi(2)), ("KB", 1024.0), ("B", 1.0)];
+    let (num, factor) = units.iter().find_map(|(u, f)| s.strip_suffix(u).map(|n| (n, *f)))?;
+    num.parse::<f64>().ok().map(|v| v * factor / 1e6)
+}
+
+/// Reads wrk's report (with `--latency`).
+pub fn parse(text: &str) -> Option<WrkResult> {
+    let mut r = WrkResult::default();
+    for line in text.lines().map(str::trim) {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        match words.as_slice() {
+            ["50%", v] => r.p50_ms = duration_ms(v)?,
+            ["99%", v] => r.p99_ms = duration_ms(v)?,
+            ["Requests/sec:", v] => r.requests_per_s = v.parse().ok()?,
+            ["Transfer/sec:", v] => r.mb_per_s = size_mb(v)?,
+            [n, "requests", "in", ..] => r.requests = n.parse().ok()?,
+            ["Non-2xx", "or", "3xx", "responses:", n] => r.errors += n.parse::<u64>().ok()?,
+            ["Socket", "errors:", rest @ ..] => {
+                r.errors += rest.iter().filter_map(|w| w.trim_end_matches(',').parse::<u64>().ok()).sum::<u64>();
+            }
+            _ => {}
+        }
+    }
+    (r.requests_per_s > 0.0).then_some(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_a_report() {
+        let text = "Running 2s test @ http://127.0.0.1:18400/x
+  2 threads and 16 connections
+  Thread Stats   Avg      Stdev     Max   +/- Stdev
+    Latency     1.02ms  458.24us   8.65ms   77.69%
+    Req/Sec     7.86k   500.00     8.50k    70.00%
+  Latency Distribution
+     50%  980.00us
+     75%    1.20ms
+     90%    1.50ms
+     99%    2.51ms
+  31289 requests in 2.00s, 1.21GB read
+  Socket errors: connect 0, read 2, write 0, timeout 1
+Requests/sec:  15644.13
+Transfer/sec:    603.55MB
+";
+        let r = parse(text).expect("parses");
+        assert_eq!(r.requests, 31289);
+        assert!((r.p50_ms - 0.98).abs() < 1e-9);
+        assert!((r.p99_ms - 2.51).abs() < 1e-9);
+        assert!((r.requests_per_s - 15644.13).abs() < 1e-9);
+        assert!((r.mb_per_s - 603.55 * 1.048576).abs() < 1e-6);
+        assert_eq!(r.errors, 3);
+    }
+}
