@@ -80,7 +80,7 @@ pub trait Store: Send + Sync {
         let Some(device) = self.find_device(scope, device_id).await? else { return Ok(None) };
         let mut rest = self.read_readings(&device, range);
         let first = rest.next().await.transpose()?.unwrap_or_default();
-        Ok(Some(Window { device, first, rest }))
+        Ok(Some(Window { device, first, rest, complete: false }))
     }
 
     /// Makes a provisioning document true, atomically: all of it or nothing.
@@ -111,6 +111,31 @@ pub struct Window {
     pub first: ReadingBatch,
     /// The readings after `first`.
     pub rest: ReadingStream,
+    /// Whether `first` holds every reading of the range (`rest` is empty).
+    pub complete: bool,
+}
+
+/// Runs `source` on a thread of its own, up to a few thousand readings ahead
+/// of the consumer, so that parsing a file and writing it use two cores.
+/// The first error ends the source, as it would unread.
+pub fn read_ahead(source: ReadingSource) -> ReadingSource {
+    const CHUNK: usize = 1024;
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<Result<ReadingInput, InputError>>>(4);
+    std::thread::spawn(move || {
+        let mut chunk = Vec::with_capacity(CHUNK);
+        for item in source {
+            let failed = item.is_err();
+            chunk.push(item);
+            if chunk.len() == CHUNK || failed {
+                // A closed channel means the consumer stopped: stop too.
+                if tx.send(std::mem::replace(&mut chunk, Vec::with_capacity(CHUNK))).is_err() || failed {
+                    return;
+                }
+            }
+        }
+        let _ = tx.send(chunk);
+    });
+    Box::new(rx.into_iter().flatten())
 }
 
 /// Opens the store named by `url`: a file path or `sqlite://PATH`. The

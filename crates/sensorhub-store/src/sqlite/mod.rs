@@ -20,8 +20,9 @@ use std::path::Path;
 /// Migrations in order; `PRAGMA user_version` records how many ran.
 const MIGRATIONS: &[&str] = &[include_str!("../../migrations/sqlite/0001_init.sql")];
 
-/// Connections kept open at most: readers run side by side in WAL mode.
-const POOL_SIZE: usize = 8;
+/// Connections kept open at most: readers run side by side in WAL mode, and
+/// each query is short (a batch), so a few per core keep the cores busy.
+const POOL_SIZE: usize = 4;
 
 /// A SQLite database file.
 pub struct SqliteStore {
@@ -74,17 +75,17 @@ impl Store for SqliteStore {
 
     async fn account_auth(&self, username: &str) -> StoreResult<Option<AccountAuth>> {
         let username = username.to_owned();
-        self.pool.run(move |c| read::account_auth(c, &username)).await
+        self.pool.run_short(move |c| read::account_auth(c, &username)).await
     }
 
     async fn api_key_auth(&self, digest: &KeyDigest) -> StoreResult<Option<ApiKeyAuth>> {
         let digest = *digest;
-        self.pool.run(move |c| read::api_key_auth(c, &digest)).await
+        self.pool.run_short(move |c| read::api_key_auth(c, &digest)).await
     }
 
     async fn webhook_key_auth(&self, digest: &KeyDigest) -> StoreResult<Option<WebhookKeyAuth>> {
         let digest = *digest;
-        self.pool.run(move |c| read::webhook_key_auth(c, &digest)).await
+        self.pool.run_short(move |c| read::webhook_key_auth(c, &digest)).await
     }
 
     fn pool_status(&self) -> PoolStatus {
@@ -92,12 +93,12 @@ impl Store for SqliteStore {
     }
 
     async fn list_devices(&self, scope: Scope) -> StoreResult<Vec<Device>> {
-        self.pool.run(move |c| read::list_devices(c, scope)).await
+        self.pool.run_short(move |c| read::list_devices(c, scope)).await
     }
 
     async fn find_device(&self, scope: Scope, device_id: &str) -> StoreResult<Option<DeviceHandle>> {
         let device_id = device_id.to_owned();
-        self.pool.run(move |c| read::find_device(c, scope, &device_id)).await
+        self.pool.run_short(move |c| read::find_device(c, scope, &device_id)).await
     }
 
     fn read_readings(&self, device: &DeviceHandle, range: TimeRange) -> ReadingStream {
@@ -106,11 +107,12 @@ impl Store for SqliteStore {
 
     async fn read_window(&self, scope: Scope, device_id: &str, range: TimeRange) -> StoreResult<Option<Window>> {
         let id = device_id.to_owned();
-        let Some((device, first)) = self.pool.run(move |c| read::window_head(c, scope, &id, range)).await? else {
+        let Some((device, first)) = self.pool.run_short(move |c| read::window_head(c, scope, &id, range)).await? else {
             return Ok(None);
         };
-        let rest = read::stream_from(self.pool.clone(), device.pk, read::after(&first, range.end), range.end);
-        Ok(Some(Window { device, first, rest }))
+        let next = read::after(&first, range.end, read::first_batch());
+        let rest = read::stream_from(self.pool.clone(), device.pk, next, range.end);
+        Ok(Some(Window { device, first, rest, complete: next.is_none() }))
     }
 
     async fn apply(&self, doc: Provision, readings: Vec<ReadingInput>) -> StoreResult<ApplyReport> {

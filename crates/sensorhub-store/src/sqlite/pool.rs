@@ -18,7 +18,7 @@ const PRAGMAS: &str = "PRAGMA busy_timeout = 10000;
 PRAGMA journal_mode = WAL;
 PRAGMA synchronous = NORMAL;
 PRAGMA foreign_keys = ON;
-PRAGMA cache_size = -1024;";
+PRAGMA cache_size = -128;";
 
 /// A bounded set of connections to one database file.
 #[derive(Clone)]
@@ -79,10 +79,48 @@ impl Pool {
     }
 }
 
+impl Pool {
+    /// Runs a short read (an indexed lookup, or one bounded batch) with an
+    /// idle connection right on the calling thread: a hop to the blocking
+    /// pool costs more than such a query. Reads in WAL mode do not wait on
+    /// writers, so this does not stall the runtime; with no idle connection
+    /// (one must be opened), it falls back to [`Pool::run`].
+    pub(crate) async fn run_short<R, F>(&self, f: F) -> StoreResult<R>
+    where
+        R: Send + 'static,
+        F: FnOnce(&mut Connection) -> StoreResult<R> + Send + 'static,
+    {
+        let permit = self.inner.permits.clone().acquire_owned().await.map_err(|e| StoreError::Backend(Box::new(e)))?;
+        let idle = self.inner.idle.lock().ok().and_then(|mut v| v.pop());
+        let Some(mut conn) = idle else {
+            drop(permit);
+            return self.run(f).await;
+        };
+        let result = f(&mut conn);
+        if let Ok(mut v) = self.inner.idle.lock() {
+            v.push(conn);
+        }
+        drop(permit);
+        result
+    }
+}
+
 /// Opens one connection with sensorhub's settings and SQL functions.
 pub(crate) fn open_connection(path: &Path) -> StoreResult<Connection> {
     let conn = Connection::open(path)?;
-    conn.execute_batch(PRAGMAS)?;
+    // Switching a new file to WAL takes a lock that does not wait on the busy
+    // handler; when several processes open a new file at once, retry briefly.
+    let mut tries = 0;
+    loop {
+        match conn.execute_batch(PRAGMAS) {
+            Ok(()) => break,
+            Err(rusqlite::Error::SqliteFailure(e, _)) if e.code == rusqlite::ErrorCode::DatabaseBusy && tries < 100 => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
     conn.create_scalar_function(
         "sh_merge",
         2,

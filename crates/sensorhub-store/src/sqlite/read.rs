@@ -12,8 +12,11 @@ use sensorhub_core::secret::KeyDigest;
 use sensorhub_core::time::TimeRange;
 use std::collections::HashMap;
 
-/// Readings per batch: a day at one-minute intervals (1,440) fits in one.
-const BATCH_READINGS: usize = 2048;
+/// Readings in the first batch of a window: a day at one-minute intervals
+/// (1,440) comes in one query.
+const FIRST_BATCH: usize = 2048;
+/// Readings in each later batch: small, so that memory per stream stays low.
+const BATCH_READINGS: usize = 512;
 
 pub(super) fn account_auth(c: &Connection, username: &str) -> StoreResult<Option<AccountAuth>> {
     let mut stmt = c.prepare_cached("SELECT id, password_hash, disabled FROM accounts WHERE username = ?1")?;
@@ -153,23 +156,29 @@ pub(super) fn stream_readings(pool: Pool, device_pk: i64, range: TimeRange) -> R
 pub(super) fn stream_from(pool: Pool, device_pk: i64, next: Option<i64>, end: i64) -> ReadingStream {
     futures_util::stream::try_unfold((pool, next), move |(pool, next)| async move {
         let Some(from) = next else { return Ok(None) };
-        let batch = pool.run(move |c| read_batch(c, device_pk, from, end)).await?;
+        let batch = pool.run_short(move |c| read_batch(c, device_pk, from, end, BATCH_READINGS)).await?;
         if batch.is_empty() {
             return Ok(None);
         }
-        let more = after(&batch, end);
+        let more = after(&batch, end, BATCH_READINGS);
         Ok(Some((batch, (pool, more))))
     })
     .fuse()
     .boxed()
 }
 
-/// Where the next batch starts, when `batch` was full and ends before `end`.
-pub(super) fn after(batch: &ReadingBatch, end: i64) -> Option<i64> {
-    (batch.len() == BATCH_READINGS).then(|| batch.timestamps.last().map(|t| t + 1)).flatten().filter(|t| *t <= end)
+/// Where the next batch starts, when `batch` (of at most `limit`) was full
+/// and ends before `end`.
+pub(super) fn after(batch: &ReadingBatch, end: i64, limit: usize) -> Option<i64> {
+    (batch.len() == limit).then(|| batch.timestamps.last().map(|t| t + 1)).flatten().filter(|t| *t <= end)
 }
 
 /// The device visible in `scope` and its first batch, in one round trip.
+/// The first batch's size, for [`after`].
+pub(super) const fn first_batch() -> usize {
+    FIRST_BATCH
+}
+
 pub(super) fn window_head(
     c: &mut Connection,
     scope: Scope,
@@ -177,16 +186,22 @@ pub(super) fn window_head(
     range: TimeRange,
 ) -> StoreResult<Option<(DeviceHandle, ReadingBatch)>> {
     let Some(device) = find_device(c, scope, device_id)? else { return Ok(None) };
-    let first = read_batch(c, device.pk, range.start, range.end)?;
+    let first = read_batch(c, device.pk, range.start, range.end, FIRST_BATCH)?;
     Ok(Some((device, first)))
 }
 
-/// Up to `BATCH_READINGS` readings of a device from `from` to `end`, inclusive.
-pub(super) fn read_batch(c: &mut Connection, device_pk: i64, from: i64, end: i64) -> StoreResult<ReadingBatch> {
+/// Up to `limit` readings of a device from `from` to `end`, inclusive.
+pub(super) fn read_batch(
+    c: &mut Connection,
+    device_pk: i64,
+    from: i64,
+    end: i64,
+    limit: usize,
+) -> StoreResult<ReadingBatch> {
     let mut stmt = c.prepare_cached(
         "SELECT ts, vals FROM readings WHERE device_pk = ?1 AND ts >= ?2 AND ts <= ?3 ORDER BY ts LIMIT ?4",
     )?;
-    let mut rows = stmt.query(params![device_pk, from, end, BATCH_READINGS as i64])?;
+    let mut rows = stmt.query(params![device_pk, from, end, limit as i64])?;
     let mut batch = ReadingBatch::default();
     while let Some(r) = rows.next()? {
         let ts: i64 = r.get(0)?;

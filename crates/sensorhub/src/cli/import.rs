@@ -87,14 +87,6 @@ pub struct CsvReadings<R: std::io::Read> {
     done: bool,
 }
 
-/// One CSV row.
-struct Row {
-    device_id: String,
-    timestamp: String,
-    value: ValueInput,
-    line: u64,
-}
-
 impl<R: std::io::Read> CsvReadings<R> {
     /// Reads CSV from `reader`.
     pub fn new(reader: R) -> Self {
@@ -118,57 +110,45 @@ impl<R: std::io::Read> CsvReadings<R> {
         Ok(())
     }
 
-    /// The next row, or `None` at the end.
-    fn next_row(&mut self) -> Result<Option<Row>, InputError> {
-        match self.rows.read_record(&mut self.record) {
-            Ok(false) => return Ok(None),
-            Ok(true) => {}
-            Err(e) => {
-                let line = e.position().map_or_else(|| "line ?".to_owned(), |p| format!("line {}", p.line()));
-                return Err(InputError::new(line, e.to_string()));
-            }
-        }
-        let line = self.record.position().map_or(0, |p| p.line());
-        let value: f64 = self.record[3].parse().ok().filter(|v: &f64| v.is_finite()).ok_or_else(|| {
-            InputError::new(format!("line {line}"), format!("value {:?} is not a finite number", &self.record[3]))
-        })?;
-        Ok(Some(Row {
-            device_id: self.record[0].to_owned(),
-            timestamp: self.record[1].to_owned(),
-            value: ValueInput { sensor_id: self.record[2].to_owned(), value, unit: None },
-            line,
-        }))
-    }
-
     fn step(&mut self) -> Result<Option<ReadingInput>, InputError> {
         if !self.checked_header {
             self.checked_header = true;
             self.check_header()?;
         }
         loop {
-            let Some(row) = self.next_row()? else {
-                return Ok(self.pending.take());
-            };
-            let follows = row.line == self.pending_line + 1;
-            self.pending_line = row.line;
-            if let Some(p) = self
-                .pending
-                .as_mut()
-                .filter(|p| follows && p.device_id == row.device_id && self.pending_ts == row.timestamp)
+            match self.rows.read_record(&mut self.record) {
+                Ok(false) => return Ok(self.pending.take()),
+                Ok(true) => {}
+                Err(e) => {
+                    let at = e.position().map_or_else(|| "line ?".to_owned(), |p| format!("line {}", p.line()));
+                    return Err(InputError::new(at, e.to_string()));
+                }
+            }
+            let line = self.record.position().map_or(0, |p| p.line());
+            let r = &self.record;
+            let value: f64 = r[3].parse().ok().filter(|v: &f64| v.is_finite()).ok_or_else(|| {
+                InputError::new(format!("line {line}"), format!("value {:?} is not a finite number", &r[3]))
+            })?;
+            let value = ValueInput { sensor_id: r[2].to_owned(), value, unit: None };
+            let follows = line == self.pending_line + 1;
+            self.pending_line = line;
+            // Rows of the same reading follow each other: compare before allocating.
+            if let Some(p) = self.pending.as_mut().filter(|p| follows && p.device_id == r[0] && self.pending_ts == r[1])
             {
-                p.values.push(row.value);
+                p.values.push(value);
                 continue;
             }
-            let timestamp = parse_reading_timestamp(&row.timestamp)
-                .map_err(|e| InputError::new(format!("line {}", row.line), e.to_string()))?
+            let timestamp = parse_reading_timestamp(&r[1])
+                .map_err(|e| InputError::new(format!("line {line}"), e.to_string()))?
                 .as_second();
             let next = ReadingInput {
-                device_id: row.device_id,
+                device_id: r[0].to_owned(),
                 timestamp,
-                values: vec![row.value],
-                origin: Origin::Lines(row.line),
+                values: vec![value],
+                origin: Origin::Lines(line),
             };
-            self.pending_ts = row.timestamp;
+            self.pending_ts.clear();
+            self.pending_ts.push_str(&r[1]);
             if let Some(done) = self.pending.replace(next) {
                 return Ok(Some(done));
             }

@@ -117,10 +117,15 @@ async fn read<C: Into<Caller>>(
     let metrics = state.metrics.clone();
     metrics.readings_served(window.first.len());
     let mut encoder = ReadingEncoder::new(&window.device.sensors, resolved.offset);
-    let head = encoder.begin(Some(&window.first));
-    let batches = window.rest;
+    if window.complete {
+        // Everything is in the first batch: one body with a length, no chunks.
+        let mut body = encoder.begin(&window.first);
+        body.extend_from_slice(b"]}");
+        return Ok(([(header::CONTENT_TYPE, JSON)], body).into_response());
+    }
+    let head = Bytes::from(encoder.begin(&window.first));
     let body = stream::once(async move { Ok::<_, std::io::Error>(head) })
-        .chain(batches.map(move |batch| match batch {
+        .chain(window.rest.map(move |batch| match batch {
             Ok(b) => {
                 metrics.readings_served(b.len());
                 Ok(encoder.batch(&b))
@@ -160,21 +165,26 @@ impl ReadingEncoder {
         }
     }
 
-    /// The start of the envelope, with the first batch if there is one.
-    pub fn begin(&mut self, first: Option<&ReadingBatch>) -> Bytes {
-        let mut out = Vec::with_capacity(64 * 1024);
+    /// The start of the envelope with the first batch.
+    pub fn begin(&mut self, first: &ReadingBatch) -> Vec<u8> {
+        let mut out = Vec::with_capacity(32 + self.size_hint(first));
         out.extend_from_slice(b"{\"message\":\"Success\",\"data\":[");
-        if let Some(b) = first {
-            self.write_batch(b, &mut out);
-        }
-        Bytes::from(out)
+        self.write_batch(first, &mut out);
+        out
     }
 
     /// One batch of readings, comma-separated from the previous ones.
     pub fn batch(&mut self, batch: &ReadingBatch) -> Bytes {
-        let mut out = Vec::with_capacity(batch.values.len() * 48 + batch.len() * 48);
+        let mut out = Vec::with_capacity(self.size_hint(batch));
         self.write_batch(batch, &mut out);
         Bytes::from(out)
+    }
+
+    /// Bytes `batch` will take, a little over, so that the buffer never grows.
+    fn size_hint(&self, batch: &ReadingBatch) -> usize {
+        let widest = self.before.iter().zip(&self.after).map(|(b, a)| b.len() + a.len()).max().unwrap_or(0);
+        // {"timestamp":"…+07:00","sensors":[…]}, and per value its fragments and up to 24 digits.
+        batch.len() * 56 + batch.values.len() * (widest + 25) + 2
     }
 
     fn write_batch(&mut self, batch: &ReadingBatch, out: &mut Vec<u8>) {
@@ -289,7 +299,7 @@ mod tests {
             StoredValue::Float(-1e-7),
         ];
         let batch = ReadingBatch { timestamps: vec![0, 60], masks: vec![0b11, 0b10], values };
-        let mut text = enc.begin(Some(&batch)).to_vec();
+        let mut text = enc.begin(&batch);
         text.extend_from_slice(b"]}");
         let parsed: serde_json::Value = serde_json::from_slice(&text).expect("valid JSON");
         assert_eq!(
