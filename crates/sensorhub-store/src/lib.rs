@@ -2,6 +2,7 @@
 //! The trait holds no SQL; each backend keeps its SQL in its own module.
 #![forbid(unsafe_code)]
 
+pub mod chunk;
 pub mod packed;
 pub mod sqlite;
 mod types;

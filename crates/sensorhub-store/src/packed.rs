@@ -53,7 +53,8 @@ fn write_value(v: f64, out: &mut Vec<u8>) {
     out.extend_from_slice(&v.to_le_bytes());
 }
 
-fn write_varint(mut x: u64, out: &mut Vec<u8>) {
+/// Appends `x` as a LEB128 varint.
+pub(crate) fn write_varint(mut x: u64, out: &mut Vec<u8>) {
     loop {
         let byte = (x & 0x7f) as u8;
         x >>= 7;
@@ -66,7 +67,7 @@ fn write_varint(mut x: u64, out: &mut Vec<u8>) {
 }
 
 /// Reads a varint at the start of `bytes`; returns it and the rest.
-fn read_varint(bytes: &[u8]) -> Option<(u64, &[u8])> {
+pub(crate) fn read_varint(bytes: &[u8]) -> Option<(u64, &[u8])> {
     let mut x = 0u64;
     for (i, &b) in bytes.iter().enumerate().take(10) {
         x |= u64::from(b & 0x7f) << (7 * i);
@@ -86,6 +87,16 @@ fn read_value(bytes: &[u8]) -> Option<(StoredValue, &[u8])> {
     let zigzag = code >> 2;
     let n = ((zigzag >> 1) as i64) ^ -((zigzag & 1) as i64);
     Some((StoredValue::Decimal { n, k: (code & 3) as u8 }, rest))
+}
+
+/// The length of the packed reading at the start of `bytes`.
+pub(crate) fn reading_len(bytes: &[u8]) -> Option<usize> {
+    let (mask, mut rest) = read_varint(bytes)?;
+    for _ in 0..mask.count_ones() {
+        let (code, next) = read_varint(rest)?;
+        rest = if code == RAW { next.get(8..)? } else { next };
+    }
+    Some(bytes.len() - rest.len())
 }
 
 /// Decodes a packed reading: its bit set, and its values appended to `out`
@@ -176,6 +187,16 @@ mod tests {
                 proptest::prop_assert_eq!(got[1].1.to_bits(), (-x).to_bits());
             }
         }
+    }
+
+    #[test]
+    fn reading_lengths_are_found() {
+        let mut buf = Vec::new();
+        encode(&[(0, 92.5), (1, 1e-7), (5, -3.0)], &mut buf);
+        let len = buf.len();
+        buf.extend_from_slice(&[9, 9, 9]);
+        assert_eq!(reading_len(&buf), Some(len));
+        assert_eq!(reading_len(&buf[..len - 1]), None);
     }
 
     #[test]

@@ -65,13 +65,15 @@ CREATE TABLE webhook_keys (
     created_at INTEGER NOT NULL
 ) STRICT;
 
--- One row per device and second: `vals` packs the values measured at that
--- instant (a LEB128 bit set of sensor idx, then one little-endian f64 per
--- set bit in idx order). The primary key makes a one-device window a single
--- ordered range scan.
+-- One row per device and hour (`chunk` = second / 3600): `data` holds that
+-- hour's readings in time order, each the offset of its second within the
+-- hour (a varint) and its packed values (a LEB128 bit set of sensor idx,
+-- then one code per value: a short decimal in 1-3 bytes, else 8 bytes). The
+-- primary key makes a one-device window a single ordered range scan over
+-- few rows.
 CREATE TABLE readings (
     device_pk INTEGER NOT NULL,
-    ts        INTEGER NOT NULL,
-    vals      BLOB    NOT NULL,
-    PRIMARY KEY (device_pk, ts)
+    chunk     INTEGER NOT NULL,
+    data      BLOB    NOT NULL,
+    PRIMARY KEY (device_pk, chunk)
 ) STRICT, WITHOUT ROWID;

@@ -121,17 +121,18 @@ pub(crate) fn open_connection(path: &Path) -> StoreResult<Connection> {
             Err(e) => return Err(e.into()),
         }
     }
-    conn.create_scalar_function(
-        "sh_merge",
-        2,
-        FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC,
-        |ctx| {
-            let old = ctx.get_raw(0).as_blob().unwrap_or_default();
-            let new = ctx.get_raw(1).as_blob().map_err(|e| rusqlite::Error::UserFunctionError(Box::new(e)))?;
-            crate::packed::merge(old, new)
-                .ok_or_else(|| rusqlite::Error::UserFunctionError("malformed packed reading".into()))
-        },
-    )?;
+    let flags = FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC;
+    conn.create_scalar_function("sh_merge_chunk", 2, flags, |ctx| {
+        let old = ctx.get_raw(0).as_blob().unwrap_or_default();
+        let new = ctx.get_raw(1).as_blob().map_err(|e| rusqlite::Error::UserFunctionError(Box::new(e)))?;
+        crate::chunk::merge(old, new)
+            .ok_or_else(|| rusqlite::Error::UserFunctionError("malformed readings chunk".into()))
+    })?;
+    conn.create_scalar_function("sh_last_second", 2, flags, |ctx| {
+        let chunk: i64 = ctx.get(0)?;
+        let data = ctx.get_raw(1).as_blob().map_err(|e| rusqlite::Error::UserFunctionError(Box::new(e)))?;
+        Ok(crate::chunk::last_second(chunk, data))
+    })?;
     Ok(conn)
 }
 

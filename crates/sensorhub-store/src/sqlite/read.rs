@@ -1,9 +1,10 @@
 //! Read queries of the SQLite backend.
 
 use super::pool::Pool;
+use crate::chunk::{self, chunk_of};
 use crate::{
     AccountAuth, AccountSummary, ApiKeyAuth, ApiKeySummary, DeviceHandle, ReadingBatch, ReadingStream, Scope,
-    StoreError, StoreResult, WebhookKeyAuth, packed,
+    StoreError, StoreResult, WebhookKeyAuth,
 };
 use futures_util::StreamExt;
 use rusqlite::{Connection, OptionalExtension, params};
@@ -93,7 +94,8 @@ pub(super) fn list_devices(c: &Connection, scope: Scope) -> StoreResult<Vec<Devi
     }
     let mut stmt = c.prepare_cached(&format!(
         "SELECT d.id, d.device_id, d.name, d.type, d.lat, d.long, d.interval_seconds,
-                (SELECT max(ts) FROM readings r WHERE r.device_pk = d.id)
+                (SELECT sh_last_second(r.chunk, r.data) FROM readings r WHERE r.device_pk = d.id
+                 ORDER BY r.chunk DESC LIMIT 1)
          FROM devices d WHERE {SCOPE_FILTER} ORDER BY d.device_id"
     ))?;
     let devices = stmt
@@ -199,17 +201,17 @@ pub(super) fn read_batch(
     limit: usize,
 ) -> StoreResult<ReadingBatch> {
     let mut stmt = c.prepare_cached(
-        "SELECT ts, vals FROM readings WHERE device_pk = ?1 AND ts >= ?2 AND ts <= ?3 ORDER BY ts LIMIT ?4",
+        "SELECT chunk, data FROM readings WHERE device_pk = ?1 AND chunk >= ?2 AND chunk <= ?3 ORDER BY chunk",
     )?;
-    let mut rows = stmt.query(params![device_pk, from, end, limit as i64])?;
+    let mut rows = stmt.query(params![device_pk, chunk_of(from), chunk_of(end)])?;
     let mut batch = ReadingBatch::default();
-    while let Some(r) = rows.next()? {
-        let ts: i64 = r.get(0)?;
+    while batch.len() < limit {
+        let Some(r) = rows.next()? else { break };
+        let chunk: i64 = r.get(0)?;
         let bytes = r.get_ref(1)?.as_blob().map_err(rusqlite::Error::from)?;
-        let mask = packed::decode_into(bytes, &mut batch.values)
-            .ok_or_else(|| StoreError::Backend(format!("malformed reading of device {device_pk} at {ts}").into()))?;
-        batch.timestamps.push(ts);
-        batch.masks.push(mask);
+        chunk::decode_into(chunk, bytes, from, end, &mut batch, limit).ok_or_else(|| {
+            StoreError::Backend(format!("malformed readings of device {device_pk} in hour {chunk}").into())
+        })?;
     }
     Ok(batch)
 }

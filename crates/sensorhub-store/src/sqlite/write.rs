@@ -2,12 +2,13 @@
 //! Every entry point runs in one `IMMEDIATE` transaction: all or nothing.
 
 use super::read::device_sensors;
+use crate::chunk::{self, CHUNK_SECONDS, chunk_of};
 use crate::{ApplyReport, Changes, ImportReport, ReadingSource, StoreError, StoreResult, packed};
 use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
 use sensorhub_core::model::{DeviceSpec, MAX_SENSORS_PER_DEVICE, ReadingInput};
 use sensorhub_core::provision::{AccountSpec, InputError, Provision};
 use sensorhub_core::secret::{hash_password, key_digest, key_prefix, verify_password};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 fn now() -> i64 {
     jiff::Timestamp::now().as_second()
@@ -49,12 +50,10 @@ pub(super) fn apply(c: &mut Connection, mut doc: Provision, readings: Vec<Readin
         apply_account(&tx, a, &format!("accounts[{i}]"), &mut report)?;
     }
     let mut writer = ReadingWriter::new(&tx);
-    for r in readings {
-        if writer.write(&r)? {
-            report.readings.updated += 1;
-        }
+    for r in &readings {
+        writer.write(r)?;
     }
-    drop(writer);
+    report.readings.updated += writer.finish()?;
     tx.commit()?;
     Ok(report)
 }
@@ -318,17 +317,33 @@ struct DeviceEntry {
 }
 
 /// Stores readings inside a transaction, resolving device and sensor ids
-/// once per device. A value at an existing second and sensor is replaced.
+/// once per device. Readings of the same device and hour that come together
+/// (as in any time-ordered file) are gathered and written as one row merge;
+/// a value at an existing second and sensor is replaced.
 struct ReadingWriter<'t, 'c> {
     tx: &'t Transaction<'c>,
     devices: HashMap<String, Option<DeviceEntry>>,
-    pairs: Vec<(u8, f64)>,
-    packed: Vec<u8>,
+    /// The hour being gathered: device, chunk, readings by offset.
+    pending: Option<(i64, i64, BTreeMap<u16, Vec<(u8, f64)>>)>,
+    /// Readings in `pending`.
+    pending_count: u64,
+    /// Readings in rows that changed so far.
+    changed: u64,
+    reading: Vec<u8>,
+    blob: Vec<u8>,
 }
 
 impl<'t, 'c> ReadingWriter<'t, 'c> {
     fn new(tx: &'t Transaction<'c>) -> Self {
-        Self { tx, devices: HashMap::new(), pairs: Vec::new(), packed: Vec::new() }
+        Self {
+            tx,
+            devices: HashMap::new(),
+            pending: None,
+            pending_count: 0,
+            changed: 0,
+            reading: Vec::new(),
+            blob: Vec::new(),
+        }
     }
 
     fn device(&mut self, device_id: &str) -> StoreResult<Option<&DeviceEntry>> {
@@ -350,14 +365,13 @@ impl<'t, 'c> ReadingWriter<'t, 'c> {
         Ok(self.devices.get(device_id).and_then(Option::as_ref))
     }
 
-    /// Stores one reading; returns whether the stored data changed.
-    fn write(&mut self, r: &ReadingInput) -> StoreResult<bool> {
-        let mut pairs = std::mem::take(&mut self.pairs);
-        pairs.clear();
+    /// Checks one reading and adds it to the hour being gathered.
+    fn write(&mut self, r: &ReadingInput) -> StoreResult<()> {
         let device = self
             .device(&r.device_id)?
             .ok_or_else(|| invalid(r.origin.device_at(), format!("unknown device {:?}", r.device_id)))?;
         let pk = device.pk;
+        let mut pairs = Vec::with_capacity(r.values.len());
         for (i, v) in r.values.iter().enumerate() {
             let at = || r.origin.value_at(i);
             let (idx, unit) = device.sensors.get(&v.sensor_id).ok_or_else(|| {
@@ -368,15 +382,44 @@ impl<'t, 'c> ReadingWriter<'t, 'c> {
             }
             pairs.push((*idx, v.value));
         }
-        self.packed.clear();
-        packed::encode(&pairs, &mut self.packed);
-        self.pairs = pairs;
+        let chunk = chunk_of(r.timestamp);
+        let offset = (r.timestamp - chunk * CHUNK_SECONDS) as u16;
+        if self.pending.as_ref().is_some_and(|(p, c, _)| (*p, *c) != (pk, chunk)) {
+            self.flush()?;
+        }
+        let (_, _, readings) = self.pending.get_or_insert_with(|| (pk, chunk, BTreeMap::new()));
+        // A later value for the same second and sensor wins (`encode` keeps the last).
+        readings.entry(offset).or_default().extend(pairs);
+        self.pending_count += 1;
+        Ok(())
+    }
+
+    /// Merges the gathered hour into its row.
+    fn flush(&mut self) -> StoreResult<()> {
+        let Some((pk, chunk, readings)) = self.pending.take() else { return Ok(()) };
+        self.blob.clear();
+        for (offset, pairs) in &readings {
+            self.reading.clear();
+            packed::encode(pairs, &mut self.reading);
+            chunk::push_entry(&mut self.blob, *offset, &self.reading);
+        }
         let mut stmt = self.tx.prepare_cached(
-            "INSERT INTO readings (device_pk, ts, vals) VALUES (?1, ?2, ?3)
-             ON CONFLICT (device_pk, ts) DO UPDATE SET vals = sh_merge(vals, excluded.vals)
-             WHERE vals IS NOT sh_merge(vals, excluded.vals)",
+            "INSERT INTO readings (device_pk, chunk, data) VALUES (?1, ?2, ?3)
+             ON CONFLICT (device_pk, chunk) DO UPDATE SET data = sh_merge_chunk(data, excluded.data)
+             WHERE data IS NOT sh_merge_chunk(data, excluded.data)",
         )?;
-        Ok(stmt.execute(params![pk, r.timestamp, &self.packed])? > 0)
+        if stmt.execute(params![pk, chunk, &self.blob])? > 0 {
+            self.changed += self.pending_count;
+        }
+        self.pending_count = 0;
+        Ok(())
+    }
+
+    /// Writes what is gathered; returns how many readings went into rows
+    /// that changed (0 when everything was stored already).
+    fn finish(mut self) -> StoreResult<u64> {
+        self.flush()?;
+        Ok(self.changed)
     }
 }
 
@@ -390,7 +433,7 @@ pub(super) fn import(c: &mut Connection, source: ReadingSource) -> StoreResult<I
         report.values += r.values.len() as u64;
         writer.write(&r)?;
     }
-    drop(writer);
+    writer.finish()?;
     tx.commit()?;
     Ok(report)
 }

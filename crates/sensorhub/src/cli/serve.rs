@@ -64,6 +64,8 @@ pub async fn run(ctx: &Context, args: Args) -> CliResult {
     if args.demo {
         super::demo::fill(&store, &listen.to_string()).await?;
     }
+    // Signal handlers first: a SIGTERM right after the start is then a clean stop.
+    let shutdown = shutdown_signal();
     let listener =
         tokio::net::TcpListener::bind(listen).await.map_err(|e| format!("cannot listen on {listen}: {e}"))?;
     let rate_limit = match args.rate_limit {
@@ -90,7 +92,7 @@ pub async fn run(ctx: &Context, args: Args) -> CliResult {
         "sensorhub serving /external/v1"
     );
     let grace = Duration::from_secs(args.shutdown_grace.or(ctx.file.shutdown_grace).unwrap_or(DEFAULT_SHUTDOWN_GRACE));
-    serve(listener, app(state), shutdown_signal(), grace).await?;
+    serve(listener, app(state), shutdown, grace).await?;
     tracing::info!("stopped");
     Ok(())
 }

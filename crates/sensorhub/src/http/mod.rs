@@ -221,31 +221,33 @@ pub async fn serve(
     }
 }
 
-/// Resolves on SIGTERM or Ctrl-C.
-pub async fn shutdown_signal() {
-    let ctrl_c = async {
-        if let Err(e) = tokio::signal::ctrl_c().await {
-            tracing::warn!(error = %e, "cannot listen for Ctrl-C");
-            std::future::pending::<()>().await;
-        }
-    };
+/// Resolves on SIGTERM or Ctrl-C. The handlers are installed when this is
+/// called, not when it is first polled, so that a signal arriving as soon as
+/// the server says it is up is not lost (or fatal).
+pub fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
     #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
+    let signals = {
+        use tokio::signal::unix::{SignalKind, signal};
+        (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
+    };
+    async move {
+        #[cfg(unix)]
+        match signals {
+            (Ok(mut term), Ok(mut int)) => {
+                tokio::select! {
+                    _ = term.recv() => {},
+                    _ = int.recv() => {},
+                }
             }
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot listen for SIGTERM");
+            (Err(e), _) | (_, Err(e)) => {
+                tracing::warn!(error = %e, "cannot listen for SIGTERM/SIGINT; stop with SIGKILL");
                 std::future::pending::<()>().await;
             }
         }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {},
-        () = term => {},
+        #[cfg(not(unix))]
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+        tracing::info!("shutting down: finishing in-flight requests");
     }
-    tracing::info!("shutting down: finishing in-flight requests");
 }
