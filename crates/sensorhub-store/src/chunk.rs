@@ -96,8 +96,11 @@ pub fn decode_into(chunk: i64, data: &[u8], from: i64, end: i64, batch: &mut Rea
     Some(())
 }
 
-/// Decodes a whole chunk as (second, idx, value) triples, for tests and tools.
-pub fn readings(chunk: i64, data: &[u8]) -> Option<Vec<(i64, Vec<(u8, StoredValue)>)>> {
+/// A reading spelled out: its second and its (sensor idx, value) pairs.
+pub type DecodedReading = (i64, Vec<(u8, StoredValue)>);
+
+/// Decodes a whole chunk, for tests and tools.
+pub fn readings(chunk: i64, data: &[u8]) -> Option<Vec<DecodedReading>> {
     let mut out = Vec::new();
     for (offset, reading) in entries(data)? {
         let mut values = Vec::new();

@@ -316,6 +316,10 @@ struct DeviceEntry {
     sensors: HashMap<String, (u8, String)>,
 }
 
+/// An hour of one device's readings being gathered: device, chunk, and the
+/// (sensor idx, value) pairs by second offset.
+type PendingHour = (i64, i64, BTreeMap<u16, Vec<(u8, f64)>>);
+
 /// Stores readings inside a transaction, resolving device and sensor ids
 /// once per device. Readings of the same device and hour that come together
 /// (as in any time-ordered file) are gathered and written as one row merge;
@@ -323,8 +327,8 @@ struct DeviceEntry {
 struct ReadingWriter<'t, 'c> {
     tx: &'t Transaction<'c>,
     devices: HashMap<String, Option<DeviceEntry>>,
-    /// The hour being gathered: device, chunk, readings by offset.
-    pending: Option<(i64, i64, BTreeMap<u16, Vec<(u8, f64)>>)>,
+    /// The hour being gathered.
+    pending: Option<PendingHour>,
     /// Readings in `pending`.
     pending_count: u64,
     /// Readings in rows that changed so far.
