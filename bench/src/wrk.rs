@@ -45,6 +45,8 @@ fn duration_ms(s: &str) -> Option<f64> {
         (n, 0.001)
     } else if let Some(n) = s.strip_suffix("ms") {
         (n, 1.0)
+    } else if let Some(n) = s.strip_suffix('m') {
+        (n, 60_000.0)
     } else if let Some(n) = s.strip_suffix('s') {
         (n, 1000.0)
     } else {
@@ -63,6 +65,7 @@ fn size_mb(s: &str) -> Option<f64> {
 /// Reads wrk's report (with `--latency`).
 pub fn parse(text: &str) -> Option<WrkResult> {
     let mut r = WrkResult::default();
+    let mut completed = false;
     for line in text.lines().map(str::trim) {
         let words: Vec<&str> = line.split_whitespace().collect();
         match words.as_slice() {
@@ -70,7 +73,10 @@ pub fn parse(text: &str) -> Option<WrkResult> {
             ["99%", v] => r.p99_ms = duration_ms(v)?,
             ["Requests/sec:", v] => r.requests_per_s = v.parse().ok()?,
             ["Transfer/sec:", v] => r.mb_per_s = size_mb(v)?,
-            [n, "requests", "in", ..] => r.requests = n.parse().ok()?,
+            [n, "requests", "in", ..] => {
+                r.requests = n.parse().ok()?;
+                completed = true;
+            }
             ["Non-2xx", "or", "3xx", "responses:", n] => r.errors += n.parse::<u64>().ok()?,
             ["Socket", "errors:", rest @ ..] => {
                 r.errors += rest.iter().filter_map(|w| w.trim_end_matches(',').parse::<u64>().ok()).sum::<u64>();
@@ -78,7 +84,8 @@ pub fn parse(text: &str) -> Option<WrkResult> {
             _ => {}
         }
     }
-    (r.requests_per_s > 0.0).then_some(r)
+    // A run may complete no request (a very long one on a slow machine).
+    completed.then_some(r)
 }
 
 #[cfg(test)]

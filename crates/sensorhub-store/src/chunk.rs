@@ -36,11 +36,11 @@ pub fn push_entry(out: &mut Vec<u8>, offset: u16, reading: &[u8]) {
 }
 
 /// Merges two chunks of the same hour: readings at the same second are
-/// merged sensor by sensor, `new`'s values winning. A malformed `old` is
-/// replaced; `None` if `new` is malformed.
+/// merged sensor by sensor, `new`'s values winning. `None` if either is
+/// malformed (a stored row is never silently replaced).
 pub fn merge(old: &[u8], new: &[u8]) -> Option<Vec<u8>> {
     let newer = entries(new)?;
-    let older = entries(old).unwrap_or_default();
+    let older = entries(old)?;
     let mut out = Vec::with_capacity(old.len() + new.len());
     let (mut i, mut j) = (0, 0);
     while i < older.len() || j < newer.len() {
@@ -68,6 +68,19 @@ pub fn merge(old: &[u8], new: &[u8]) -> Option<Vec<u8>> {
     Some(out)
 }
 
+/// How many seconds of `merged` are absent from `old` or differ from it.
+pub fn changed_seconds(old: &[u8], merged: &[u8]) -> Option<u64> {
+    let old = entries(old)?;
+    let mut changed = 0;
+    for (offset, reading) in entries(merged)? {
+        match old.binary_search_by_key(&offset, |(o, _)| *o) {
+            Ok(i) if old[i].1 == reading => {}
+            _ => changed += 1,
+        }
+    }
+    Some(changed)
+}
+
 /// The last second of a chunk that holds a reading.
 pub fn last_second(chunk: i64, data: &[u8]) -> Option<i64> {
     entries(data)?.last().map(|(o, _)| chunk * CHUNK_SECONDS + i64::from(*o))
@@ -81,7 +94,7 @@ pub fn decode_into(chunk: i64, data: &[u8], from: i64, end: i64, batch: &mut Rea
     while !rest.is_empty() && batch.len() < limit {
         let (offset, after) = packed::read_varint(rest)?;
         let len = packed::reading_len(after)?;
-        let ts = base + i64::try_from(offset).ok()?;
+        let ts = base + i64::try_from(offset).ok().filter(|o| *o < CHUNK_SECONDS)?;
         rest = &after[len..];
         if ts < from {
             continue;
@@ -147,6 +160,8 @@ mod tests {
             vec![(0, vec![(0, 1.0)]), (60, vec![(0, 2.0)]), (120, vec![(0, 3.0), (1, 40.0)]), (3599, vec![(2, 9.5)]),]
         );
         assert_eq!(merge(&merged, &new), Some(merged.clone()), "merging again changes nothing");
+        assert_eq!(changed_seconds(&old, &merged), Some(3), "60 and 3599 are new, 120 changed");
+        assert_eq!(changed_seconds(&merged, &merged), Some(0));
         assert_eq!(last_second(10, &merged), Some(36_000 + 3599));
     }
 
@@ -165,6 +180,7 @@ mod tests {
     fn malformed_chunks_are_refused() {
         assert_eq!(entries(&[0x05]), None);
         assert!(merge(&[], &[0xff, 0xff, 0x7f]).is_none(), "an offset past the hour");
+        assert!(merge(&[0x05], &[]).is_none(), "a malformed stored row is not replaced");
         assert_eq!(chunk_of(-1), -1);
         assert_eq!(chunk_of(3599), 0);
     }

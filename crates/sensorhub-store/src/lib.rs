@@ -118,10 +118,13 @@ pub struct Window {
 
 /// Runs `source` on a thread of its own, up to a few thousand readings ahead
 /// of the consumer, so that parsing a file and writing it use two cores.
-/// The first error ends the source, as it would unread.
+/// The first error ends the source, as it would unread; if the reading
+/// thread dies, the consumer gets an error rather than a short input.
 pub fn read_ahead(source: ReadingSource) -> ReadingSource {
     const CHUNK: usize = 1024;
-    let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<Result<ReadingInput, InputError>>>(4);
+    /// What the reading thread sends: readings, then `None` at the end.
+    type Message = Option<Vec<Result<ReadingInput, InputError>>>;
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Message>(4);
     std::thread::spawn(move || {
         let mut chunk = Vec::with_capacity(CHUNK);
         for item in source {
@@ -129,14 +132,37 @@ pub fn read_ahead(source: ReadingSource) -> ReadingSource {
             chunk.push(item);
             if chunk.len() == CHUNK || failed {
                 // A closed channel means the consumer stopped: stop too.
-                if tx.send(std::mem::replace(&mut chunk, Vec::with_capacity(CHUNK))).is_err() || failed {
+                if tx.send(Some(std::mem::replace(&mut chunk, Vec::with_capacity(CHUNK)))).is_err() {
+                    return;
+                }
+                if failed {
+                    let _ = tx.send(None);
                     return;
                 }
             }
         }
-        let _ = tx.send(chunk);
+        let _ = tx.send(Some(chunk));
+        let _ = tx.send(None);
     });
-    Box::new(rx.into_iter().flatten())
+    let mut finished = false;
+    let items = std::iter::from_fn(move || {
+        if finished {
+            return None;
+        }
+        match rx.recv() {
+            Ok(Some(chunk)) => Some(chunk),
+            Ok(None) => {
+                finished = true;
+                None
+            }
+            // The reading thread ended without saying so: it panicked.
+            Err(_) => {
+                finished = true;
+                Some(vec![Err(InputError::new("input", "reading the input failed unexpectedly"))])
+            }
+        }
+    });
+    Box::new(items.flatten())
 }
 
 /// Opens the store named by `url`: a file path or `sqlite://PATH`. The
@@ -175,7 +201,28 @@ pub fn redact_url(url: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::redact_url;
+    use super::{InputError, ReadingInput, read_ahead, redact_url};
+    use sensorhub_core::model::Origin;
+
+    fn reading(ts: i64) -> ReadingInput {
+        ReadingInput { device_id: "D".into(), timestamp: ts, values: vec![], origin: Origin::Item("t".into()) }
+    }
+
+    #[test]
+    fn reading_ahead_keeps_order_and_errors() {
+        let source = (0..5000).map(|i| if i == 4000 { Err(InputError::new("x", "bad")) } else { Ok(reading(i)) });
+        let got: Vec<_> = read_ahead(Box::new(source)).collect();
+        assert_eq!(got.len(), 4001, "stops after the first error");
+        assert!(got[..4000].iter().enumerate().all(|(i, r)| r.as_ref().is_ok_and(|r| r.timestamp == i as i64)));
+        assert!(got[4000].is_err());
+    }
+
+    #[test]
+    fn a_dying_reader_is_an_error_not_an_end() {
+        let source = (0..10).map(|i| if i == 5 { panic!("parser bug") } else { Ok(reading(i)) });
+        let got: Vec<_> = read_ahead(Box::new(source)).collect();
+        assert!(got.last().is_some_and(Result::is_err), "{} items", got.len());
+    }
 
     #[test]
     fn urls_lose_their_password() {

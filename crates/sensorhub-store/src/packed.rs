@@ -84,9 +84,13 @@ fn read_value(bytes: &[u8]) -> Option<(StoredValue, &[u8])> {
         let (raw, rest) = rest.split_first_chunk::<8>()?;
         return Some((StoredValue::Float(f64::from_le_bytes(*raw)), rest));
     }
+    let k = (code & 3) as u8;
+    if k == 3 {
+        return None; // only the bare code 3 means a raw value
+    }
     let zigzag = code >> 2;
     let n = ((zigzag >> 1) as i64) ^ -((zigzag & 1) as i64);
-    Some((StoredValue::Decimal { n, k: (code & 3) as u8 }, rest))
+    Some((StoredValue::Decimal { n, k }, rest))
 }
 
 /// The length of the packed reading at the start of `bytes`.

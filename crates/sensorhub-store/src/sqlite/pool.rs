@@ -88,7 +88,7 @@ impl Pool {
     pub(crate) async fn run_short<R, F>(&self, f: F) -> StoreResult<R>
     where
         R: Send + 'static,
-        F: FnOnce(&mut Connection) -> StoreResult<R> + Send + 'static,
+        F: Fn(&mut Connection) -> StoreResult<R> + Send + 'static,
     {
         let permit = self.inner.permits.clone().acquire_owned().await.map_err(|e| StoreError::Backend(Box::new(e)))?;
         let idle = self.inner.idle.lock().ok().and_then(|mut v| v.pop());
@@ -96,13 +96,33 @@ impl Pool {
             drop(permit);
             return self.run(f).await;
         };
+        // Never wait on a lock here: that would stall the runtime. A reader
+        // meets one only in rare cases (WAL recovery, an exclusive lock taken
+        // from outside); it is then retried where waiting is harmless.
+        let _ = conn.busy_timeout(std::time::Duration::ZERO);
         let result = f(&mut conn);
+        let _ = conn.busy_timeout(BUSY_TIMEOUT);
         if let Ok(mut v) = self.inner.idle.lock() {
             v.push(conn);
         }
         drop(permit);
-        result
+        match result {
+            Err(StoreError::Backend(e)) if is_busy(&*e) => self.run(f).await,
+            other => other,
+        }
     }
+}
+
+/// How long a statement waits for another connection's lock.
+const BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Whether an error is SQLite's "database is busy/locked".
+fn is_busy(e: &(dyn std::error::Error + Send + Sync + 'static)) -> bool {
+    matches!(
+        e.downcast_ref::<rusqlite::Error>(),
+        Some(rusqlite::Error::SqliteFailure(f, _))
+            if matches!(f.code, rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+    )
 }
 
 /// Opens one connection with sensorhub's settings and SQL functions.
@@ -122,12 +142,6 @@ pub(crate) fn open_connection(path: &Path) -> StoreResult<Connection> {
         }
     }
     let flags = FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC;
-    conn.create_scalar_function("sh_merge_chunk", 2, flags, |ctx| {
-        let old = ctx.get_raw(0).as_blob().unwrap_or_default();
-        let new = ctx.get_raw(1).as_blob().map_err(|e| rusqlite::Error::UserFunctionError(Box::new(e)))?;
-        crate::chunk::merge(old, new)
-            .ok_or_else(|| rusqlite::Error::UserFunctionError("malformed readings chunk".into()))
-    })?;
     conn.create_scalar_function("sh_last_second", 2, flags, |ctx| {
         let chunk: i64 = ctx.get(0)?;
         let data = ctx.get_raw(1).as_blob().map_err(|e| rusqlite::Error::UserFunctionError(Box::new(e)))?;

@@ -316,38 +316,30 @@ struct DeviceEntry {
     sensors: HashMap<String, (u8, String)>,
 }
 
-/// An hour of one device's readings being gathered: device, chunk, and the
-/// (sensor idx, value) pairs by second offset.
-type PendingHour = (i64, i64, BTreeMap<u16, Vec<(u8, f64)>>);
+/// The readings being gathered, by (device, hour): (sensor idx, value)
+/// pairs by second offset.
+type PendingHours = HashMap<(i64, i64), BTreeMap<u16, Vec<(u8, f64)>>>;
+
+/// Hours gathered at most before they are written out.
+const MAX_PENDING_HOURS: usize = 4096;
 
 /// Stores readings inside a transaction, resolving device and sensor ids
-/// once per device. Readings of the same device and hour that come together
-/// (as in any time-ordered file) are gathered and written as one row merge;
-/// a value at an existing second and sensor is replaced.
+/// once per device. Readings are gathered by device and hour, so that an
+/// hour's row is read, merged and written once however the input
+/// interleaves devices; a value at an existing second and sensor is
+/// replaced, the others at that second are kept.
 struct ReadingWriter<'t, 'c> {
     tx: &'t Transaction<'c>,
     devices: HashMap<String, Option<DeviceEntry>>,
-    /// The hour being gathered.
-    pending: Option<PendingHour>,
-    /// Readings in `pending`.
-    pending_count: u64,
-    /// Readings in rows that changed so far.
+    pending: PendingHours,
+    /// Readings that were new or different from what was stored.
     changed: u64,
     reading: Vec<u8>,
-    blob: Vec<u8>,
 }
 
 impl<'t, 'c> ReadingWriter<'t, 'c> {
     fn new(tx: &'t Transaction<'c>) -> Self {
-        Self {
-            tx,
-            devices: HashMap::new(),
-            pending: None,
-            pending_count: 0,
-            changed: 0,
-            reading: Vec::new(),
-            blob: Vec::new(),
-        }
+        Self { tx, devices: HashMap::new(), pending: HashMap::new(), changed: 0, reading: Vec::new() }
     }
 
     fn device(&mut self, device_id: &str) -> StoreResult<Option<&DeviceEntry>> {
@@ -388,39 +380,47 @@ impl<'t, 'c> ReadingWriter<'t, 'c> {
         }
         let chunk = chunk_of(r.timestamp);
         let offset = (r.timestamp - chunk * CHUNK_SECONDS) as u16;
-        if self.pending.as_ref().is_some_and(|(p, c, _)| (*p, *c) != (pk, chunk)) {
+        if self.pending.len() >= MAX_PENDING_HOURS && !self.pending.contains_key(&(pk, chunk)) {
             self.flush()?;
         }
-        let (_, _, readings) = self.pending.get_or_insert_with(|| (pk, chunk, BTreeMap::new()));
         // A later value for the same second and sensor wins (`encode` keeps the last).
-        readings.entry(offset).or_default().extend(pairs);
-        self.pending_count += 1;
+        self.pending.entry((pk, chunk)).or_default().entry(offset).or_default().extend(pairs);
         Ok(())
     }
 
-    /// Merges the gathered hour into its row.
+    /// Merges every gathered hour into its row; rows that would not change
+    /// are not written.
     fn flush(&mut self) -> StoreResult<()> {
-        let Some((pk, chunk, readings)) = self.pending.take() else { return Ok(()) };
-        self.blob.clear();
-        for (offset, pairs) in &readings {
-            self.reading.clear();
-            packed::encode(pairs, &mut self.reading);
-            chunk::push_entry(&mut self.blob, *offset, &self.reading);
-        }
-        let mut stmt = self.tx.prepare_cached(
+        let mut select = self.tx.prepare_cached("SELECT data FROM readings WHERE device_pk = ?1 AND chunk = ?2")?;
+        let mut upsert = self.tx.prepare_cached(
             "INSERT INTO readings (device_pk, chunk, data) VALUES (?1, ?2, ?3)
-             ON CONFLICT (device_pk, chunk) DO UPDATE SET data = sh_merge_chunk(data, excluded.data)
-             WHERE data IS NOT sh_merge_chunk(data, excluded.data)",
+             ON CONFLICT (device_pk, chunk) DO UPDATE SET data = excluded.data",
         )?;
-        if stmt.execute(params![pk, chunk, &self.blob])? > 0 {
-            self.changed += self.pending_count;
+        let mut blob = Vec::new();
+        for ((pk, chunk), readings) in self.pending.drain() {
+            blob.clear();
+            for (offset, pairs) in &readings {
+                self.reading.clear();
+                packed::encode(pairs, &mut self.reading);
+                chunk::push_entry(&mut blob, *offset, &self.reading);
+            }
+            let old: Option<Vec<u8>> = select.query_row(params![pk, chunk], |r| r.get(0)).optional()?;
+            let malformed = || StoreError::Backend(format!("malformed readings of device {pk} in hour {chunk}").into());
+            let merged = match &old {
+                Some(old) => chunk::merge(old, &blob).ok_or_else(malformed)?,
+                None => std::mem::take(&mut blob),
+            };
+            let changed = chunk::changed_seconds(old.as_deref().unwrap_or_default(), &merged).ok_or_else(malformed)?;
+            if changed > 0 {
+                upsert.execute(params![pk, chunk, &merged])?;
+                self.changed += changed;
+            }
         }
-        self.pending_count = 0;
         Ok(())
     }
 
-    /// Writes what is gathered; returns how many readings went into rows
-    /// that changed (0 when everything was stored already).
+    /// Writes what is gathered; returns how many readings were new or
+    /// different (0 when everything was stored already).
     fn finish(mut self) -> StoreResult<u64> {
         self.flush()?;
         Ok(self.changed)

@@ -41,7 +41,10 @@ pub async fn run(ctx: &Context, args: Args) -> CliResult {
         Format::Ndjson => Box::new(ndjson_readings(BufReader::with_capacity(1 << 20, file))),
         Format::Csv => Box::new(CsvReadings::new(BufReader::with_capacity(1 << 20, file))),
     };
-    let report = store.import(source).await.map_err(|e| format!("{name}: {e}; nothing was imported"))?;
+    let report = store
+        .import(sensorhub_store::read_ahead(source))
+        .await
+        .map_err(|e| format!("{name}: {e}; nothing was imported"))?;
     let secs = started.elapsed().as_secs_f64().max(1e-9);
     let rows = if format == Format::Csv { report.values } else { report.readings };
     println!(
