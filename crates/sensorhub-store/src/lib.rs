@@ -2,8 +2,11 @@
 //! The trait holds no SQL; each backend keeps its SQL in its own module.
 #![forbid(unsafe_code)]
 
+mod batches;
 pub mod chunk;
 pub mod packed;
+mod plan;
+pub mod postgres;
 pub mod sqlite;
 mod types;
 
@@ -165,18 +168,17 @@ pub fn read_ahead(source: ReadingSource) -> ReadingSource {
     Box::new(items.flatten())
 }
 
-/// Opens the store named by `url`: a file path or `sqlite://PATH`. The
-/// database is created and migrated when missing.
+/// Opens the store named by `url`: a file path or `sqlite://PATH` (created
+/// when missing), or `postgres://…` (the database must exist). Either is
+/// migrated on open.
 pub async fn open(url: &str) -> StoreResult<Arc<dyn Store>> {
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        return Err(StoreError::Unsupported(
-            "PostgreSQL is not supported yet: use a SQLite file path or a sqlite:// URL".into(),
-        ));
+        return Ok(Arc::new(postgres::PgStore::open(url).await?));
     }
     let path = url.strip_prefix("sqlite://").or_else(|| url.strip_prefix("sqlite:")).unwrap_or(url);
     if path.is_empty() || path.contains("://") || path.contains('?') || path.contains(":memory:") {
         return Err(StoreError::Unsupported(format!(
-            "unsupported database {:?}: use a SQLite file path or a sqlite:// URL (no in-memory database, no ?options)",
+            "unsupported database {:?}: use a SQLite file path, a sqlite:// URL (no in-memory database, no ?options) or a postgres:// URL",
             redact_url(url)
         )));
     }

@@ -1,12 +1,16 @@
 //! The store contract: behaviour every backend must share. Each check is a
 //! function over `Arc<dyn Store>`; `backends()` lists the stores to run it on
-//! (SQLite today; PostgreSQL joins the same list).
+//! (SQLite, and PostgreSQL in a database of its own, made for the run and
+//! dropped after it). PostgreSQL is found at `SENSORHUB_TEST_POSTGRES`
+//! (default `postgres://postgres@127.0.0.1:5432/test`); a test fails, never
+//! skips, when it is not there.
 
 use futures_util::StreamExt;
 use sensorhub_core::model::{Origin, ReadingInput, ValueInput};
 use sensorhub_core::provision::{InputError, Provision, parse_json};
 use sensorhub_core::secret::key_digest;
 use sensorhub_core::time::TimeRange;
+use sensorhub_store::postgres::temp::TempDatabase;
 use sensorhub_store::{ReadingBatch, Scope, Store, StoreError, StoredValue};
 use std::sync::Arc;
 
@@ -22,18 +26,32 @@ const BASE: &str = r#"{
   ]
 }"#;
 
-/// A store under test and the directory that keeps it alive.
+/// A store under test and what keeps its database alive (declared after the
+/// store, so the store's connections close first).
 struct Backend {
     store: Arc<dyn Store>,
     _dir: tempfile::TempDir,
+    _pg: Option<TempDatabase>,
+}
+
+fn postgres_url() -> String {
+    std::env::var("SENSORHUB_TEST_POSTGRES").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
 }
 
 async fn backends() -> Vec<Backend> {
     let dir = tempfile::tempdir().expect("dir");
     let path = dir.path().join("contract.db");
-    let store = sensorhub_store::open(&format!("sqlite://{}", path.display())).await.expect("open");
-    apply(&*store, BASE).await.expect("base applies");
-    vec![Backend { store, _dir: dir }]
+    let sqlite = sensorhub_store::open(&format!("sqlite://{}", path.display())).await.expect("open");
+    let pg = TempDatabase::create(&postgres_url()).await.expect("a PostgreSQL test database");
+    let postgres = sensorhub_store::open(pg.url()).await.expect("open postgres");
+    let mut out = vec![
+        Backend { store: sqlite, _dir: dir, _pg: None },
+        Backend { store: postgres, _dir: tempfile::tempdir().expect("dir"), _pg: Some(pg) },
+    ];
+    for b in &mut out {
+        apply(&*b.store, BASE).await.expect("base applies");
+    }
+    out
 }
 
 async fn apply(store: &dyn Store, text: &str) -> Result<sensorhub_store::ApplyReport, StoreError> {

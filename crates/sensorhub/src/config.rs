@@ -70,7 +70,7 @@ impl FileConfig {
 }
 
 /// Environment variables sensorhub reads; others with the prefix are
-/// probably typos and get a warning.
+/// probably typos and get a warning (`SENSORHUB_TEST_*` belong to the tests).
 pub const KNOWN_ENV: &[&str] = &[
     "SENSORHUB_CONFIG",
     "SENSORHUB_DATABASE",
@@ -90,6 +90,8 @@ pub const KNOWN_ENV: &[&str] = &[
 pub fn unknown_env_vars() -> Vec<String> {
     std::env::vars_os()
         .filter_map(|(k, _)| k.into_string().ok())
-        .filter(|k| k.starts_with("SENSORHUB_") && !KNOWN_ENV.contains(&k.as_str()))
+        .filter(|k| {
+            k.starts_with("SENSORHUB_") && !k.starts_with("SENSORHUB_TEST_") && !KNOWN_ENV.contains(&k.as_str())
+        })
         .collect()
 }

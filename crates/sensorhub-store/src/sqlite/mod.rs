@@ -102,7 +102,7 @@ impl Store for SqliteStore {
     }
 
     fn read_readings(&self, device: &DeviceHandle, range: TimeRange) -> ReadingStream {
-        read::stream_readings(self.pool.clone(), device.pk, range)
+        read::stream_from(self.pool.clone(), device.pk, Some(range.start), range.end)
     }
 
     async fn read_window(&self, scope: Scope, device_id: &str, range: TimeRange) -> StoreResult<Option<Window>> {
@@ -110,7 +110,7 @@ impl Store for SqliteStore {
         let Some((device, first)) = self.pool.run_short(move |c| read::window_head(c, scope, &id, range)).await? else {
             return Ok(None);
         };
-        let next = read::after(&first, range.end, read::first_batch());
+        let next = crate::batches::after(&first, range.end, crate::batches::FIRST_BATCH);
         let rest = read::stream_from(self.pool.clone(), device.pk, next, range.end);
         Ok(Some(Window { device, first, rest, complete: next.is_none() }))
     }

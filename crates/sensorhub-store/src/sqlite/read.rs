@@ -1,23 +1,17 @@
 //! Read queries of the SQLite backend.
 
 use super::pool::Pool;
+use crate::batches;
 use crate::chunk::{self, chunk_of};
 use crate::{
     AccountAuth, AccountSummary, ApiKeyAuth, ApiKeySummary, DeviceHandle, ReadingBatch, ReadingStream, Scope,
     StoreError, StoreResult, WebhookKeyAuth,
 };
-use futures_util::StreamExt;
 use rusqlite::{Connection, OptionalExtension, params};
 use sensorhub_core::model::{Device, SensorMeta};
 use sensorhub_core::secret::KeyDigest;
 use sensorhub_core::time::TimeRange;
 use std::collections::HashMap;
-
-/// Readings in the first batch of a window: a day at one-minute intervals
-/// (1,440) comes in one query.
-const FIRST_BATCH: usize = 2048;
-/// Readings in each later batch: small, so that memory per stream stays low.
-const BATCH_READINGS: usize = 512;
 
 pub(super) fn account_auth(c: &Connection, username: &str) -> StoreResult<Option<AccountAuth>> {
     let mut stmt = c.prepare_cached("SELECT id, password_hash, disabled FROM accounts WHERE username = ?1")?;
@@ -146,41 +140,15 @@ pub(super) fn device_sensors(c: &Connection, pk: i64) -> StoreResult<Vec<SensorM
     Ok(out)
 }
 
-/// Streams readings one batch at a time. Each batch is a fresh range query
-/// from just after the last second sent, so no connection is held while the
-/// client reads: a slow client costs a little memory, never a pooled
-/// connection. The next batch is read only when the previous one was taken.
-pub(super) fn stream_readings(pool: Pool, device_pk: i64, range: TimeRange) -> ReadingStream {
-    stream_from(pool, device_pk, Some(range.start), range.end)
-}
-
-/// The stream of readings from `next` (when there may be more) to `end`.
+/// Streams readings of `device_pk` from `next` to `end` in batches ([`crate::batches`]).
 pub(super) fn stream_from(pool: Pool, device_pk: i64, next: Option<i64>, end: i64) -> ReadingStream {
-    futures_util::stream::try_unfold((pool, next), move |(pool, next)| async move {
-        let Some(from) = next else { return Ok(None) };
-        let batch = pool.run_short(move |c| read_batch(c, device_pk, from, end, BATCH_READINGS)).await?;
-        if batch.is_empty() {
-            return Ok(None);
-        }
-        let more = after(&batch, end, BATCH_READINGS);
-        Ok(Some((batch, (pool, more))))
+    batches::stream_from(next, end, move |from, end, limit| {
+        let pool = pool.clone();
+        async move { pool.run_short(move |c| read_batch(c, device_pk, from, end, limit)).await }
     })
-    .fuse()
-    .boxed()
-}
-
-/// Where the next batch starts, when `batch` (of at most `limit`) was full
-/// and ends before `end`.
-pub(super) fn after(batch: &ReadingBatch, end: i64, limit: usize) -> Option<i64> {
-    (batch.len() == limit).then(|| batch.timestamps.last().map(|t| t + 1)).flatten().filter(|t| *t <= end)
 }
 
 /// The device visible in `scope` and its first batch, in one round trip.
-/// The first batch's size, for [`after`].
-pub(super) const fn first_batch() -> usize {
-    FIRST_BATCH
-}
-
 pub(super) fn window_head(
     c: &mut Connection,
     scope: Scope,
@@ -188,7 +156,7 @@ pub(super) fn window_head(
     range: TimeRange,
 ) -> StoreResult<Option<(DeviceHandle, ReadingBatch)>> {
     let Some(device) = find_device(c, scope, device_id)? else { return Ok(None) };
-    let first = read_batch(c, device.pk, range.start, range.end, FIRST_BATCH)?;
+    let first = read_batch(c, device.pk, range.start, range.end, batches::FIRST_BATCH)?;
     Ok(Some((device, first)))
 }
 

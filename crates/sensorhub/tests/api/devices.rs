@@ -25,70 +25,76 @@ fn alice_devices() -> serde_json::Value {
     ])
 }
 
-#[tokio::test]
-async fn basic_list_is_the_accounts_devices_ordered_by_id() {
-    let app = TestApp::start().await;
-    let a = app.alice("/devices").await;
-    assert_eq!(a.status, 200);
-    assert_eq!(a.headers["content-type"], "application/json");
-    assert_eq!(a.body, json!({"message": "Success", "data": alice_devices()}));
-}
-
-#[tokio::test]
-async fn public_list_with_an_unscoped_key_equals_the_accounts() {
-    let app = TestApp::start().await;
-    let a = app.get("/pk-alice-all/devices").await;
-    assert_eq!(a.status, 200);
-    assert_eq!(a.body, json!({"message": "Success", "data": alice_devices()}));
-}
-
-#[tokio::test]
-async fn a_scoped_key_sees_only_its_devices() {
-    let app = TestApp::start().await;
-    let a = app.get("/pk-alice-awlr/devices").await;
-    assert_eq!(a.status, 200);
-    let ids: Vec<_> = a.data().as_array().expect("array").iter().map(|d| d["device_id"].clone()).collect();
-    assert_eq!(ids, vec![json!("AWLR-001")]);
-}
-
-#[tokio::test]
-async fn no_devices_is_an_empty_array_and_no_reading_is_null() {
-    let app = TestApp::start().await;
-    let a = app.get_as("carol", "carol-pass", "/devices").await;
-    assert_eq!(a.status, 200);
-    assert_eq!(a.text, r#"{"message":"Success","data":[]}"#);
-    let a = app.get("/pk-carol/devices").await;
-    assert_eq!(a.text, r#"{"message":"Success","data":[]}"#);
-
-    app.store
-        .apply(
-            sensorhub_core::provision::parse_json(
-                r#"{"devices":[{"device_id":"NEW-1","name":"n","type":"AWS","lat":1,"long":2,"interval_seconds":60}],
-                    "accounts":[{"username":"carol","devices":["NEW-1"]}]}"#,
-            )
-            .expect("valid"),
-            vec![],
-        )
-        .await
-        .expect("apply");
-    let a = app.get("/pk-carol/devices").await;
-    assert_eq!(a.data()[0]["last_update_at"], serde_json::Value::Null);
-    assert_eq!(a.data()[0]["sensors"], json!([]));
-}
-
-#[tokio::test]
-async fn unknown_revoked_and_disabled_keys_are_forbidden() {
-    let app = TestApp::start().await;
-    for key in ["pk-nope", "pk-alice-old", "pk-bob", "PK-ALICE-ALL"] {
-        assert_error(&app.get(&format!("/{key}/devices")).await, 403, "Forbidden");
-        assert_error(&app.get(&format!("/{key}/devices/AWLR-001/data")).await, 403, "Forbidden");
+on_each_backend! {
+    async fn basic_list_is_the_accounts_devices_ordered_by_id() {
+        let app = TestApp::start().await;
+        let a = app.alice("/devices").await;
+        assert_eq!(a.status, 200);
+        assert_eq!(a.headers["content-type"], "application/json");
+        assert_eq!(a.body, json!({"message": "Success", "data": alice_devices()}));
     }
 }
 
-#[tokio::test]
-async fn unknown_paths_are_json_404() {
-    let app = TestApp::start().await;
-    for path in ["/nope", "/devices/", "/pk-alice-all/devices/AWLR-001", "/devices/AWLR-001/data/x"] {
-        assert_error(&app.alice(path).await, 404, "Not Found");
+on_each_backend! {
+    async fn public_list_with_an_unscoped_key_equals_the_accounts() {
+        let app = TestApp::start().await;
+        let a = app.get("/pk-alice-all/devices").await;
+        assert_eq!(a.status, 200);
+        assert_eq!(a.body, json!({"message": "Success", "data": alice_devices()}));
+    }
+}
+
+on_each_backend! {
+    async fn a_scoped_key_sees_only_its_devices() {
+        let app = TestApp::start().await;
+        let a = app.get("/pk-alice-awlr/devices").await;
+        assert_eq!(a.status, 200);
+        let ids: Vec<_> = a.data().as_array().expect("array").iter().map(|d| d["device_id"].clone()).collect();
+        assert_eq!(ids, vec![json!("AWLR-001")]);
+    }
+}
+
+on_each_backend! {
+    async fn no_devices_is_an_empty_array_and_no_reading_is_null() {
+        let app = TestApp::start().await;
+        let a = app.get_as("carol", "carol-pass", "/devices").await;
+        assert_eq!(a.status, 200);
+        assert_eq!(a.text, r#"{"message":"Success","data":[]}"#);
+        let a = app.get("/pk-carol/devices").await;
+        assert_eq!(a.text, r#"{"message":"Success","data":[]}"#);
+
+        app.store
+            .apply(
+                sensorhub_core::provision::parse_json(
+                    r#"{"devices":[{"device_id":"NEW-1","name":"n","type":"AWS","lat":1,"long":2,"interval_seconds":60}],
+                        "accounts":[{"username":"carol","devices":["NEW-1"]}]}"#,
+                )
+                .expect("valid"),
+                vec![],
+            )
+            .await
+            .expect("apply");
+        let a = app.get("/pk-carol/devices").await;
+        assert_eq!(a.data()[0]["last_update_at"], serde_json::Value::Null);
+        assert_eq!(a.data()[0]["sensors"], json!([]));
+    }
+}
+
+on_each_backend! {
+    async fn unknown_revoked_and_disabled_keys_are_forbidden() {
+        let app = TestApp::start().await;
+        for key in ["pk-nope", "pk-alice-old", "pk-bob", "PK-ALICE-ALL"] {
+            assert_error(&app.get(&format!("/{key}/devices")).await, 403, "Forbidden");
+            assert_error(&app.get(&format!("/{key}/devices/AWLR-001/data")).await, 403, "Forbidden");
+        }
+    }
+}
+
+on_each_backend! {
+    async fn unknown_paths_are_json_404() {
+        let app = TestApp::start().await;
+        for path in ["/nope", "/devices/", "/pk-alice-all/devices/AWLR-001", "/devices/AWLR-001/data/x"] {
+            assert_error(&app.alice(path).await, 404, "Not Found");
+        }
     }
 }

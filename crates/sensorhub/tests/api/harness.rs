@@ -1,5 +1,8 @@
 //! `TestApp`: a temporary database provisioned through the same path as
 //! `apply`, the real router served on 127.0.0.1:0, and clients per actor.
+//! Tests written with [`on_each_backend!`] run once on SQLite and once on
+//! PostgreSQL (a database made for the test at `SENSORHUB_TEST_POSTGRES`,
+//! default `postgres://postgres@127.0.0.1:5432/test`, dropped after it).
 
 use reqwest::{Method, StatusCode, header::HeaderMap};
 use sensorhub::http::{AppState, ServerOptions, app, serve};
@@ -7,8 +10,8 @@ use sensorhub_core::model::ReadingInput;
 use sensorhub_core::provision::{Provision, parse_json};
 use sensorhub_core::time::RangeRules;
 use sensorhub_store::Store;
+use sensorhub_store::postgres::temp::TempDatabase;
 use serde_json::Value;
-use std::path::PathBuf;
 use std::sync::Arc;
 use tempfile::TempDir;
 use tokio::sync::oneshot;
@@ -19,17 +22,71 @@ pub const FIXTURE: &str = include_str!("fixture.json");
 /// Alice's password (it contains colons on purpose).
 pub const ALICE_PASSWORD: &str = "alice:pass:with:colons";
 
+/// The database a test runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+tokio::task_local! {
+    /// The backend of the running test; SQLite outside [`on_each_backend!`].
+    pub static BACKEND: Backend;
+}
+
+/// Defines `mod NAME { fn sqlite(); fn postgres(); }`: the test body run on
+/// each backend.
+macro_rules! on_each_backend {
+    ($(async fn $name:ident() $body:block)*) => {$(
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+
+            async fn body() $body
+
+            #[tokio::test]
+            async fn sqlite() {
+                $crate::harness::BACKEND.scope($crate::harness::Backend::Sqlite, body()).await
+            }
+
+            #[tokio::test]
+            async fn postgres() {
+                $crate::harness::BACKEND.scope($crate::harness::Backend::Postgres, body()).await
+            }
+        }
+    )*};
+}
+
+/// The PostgreSQL server tests make their databases on.
+pub fn postgres_admin_url() -> String {
+    std::env::var("SENSORHUB_TEST_POSTGRES").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+}
+
+/// A fresh empty database of the current test's backend: its URL, and what
+/// keeps it alive.
+pub async fn fresh_database() -> (String, TempDir, Option<TempDatabase>) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    match BACKEND.try_with(|b| *b).unwrap_or(Backend::Sqlite) {
+        Backend::Sqlite => (dir.path().join("test.db").to_str().expect("utf-8 path").to_owned(), dir, None),
+        Backend::Postgres => {
+            let pg = TempDatabase::create(&postgres_admin_url()).await.expect("a PostgreSQL test database");
+            (pg.url().to_owned(), dir, Some(pg))
+        }
+    }
+}
+
 /// A running server over its own temporary database.
 pub struct TestApp {
     /// `http://127.0.0.1:PORT/external/v1`
     pub base: String,
     /// The server's store, for tests that add readings.
     pub store: Arc<dyn Store>,
-    /// The database file.
-    pub db: PathBuf,
+    /// The database: a SQLite file path or a PostgreSQL URL.
+    pub db: String,
     client: reqwest::Client,
     shutdown: Option<oneshot::Sender<()>>,
     _dir: TempDir,
+    _pg: Option<TempDatabase>,
 }
 
 /// A response, parsed.
@@ -69,9 +126,8 @@ impl TestApp {
     }
 
     async fn spawn(options: ServerOptions, provision: Option<&str>) -> Self {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let db = dir.path().join("test.db");
-        let store = sensorhub_store::open(db.to_str().expect("utf-8 path")).await.expect("open store");
+        let (db, dir, pg) = fresh_database().await;
+        let store = sensorhub_store::open(&db).await.expect("open store");
         if let Some(text) = provision {
             let mut doc: Provision = parse_json(text).expect("fixture parses");
             let readings = doc.check().expect("fixture is valid");
@@ -92,6 +148,7 @@ impl TestApp {
             client: reqwest::Client::new(),
             shutdown: Some(tx),
             _dir: dir,
+            _pg: pg,
         }
     }
 

@@ -1,10 +1,13 @@
 //! Integration tests: the real server on an ephemeral port, and the real
 //! binary for the admin commands.
 
+#[macro_use]
+mod harness;
+
 mod auth;
+mod backends;
 mod cli;
 mod devices;
-mod harness;
 mod ops;
 mod ratelimit;
 mod readings;

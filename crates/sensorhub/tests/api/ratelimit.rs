@@ -24,121 +24,128 @@ fn assert_limited(a: &Answer, limit: u64) {
     assert!(header(a, "ratelimit-reset").is_some());
 }
 
-#[tokio::test]
-async fn basic_callers_get_headers_then_429_with_the_specs_text() {
-    let app = limited("3/minute").await;
-    for remaining in [2, 1, 0] {
-        let a = app.alice("/devices").await;
-        assert_eq!(a.status, 200);
-        assert_eq!(header(&a, "ratelimit-limit"), Some(3));
-        assert_eq!(header(&a, "ratelimit-remaining"), Some(remaining));
-        assert!(header(&a, "ratelimit-reset").is_some_and(|r| r <= 60));
-    }
-    let a = app.alice("/devices/AWLR-001/data").await;
-    assert_limited(&a, 3);
-    assert_eq!(a.text, r#"{"message":"To Many Request","data":null}"#);
-    // Limits are per caller: carol and alice's public key have their own.
-    assert_eq!(app.get_as("carol", "carol-pass", "/devices").await.status, 200);
-    assert_eq!(app.get("/pk-alice-all/devices").await.status, 200);
-}
-
-#[tokio::test]
-async fn public_keys_are_limited_per_key() {
-    let app = limited("2/minute").await;
-    for _ in 0..2 {
+on_each_backend! {
+    async fn basic_callers_get_headers_then_429_with_the_specs_text() {
+        let app = limited("3/minute").await;
+        for remaining in [2, 1, 0] {
+            let a = app.alice("/devices").await;
+            assert_eq!(a.status, 200);
+            assert_eq!(header(&a, "ratelimit-limit"), Some(3));
+            assert_eq!(header(&a, "ratelimit-remaining"), Some(remaining));
+            assert!(header(&a, "ratelimit-reset").is_some_and(|r| r <= 60));
+        }
+        let a = app.alice("/devices/AWLR-001/data").await;
+        assert_limited(&a, 3);
+        assert_eq!(a.text, r#"{"message":"To Many Request","data":null}"#);
+        // Limits are per caller: carol and alice's public key have their own.
+        assert_eq!(app.get_as("carol", "carol-pass", "/devices").await.status, 200);
         assert_eq!(app.get("/pk-alice-all/devices").await.status, 200);
     }
-    let a = app.get("/pk-alice-all/devices/AWLR-001/data").await;
-    assert_limited(&a, 2);
-    assert_error(&a, 429, "To Many Request");
-    assert_eq!(app.get("/pk-alice-awlr/devices").await.status, 200, "another key has its own quota");
 }
 
-#[tokio::test]
-async fn webhook_keys_are_limited_with_their_own_text() {
-    let app = limited("2/minute").await;
-    let body =
-        json!({"event": "e", "device_id": "AWLR-001", "timestamp": "2026-05-05T00:00:00Z", "data": {}}).to_string();
-    for _ in 0..2 {
+on_each_backend! {
+    async fn public_keys_are_limited_per_key() {
+        let app = limited("2/minute").await;
+        for _ in 0..2 {
+            assert_eq!(app.get("/pk-alice-all/devices").await.status, 200);
+        }
+        let a = app.get("/pk-alice-all/devices/AWLR-001/data").await;
+        assert_limited(&a, 2);
+        assert_error(&a, 429, "To Many Request");
+        assert_eq!(app.get("/pk-alice-awlr/devices").await.status, 200, "another key has its own quota");
+    }
+}
+
+on_each_backend! {
+    async fn webhook_keys_are_limited_with_their_own_text() {
+        let app = limited("2/minute").await;
+        let body =
+            json!({"event": "e", "device_id": "AWLR-001", "timestamp": "2026-05-05T00:00:00Z", "data": {}}).to_string();
+        for _ in 0..2 {
+            let a = app.webhook(Some("wh-alice-secret"), &body).await;
+            assert_eq!(a.status, 200);
+            assert!(header(&a, "ratelimit-remaining").is_some());
+        }
         let a = app.webhook(Some("wh-alice-secret"), &body).await;
-        assert_eq!(a.status, 200);
-        assert!(header(&a, "ratelimit-remaining").is_some());
+        assert_limited(&a, 2);
+        assert_eq!(a.text, r#"{"message":"Too Many Requests"}"#);
+        assert_eq!(app.webhook(Some("wh-carol-secret"), &body).await.status, 200);
     }
-    let a = app.webhook(Some("wh-alice-secret"), &body).await;
-    assert_limited(&a, 2);
-    assert_eq!(a.text, r#"{"message":"Too Many Requests"}"#);
-    assert_eq!(app.webhook(Some("wh-carol-secret"), &body).await.status, 200);
 }
 
-#[tokio::test]
-async fn failed_logins_are_throttled_by_address_but_verified_credentials_pass() {
-    let app = limited("4/minute").await;
-    // Every Argon2 check spends a unit of the address's quota, the first
-    // (successful) login of alice included.
-    assert_eq!(app.alice("/devices").await.status, 200, "alice is verified and cached");
-    for _ in 0..3 {
-        assert_error(&app.get_as("alice", "guess", "/devices").await, 401, "Unauthorized");
+on_each_backend! {
+    async fn failed_logins_are_throttled_by_address_but_verified_credentials_pass() {
+        let app = limited("4/minute").await;
+        // Every Argon2 check spends a unit of the address's quota, the first
+        // (successful) login of alice included.
+        assert_eq!(app.alice("/devices").await.status, 200, "alice is verified and cached");
+        for _ in 0..3 {
+            assert_error(&app.get_as("alice", "guess", "/devices").await, 401, "Unauthorized");
+        }
+        let a = app.get_as("alice", "guess", "/devices").await;
+        assert_limited(&a, 4);
+        assert_eq!(a.text, r#"{"message":"To Many Request","data":null}"#);
+        // Credentials not verified before are not even checked now...
+        assert_error(&app.get_as("carol", "carol-pass", "/devices").await, 429, "To Many Request");
+        assert_error(&app.send(Method::GET, "/devices", None).await, 429, "To Many Request");
+        // ...and unknown API keys from this address are throttled too...
+        assert_error(&app.get("/pk-guess/devices").await, 429, "To Many Request");
+        // ...while verified credentials and valid keys still pass.
+        assert_eq!(app.get_as("alice", ALICE_PASSWORD, "/devices").await.status, 200);
+        assert_eq!(app.get("/pk-alice-all/devices").await.status, 200);
     }
-    let a = app.get_as("alice", "guess", "/devices").await;
-    assert_limited(&a, 4);
-    assert_eq!(a.text, r#"{"message":"To Many Request","data":null}"#);
-    // Credentials not verified before are not even checked now...
-    assert_error(&app.get_as("carol", "carol-pass", "/devices").await, 429, "To Many Request");
-    assert_error(&app.send(Method::GET, "/devices", None).await, 429, "To Many Request");
-    // ...and unknown API keys from this address are throttled too...
-    assert_error(&app.get("/pk-guess/devices").await, 429, "To Many Request");
-    // ...while verified credentials and valid keys still pass.
-    assert_eq!(app.get_as("alice", ALICE_PASSWORD, "/devices").await.status, 200);
-    assert_eq!(app.get("/pk-alice-all/devices").await.status, 200);
 }
 
-#[tokio::test]
-async fn guesses_sent_at_once_get_no_more_checks_than_the_quota() {
-    let app = std::sync::Arc::new(limited("3/minute").await);
-    let guesses = (0..24).map(|i| {
-        let app = app.clone();
-        tokio::spawn(async move { app.get_as("alice", &format!("guess-{i}"), "/devices").await.status.as_u16() })
-    });
-    let mut statuses = Vec::new();
-    for g in guesses {
-        statuses.push(g.await.expect("task"));
+on_each_backend! {
+    async fn guesses_sent_at_once_get_no_more_checks_than_the_quota() {
+        let app = std::sync::Arc::new(limited("3/minute").await);
+        let guesses = (0..24).map(|i| {
+            let app = app.clone();
+            tokio::spawn(async move { app.get_as("alice", &format!("guess-{i}"), "/devices").await.status.as_u16() })
+        });
+        let mut statuses = Vec::new();
+        for g in guesses {
+            statuses.push(g.await.expect("task"));
+        }
+        let checked = statuses.iter().filter(|s| **s == 401).count();
+        assert_eq!(checked, 3, "only the quota's worth of guesses reach Argon2: {statuses:?}");
+        assert_eq!(statuses.iter().filter(|s| **s == 429).count(), 21);
     }
-    let checked = statuses.iter().filter(|s| **s == 401).count();
-    assert_eq!(checked, 3, "only the quota's worth of guesses reach Argon2: {statuses:?}");
-    assert_eq!(statuses.iter().filter(|s| **s == 429).count(), 21);
 }
 
-#[tokio::test]
-async fn failed_auth_from_a_proxy_counts_against_the_forwarded_address() {
-    let rate_limit: RateLimitSetting = "2/minute".parse().expect("quota");
-    let app = TestApp::with(ServerOptions {
-        rate_limit,
-        client_ip_header: Some(reqwest::header::HeaderName::from_static("x-forwarded-for")),
-        ..ServerOptions::default()
-    })
-    .await;
-    let url = format!("{}/devices", app.base);
-    let guess = basic("alice", "guess");
-    let from = |ip: &'static str| [("Authorization", guess.clone()), ("X-Forwarded-For", ip.to_owned())];
-    for _ in 0..2 {
-        let h = from("10.0.0.1, 203.0.113.1");
+on_each_backend! {
+    async fn failed_auth_from_a_proxy_counts_against_the_forwarded_address() {
+        let rate_limit: RateLimitSetting = "2/minute".parse().expect("quota");
+        let app = TestApp::with(ServerOptions {
+            rate_limit,
+            client_ip_header: Some(reqwest::header::HeaderName::from_static("x-forwarded-for")),
+            ..ServerOptions::default()
+        })
+        .await;
+        let url = format!("{}/devices", app.base);
+        let guess = basic("alice", "guess");
+        let from = |ip: &'static str| [("Authorization", guess.clone()), ("X-Forwarded-For", ip.to_owned())];
+        for _ in 0..2 {
+            let h = from("10.0.0.1, 203.0.113.1");
+            let h: Vec<(&str, &str)> = h.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            assert_eq!(app.request(Method::GET, &url, &h, None).await.status, 401);
+        }
+        let h = from("203.0.113.1");
         let h: Vec<(&str, &str)> = h.iter().map(|(k, v)| (*k, v.as_str())).collect();
-        assert_eq!(app.request(Method::GET, &url, &h, None).await.status, 401);
+        assert_eq!(app.request(Method::GET, &url, &h, None).await.status, 429);
+        let h = from("203.0.113.2");
+        let h: Vec<(&str, &str)> = h.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        assert_eq!(app.request(Method::GET, &url, &h, None).await.status, 401, "another address has its own quota");
     }
-    let h = from("203.0.113.1");
-    let h: Vec<(&str, &str)> = h.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    assert_eq!(app.request(Method::GET, &url, &h, None).await.status, 429);
-    let h = from("203.0.113.2");
-    let h: Vec<(&str, &str)> = h.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    assert_eq!(app.request(Method::GET, &url, &h, None).await.status, 401, "another address has its own quota");
 }
 
-#[tokio::test]
-async fn off_means_no_limit_and_no_headers() {
-    let app = limited("off").await;
-    for _ in 0..20 {
-        let a = app.get("/pk-alice-all/devices").await;
-        assert_eq!(a.status, 200);
-        assert!(a.headers.get("ratelimit-limit").is_none());
+on_each_backend! {
+    async fn off_means_no_limit_and_no_headers() {
+        let app = limited("off").await;
+        for _ in 0..20 {
+            let a = app.get("/pk-alice-all/devices").await;
+            assert_eq!(a.status, 200);
+            assert!(a.headers.get("ratelimit-limit").is_none());
+        }
     }
 }

@@ -8,177 +8,187 @@ use serde_json::json;
 
 const WINDOW: &str = "start=2026-05-05T00:00:00Z&end=2026-05-05T00:30:00Z";
 
-#[tokio::test]
-async fn readings_are_grouped_ascending_with_only_measured_sensors() {
-    let app = TestApp::start().await;
-    let a = app.alice(&format!("/devices/AWLR-001/data?{WINDOW}")).await;
-    assert_eq!(a.status, 200, "{}", a.text);
-    assert_eq!(a.headers["content-type"], "application/json");
-    assert_eq!(
-        a.body,
-        json!({"message": "Success", "data": [
-            {"timestamp": "2026-05-05T00:00:00Z", "sensors": [
-                {"id": "AWLR1-batt", "value": 92.5, "unit": "%"},
-                {"id": "AWLR1-wl", "value": 120.0, "unit": "cm"},
-                {"id": "AWLR1-sig", "value": -71.0, "unit": "dBm"},
-                {"id": "AWLR1-status", "value": 0.0, "unit": "."}]},
-            {"timestamp": "2026-05-05T00:15:00Z", "sensors": [
-                {"id": "AWLR1-batt", "value": 92.4, "unit": "%"},
-                {"id": "AWLR1-wl", "value": 121.5, "unit": "cm"}]},
-            {"timestamp": "2026-05-05T00:30:00Z", "sensors": [
-                {"id": "AWLR1-batt", "value": 92.3, "unit": "%"},
-                {"id": "AWLR1-wl", "value": 123.0, "unit": "cm"},
-                {"id": "AWLR1-sig", "value": -73.0, "unit": "dBm"},
-                {"id": "AWLR1-status", "value": 1.0, "unit": "."}]}
-        ]})
-    );
-    let public = app.get(&format!("/pk-alice-all/devices/AWLR-001/data?{WINDOW}")).await;
-    assert_eq!(public.text, a.text, "public and Basic answers are the same bytes");
-}
-
-#[tokio::test]
-async fn bounds_are_inclusive_to_the_second() {
-    let app = TestApp::start().await;
-    let count = |a: &crate::harness::Answer| a.data().as_array().map(Vec::len);
-    let a = app.alice("/devices/AWLR-001/data?start=2026-05-05T00:00:01Z&end=2026-05-05T00:29:59Z").await;
-    assert_eq!(count(&a), Some(1));
-    let a = app.alice("/devices/AWLR-001/data?start=2026-05-05T00:15:00Z&end=2026-05-05T00:15:00Z").await;
-    assert_eq!(count(&a), Some(1));
-    let a = app.alice("/devices/AWLR-001/data?start=2026-05-06T00:00:00Z&end=2026-05-07T00:00:00Z").await;
-    assert_eq!(a.text, r#"{"message":"Success","data":[]}"#);
-}
-
-#[tokio::test]
-async fn tz_renders_in_the_offset_and_reads_local_bounds_in_it() {
-    let app = TestApp::start().await;
-    let a = app.alice("/devices/AWLR-001/data?start=2026-05-05T07:00:00&end=2026-05-05T07:15:00&tz=7").await;
-    let stamps: Vec<_> = a.data().as_array().expect("array").iter().map(|r| r["timestamp"].clone()).collect();
-    assert_eq!(stamps, vec![json!("2026-05-05T07:00:00+07:00"), json!("2026-05-05T07:15:00+07:00")]);
-
-    // `+07:00` sent raw decodes to a space; sent encoded it is a plus.
-    for start in ["2026-05-05T07:00:00+07:00", "2026-05-05T07:00:00%2B07:00"] {
-        let a = app.alice(&format!("/devices/AWLR-001/data?start={start}&end=2026-05-05T00:00:00Z")).await;
-        assert_eq!(a.status, 200, "{start}: {}", a.text);
-        assert_eq!(a.data()[0]["timestamp"], "2026-05-05T00:00:00Z");
-    }
-    let a = app.alice(&format!("/devices/AWLR-001/data?{WINDOW}&tz=%2B05:30")).await;
-    assert_eq!(a.data()[0]["timestamp"], "2026-05-05T05:30:00+05:30");
-    let a = app.alice(&format!("/devices/AWLR-001/data?{WINDOW}&tz=-3")).await;
-    assert_eq!(a.data()[0]["timestamp"], "2026-05-04T21:00:00-03:00");
-    let a = app.alice(&format!("/devices/AWLR-001/data?{WINDOW}&tz=0")).await;
-    assert_eq!(a.data()[0]["timestamp"], "2026-05-05T00:00:00Z");
-    let a = app.get(&format!("/pk-alice-awlr/devices/AWLR-001/data?{WINDOW}&tz=14")).await;
-    assert_eq!(a.data()[0]["timestamp"], "2026-05-05T14:00:00+14:00");
-}
-
-#[tokio::test]
-async fn the_configured_default_tz_applies_without_tz() {
-    let app = TestApp::with_rules(RangeRules { default_tz: Offset::constant(7), max_range_days: 366 }).await;
-    let a = app.alice(&format!("/devices/AWLR-001/data?{WINDOW}")).await;
-    assert_eq!(a.data()[0]["timestamp"], "2026-05-05T07:00:00+07:00");
-    let a = app.alice(&format!("/devices/AWLR-001/data?{WINDOW}&tz=0")).await;
-    assert_eq!(a.data()[0]["timestamp"], "2026-05-05T00:00:00Z");
-    // last_update_at stays in UTC whatever the default.
-    let a = app.alice("/devices").await;
-    assert_eq!(a.data()[0]["last_update_at"], "2026-05-05T00:30:00Z");
-}
-
-#[tokio::test]
-async fn without_bounds_the_range_is_today_in_the_offset_until_now() {
-    let app = TestApp::start().await;
-    let now = jiff::Timestamp::now();
-    for hours in [0i8, 7, -12, 14] {
-        let offset = Offset::constant(hours);
-        let midnight = offset
-            .to_timestamp(offset.to_datetime(now).date().to_datetime(jiff::civil::Time::midnight()))
-            .expect("midnight")
-            .as_second();
-        app.add_readings(vec![
-            reading("AWLR-001", midnight - 1, "AWLR1-batt", 1.0),
-            reading("AWLR-001", midnight, "AWLR1-batt", 2.0),
-            reading("AWLR-001", now.as_second() + 3600, "AWLR1-batt", 3.0),
-        ])
-        .await;
-        let a = app.alice(&format!("/devices/AWLR-001/data?tz={hours}")).await;
-        let first = &a.data()[0];
-        assert_eq!(first["sensors"][0]["value"], 2.0, "tz {hours}: {}", a.text);
-        assert!(
-            a.data().as_array().expect("array").iter().all(|r| r["sensors"][0]["value"] != 3.0),
-            "a reading after now is outside the default range"
+on_each_backend! {
+    async fn readings_are_grouped_ascending_with_only_measured_sensors() {
+        let app = TestApp::start().await;
+        let a = app.alice(&format!("/devices/AWLR-001/data?{WINDOW}")).await;
+        assert_eq!(a.status, 200, "{}", a.text);
+        assert_eq!(a.headers["content-type"], "application/json");
+        assert_eq!(
+            a.body,
+            json!({"message": "Success", "data": [
+                {"timestamp": "2026-05-05T00:00:00Z", "sensors": [
+                    {"id": "AWLR1-batt", "value": 92.5, "unit": "%"},
+                    {"id": "AWLR1-wl", "value": 120.0, "unit": "cm"},
+                    {"id": "AWLR1-sig", "value": -71.0, "unit": "dBm"},
+                    {"id": "AWLR1-status", "value": 0.0, "unit": "."}]},
+                {"timestamp": "2026-05-05T00:15:00Z", "sensors": [
+                    {"id": "AWLR1-batt", "value": 92.4, "unit": "%"},
+                    {"id": "AWLR1-wl", "value": 121.5, "unit": "cm"}]},
+                {"timestamp": "2026-05-05T00:30:00Z", "sensors": [
+                    {"id": "AWLR1-batt", "value": 92.3, "unit": "%"},
+                    {"id": "AWLR1-wl", "value": 123.0, "unit": "cm"},
+                    {"id": "AWLR1-sig", "value": -73.0, "unit": "dBm"},
+                    {"id": "AWLR1-status", "value": 1.0, "unit": "."}]}
+            ]})
         );
+        let public = app.get(&format!("/pk-alice-all/devices/AWLR-001/data?{WINDOW}")).await;
+        assert_eq!(public.text, a.text, "public and Basic answers are the same bytes");
     }
 }
 
-#[tokio::test]
-async fn only_end_before_today_is_a_bad_request() {
-    let app = TestApp::start().await;
-    let a = app.alice("/devices/AWLR-001/data?end=2026-05-05T00:30:00Z").await;
-    assert_error(&a, 400, "Bad Request");
+on_each_backend! {
+    async fn bounds_are_inclusive_to_the_second() {
+        let app = TestApp::start().await;
+        let count = |a: &crate::harness::Answer| a.data().as_array().map(Vec::len);
+        let a = app.alice("/devices/AWLR-001/data?start=2026-05-05T00:00:01Z&end=2026-05-05T00:29:59Z").await;
+        assert_eq!(count(&a), Some(1));
+        let a = app.alice("/devices/AWLR-001/data?start=2026-05-05T00:15:00Z&end=2026-05-05T00:15:00Z").await;
+        assert_eq!(count(&a), Some(1));
+        let a = app.alice("/devices/AWLR-001/data?start=2026-05-06T00:00:00Z&end=2026-05-07T00:00:00Z").await;
+        assert_eq!(a.text, r#"{"message":"Success","data":[]}"#);
+    }
 }
 
-#[tokio::test]
-async fn bad_parameters_are_400_with_a_detail() {
-    let app = TestApp::start().await;
-    let bad = [
-        "start=yesterday",
-        "end=2026-05-05",
-        "start=2026-05-05T00:00:00Z&end=2026-05-04T00:00:00Z",
-        "tz=abc",
-        "tz=15",
-        "tz=-13",
-        "tz=7.5",
-        "start=2025-01-01T00:00:00Z&end=2026-01-03T00:00:00Z",
-        "start=2026-05-05T25:00:00Z",
-        "start=%FF",
-        "tz=1&tz=2",
-    ];
-    for q in bad {
-        for path in ["/devices/AWLR-001/data", "/pk-alice-all/devices/AWLR-001/data"] {
-            let a = if path.starts_with("/pk") {
-                app.get(&format!("{path}?{q}")).await
-            } else {
-                app.alice(&format!("{path}?{q}")).await
-            };
-            assert_error(&a, 400, "Bad Request");
-            assert!(a.body["detail"].as_str().is_some_and(|d| !d.is_empty()), "{q}: {}", a.text);
+on_each_backend! {
+    async fn tz_renders_in_the_offset_and_reads_local_bounds_in_it() {
+        let app = TestApp::start().await;
+        let a = app.alice("/devices/AWLR-001/data?start=2026-05-05T07:00:00&end=2026-05-05T07:15:00&tz=7").await;
+        let stamps: Vec<_> = a.data().as_array().expect("array").iter().map(|r| r["timestamp"].clone()).collect();
+        assert_eq!(stamps, vec![json!("2026-05-05T07:00:00+07:00"), json!("2026-05-05T07:15:00+07:00")]);
+
+        // `+07:00` sent raw decodes to a space; sent encoded it is a plus.
+        for start in ["2026-05-05T07:00:00+07:00", "2026-05-05T07:00:00%2B07:00"] {
+            let a = app.alice(&format!("/devices/AWLR-001/data?start={start}&end=2026-05-05T00:00:00Z")).await;
+            assert_eq!(a.status, 200, "{start}: {}", a.text);
+            assert_eq!(a.data()[0]["timestamp"], "2026-05-05T00:00:00Z");
+        }
+        let a = app.alice(&format!("/devices/AWLR-001/data?{WINDOW}&tz=%2B05:30")).await;
+        assert_eq!(a.data()[0]["timestamp"], "2026-05-05T05:30:00+05:30");
+        let a = app.alice(&format!("/devices/AWLR-001/data?{WINDOW}&tz=-3")).await;
+        assert_eq!(a.data()[0]["timestamp"], "2026-05-04T21:00:00-03:00");
+        let a = app.alice(&format!("/devices/AWLR-001/data?{WINDOW}&tz=0")).await;
+        assert_eq!(a.data()[0]["timestamp"], "2026-05-05T00:00:00Z");
+        let a = app.get(&format!("/pk-alice-awlr/devices/AWLR-001/data?{WINDOW}&tz=14")).await;
+        assert_eq!(a.data()[0]["timestamp"], "2026-05-05T14:00:00+14:00");
+    }
+}
+
+on_each_backend! {
+    async fn the_configured_default_tz_applies_without_tz() {
+        let app = TestApp::with_rules(RangeRules { default_tz: Offset::constant(7), max_range_days: 366 }).await;
+        let a = app.alice(&format!("/devices/AWLR-001/data?{WINDOW}")).await;
+        assert_eq!(a.data()[0]["timestamp"], "2026-05-05T07:00:00+07:00");
+        let a = app.alice(&format!("/devices/AWLR-001/data?{WINDOW}&tz=0")).await;
+        assert_eq!(a.data()[0]["timestamp"], "2026-05-05T00:00:00Z");
+        // last_update_at stays in UTC whatever the default.
+        let a = app.alice("/devices").await;
+        assert_eq!(a.data()[0]["last_update_at"], "2026-05-05T00:30:00Z");
+    }
+}
+
+on_each_backend! {
+    async fn without_bounds_the_range_is_today_in_the_offset_until_now() {
+        let app = TestApp::start().await;
+        let now = jiff::Timestamp::now();
+        for hours in [0i8, 7, -12, 14] {
+            let offset = Offset::constant(hours);
+            let midnight = offset
+                .to_timestamp(offset.to_datetime(now).date().to_datetime(jiff::civil::Time::midnight()))
+                .expect("midnight")
+                .as_second();
+            app.add_readings(vec![
+                reading("AWLR-001", midnight - 1, "AWLR1-batt", 1.0),
+                reading("AWLR-001", midnight, "AWLR1-batt", 2.0),
+                reading("AWLR-001", now.as_second() + 3600, "AWLR1-batt", 3.0),
+            ])
+            .await;
+            let a = app.alice(&format!("/devices/AWLR-001/data?tz={hours}")).await;
+            let first = &a.data()[0];
+            assert_eq!(first["sensors"][0]["value"], 2.0, "tz {hours}: {}", a.text);
+            assert!(
+                a.data().as_array().expect("array").iter().all(|r| r["sensors"][0]["value"] != 3.0),
+                "a reading after now is outside the default range"
+            );
         }
     }
-    let a = app.alice("/devices/AWLR-001/data?start=2025-01-01T00:00:00Z&end=2026-01-02T00:00:00Z").await;
-    assert_eq!(a.status, 200, "exactly 366 days is allowed: {}", a.text);
 }
 
-#[tokio::test]
-async fn max_range_days_is_configurable() {
-    let app = TestApp::with_rules(RangeRules { default_tz: Offset::UTC, max_range_days: 1 }).await;
-    let a = app.alice("/devices/AWLR-001/data?start=2026-05-01T00:00:00Z&end=2026-05-05T00:00:00Z").await;
-    assert_error(&a, 400, "Bad Request");
-    assert!(a.body["detail"].as_str().is_some_and(|d| d.contains("1 days")), "{}", a.text);
-}
-
-#[tokio::test]
-async fn devices_the_caller_cannot_see_are_not_found() {
-    let app = TestApp::start().await;
-    assert_error(&app.alice(&format!("/devices/SECRET-9/data?{WINDOW}")).await, 404, "Device not found");
-    assert_error(&app.alice(&format!("/devices/NOPE/data?{WINDOW}")).await, 404, "Device not found");
-    assert_error(&app.get(&format!("/pk-alice-awlr/devices/AWS-002/data?{WINDOW}")).await, 404, "Device not found");
-    assert_error(&app.get(&format!("/pk-carol/devices/AWLR-001/data?{WINDOW}")).await, 404, "Device not found");
-    let a = app.get("/pk-alice-all/devices/AWS-002/data?start=2026-05-04T00:00:00Z&end=2026-05-05T00:00:00Z").await;
-    assert_eq!(a.status, 200);
-    assert_eq!(a.data()[0]["sensors"][0], json!({"id": "AWS2-temp", "value": 24.1, "unit": "°C"}));
-}
-
-#[tokio::test]
-async fn long_ranges_stream_every_reading_in_order() {
-    let app = TestApp::start().await;
-    let start = secs("2026-01-01T00:00:00Z");
-    let n = 5000;
-    app.add_readings((0..n).map(|i| reading("AWS-002", start + i * 60, "AWS2-batt", i as f64 / 4.0)).collect()).await;
-    let a = app.alice("/devices/AWS-002/data?start=2026-01-01T00:00:00Z&end=2026-01-10T00:00:00Z").await;
-    assert_eq!(a.status, 200);
-    let data = a.data().as_array().expect("array");
-    assert_eq!(data.len(), n as usize);
-    for (i, r) in data.iter().enumerate() {
-        assert_eq!(r["sensors"][0]["value"], i as f64 / 4.0);
+on_each_backend! {
+    async fn only_end_before_today_is_a_bad_request() {
+        let app = TestApp::start().await;
+        let a = app.alice("/devices/AWLR-001/data?end=2026-05-05T00:30:00Z").await;
+        assert_error(&a, 400, "Bad Request");
     }
-    assert_eq!(data[4999]["timestamp"], "2026-01-04T11:19:00Z");
+}
+
+on_each_backend! {
+    async fn bad_parameters_are_400_with_a_detail() {
+        let app = TestApp::start().await;
+        let bad = [
+            "start=yesterday",
+            "end=2026-05-05",
+            "start=2026-05-05T00:00:00Z&end=2026-05-04T00:00:00Z",
+            "tz=abc",
+            "tz=15",
+            "tz=-13",
+            "tz=7.5",
+            "start=2025-01-01T00:00:00Z&end=2026-01-03T00:00:00Z",
+            "start=2026-05-05T25:00:00Z",
+            "start=%FF",
+            "tz=1&tz=2",
+        ];
+        for q in bad {
+            for path in ["/devices/AWLR-001/data", "/pk-alice-all/devices/AWLR-001/data"] {
+                let a = if path.starts_with("/pk") {
+                    app.get(&format!("{path}?{q}")).await
+                } else {
+                    app.alice(&format!("{path}?{q}")).await
+                };
+                assert_error(&a, 400, "Bad Request");
+                assert!(a.body["detail"].as_str().is_some_and(|d| !d.is_empty()), "{q}: {}", a.text);
+            }
+        }
+        let a = app.alice("/devices/AWLR-001/data?start=2025-01-01T00:00:00Z&end=2026-01-02T00:00:00Z").await;
+        assert_eq!(a.status, 200, "exactly 366 days is allowed: {}", a.text);
+    }
+}
+
+on_each_backend! {
+    async fn max_range_days_is_configurable() {
+        let app = TestApp::with_rules(RangeRules { default_tz: Offset::UTC, max_range_days: 1 }).await;
+        let a = app.alice("/devices/AWLR-001/data?start=2026-05-01T00:00:00Z&end=2026-05-05T00:00:00Z").await;
+        assert_error(&a, 400, "Bad Request");
+        assert!(a.body["detail"].as_str().is_some_and(|d| d.contains("1 days")), "{}", a.text);
+    }
+}
+
+on_each_backend! {
+    async fn devices_the_caller_cannot_see_are_not_found() {
+        let app = TestApp::start().await;
+        assert_error(&app.alice(&format!("/devices/SECRET-9/data?{WINDOW}")).await, 404, "Device not found");
+        assert_error(&app.alice(&format!("/devices/NOPE/data?{WINDOW}")).await, 404, "Device not found");
+        assert_error(&app.get(&format!("/pk-alice-awlr/devices/AWS-002/data?{WINDOW}")).await, 404, "Device not found");
+        assert_error(&app.get(&format!("/pk-carol/devices/AWLR-001/data?{WINDOW}")).await, 404, "Device not found");
+        let a = app.get("/pk-alice-all/devices/AWS-002/data?start=2026-05-04T00:00:00Z&end=2026-05-05T00:00:00Z").await;
+        assert_eq!(a.status, 200);
+        assert_eq!(a.data()[0]["sensors"][0], json!({"id": "AWS2-temp", "value": 24.1, "unit": "°C"}));
+    }
+}
+
+on_each_backend! {
+    async fn long_ranges_stream_every_reading_in_order() {
+        let app = TestApp::start().await;
+        let start = secs("2026-01-01T00:00:00Z");
+        let n = 5000;
+        app.add_readings((0..n).map(|i| reading("AWS-002", start + i * 60, "AWS2-batt", i as f64 / 4.0)).collect()).await;
+        let a = app.alice("/devices/AWS-002/data?start=2026-01-01T00:00:00Z&end=2026-01-10T00:00:00Z").await;
+        assert_eq!(a.status, 200);
+        let data = a.data().as_array().expect("array");
+        assert_eq!(data.len(), n as usize);
+        for (i, r) in data.iter().enumerate() {
+            assert_eq!(r["sensors"][0]["value"], i as f64 / 4.0);
+        }
+        assert_eq!(data[4999]["timestamp"], "2026-01-04T11:19:00Z");
+    }
 }

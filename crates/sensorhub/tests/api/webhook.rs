@@ -22,205 +22,214 @@ fn ingest_app() -> ServerOptions {
     }
 }
 
-#[tokio::test]
-async fn a_valid_envelope_is_received() {
-    let app = TestApp::start().await;
-    let body = envelope("AWLR-001", "2026-05-05T07:00:00+07:00", json!({"AWLR1-batt": 91.5}));
-    let a = app.webhook(Some(KEY), &body).await;
-    assert_eq!(a.status, 200);
-    assert_eq!(a.text, r#"{"message":"Data received successfully"}"#);
-    assert_eq!(a.headers["content-type"], "application/json");
-}
-
-#[tokio::test]
-async fn missing_wrong_revoked_and_disabled_keys_are_401() {
-    let app = TestApp::start().await;
-    let body = envelope("AWLR-001", "2026-05-05T00:00:00Z", json!({}));
-    for key in [None, Some("wrong"), Some("wh-carol-old"), Some("wh-bob-disabled-account"), Some("")] {
-        let a = app.webhook(key, &body).await;
-        assert_eq!(a.status, 401, "{key:?}");
-        assert_eq!(a.text, r#"{"message":"Unauthorized"}"#, "{key:?}");
-        assert!(a.headers.get("www-authenticate").is_none(), "the webhook does not use Basic");
+on_each_backend! {
+    async fn a_valid_envelope_is_received() {
+        let app = TestApp::start().await;
+        let body = envelope("AWLR-001", "2026-05-05T07:00:00+07:00", json!({"AWLR1-batt": 91.5}));
+        let a = app.webhook(Some(KEY), &body).await;
+        assert_eq!(a.status, 200);
+        assert_eq!(a.text, r#"{"message":"Data received successfully"}"#);
+        assert_eq!(a.headers["content-type"], "application/json");
     }
 }
 
-#[tokio::test]
-async fn each_bad_envelope_is_400_naming_the_field() {
-    let app = TestApp::start().await;
-    let ts = "2026-05-05T00:00:00Z";
-    let cases = [
-        ("", "empty"),
-        ("{\"event\":", "not valid JSON"),
-        ("[1,2]", "not an array"),
-        (r#"{"device_id":"D","timestamp":"2026-05-05T00:00:00Z","data":{}}"#, "event is required"),
-        (r#"{"event":"x","timestamp":"2026-05-05T00:00:00Z","data":{}}"#, "device_id is required"),
-        (r#"{"event":"x","device_id":"D","data":{}}"#, "timestamp is required"),
-        (r#"{"event":"x","device_id":"D","timestamp":"2026-05-05T00:00:00Z"}"#, "data is required"),
-        (r#"{"event":1,"device_id":"D","timestamp":"2026-05-05T00:00:00Z","data":{}}"#, "event must be a string"),
-        (
-            r#"{"event":"x","device_id":["D"],"timestamp":"2026-05-05T00:00:00Z","data":{}}"#,
-            "device_id must be a string",
-        ),
-        (r#"{"event":"x","device_id":"D","timestamp":"05/05/2026","data":{}}"#, "timestamp must be an RFC 3339"),
-        (
-            r#"{"event":"x","device_id":"D","timestamp":"2026-05-05T00:00:00Z","data":[1]}"#,
-            "data must be a JSON object",
-        ),
-        (
-            r#"{"event":"x","device_id":"D","timestamp":"2026-05-05T00:00:00Z","data":{},"metadata":"m"}"#,
-            "metadata must be",
-        ),
-    ];
-    for (body, expected) in cases {
-        let a = app.webhook(Some(KEY), body).await;
-        assert_eq!(a.status, 400, "{body}: {}", a.text);
-        assert_eq!(a.body["message"], "Bad Request");
-        assert!(a.body["detail"].as_str().is_some_and(|d| d.contains(expected)), "{body}: {}", a.text);
-        assert!(a.body.get("data").is_none(), "webhook bodies have no data: {}", a.text);
+on_each_backend! {
+    async fn missing_wrong_revoked_and_disabled_keys_are_401() {
+        let app = TestApp::start().await;
+        let body = envelope("AWLR-001", "2026-05-05T00:00:00Z", json!({}));
+        for key in [None, Some("wrong"), Some("wh-carol-old"), Some("wh-bob-disabled-account"), Some("")] {
+            let a = app.webhook(key, &body).await;
+            assert_eq!(a.status, 401, "{key:?}");
+            assert_eq!(a.text, r#"{"message":"Unauthorized"}"#, "{key:?}");
+            assert!(a.headers.get("www-authenticate").is_none(), "the webhook does not use Basic");
+        }
     }
-    let _ = ts;
 }
 
-#[tokio::test]
-async fn other_content_types_are_415() {
-    let app = TestApp::start().await;
-    let url = format!("{}/webhook/sensor-data", app.base);
-    let body = envelope("AWLR-001", "2026-05-05T00:00:00Z", json!({}));
-    let headers = [("X-API-KEY", KEY), ("Content-Type", "text/plain")];
-    let a = app.request(Method::POST, &url, &headers, Some(body.into())).await;
-    assert_eq!(a.status, 415);
-    assert_eq!(a.body["message"], "Unsupported Media Type");
-}
-
-#[tokio::test]
-async fn bodies_over_the_limit_are_413_declared_or_streamed() {
-    let app = TestApp::with(ServerOptions {
-        webhook: WebhookSettings { mode: WebhookMode::Simulate, max_body_bytes: 1024 },
-        ..ServerOptions::default()
-    })
-    .await;
-    let big = envelope("AWLR-001", "2026-05-05T00:00:00Z", json!({"pad": "x".repeat(2000)}));
-    let a = app.webhook(Some(KEY), &big).await;
-    assert_eq!(a.status, 413);
-    assert_eq!(a.text, r#"{"message":"Payload Too Large"}"#);
-
-    let chunks: Vec<Result<String, std::io::Error>> = (0..64).map(|_| Ok("x".repeat(100))).collect();
-    let streamed = reqwest::Body::wrap_stream(futures_util::stream::iter(chunks));
-    let url = format!("{}/webhook/sensor-data", app.base);
-    let a = app.request(Method::POST, &url, &[("X-API-KEY", KEY)], Some(streamed)).await;
-    assert_eq!(a.status, 413, "a chunked body without a length is cut off too");
-
-    let small = envelope("AWLR-001", "2026-05-05T00:00:00Z", json!({"AWLR1-batt": 1}));
-    assert_eq!(app.webhook(Some(KEY), &small).await.status, 200);
-}
-
-#[tokio::test]
-async fn other_methods_are_405() {
-    let app = TestApp::start().await;
-    let url = format!("{}/webhook/sensor-data", app.base);
-    for method in [Method::GET, Method::PUT, Method::DELETE] {
-        let a = app.request(method.clone(), &url, &[("X-API-KEY", KEY)], None).await;
-        assert_eq!(a.status, 405, "{method}");
-        assert_eq!(a.headers["allow"], "POST");
-        assert_eq!(a.text, r#"{"message":"Method Not Allowed"}"#);
+on_each_backend! {
+    async fn each_bad_envelope_is_400_naming_the_field() {
+        let app = TestApp::start().await;
+        let ts = "2026-05-05T00:00:00Z";
+        let cases = [
+            ("", "empty"),
+            ("{\"event\":", "not valid JSON"),
+            ("[1,2]", "not an array"),
+            (r#"{"device_id":"D","timestamp":"2026-05-05T00:00:00Z","data":{}}"#, "event is required"),
+            (r#"{"event":"x","timestamp":"2026-05-05T00:00:00Z","data":{}}"#, "device_id is required"),
+            (r#"{"event":"x","device_id":"D","data":{}}"#, "timestamp is required"),
+            (r#"{"event":"x","device_id":"D","timestamp":"2026-05-05T00:00:00Z"}"#, "data is required"),
+            (r#"{"event":1,"device_id":"D","timestamp":"2026-05-05T00:00:00Z","data":{}}"#, "event must be a string"),
+            (
+                r#"{"event":"x","device_id":["D"],"timestamp":"2026-05-05T00:00:00Z","data":{}}"#,
+                "device_id must be a string",
+            ),
+            (r#"{"event":"x","device_id":"D","timestamp":"05/05/2026","data":{}}"#, "timestamp must be an RFC 3339"),
+            (
+                r#"{"event":"x","device_id":"D","timestamp":"2026-05-05T00:00:00Z","data":[1]}"#,
+                "data must be a JSON object",
+            ),
+            (
+                r#"{"event":"x","device_id":"D","timestamp":"2026-05-05T00:00:00Z","data":{},"metadata":"m"}"#,
+                "metadata must be",
+            ),
+        ];
+        for (body, expected) in cases {
+            let a = app.webhook(Some(KEY), body).await;
+            assert_eq!(a.status, 400, "{body}: {}", a.text);
+            assert_eq!(a.body["message"], "Bad Request");
+            assert!(a.body["detail"].as_str().is_some_and(|d| d.contains(expected)), "{body}: {}", a.text);
+            assert!(a.body.get("data").is_none(), "webhook bodies have no data: {}", a.text);
+        }
+        let _ = ts;
     }
-    let received = format!("{url}/received");
-    let a = app.request(Method::POST, &received, &[("X-API-KEY", KEY)], None).await;
-    assert_eq!((a.status.as_u16(), a.text.as_str()), (405, r#"{"message":"Method Not Allowed"}"#));
-    assert_eq!(a.headers["allow"], "GET, HEAD");
 }
 
-#[tokio::test]
-async fn simulate_stores_nothing_and_lists_what_arrived_newest_first() {
-    let app = TestApp::start().await;
-    let first =
-        envelope("AWLR-001", "2026-06-01T00:00:00Z", json!({"AWLR1-batt": 90, "AWLR1-nope": 1, "AWLR1-wl": "high"}));
-    let second = envelope("SECRET-9", "2026-06-01T00:10:00Z", json!({"sensors": [{"id": "S9-wl", "value": 3}]}));
-    assert_eq!(app.webhook(Some(KEY), &first).await.status, 200);
-    assert_eq!(app.webhook(Some(KEY), &second).await.status, 200);
-    // Nothing became a reading.
-    let a = app.alice("/devices/AWLR-001/data?start=2026-06-01T00:00:00Z&end=2026-06-02T00:00:00Z").await;
-    assert_eq!(a.text, r#"{"message":"Success","data":[]}"#);
-
-    let url = format!("{}/webhook/sensor-data/received", app.base);
-    let list = app.request(Method::GET, &url, &[("X-API-KEY", KEY)], None).await;
-    assert_eq!(list.status, 200, "{}", list.text);
-    assert_eq!(list.body["message"], "Success");
-    let items = list.body["data"].as_array().expect("array");
-    assert_eq!(items.len(), 2);
-    assert_eq!(items[0]["envelope"]["device_id"], "SECRET-9", "newest first");
-    assert!(items[0]["received_at"].as_str().is_some_and(|t| t.ends_with('Z')));
-    let warnings = |i: usize| {
-        items[i]["warnings"]
-            .as_array()
-            .expect("warnings")
-            .iter()
-            .map(|w| w.as_str().unwrap_or_default().to_owned())
-            .collect::<Vec<_>>()
-    };
-    assert!(warnings(0).iter().any(|w| w.contains("not one of this account's devices")), "{:?}", warnings(0));
-    let w1 = warnings(1);
-    assert!(w1.iter().any(|w| w.contains("\"AWLR1-nope\" is not registered")), "{w1:?}");
-    assert!(w1.iter().any(|w| w.contains("data.AWLR1-wl is a string, not a number")), "{w1:?}");
-    assert_eq!(items[1]["envelope"]["metadata"]["firmware"], "2.1.0");
-
-    let carol = app.request(Method::GET, &url, &[("X-API-KEY", "wh-carol-secret")], None).await;
-    assert_eq!(carol.text, r#"{"message":"Success","data":[]}"#, "each account sees its own envelopes");
-    let nobody = app.request(Method::GET, &url, &[], None).await;
-    assert_eq!(nobody.status, 401);
+on_each_backend! {
+    async fn other_content_types_are_415() {
+        let app = TestApp::start().await;
+        let url = format!("{}/webhook/sensor-data", app.base);
+        let body = envelope("AWLR-001", "2026-05-05T00:00:00Z", json!({}));
+        let headers = [("X-API-KEY", KEY), ("Content-Type", "text/plain")];
+        let a = app.request(Method::POST, &url, &headers, Some(body.into())).await;
+        assert_eq!(a.status, 415);
+        assert_eq!(a.body["message"], "Unsupported Media Type");
+    }
 }
 
-#[tokio::test]
-async fn ingest_writes_exactly_one_reading() {
-    let app = TestApp::with(ingest_app()).await;
-    let body = envelope("AWLR-001", "2026-06-01T07:00:00+07:00", json!({"AWLR1-batt": 88.5, "AWLR1-wl": 130}));
-    assert_eq!(app.webhook(Some(KEY), &body).await.status, 200);
-    assert_eq!(app.webhook(Some(KEY), &body).await.status, 200, "a retry is idempotent");
-    // A fraction of a second (JavaScript's toISOString) is dropped: readings are kept to the second.
-    let list =
-        envelope("AWLR-001", "2026-06-01T00:15:00.123Z", json!({"sensors": [{"id": "AWLR1-sig", "value": -70}]}));
-    assert_eq!(app.webhook(Some(KEY), &list).await.status, 200);
-    let a = app.alice("/devices/AWLR-001/data?start=2026-06-01T00:00:00Z&end=2026-06-02T00:00:00Z").await;
-    assert_eq!(
-        a.data(),
-        &json!([
-            {"timestamp": "2026-06-01T00:00:00Z", "sensors": [
-                {"id": "AWLR1-batt", "value": 88.5, "unit": "%"}, {"id": "AWLR1-wl", "value": 130.0, "unit": "cm"}]},
-            {"timestamp": "2026-06-01T00:15:00Z", "sensors": [{"id": "AWLR1-sig", "value": -70.0, "unit": "dBm"}]}
-        ])
-    );
+on_each_backend! {
+    async fn bodies_over_the_limit_are_413_declared_or_streamed() {
+        let app = TestApp::with(ServerOptions {
+            webhook: WebhookSettings { mode: WebhookMode::Simulate, max_body_bytes: 1024 },
+            ..ServerOptions::default()
+        })
+        .await;
+        let big = envelope("AWLR-001", "2026-05-05T00:00:00Z", json!({"pad": "x".repeat(2000)}));
+        let a = app.webhook(Some(KEY), &big).await;
+        assert_eq!(a.status, 413);
+        assert_eq!(a.text, r#"{"message":"Payload Too Large"}"#);
+
+        let chunks: Vec<Result<String, std::io::Error>> = (0..64).map(|_| Ok("x".repeat(100))).collect();
+        let streamed = reqwest::Body::wrap_stream(futures_util::stream::iter(chunks));
+        let url = format!("{}/webhook/sensor-data", app.base);
+        let a = app.request(Method::POST, &url, &[("X-API-KEY", KEY)], Some(streamed)).await;
+        assert_eq!(a.status, 413, "a chunked body without a length is cut off too");
+
+        let small = envelope("AWLR-001", "2026-05-05T00:00:00Z", json!({"AWLR1-batt": 1}));
+        assert_eq!(app.webhook(Some(KEY), &small).await.status, 200);
+    }
 }
 
-#[tokio::test]
-async fn ingest_refuses_unknown_sensors_and_devices_writing_nothing() {
-    let app = TestApp::with(ingest_app()).await;
-    let window = "/devices/AWLR-001/data?start=2026-06-01T00:00:00Z&end=2026-06-02T00:00:00Z";
-    let bad = envelope("AWLR-001", "2026-06-01T00:00:00Z", json!({"AWLR1-batt": 88.5, "AWLR1-nope": 1}));
-    let a = app.webhook(Some(KEY), &bad).await;
-    assert_eq!(a.status, 400);
-    assert!(a.body["detail"].as_str().is_some_and(|d| d.contains("\"AWLR1-nope\" is not registered")), "{}", a.text);
-    let not_number =
-        envelope("AWLR-001", "2026-06-01T00:00:00Z", json!({"sensors": [{"id": "AWLR1-batt", "value": "88"}]}));
-    let a = app.webhook(Some(KEY), &not_number).await;
-    assert!(
-        a.body["detail"].as_str().is_some_and(|d| d.contains("data.sensors[0].value must be a number")),
-        "{}",
-        a.text
-    );
-    let twice = envelope(
-        "AWLR-001",
-        "2026-06-01T00:00:00Z",
-        json!({"sensors": [{"id": "AWLR1-batt", "value": 1}, {"id": "AWLR1-batt", "value": 2}]}),
-    );
-    let a = app.webhook(Some(KEY), &twice).await;
-    assert!(a.body["detail"].as_str().is_some_and(|d| d.contains("given more than once")), "{}", a.text);
-    let ancient = envelope("AWLR-001", "0000-01-01T00:00:00Z", json!({"AWLR1-batt": 1}));
-    assert_eq!(app.webhook(Some(KEY), &ancient).await.status, 400);
-    assert_eq!(app.alice(window).await.text, r#"{"message":"Success","data":[]}"#, "nothing was written");
+on_each_backend! {
+    async fn other_methods_are_405() {
+        let app = TestApp::start().await;
+        let url = format!("{}/webhook/sensor-data", app.base);
+        for method in [Method::GET, Method::PUT, Method::DELETE] {
+            let a = app.request(method.clone(), &url, &[("X-API-KEY", KEY)], None).await;
+            assert_eq!(a.status, 405, "{method}");
+            assert_eq!(a.headers["allow"], "POST");
+            assert_eq!(a.text, r#"{"message":"Method Not Allowed"}"#);
+        }
+        let received = format!("{url}/received");
+        let a = app.request(Method::POST, &received, &[("X-API-KEY", KEY)], None).await;
+        assert_eq!((a.status.as_u16(), a.text.as_str()), (405, r#"{"message":"Method Not Allowed"}"#));
+        assert_eq!(a.headers["allow"], "GET, HEAD");
+    }
+}
 
-    let hidden = envelope("SECRET-9", "2026-06-01T00:00:00Z", json!({"S9-wl": 1}));
-    let a = app.webhook(Some(KEY), &hidden).await;
-    assert_eq!(a.status, 404);
-    assert_eq!(a.text, r#"{"message":"Device not found"}"#);
-    assert_eq!(app.get_as("alice", ALICE_PASSWORD, window).await.data(), &json!([]));
+on_each_backend! {
+    async fn simulate_stores_nothing_and_lists_what_arrived_newest_first() {
+        let app = TestApp::start().await;
+        let first =
+            envelope("AWLR-001", "2026-06-01T00:00:00Z", json!({"AWLR1-batt": 90, "AWLR1-nope": 1, "AWLR1-wl": "high"}));
+        let second = envelope("SECRET-9", "2026-06-01T00:10:00Z", json!({"sensors": [{"id": "S9-wl", "value": 3}]}));
+        assert_eq!(app.webhook(Some(KEY), &first).await.status, 200);
+        assert_eq!(app.webhook(Some(KEY), &second).await.status, 200);
+        // Nothing became a reading.
+        let a = app.alice("/devices/AWLR-001/data?start=2026-06-01T00:00:00Z&end=2026-06-02T00:00:00Z").await;
+        assert_eq!(a.text, r#"{"message":"Success","data":[]}"#);
+
+        let url = format!("{}/webhook/sensor-data/received", app.base);
+        let list = app.request(Method::GET, &url, &[("X-API-KEY", KEY)], None).await;
+        assert_eq!(list.status, 200, "{}", list.text);
+        assert_eq!(list.body["message"], "Success");
+        let items = list.body["data"].as_array().expect("array");
+        assert_eq!(items.len(), 2);
+        assert_eq!(items[0]["envelope"]["device_id"], "SECRET-9", "newest first");
+        assert!(items[0]["received_at"].as_str().is_some_and(|t| t.ends_with('Z')));
+        let warnings = |i: usize| {
+            items[i]["warnings"]
+                .as_array()
+                .expect("warnings")
+                .iter()
+                .map(|w| w.as_str().unwrap_or_default().to_owned())
+                .collect::<Vec<_>>()
+        };
+        assert!(warnings(0).iter().any(|w| w.contains("not one of this account's devices")), "{:?}", warnings(0));
+        let w1 = warnings(1);
+        assert!(w1.iter().any(|w| w.contains("\"AWLR1-nope\" is not registered")), "{w1:?}");
+        assert!(w1.iter().any(|w| w.contains("data.AWLR1-wl is a string, not a number")), "{w1:?}");
+        assert_eq!(items[1]["envelope"]["metadata"]["firmware"], "2.1.0");
+
+        let carol = app.request(Method::GET, &url, &[("X-API-KEY", "wh-carol-secret")], None).await;
+        assert_eq!(carol.text, r#"{"message":"Success","data":[]}"#, "each account sees its own envelopes");
+        let nobody = app.request(Method::GET, &url, &[], None).await;
+        assert_eq!(nobody.status, 401);
+    }
+}
+
+on_each_backend! {
+    async fn ingest_writes_exactly_one_reading() {
+        let app = TestApp::with(ingest_app()).await;
+        let body = envelope("AWLR-001", "2026-06-01T07:00:00+07:00", json!({"AWLR1-batt": 88.5, "AWLR1-wl": 130}));
+        assert_eq!(app.webhook(Some(KEY), &body).await.status, 200);
+        assert_eq!(app.webhook(Some(KEY), &body).await.status, 200, "a retry is idempotent");
+        // A fraction of a second (JavaScript's toISOString) is dropped: readings are kept to the second.
+        let list =
+            envelope("AWLR-001", "2026-06-01T00:15:00.123Z", json!({"sensors": [{"id": "AWLR1-sig", "value": -70}]}));
+        assert_eq!(app.webhook(Some(KEY), &list).await.status, 200);
+        let a = app.alice("/devices/AWLR-001/data?start=2026-06-01T00:00:00Z&end=2026-06-02T00:00:00Z").await;
+        assert_eq!(
+            a.data(),
+            &json!([
+                {"timestamp": "2026-06-01T00:00:00Z", "sensors": [
+                    {"id": "AWLR1-batt", "value": 88.5, "unit": "%"}, {"id": "AWLR1-wl", "value": 130.0, "unit": "cm"}]},
+                {"timestamp": "2026-06-01T00:15:00Z", "sensors": [{"id": "AWLR1-sig", "value": -70.0, "unit": "dBm"}]}
+            ])
+        );
+    }
+}
+
+on_each_backend! {
+    async fn ingest_refuses_unknown_sensors_and_devices_writing_nothing() {
+        let app = TestApp::with(ingest_app()).await;
+        let window = "/devices/AWLR-001/data?start=2026-06-01T00:00:00Z&end=2026-06-02T00:00:00Z";
+        let bad = envelope("AWLR-001", "2026-06-01T00:00:00Z", json!({"AWLR1-batt": 88.5, "AWLR1-nope": 1}));
+        let a = app.webhook(Some(KEY), &bad).await;
+        assert_eq!(a.status, 400);
+        assert!(a.body["detail"].as_str().is_some_and(|d| d.contains("\"AWLR1-nope\" is not registered")), "{}", a.text);
+        let not_number =
+            envelope("AWLR-001", "2026-06-01T00:00:00Z", json!({"sensors": [{"id": "AWLR1-batt", "value": "88"}]}));
+        let a = app.webhook(Some(KEY), &not_number).await;
+        assert!(
+            a.body["detail"].as_str().is_some_and(|d| d.contains("data.sensors[0].value must be a number")),
+            "{}",
+            a.text
+        );
+        let twice = envelope(
+            "AWLR-001",
+            "2026-06-01T00:00:00Z",
+            json!({"sensors": [{"id": "AWLR1-batt", "value": 1}, {"id": "AWLR1-batt", "value": 2}]}),
+        );
+        let a = app.webhook(Some(KEY), &twice).await;
+        assert!(a.body["detail"].as_str().is_some_and(|d| d.contains("given more than once")), "{}", a.text);
+        let ancient = envelope("AWLR-001", "0000-01-01T00:00:00Z", json!({"AWLR1-batt": 1}));
+        assert_eq!(app.webhook(Some(KEY), &ancient).await.status, 400);
+        assert_eq!(app.alice(window).await.text, r#"{"message":"Success","data":[]}"#, "nothing was written");
+
+        let hidden = envelope("SECRET-9", "2026-06-01T00:00:00Z", json!({"S9-wl": 1}));
+        let a = app.webhook(Some(KEY), &hidden).await;
+        assert_eq!(a.status, 404);
+        assert_eq!(a.text, r#"{"message":"Device not found"}"#);
+        assert_eq!(app.get_as("alice", ALICE_PASSWORD, window).await.data(), &json!([]));
+    }
 }

@@ -1,0 +1,341 @@
+//! The decisions of the write path, shared by every backend: what one item
+//! of a provisioning document changes, how a reading is checked against its
+//! device's sensors and gathered by hour, and how an hour merges with what is
+//! stored. Backends only run the SQL these decisions call for, so SQLite and
+//! PostgreSQL cannot drift apart in behaviour.
+
+use crate::chunk::{self, CHUNK_SECONDS, chunk_of};
+use crate::{Changes, StoreError, StoreResult, packed};
+use sensorhub_core::model::{MAX_SENSORS_PER_DEVICE, ReadingInput, SensorMeta};
+use sensorhub_core::provision::{AccountSpec, InputError};
+use sensorhub_core::secret::{hash_password, verify_password};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+/// Seconds since the epoch, for `created_at` columns.
+pub(crate) fn now() -> i64 {
+    jiff::Timestamp::now().as_second()
+}
+
+/// A refusal of the input at position `at`.
+pub(crate) fn invalid(at: impl Into<String>, msg: impl Into<String>) -> StoreError {
+    StoreError::Invalid(InputError::new(at, msg))
+}
+
+/// A stored hour that does not decode: never silently replaced.
+pub(crate) fn malformed(device_pk: i64, chunk: i64) -> StoreError {
+    StoreError::Backend(format!("malformed readings of device {device_pk} in hour {chunk}").into())
+}
+
+/// Outcome of making one item true.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Change {
+    Created,
+    Updated,
+    Unchanged,
+}
+
+impl Change {
+    /// Marks an unchanged item as updated (a part of it changed).
+    pub(crate) fn touch(&mut self) {
+        if *self == Change::Unchanged {
+            *self = Change::Updated;
+        }
+    }
+}
+
+impl Changes {
+    pub(crate) fn count(&mut self, c: Change) {
+        match c {
+            Change::Created => self.created += 1,
+            Change::Updated => self.updated += 1,
+            Change::Unchanged => {}
+        }
+    }
+}
+
+/// One sensor write that makes a device's sensor list true.
+#[derive(Debug)]
+pub(crate) enum SensorWrite<'a> {
+    /// The sensor at `idx` gets new metadata.
+    Update { idx: usize, sensor: &'a SensorMeta },
+    /// A new sensor at `idx`.
+    Insert { idx: usize, sensor: &'a SensorMeta },
+}
+
+/// The writes that add or update `wanted` over `current` (sensors by idx).
+/// Sensors not listed are kept: stored readings refer to them.
+pub(crate) fn sensor_writes<'a>(
+    current: &[SensorMeta],
+    wanted: &'a [SensorMeta],
+    at: &str,
+) -> StoreResult<Vec<SensorWrite<'a>>> {
+    let mut current = current.to_vec();
+    let mut out = Vec::new();
+    for (j, s) in wanted.iter().enumerate() {
+        match current.iter().position(|c| c.sensor_id == s.sensor_id) {
+            Some(idx) if current[idx] == *s => {}
+            Some(idx) => {
+                current[idx] = s.clone();
+                out.push(SensorWrite::Update { idx, sensor: s });
+            }
+            None => {
+                let idx = current.len();
+                if idx >= MAX_SENSORS_PER_DEVICE {
+                    return Err(invalid(format!("{at}.sensors[{j}]"), "the device already has 64 sensors"));
+                }
+                current.push(s.clone());
+                out.push(SensorWrite::Insert { idx, sensor: s });
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// An account row as the write path needs it.
+pub(crate) struct StoredAccount {
+    pub id: i64,
+    pub password_hash: String,
+    pub disabled: bool,
+}
+
+/// What to write for an account of a provisioning document.
+pub(crate) enum AccountWrite {
+    Insert { password_hash: String, disabled: bool },
+    Update { id: i64, password_hash: Option<String>, disabled: Option<bool> },
+    Unchanged { id: i64 },
+}
+
+/// Decides an account's write. A password equal to the stored one (checked
+/// with Argon2) is not re-hashed, so applying a file twice changes nothing.
+pub(crate) fn account_write(a: &AccountSpec, stored: Option<StoredAccount>, at: &str) -> StoreResult<AccountWrite> {
+    let hash = |p: &str| hash_password(p).map_err(|e| StoreError::Backend(Box::new(e)));
+    Ok(match stored {
+        None => {
+            let password_hash = match (&a.password, &a.password_hash) {
+                (Some(p), _) => hash(p)?,
+                (None, Some(h)) => h.clone(),
+                (None, None) => return Err(invalid(format!("{at}.password"), "a new account needs a password")),
+            };
+            AccountWrite::Insert { password_hash, disabled: a.disabled.unwrap_or(false) }
+        }
+        Some(s) => {
+            let password_hash = match (&a.password, &a.password_hash) {
+                (Some(p), _) if !verify_password(p, &s.password_hash) => Some(hash(p)?),
+                (None, Some(h)) if *h != s.password_hash => Some(h.clone()),
+                _ => None,
+            };
+            let disabled = a.disabled.filter(|d| *d != s.disabled);
+            if password_hash.is_some() || disabled.is_some() {
+                AccountWrite::Update { id: s.id, password_hash, disabled }
+            } else {
+                AccountWrite::Unchanged { id: s.id }
+            }
+        }
+    })
+}
+
+/// The device numbers of a key's device list (in list order, resolved), checked
+/// against the devices its account may see.
+pub(crate) fn key_scope(listed: &[i64], visible: &BTreeSet<i64>, at: &str) -> StoreResult<BTreeSet<i64>> {
+    if let Some(j) = listed.iter().position(|pk| !visible.contains(pk)) {
+        return Err(invalid(format!("{at}.devices[{j}]"), "the account cannot see this device"));
+    }
+    Ok(listed.iter().copied().collect())
+}
+
+/// A key row (API or webhook) as the write path needs it.
+pub(crate) struct StoredKey {
+    pub id: i64,
+    pub account_id: i64,
+    pub scoped: bool,
+    pub revoked: bool,
+    /// A scoped API key's devices (empty otherwise).
+    pub devices: BTreeSet<i64>,
+}
+
+/// What to write for a key.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum KeyWrite {
+    Insert { revoked: bool },
+    Update { id: i64, revoked: bool },
+    Unchanged,
+}
+
+/// Decides a key's write: `scope` is the device list of a scoped API key
+/// (`None` for unscoped and webhook keys), `revoked` the wanted state if given.
+pub(crate) fn key_write(
+    account_id: i64,
+    stored: Option<StoredKey>,
+    scope: Option<&BTreeSet<i64>>,
+    revoked: Option<bool>,
+    what: &str,
+    at: &str,
+) -> StoreResult<KeyWrite> {
+    match stored {
+        Some(k) if k.account_id != account_id => {
+            Err(invalid(at, format!("this {what} already belongs to another account")))
+        }
+        Some(k) => {
+            let revoked = revoked.unwrap_or(k.revoked);
+            let same_scope = k.scoped == scope.is_some() && scope.is_none_or(|s| *s == k.devices);
+            if same_scope && revoked == k.revoked {
+                Ok(KeyWrite::Unchanged)
+            } else {
+                Ok(KeyWrite::Update { id: k.id, revoked })
+            }
+        }
+        None => Ok(KeyWrite::Insert { revoked: revoked.unwrap_or(false) }),
+    }
+}
+
+/// A device as the reading writer needs it: its number and sensors by id.
+pub(crate) struct DeviceSensors {
+    pub pk: i64,
+    sensors: HashMap<String, (u8, String)>,
+}
+
+impl DeviceSensors {
+    /// Device `pk` with its sensors by idx.
+    pub(crate) fn new(pk: i64, sensors: Vec<SensorMeta>) -> Self {
+        let sensors = sensors
+            .into_iter()
+            .enumerate()
+            .filter(|(_, s)| !s.sensor_id.is_empty())
+            .map(|(idx, s)| (s.sensor_id, (idx as u8, s.unit)))
+            .collect();
+        Self { pk, sensors }
+    }
+
+    /// The reading's values as (sensor idx, value), or the first unknown
+    /// sensor or mismatched unit.
+    pub(crate) fn values(&self, r: &ReadingInput) -> StoreResult<Vec<(u8, f64)>> {
+        let mut pairs = Vec::with_capacity(r.values.len());
+        for (i, v) in r.values.iter().enumerate() {
+            let at = || r.origin.value_at(i);
+            let (idx, unit) = self.sensors.get(&v.sensor_id).ok_or_else(|| {
+                invalid(at(), format!("unknown sensor {:?} for device {:?}", v.sensor_id, r.device_id))
+            })?;
+            if let Some(given) = v.unit.as_deref().filter(|u| u != unit) {
+                return Err(invalid(at(), format!("unit {given:?} does not match the sensor's unit {unit:?}")));
+            }
+            pairs.push((*idx, v.value));
+        }
+        Ok(pairs)
+    }
+}
+
+/// The message for a reading of an unknown device.
+pub(crate) fn unknown_device(r: &ReadingInput) -> StoreError {
+    invalid(r.origin.device_at(), format!("unknown device {:?}", r.device_id))
+}
+
+/// Hours gathered at most before they are written out.
+const MAX_PENDING_HOURS: usize = 4096;
+
+/// One hour of one device, encoded as a stored row.
+pub(crate) struct HourRow {
+    pub device_pk: i64,
+    pub chunk: i64,
+    pub data: Vec<u8>,
+}
+
+/// One hour's readings being gathered: (sensor idx, value) pairs by second offset.
+type HourReadings = BTreeMap<u16, Vec<(u8, f64)>>;
+
+/// Readings gathered by (device, hour), so that an hour's row is read,
+/// merged and written once however the input interleaves devices.
+#[derive(Default)]
+pub(crate) struct Hours {
+    pending: HashMap<(i64, i64), HourReadings>,
+}
+
+impl Hours {
+    /// Whether adding a reading of device `pk` at `ts` needs a flush first.
+    pub(crate) fn is_full_for(&self, pk: i64, ts: i64) -> bool {
+        self.pending.len() >= MAX_PENDING_HOURS && !self.pending.contains_key(&(pk, chunk_of(ts)))
+    }
+
+    /// Adds a reading's values; a later value for the same second and sensor wins.
+    pub(crate) fn add(&mut self, pk: i64, ts: i64, pairs: Vec<(u8, f64)>) {
+        let chunk = chunk_of(ts);
+        let offset = (ts - chunk * CHUNK_SECONDS) as u16;
+        self.pending.entry((pk, chunk)).or_default().entry(offset).or_default().extend(pairs);
+    }
+
+    /// Whether nothing is gathered.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.pending.is_empty()
+    }
+
+    /// The gathered hours, encoded, ordered by device and hour; empties the set.
+    pub(crate) fn take(&mut self) -> Vec<HourRow> {
+        let mut reading = Vec::new();
+        let mut rows: Vec<HourRow> = self
+            .pending
+            .drain()
+            .map(|((device_pk, chunk), readings)| {
+                let mut data = Vec::new();
+                for (offset, pairs) in &readings {
+                    reading.clear();
+                    packed::encode(pairs, &mut reading);
+                    chunk::push_entry(&mut data, *offset, &reading);
+                }
+                HourRow { device_pk, chunk, data }
+            })
+            .collect();
+        rows.sort_unstable_by_key(|r| (r.device_pk, r.chunk));
+        rows
+    }
+}
+
+/// Merges a new hour into the stored one: the row to write and how many
+/// readings it changes, or `None` when nothing would change.
+pub(crate) fn merge_hour(row: HourRow, old: Option<&[u8]>) -> StoreResult<Option<(HourRow, u64)>> {
+    let merged = match old {
+        Some(old) => chunk::merge(old, &row.data).ok_or_else(|| malformed(row.device_pk, row.chunk))?,
+        None => row.data,
+    };
+    let changed =
+        chunk::changed_seconds(old.unwrap_or_default(), &merged).ok_or_else(|| malformed(row.device_pk, row.chunk))?;
+    Ok((changed > 0).then_some((HourRow { data: merged, ..row }, changed)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sensor(id: &str, unit: &str) -> SensorMeta {
+        SensorMeta { sensor_id: id.into(), name: id.into(), kind: "T".into(), unit: unit.into() }
+    }
+
+    #[test]
+    fn sensors_are_updated_in_place_and_added_at_the_end() {
+        let current = vec![sensor("a", "%"), sensor("b", "cm")];
+        let wanted = vec![sensor("b", "m"), sensor("c", "x"), sensor("a", "%")];
+        let writes = sensor_writes(&current, &wanted, "devices[0]").expect("ok");
+        assert!(matches!(writes[0], SensorWrite::Update { idx: 1, .. }));
+        assert!(matches!(writes[1], SensorWrite::Insert { idx: 2, .. }));
+        assert_eq!(writes.len(), 2, "an equal sensor is not written");
+        let full: Vec<_> = (0..64).map(|i| sensor(&format!("s{i}"), "u")).collect();
+        let err = sensor_writes(&full, &[sensor("new", "u")], "devices[3]").expect_err("65th");
+        assert!(err.to_string().contains("devices[3].sensors[0]"), "{err}");
+    }
+
+    #[test]
+    fn keys_keep_their_account_and_change_only_when_asked() {
+        let stored =
+            || Some(StoredKey { id: 7, account_id: 1, scoped: false, revoked: false, devices: BTreeSet::new() });
+        assert!(key_write(2, stored(), None, None, "API key id", "k").is_err());
+        assert_eq!(key_write(1, stored(), None, None, "API key id", "k").ok(), Some(KeyWrite::Unchanged));
+        assert_eq!(
+            key_write(1, stored(), None, Some(true), "x", "k").ok(),
+            Some(KeyWrite::Update { id: 7, revoked: true })
+        );
+        let scope: BTreeSet<i64> = [3].into();
+        assert_eq!(
+            key_write(1, stored(), Some(&scope), None, "x", "k").ok(),
+            Some(KeyWrite::Update { id: 7, revoked: false })
+        );
+        assert_eq!(key_write(1, None, None, None, "x", "k").ok(), Some(KeyWrite::Insert { revoked: false }));
+    }
+}

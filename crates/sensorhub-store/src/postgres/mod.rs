@@ -1,0 +1,222 @@
+//! The PostgreSQL backend: tokio-postgres over a deadpool pool, migrations
+//! from `migrations/postgres/` applied on open. It stores the same rows as
+//! the SQLite backend (readings packed one row per device and hour) and
+//! shares its decisions ([`crate::plan`]), so answers are the same byte for
+//! byte. Several sensorhub processes may share one database.
+
+mod read;
+pub mod temp;
+mod write;
+
+use crate::{
+    AccountAuth, AccountSummary, ApiKeyAuth, ApiKeySummary, ApplyReport, DeviceHandle, ImportReport, PoolStatus,
+    ReadingSource, ReadingStream, Scope, Store, StoreError, StoreResult, WebhookKeyAuth, Window, batches,
+};
+use async_trait::async_trait;
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use sensorhub_core::model::{Device, ReadingInput};
+use sensorhub_core::provision::Provision;
+use sensorhub_core::secret::KeyDigest;
+use sensorhub_core::time::TimeRange;
+use tokio_postgres::NoTls;
+
+/// Migrations in order; the table `sensorhub_schema` records how many ran.
+const MIGRATIONS: &[&str] = &[include_str!("../../migrations/postgres/0001_init.sql")];
+
+/// Connections per process unless the URL says otherwise (`pool_max_size=N`).
+pub const DEFAULT_POOL_SIZE: usize = 16;
+
+/// The advisory lock taken while migrating, so that instances starting
+/// together migrate once ("sensorhub" in ASCII).
+const MIGRATION_LOCK: i64 = 0x7365_6e73_6f72_6875;
+
+impl From<tokio_postgres::Error> for StoreError {
+    fn from(e: tokio_postgres::Error) -> Self {
+        StoreError::Backend(Box::new(e))
+    }
+}
+
+impl From<deadpool_postgres::PoolError> for StoreError {
+    fn from(e: deadpool_postgres::PoolError) -> Self {
+        StoreError::Backend(Box::new(e))
+    }
+}
+
+/// A PostgreSQL database.
+pub struct PgStore {
+    pool: Pool,
+}
+
+impl std::fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The pool's config holds the password: show only the size.
+        f.debug_struct("PgStore").field("pool_max_size", &self.pool.status().max_size).finish()
+    }
+}
+
+/// Splits sensorhub's own `pool_max_size` option off a connection URL.
+fn pool_option(url: &str) -> StoreResult<(String, usize)> {
+    let Some((base, query)) = url.split_once('?') else { return Ok((url.to_owned(), DEFAULT_POOL_SIZE)) };
+    let mut size = DEFAULT_POOL_SIZE;
+    let mut rest = Vec::new();
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        match pair.split_once('=') {
+            Some(("pool_max_size", n)) => {
+                size = n.parse().ok().filter(|n| *n > 0).ok_or_else(|| {
+                    StoreError::Unsupported(format!("pool_max_size={n:?}: expected a number of connections ≥ 1"))
+                })?;
+            }
+            _ => rest.push(pair),
+        }
+    }
+    let url = if rest.is_empty() { base.to_owned() } else { format!("{base}?{}", rest.join("&")) };
+    Ok((url, size))
+}
+
+impl PgStore {
+    /// Connects to the database at `url` (`postgres://user:pass@host:port/db?options`)
+    /// and migrates it.
+    pub async fn open(url: &str) -> StoreResult<Self> {
+        let (url, size) = pool_option(url)?;
+        let config: tokio_postgres::Config = url.parse().map_err(|e: tokio_postgres::Error| {
+            StoreError::Unsupported(format!("PostgreSQL URL {}: {e}", crate::redact_url(&url)))
+        })?;
+        let manager = Manager::from_config(config, NoTls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
+        let pool = Pool::builder(manager)
+            .max_size(size)
+            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .wait_timeout(Some(std::time::Duration::from_secs(30)))
+            .create_timeout(Some(std::time::Duration::from_secs(10)))
+            .build()
+            .map_err(|e| StoreError::Backend(Box::new(e)))?;
+        let store = Self { pool };
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    /// Applies the migrations the database has not seen yet, under an
+    /// advisory lock, each in its own transaction. Refuses a database made
+    /// by a newer sensorhub.
+    async fn migrate(&self) -> StoreResult<()> {
+        let mut client = self.pool.get().await?;
+        client.execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK]).await?;
+        let result = async {
+            client
+                .batch_execute("CREATE TABLE IF NOT EXISTS sensorhub_schema (version integer NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())")
+                .await?;
+            let row = client.query_one("SELECT coalesce(max(version), 0) FROM sensorhub_schema", &[]).await?;
+            let version = usize::try_from(row.get::<_, i32>(0)).unwrap_or(0);
+            if version > MIGRATIONS.len() {
+                return Err(StoreError::Conflict(format!(
+                    "the database has schema version {version}, newer than this sensorhub knows ({}); upgrade sensorhub",
+                    MIGRATIONS.len()
+                )));
+            }
+            for (i, sql) in MIGRATIONS.iter().enumerate().skip(version) {
+                let tx = client.transaction().await?;
+                tx.batch_execute(sql).await?;
+                tx.execute("INSERT INTO sensorhub_schema (version) VALUES ($1)", &[&((i + 1) as i32)]).await?;
+                tx.commit().await?;
+                tracing::info!(version = i + 1, "applied migration");
+            }
+            Ok(())
+        }
+        .await;
+        client.execute("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK]).await?;
+        result
+    }
+}
+
+#[async_trait]
+impl Store for PgStore {
+    async fn ping(&self) -> StoreResult<()> {
+        self.pool.get().await?.query_one("SELECT 1", &[]).await?;
+        Ok(())
+    }
+
+    async fn account_auth(&self, username: &str) -> StoreResult<Option<AccountAuth>> {
+        read::account_auth(&self.pool.get().await?, username).await
+    }
+
+    async fn api_key_auth(&self, digest: &KeyDigest) -> StoreResult<Option<ApiKeyAuth>> {
+        read::api_key_auth(&self.pool.get().await?, digest).await
+    }
+
+    async fn webhook_key_auth(&self, digest: &KeyDigest) -> StoreResult<Option<WebhookKeyAuth>> {
+        read::webhook_key_auth(&self.pool.get().await?, digest).await
+    }
+
+    fn pool_status(&self) -> PoolStatus {
+        let s = self.pool.status();
+        PoolStatus { max: s.max_size, in_use: s.size.saturating_sub(s.available), idle: s.available }
+    }
+
+    async fn list_devices(&self, scope: Scope) -> StoreResult<Vec<Device>> {
+        read::list_devices(&self.pool.get().await?, scope).await
+    }
+
+    async fn find_device(&self, scope: Scope, device_id: &str) -> StoreResult<Option<DeviceHandle>> {
+        read::find_device(&self.pool.get().await?, scope, device_id).await
+    }
+
+    fn read_readings(&self, device: &DeviceHandle, range: TimeRange) -> ReadingStream {
+        stream_from(self.pool.clone(), device.pk, Some(range.start), range.end)
+    }
+
+    async fn read_window(&self, scope: Scope, device_id: &str, range: TimeRange) -> StoreResult<Option<Window>> {
+        let client = self.pool.get().await?;
+        let Some(device) = read::find_device(&client, scope, device_id).await? else { return Ok(None) };
+        let first = read::read_batch(&client, device.pk, range.start, range.end, batches::FIRST_BATCH).await?;
+        drop(client);
+        let next = batches::after(&first, range.end, batches::FIRST_BATCH);
+        let rest = stream_from(self.pool.clone(), device.pk, next, range.end);
+        Ok(Some(Window { device, first, rest, complete: next.is_none() }))
+    }
+
+    async fn apply(&self, doc: Provision, readings: Vec<ReadingInput>) -> StoreResult<ApplyReport> {
+        write::apply(&mut self.pool.get().await?, doc, readings).await
+    }
+
+    async fn import(&self, source: ReadingSource) -> StoreResult<ImportReport> {
+        write::import(&mut self.pool.get().await?, source).await
+    }
+
+    async fn is_empty(&self) -> StoreResult<bool> {
+        read::is_empty(&self.pool.get().await?).await
+    }
+
+    async fn accounts(&self) -> StoreResult<Vec<AccountSummary>> {
+        read::accounts(&self.pool.get().await?).await
+    }
+
+    async fn api_keys(&self) -> StoreResult<Vec<ApiKeySummary>> {
+        read::api_keys(&self.pool.get().await?).await
+    }
+
+    async fn revoke_api_key(&self, id_or_prefix: &str) -> StoreResult<String> {
+        write::revoke_api_key(&mut self.pool.get().await?, id_or_prefix).await
+    }
+}
+
+/// Streams readings of `device_pk` from `next` to `end`, one pooled
+/// connection per batch ([`crate::batches`]).
+fn stream_from(pool: Pool, device_pk: i64, next: Option<i64>, end: i64) -> ReadingStream {
+    batches::stream_from(next, end, move |from, end, limit| {
+        let pool = pool.clone();
+        async move { read::read_batch(&pool.get().await?, device_pk, from, end, limit).await }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pool_option;
+
+    #[test]
+    fn the_pool_size_is_taken_off_the_url() {
+        let (url, n) = pool_option("postgres://u:p@h/db?pool_max_size=4&application_name=x").expect("ok");
+        assert_eq!((url.as_str(), n), ("postgres://u:p@h/db?application_name=x", 4));
+        let (url, n) = pool_option("postgres://h/db").expect("ok");
+        assert_eq!((url.as_str(), n), ("postgres://h/db", super::DEFAULT_POOL_SIZE));
+        assert!(pool_option("postgres://h/db?pool_max_size=0").is_err());
+    }
+}

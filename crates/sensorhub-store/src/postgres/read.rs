@@ -1,0 +1,235 @@
+//! Read queries of the PostgreSQL backend. Statements are prepared once per
+//! pooled connection (`prepare_cached`).
+
+use crate::chunk::{self, chunk_of};
+use crate::plan::malformed;
+use crate::{
+    AccountAuth, AccountSummary, ApiKeyAuth, ApiKeySummary, DeviceHandle, ReadingBatch, Scope, StoreResult,
+    WebhookKeyAuth,
+};
+use deadpool_postgres::GenericClient;
+use sensorhub_core::model::{Device, SensorMeta};
+use sensorhub_core::secret::KeyDigest;
+use std::collections::HashMap;
+
+pub(super) async fn account_auth(c: &impl GenericClient, username: &str) -> StoreResult<Option<AccountAuth>> {
+    let stmt = c.prepare_cached("SELECT id, password_hash, disabled FROM accounts WHERE username = $1").await?;
+    Ok(c.query_opt(&stmt, &[&username]).await?.map(|r| AccountAuth {
+        account_id: r.get(0),
+        password_hash: r.get(1),
+        disabled: r.get(2),
+    }))
+}
+
+pub(super) async fn api_key_auth(c: &impl GenericClient, digest: &KeyDigest) -> StoreResult<Option<ApiKeyAuth>> {
+    let stmt = c
+        .prepare_cached(
+            "SELECT k.id, k.account_id, k.scoped, k.revoked, a.disabled
+             FROM api_keys k JOIN accounts a ON a.id = k.account_id WHERE k.digest = $1",
+        )
+        .await?;
+    Ok(c.query_opt(&stmt, &[&&digest[..]]).await?.map(|r| ApiKeyAuth {
+        key_id: r.get(0),
+        account_id: r.get(1),
+        scoped: r.get(2),
+        revoked: r.get(3),
+        account_disabled: r.get(4),
+    }))
+}
+
+pub(super) async fn webhook_key_auth(
+    c: &impl GenericClient,
+    digest: &KeyDigest,
+) -> StoreResult<Option<WebhookKeyAuth>> {
+    let stmt = c
+        .prepare_cached(
+            "SELECT k.id, k.account_id, k.revoked, a.disabled
+             FROM webhook_keys k JOIN accounts a ON a.id = k.account_id WHERE k.digest = $1",
+        )
+        .await?;
+    Ok(c.query_opt(&stmt, &[&&digest[..]]).await?.map(|r| WebhookKeyAuth {
+        key_id: r.get(0),
+        account_id: r.get(1),
+        digest: *digest,
+        revoked: r.get(2),
+        account_disabled: r.get(3),
+    }))
+}
+
+/// The `WHERE` clause selecting the devices `d` of a scope, with
+/// parameters `$1` (account, or NULL for all) and `$2` (scoped key or NULL).
+const SCOPE_FILTER: &str =
+    "($1::bigint IS NULL OR d.id IN (SELECT device_pk FROM account_devices WHERE account_id = $1))
+     AND ($2::bigint IS NULL OR d.id IN (SELECT device_pk FROM api_key_devices WHERE key_id = $2))";
+
+fn scope_params(scope: Scope) -> (Option<i64>, Option<i64>) {
+    match scope {
+        Scope::All => (None, None),
+        Scope::Account { account_id, key } => (Some(account_id), key),
+    }
+}
+
+fn sensor(r: &tokio_postgres::Row, from: usize) -> SensorMeta {
+    SensorMeta { sensor_id: r.get(from), name: r.get(from + 1), kind: r.get(from + 2), unit: r.get(from + 3) }
+}
+
+pub(super) async fn list_devices(c: &impl GenericClient, scope: Scope) -> StoreResult<Vec<Device>> {
+    let (account, key) = scope_params(scope);
+    let stmt = c
+        .prepare_cached(&format!(
+            "SELECT s.device_pk, s.sensor_id, s.name, s.type, s.unit FROM sensors s JOIN devices d ON d.id = s.device_pk
+             WHERE {SCOPE_FILTER} ORDER BY s.device_pk, s.idx"
+        ))
+        .await?;
+    let mut sensors: HashMap<i64, Vec<SensorMeta>> = HashMap::new();
+    for r in c.query(&stmt, &[&account, &key]).await? {
+        sensors.entry(r.get(0)).or_default().push(sensor(&r, 1));
+    }
+    // The last second is decoded here from each device's newest hour.
+    let stmt = c
+        .prepare_cached(&format!(
+            "SELECT d.id, d.device_id, d.name, d.type, d.lat, d.long, d.interval_seconds, r.chunk, r.data
+             FROM devices d LEFT JOIN LATERAL (
+                 SELECT chunk, data FROM readings WHERE device_pk = d.id ORDER BY chunk DESC LIMIT 1
+             ) r ON true
+             WHERE {SCOPE_FILTER} ORDER BY d.device_id"
+        ))
+        .await?;
+    let rows = c.query(&stmt, &[&account, &key]).await?;
+    let mut out = Vec::with_capacity(rows.len());
+    for r in rows {
+        let pk: i64 = r.get(0);
+        let last: Option<(i64, &[u8])> = r.get::<_, Option<i64>>(7).zip(r.get::<_, Option<&[u8]>>(8));
+        let last_update_at = match last {
+            Some((chunk, data)) => Some(chunk::last_second(chunk, data).ok_or_else(|| malformed(pk, chunk))?),
+            None => None,
+        };
+        out.push(Device {
+            device_id: r.get(1),
+            name: r.get(2),
+            kind: r.get(3),
+            lat: r.get(4),
+            long: r.get(5),
+            interval_seconds: r.get(6),
+            last_update_at,
+            sensors: sensors.remove(&pk).unwrap_or_default(),
+        });
+    }
+    Ok(out)
+}
+
+/// The device `device_id` visible in `scope`, with its sensors, in one query.
+pub(super) async fn find_device(
+    c: &impl GenericClient,
+    scope: Scope,
+    device_id: &str,
+) -> StoreResult<Option<DeviceHandle>> {
+    let (account, key) = scope_params(scope);
+    let stmt = c
+        .prepare_cached(&format!(
+            "SELECT d.id, s.idx, s.sensor_id, s.name, s.type, s.unit
+             FROM devices d LEFT JOIN sensors s ON s.device_pk = d.id
+             WHERE d.device_id = $3 AND {SCOPE_FILTER} ORDER BY s.idx"
+        ))
+        .await?;
+    let rows = c.query(&stmt, &[&account, &key, &device_id]).await?;
+    let Some(first) = rows.first() else { return Ok(None) };
+    let pk: i64 = first.get(0);
+    let mut sensors = Vec::with_capacity(rows.len());
+    for r in rows.iter().filter(|r| r.get::<_, Option<i16>>(1).is_some()) {
+        sensors.push(sensor(r, 2));
+    }
+    Ok(Some(DeviceHandle { pk, sensors }))
+}
+
+/// The sensors of device `pk`, by idx.
+pub(super) async fn device_sensors(c: &impl GenericClient, pk: i64) -> StoreResult<Vec<SensorMeta>> {
+    let stmt =
+        c.prepare_cached("SELECT sensor_id, name, type, unit FROM sensors WHERE device_pk = $1 ORDER BY idx").await?;
+    Ok(c.query(&stmt, &[&pk]).await?.iter().map(|r| sensor(r, 0)).collect())
+}
+
+/// Up to `limit` readings of a device from `from` to `end`, inclusive. Every
+/// hour row holds at least one reading, so `limit` rows are always enough.
+pub(super) async fn read_batch(
+    c: &impl GenericClient,
+    device_pk: i64,
+    from: i64,
+    end: i64,
+    limit: usize,
+) -> StoreResult<ReadingBatch> {
+    let stmt = c
+        .prepare_cached(
+            "SELECT chunk, data FROM readings WHERE device_pk = $1 AND chunk >= $2 AND chunk <= $3
+             ORDER BY chunk LIMIT $4",
+        )
+        .await?;
+    let rows = c.query(&stmt, &[&device_pk, &chunk_of(from), &chunk_of(end), &(limit as i64)]).await?;
+    let mut batch = ReadingBatch::default();
+    for r in &rows {
+        if batch.len() >= limit {
+            break;
+        }
+        let chunk: i64 = r.get(0);
+        chunk::decode_into(chunk, r.get(1), from, end, &mut batch, limit).ok_or_else(|| malformed(device_pk, chunk))?;
+    }
+    Ok(batch)
+}
+
+pub(super) async fn is_empty(c: &impl GenericClient) -> StoreResult<bool> {
+    let row =
+        c.query_one("SELECT NOT EXISTS (SELECT 1 FROM accounts) AND NOT EXISTS (SELECT 1 FROM devices)", &[]).await?;
+    Ok(row.get(0))
+}
+
+pub(super) async fn accounts(c: &impl GenericClient) -> StoreResult<Vec<AccountSummary>> {
+    let rows = c
+        .query(
+            "SELECT a.username, a.disabled, d.device_id FROM accounts a
+             LEFT JOIN account_devices ad ON ad.account_id = a.id LEFT JOIN devices d ON d.id = ad.device_pk
+             ORDER BY a.username, d.device_id",
+            &[],
+        )
+        .await?;
+    let mut out: Vec<AccountSummary> = Vec::new();
+    for r in rows {
+        let username: String = r.get(0);
+        if out.last().is_none_or(|a| a.username != username) {
+            out.push(AccountSummary { username, disabled: r.get(1), devices: Vec::new() });
+        }
+        if let (Some(d), Some(a)) = (r.get::<_, Option<String>>(2), out.last_mut()) {
+            a.devices.push(d);
+        }
+    }
+    Ok(out)
+}
+
+pub(super) async fn api_keys(c: &impl GenericClient) -> StoreResult<Vec<ApiKeySummary>> {
+    let rows = c
+        .query(
+            "SELECT k.id, k.prefix, a.username, k.scoped, k.revoked, d.device_id FROM api_keys k
+             JOIN accounts a ON a.id = k.account_id
+             LEFT JOIN api_key_devices kd ON kd.key_id = k.id LEFT JOIN devices d ON d.id = kd.device_pk
+             ORDER BY a.username, k.id, d.device_id",
+            &[],
+        )
+        .await?;
+    let mut out: Vec<(i64, ApiKeySummary)> = Vec::new();
+    for r in rows {
+        let id: i64 = r.get(0);
+        if out.last().is_none_or(|(last, _)| *last != id) {
+            let scoped: bool = r.get(3);
+            let summary = ApiKeySummary {
+                prefix: r.get(1),
+                username: r.get(2),
+                devices: scoped.then(Vec::new),
+                revoked: r.get(4),
+            };
+            out.push((id, summary));
+        }
+        if let (Some(d), Some((_, k))) = (r.get::<_, Option<String>>(5), out.last_mut()) {
+            k.devices.get_or_insert_with(Vec::new).push(d);
+        }
+    }
+    Ok(out.into_iter().map(|(_, k)| k).collect())
+}

@@ -1,0 +1,437 @@
+//! Writes of the PostgreSQL backend: provisioning, imports and admin
+//! changes, each in one transaction. Writers take one advisory lock for the
+//! transaction, so that writes from several processes are serialised as on
+//! SQLite and two `apply` runs cannot both create the same device. Hours of
+//! readings go in with `COPY … FROM STDIN (FORMAT binary)` into a staging
+//! table, then one `INSERT … ON CONFLICT` moves them into place.
+
+use super::read::device_sensors;
+use crate::plan::{
+    self, AccountWrite, Change, DeviceSensors, HourRow, Hours, KeyWrite, SensorWrite, StoredAccount, StoredKey,
+    invalid, now,
+};
+use crate::{ApplyReport, ImportReport, ReadingSource, StoreError, StoreResult};
+use deadpool_postgres::{Client, GenericClient, Transaction};
+use sensorhub_core::model::{DeviceSpec, ReadingInput};
+use sensorhub_core::provision::{AccountSpec, Provision};
+use sensorhub_core::secret::{key_digest, key_prefix};
+use std::collections::{BTreeSet, HashMap};
+use tokio_postgres::binary_copy::BinaryCopyInWriter;
+use tokio_postgres::types::Type;
+
+/// The advisory lock every writing transaction holds ("writes").
+const WRITE_LOCK: i64 = 0x7772_6974_6573;
+
+/// Begins a writing transaction.
+async fn begin(c: &mut Client) -> StoreResult<Transaction<'_>> {
+    let tx = c.transaction().await?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&WRITE_LOCK]).await?;
+    Ok(tx)
+}
+
+pub(super) async fn apply(c: &mut Client, mut doc: Provision, readings: Vec<ReadingInput>) -> StoreResult<ApplyReport> {
+    let tx = begin(c).await?;
+    let mut report = ApplyReport::default();
+    for (i, d) in doc.devices.iter().enumerate() {
+        report.devices.count(upsert_device(&tx, d, &format!("devices[{i}]")).await?);
+    }
+    for (i, a) in std::mem::take(&mut doc.accounts).into_iter().enumerate() {
+        apply_account(&tx, a, &format!("accounts[{i}]"), &mut report).await?;
+    }
+    let mut writer = ReadingWriter::default();
+    for r in &readings {
+        writer.write(&tx, r).await?;
+    }
+    report.readings.updated += writer.finish(&tx).await?;
+    tx.commit().await?;
+    Ok(report)
+}
+
+/// Creates or updates a device and its listed sensors.
+async fn upsert_device(tx: &Transaction<'_>, d: &DeviceSpec, at: &str) -> StoreResult<Change> {
+    let existing = tx
+        .query_opt(
+            "SELECT id, name, type, lat, long, interval_seconds FROM devices WHERE device_id = $1",
+            &[&d.device_id],
+        )
+        .await?;
+    let (pk, mut change) = match existing {
+        None => {
+            let row = tx
+                .query_one(
+                    "INSERT INTO devices (device_id, name, type, lat, long, interval_seconds)
+                     VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
+                    &[&d.device_id, &d.name, &d.kind, &d.lat, &d.long, &d.interval_seconds],
+                )
+                .await?;
+            (row.get::<_, i64>(0), Change::Created)
+        }
+        Some(r) => {
+            let pk: i64 = r.get(0);
+            let stored: (String, String, f64, f64, i64) = (r.get(1), r.get(2), r.get(3), r.get(4), r.get(5));
+            if stored == (d.name.clone(), d.kind.clone(), d.lat, d.long, d.interval_seconds) {
+                (pk, Change::Unchanged)
+            } else {
+                tx.execute(
+                    "UPDATE devices SET name = $2, type = $3, lat = $4, long = $5, interval_seconds = $6 WHERE id = $1",
+                    &[&pk, &d.name, &d.kind, &d.lat, &d.long, &d.interval_seconds],
+                )
+                .await?;
+                (pk, Change::Updated)
+            }
+        }
+    };
+    let current = device_sensors(tx, pk).await?;
+    for write in plan::sensor_writes(&current, &d.sensors, at)? {
+        let (sql, idx, s) = match write {
+            SensorWrite::Update { idx, sensor } => (
+                "UPDATE sensors SET sensor_id = $3, name = $4, type = $5, unit = $6 WHERE device_pk = $1 AND idx = $2",
+                idx,
+                sensor,
+            ),
+            SensorWrite::Insert { idx, sensor } => (
+                "INSERT INTO sensors (device_pk, idx, sensor_id, name, type, unit) VALUES ($1, $2, $3, $4, $5, $6)",
+                idx,
+                sensor,
+            ),
+        };
+        tx.execute(sql, &[&pk, &(idx as i16), &s.sensor_id, &s.name, &s.kind, &s.unit]).await?;
+        change.touch();
+    }
+    Ok(change)
+}
+
+async fn device_pk(tx: &Transaction<'_>, device_id: &str) -> StoreResult<Option<i64>> {
+    let stmt = tx.prepare_cached("SELECT id FROM devices WHERE device_id = $1").await?;
+    Ok(tx.query_opt(&stmt, &[&device_id]).await?.map(|r| r.get(0)))
+}
+
+/// Resolves a list of device ids to their numbers, in order, naming the first unknown one.
+async fn device_pks(tx: &Transaction<'_>, ids: &[String], at: &str) -> StoreResult<Vec<i64>> {
+    let mut out = Vec::with_capacity(ids.len());
+    for (j, id) in ids.iter().enumerate() {
+        let pk = device_pk(tx, id).await?;
+        out.push(pk.ok_or_else(|| invalid(format!("{at}[{j}]"), format!("unknown device {id:?}")))?);
+    }
+    Ok(out)
+}
+
+async fn pk_set(tx: &Transaction<'_>, sql: &str, id: i64) -> StoreResult<BTreeSet<i64>> {
+    Ok(tx.query(sql, &[&id]).await?.iter().map(|r| r.get(0)).collect())
+}
+
+/// Replaces the rows of a link table for `owner` with `pks`.
+async fn set_links(
+    tx: &Transaction<'_>,
+    table: &str,
+    owner_col: &str,
+    owner: i64,
+    pks: &BTreeSet<i64>,
+) -> StoreResult<()> {
+    tx.execute(&format!("DELETE FROM {table} WHERE {owner_col} = $1"), &[&owner]).await?;
+    let pks: Vec<i64> = pks.iter().copied().collect();
+    tx.execute(
+        &format!("INSERT INTO {table} ({owner_col}, device_pk) SELECT $1, unnest($2::bigint[])"),
+        &[&owner, &pks],
+    )
+    .await?;
+    Ok(())
+}
+
+async fn apply_account(tx: &Transaction<'_>, a: AccountSpec, at: &str, report: &mut ApplyReport) -> StoreResult<()> {
+    let stored = tx
+        .query_opt("SELECT id, password_hash, disabled FROM accounts WHERE username = $1", &[&a.username])
+        .await?
+        .map(|r| StoredAccount { id: r.get(0), password_hash: r.get(1), disabled: r.get(2) });
+    let (account_id, mut change) = match plan::account_write(&a, stored, at)? {
+        AccountWrite::Insert { password_hash, disabled } => {
+            let row = tx
+                .query_one(
+                    "INSERT INTO accounts (username, password_hash, disabled, created_at) VALUES ($1, $2, $3, $4)
+                     RETURNING id",
+                    &[&a.username, &password_hash, &disabled, &now()],
+                )
+                .await?;
+            (row.get::<_, i64>(0), Change::Created)
+        }
+        AccountWrite::Update { id, password_hash, disabled } => {
+            tx.execute(
+                "UPDATE accounts SET password_hash = coalesce($2, password_hash), disabled = coalesce($3, disabled)
+                 WHERE id = $1",
+                &[&id, &password_hash, &disabled],
+            )
+            .await?;
+            (id, Change::Updated)
+        }
+        AccountWrite::Unchanged { id } => (id, Change::Unchanged),
+    };
+    let mut visible = pk_set(tx, "SELECT device_pk FROM account_devices WHERE account_id = $1", account_id).await?;
+    if let Some(list) = &a.devices {
+        let wanted: BTreeSet<i64> = device_pks(tx, list, &format!("{at}.devices")).await?.into_iter().collect();
+        if wanted != visible {
+            set_links(tx, "account_devices", "account_id", account_id, &wanted).await?;
+            visible = wanted;
+            change.touch();
+        }
+    }
+    report.accounts.count(change);
+    for (k, key) in a.api_keys.iter().enumerate() {
+        let kat = format!("{at}.api_keys[{k}]");
+        let scope = match &key.devices {
+            Some(list) => {
+                Some(plan::key_scope(&device_pks(tx, list, &format!("{kat}.devices")).await?, &visible, &kat)?)
+            }
+            None => None,
+        };
+        report.api_keys.count(upsert_api_key(tx, account_id, &key.id, scope, key.revoked, &kat).await?);
+    }
+    for (k, key) in a.webhook_keys.iter().enumerate() {
+        let kat = format!("{at}.webhook_keys[{k}]");
+        report.webhook_keys.count(upsert_webhook_key(tx, account_id, &key.key, key.revoked, &kat).await?);
+    }
+    Ok(())
+}
+
+async fn upsert_api_key(
+    tx: &Transaction<'_>,
+    account_id: i64,
+    id: &str,
+    scope: Option<BTreeSet<i64>>,
+    revoked: Option<bool>,
+    at: &str,
+) -> StoreResult<Change> {
+    let digest = key_digest(id);
+    let row =
+        tx.query_opt("SELECT id, account_id, scoped, revoked FROM api_keys WHERE digest = $1", &[&&digest[..]]).await?;
+    let stored = match row {
+        Some(r) => {
+            let key_id: i64 = r.get(0);
+            let devices = pk_set(tx, "SELECT device_pk FROM api_key_devices WHERE key_id = $1", key_id).await?;
+            Some(StoredKey { id: key_id, account_id: r.get(1), scoped: r.get(2), revoked: r.get(3), devices })
+        }
+        None => None,
+    };
+    let empty = BTreeSet::new();
+    let links = scope.as_ref().unwrap_or(&empty);
+    match plan::key_write(account_id, stored, scope.as_ref(), revoked, "API key id", at)? {
+        KeyWrite::Unchanged => Ok(Change::Unchanged),
+        KeyWrite::Update { id: key_id, revoked } => {
+            tx.execute(
+                "UPDATE api_keys SET scoped = $2, revoked = $3 WHERE id = $1",
+                &[&key_id, &scope.is_some(), &revoked],
+            )
+            .await?;
+            set_links(tx, "api_key_devices", "key_id", key_id, links).await?;
+            Ok(Change::Updated)
+        }
+        KeyWrite::Insert { revoked } => {
+            let row = tx
+                .query_one(
+                    "INSERT INTO api_keys (digest, prefix, account_id, scoped, revoked, created_at)
+                     VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
+                    &[&&digest[..], &key_prefix(id), &account_id, &scope.is_some(), &revoked, &now()],
+                )
+                .await?;
+            set_links(tx, "api_key_devices", "key_id", row.get(0), links).await?;
+            Ok(Change::Created)
+        }
+    }
+}
+
+async fn upsert_webhook_key(
+    tx: &Transaction<'_>,
+    account_id: i64,
+    key: &str,
+    revoked: Option<bool>,
+    at: &str,
+) -> StoreResult<Change> {
+    let digest = key_digest(key);
+    let stored = tx
+        .query_opt("SELECT id, account_id, revoked FROM webhook_keys WHERE digest = $1", &[&&digest[..]])
+        .await?
+        .map(|r| StoredKey {
+            id: r.get(0),
+            account_id: r.get(1),
+            scoped: false,
+            revoked: r.get(2),
+            devices: BTreeSet::new(),
+        });
+    match plan::key_write(account_id, stored, None, revoked, "webhook key", at)? {
+        KeyWrite::Unchanged => Ok(Change::Unchanged),
+        KeyWrite::Update { id, revoked } => {
+            tx.execute("UPDATE webhook_keys SET revoked = $2 WHERE id = $1", &[&id, &revoked]).await?;
+            Ok(Change::Updated)
+        }
+        KeyWrite::Insert { revoked } => {
+            tx.execute(
+                "INSERT INTO webhook_keys (digest, prefix, account_id, revoked, created_at) VALUES ($1, $2, $3, $4, $5)",
+                &[&&digest[..], &key_prefix(key), &account_id, &revoked, &now()],
+            )
+            .await?;
+            Ok(Change::Created)
+        }
+    }
+}
+
+/// Stores readings inside a transaction, resolving device and sensor ids
+/// once per device and gathering them by hour ([`Hours`]).
+#[derive(Default)]
+struct ReadingWriter {
+    devices: HashMap<String, Option<DeviceSensors>>,
+    hours: Hours,
+    /// Readings that were new or different from what was stored.
+    changed: u64,
+    /// Whether this transaction's connection has the staging table.
+    staged: bool,
+}
+
+impl ReadingWriter {
+    async fn device(&mut self, tx: &Transaction<'_>, device_id: &str) -> StoreResult<Option<&DeviceSensors>> {
+        if !self.devices.contains_key(device_id) {
+            let entry = match device_pk(tx, device_id).await? {
+                Some(pk) => Some(DeviceSensors::new(pk, device_sensors(tx, pk).await?)),
+                None => None,
+            };
+            self.devices.insert(device_id.to_owned(), entry);
+        }
+        Ok(self.devices.get(device_id).and_then(Option::as_ref))
+    }
+
+    /// Checks one reading and adds it to the hour being gathered.
+    async fn write(&mut self, tx: &Transaction<'_>, r: &ReadingInput) -> StoreResult<()> {
+        let device = self.device(tx, &r.device_id).await?.ok_or_else(|| plan::unknown_device(r))?;
+        let (pk, pairs) = (device.pk, device.values(r)?);
+        if self.hours.is_full_for(pk, r.timestamp) {
+            self.flush(tx).await?;
+        }
+        self.hours.add(pk, r.timestamp, pairs);
+        Ok(())
+    }
+
+    /// Merges every gathered hour with its stored row (all read in one
+    /// query) and writes the rows that change, in one binary COPY.
+    async fn flush(&mut self, tx: &Transaction<'_>) -> StoreResult<()> {
+        if self.hours.is_empty() {
+            return Ok(());
+        }
+        let rows = self.hours.take();
+        let devices: Vec<i64> = rows.iter().map(|r| r.device_pk).collect();
+        let chunks: Vec<i64> = rows.iter().map(|r| r.chunk).collect();
+        let stored = tx
+            .query(
+                "SELECT r.device_pk, r.chunk, r.data FROM readings r
+                 JOIN unnest($1::bigint[], $2::bigint[]) AS k(device_pk, chunk)
+                   ON r.device_pk = k.device_pk AND r.chunk = k.chunk",
+                &[&devices, &chunks],
+            )
+            .await?;
+        let mut old: HashMap<(i64, i64), &[u8]> = HashMap::with_capacity(stored.len());
+        for r in &stored {
+            old.insert((r.get(0), r.get(1)), r.get(2));
+        }
+        let mut changed = Vec::with_capacity(rows.len());
+        for row in rows {
+            let before = old.get(&(row.device_pk, row.chunk)).copied();
+            if let Some((row, n)) = plan::merge_hour(row, before)? {
+                changed.push(row);
+                self.changed += n;
+            }
+        }
+        if !changed.is_empty() {
+            self.store(tx, &changed).await?;
+        }
+        Ok(())
+    }
+
+    /// Writes whole hour rows, replacing those stored.
+    async fn store(&mut self, tx: &Transaction<'_>, rows: &[HourRow]) -> StoreResult<()> {
+        if !self.staged {
+            tx.batch_execute(
+                "CREATE TEMP TABLE IF NOT EXISTS readings_in (device_pk bigint, chunk bigint, data bytea)
+                 ON COMMIT DELETE ROWS",
+            )
+            .await?;
+            self.staged = true;
+        }
+        copy_hours(tx, "COPY readings_in (device_pk, chunk, data) FROM STDIN (FORMAT binary)", rows).await?;
+        tx.batch_execute(
+            "INSERT INTO readings (device_pk, chunk, data) SELECT device_pk, chunk, data FROM readings_in
+             ON CONFLICT (device_pk, chunk) DO UPDATE SET data = excluded.data;
+             TRUNCATE readings_in",
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Writes what is gathered; returns how many readings were new or different.
+    async fn finish(mut self, tx: &Transaction<'_>) -> StoreResult<u64> {
+        self.flush(tx).await?;
+        Ok(self.changed)
+    }
+}
+
+/// Sends hour rows through `copy` (a `COPY … FROM STDIN (FORMAT binary)`
+/// of columns device_pk, chunk, data).
+pub(super) async fn copy_hours(tx: &Transaction<'_>, copy: &str, rows: &[HourRow]) -> StoreResult<u64> {
+    let sink = tx.copy_in(copy).await?;
+    let writer = BinaryCopyInWriter::new(sink, &[Type::INT8, Type::INT8, Type::BYTEA]);
+    futures_util::pin_mut!(writer);
+    for r in rows {
+        writer.as_mut().write(&[&r.device_pk, &r.chunk, &r.data]).await?;
+    }
+    Ok(writer.finish().await?)
+}
+
+/// Readings taken from the source at a time.
+const IMPORT_SLICE: usize = 4096;
+
+pub(super) async fn import(c: &mut Client, source: ReadingSource) -> StoreResult<ImportReport> {
+    let tx = begin(c).await?;
+    let mut report = ImportReport::default();
+    let mut writer = ReadingWriter::default();
+    // The source may block (it reads a file): it is drained in slices on
+    // the blocking pool, never on the async worker.
+    let mut source = Some(source);
+    while let Some(mut src) = source.take() {
+        let (src, items) = tokio::task::spawn_blocking(move || {
+            let items: Vec<_> = src.by_ref().take(IMPORT_SLICE).collect();
+            (src, items)
+        })
+        .await
+        .map_err(|e| StoreError::Backend(format!("reading the input failed: {e}").into()))?;
+        let more = items.len() == IMPORT_SLICE;
+        for item in items {
+            let r = item?;
+            report.readings += 1;
+            report.values += r.values.len() as u64;
+            writer.write(&tx, &r).await?;
+        }
+        if more {
+            source = Some(src);
+        }
+    }
+    writer.finish(&tx).await?;
+    tx.commit().await?;
+    Ok(report)
+}
+
+pub(super) async fn revoke_api_key(c: &mut Client, id_or_prefix: &str) -> StoreResult<String> {
+    let tx = begin(c).await?;
+    let digest = key_digest(id_or_prefix);
+    let mut found = tx.query("SELECT id, prefix FROM api_keys WHERE digest = $1", &[&&digest[..]]).await?;
+    if found.is_empty() && !id_or_prefix.is_empty() {
+        found = tx.query("SELECT id, prefix FROM api_keys WHERE prefix = $1 AND NOT revoked", &[&id_or_prefix]).await?;
+    }
+    let (id, prefix): (i64, String) = match found.as_slice() {
+        [one] => (one.get(0), one.get(1)),
+        [] => return Err(StoreError::NotFound(format!("no API key matches {:?}", key_prefix(id_or_prefix)))),
+        _ => {
+            return Err(StoreError::Conflict(format!(
+                "several keys start with {id_or_prefix:?}: give the whole key id"
+            )));
+        }
+    };
+    tx.execute("UPDATE api_keys SET revoked = true WHERE id = $1", &[&id]).await?;
+    tx.commit().await?;
+    Ok(prefix)
+}
