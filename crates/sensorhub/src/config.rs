@@ -16,6 +16,8 @@ pub const DEFAULT_MAX_RANGE_DAYS: u32 = 366;
 pub const DEFAULT_SHUTDOWN_GRACE: u64 = 30;
 /// Default quota per caller.
 pub const DEFAULT_RATE_LIMIT: &str = "600/minute";
+/// Default prefix of sensorhub's Redis keys.
+pub const DEFAULT_REDIS_PREFIX: &str = "sensorhub";
 /// Default largest webhook body.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1 << 20;
 
@@ -42,6 +44,10 @@ pub struct FileConfig {
     pub max_body_bytes: Option<usize>,
     /// Header with the client address set by a trusted proxy.
     pub client_ip_header: Option<String>,
+    /// `memory` or a `redis://` URL shared by instances.
+    pub rate_limit_store: Option<String>,
+    /// Prefix of sensorhub's Redis keys.
+    pub redis_prefix: Option<String>,
     /// `text` or `json`.
     pub log_format: Option<crate::cli::LogFormat>,
 }
@@ -82,6 +88,8 @@ pub const KNOWN_ENV: &[&str] = &[
     "SENSORHUB_WEBHOOK_MODE",
     "SENSORHUB_MAX_BODY_BYTES",
     "SENSORHUB_CLIENT_IP_HEADER",
+    "SENSORHUB_RATE_LIMIT_STORE",
+    "SENSORHUB_REDIS_PREFIX",
     "SENSORHUB_LOG_FORMAT",
     "SENSORHUB_LOG",
 ];

@@ -7,3 +7,4 @@ pub mod config;
 pub mod http;
 pub mod metrics;
 pub mod ratelimit;
+pub mod shared;

@@ -1,6 +1,7 @@
 //! Prometheus metrics (OpenMetrics text at `GET /metrics`): requests and
 //! latency by route template and status, rate-limited requests, webhook
-//! envelopes, readings served and ingested, and the database pool.
+//! envelopes, readings served and ingested, the database pool, and work
+//! done without Redis while it did not answer.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -53,6 +54,7 @@ pub struct Metrics {
     readings_served: Counter,
     readings_ingested: Counter,
     pool: Family<StateLabels, Gauge>,
+    redis_unavailable: Family<OutcomeLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -65,6 +67,7 @@ impl Default for Metrics {
         let readings_served = Counter::default();
         let readings_ingested = Counter::default();
         let pool = Family::<StateLabels, Gauge>::default();
+        let redis_unavailable = Family::<OutcomeLabels, Counter>::default();
         registry.register("http_requests", "HTTP requests by method, route template and status", requests.clone());
         registry.register(
             "http_request_duration_seconds",
@@ -76,6 +79,12 @@ impl Default for Metrics {
         registry.register("readings_served", "Readings sent in readings responses", readings_served.clone());
         registry.register("readings_ingested", "Readings stored through the webhook", readings_ingested.clone());
         registry.register("db_pool_connections", "Database pool connections by state", pool.clone());
+        registry.register(
+            "redis_unavailable",
+            "Operations done without Redis because it did not answer: served (request not rate-limited), \
+             memory (failed login limited by this instance alone), received (webhook list not kept or read)",
+            redis_unavailable.clone(),
+        );
         // Series that exist from the start, so that rates over them are defined.
         for kind in ["basic", "public", "webhook", "ip"] {
             let _ = rate_limited.get_or_create(&KindLabels { kind });
@@ -83,7 +92,17 @@ impl Default for Metrics {
         for outcome in ["accepted", "rejected"] {
             let _ = webhook.get_or_create(&OutcomeLabels { outcome });
         }
-        Self { registry, requests, latency, rate_limited, webhook, readings_served, readings_ingested, pool }
+        Self {
+            registry,
+            requests,
+            latency,
+            rate_limited,
+            webhook,
+            readings_served,
+            readings_ingested,
+            pool,
+            redis_unavailable,
+        }
     }
 }
 
@@ -110,6 +129,12 @@ impl Metrics {
     /// Counts readings sent to a client.
     pub fn readings_served(&self, n: usize) {
         self.readings_served.inc_by(n as u64);
+    }
+
+    /// The counter of operations done without Redis, by `outcome`
+    /// (`served`, `memory`, `received`).
+    pub fn redis_unavailable(&self, outcome: &'static str) -> Counter {
+        self.redis_unavailable.get_or_create(&OutcomeLabels { outcome }).clone()
     }
 
     /// Counts readings stored through the webhook.

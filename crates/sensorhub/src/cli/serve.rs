@@ -2,16 +2,19 @@
 
 use super::{CliResult, Context};
 use crate::config::{
-    DEFAULT_LISTEN, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_RANGE_DAYS, DEFAULT_RATE_LIMIT, DEFAULT_SHUTDOWN_GRACE,
+    DEFAULT_LISTEN, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_RANGE_DAYS, DEFAULT_RATE_LIMIT, DEFAULT_REDIS_PREFIX,
+    DEFAULT_SHUTDOWN_GRACE,
 };
 use crate::http::webhook::WebhookMode;
 use crate::http::{AppState, app, serve, shutdown_signal};
 use crate::http::{ServerOptions, WebhookSettings};
 use crate::ratelimit::RateLimitSetting;
+use crate::shared::SharedRedis;
 use axum::http::HeaderName;
 use jiff::tz::Offset;
 use sensorhub_core::time::{RangeRules, parse_tz};
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Arguments of `serve`.
@@ -41,6 +44,12 @@ pub struct Args {
     /// Header with the client address set by a trusted reverse proxy (e.g. X-Forwarded-For; its last entry counts)
     #[arg(long, env = "SENSORHUB_CLIENT_IP_HEADER")]
     client_ip_header: Option<String>,
+    /// Where rate-limit counters (and the webhook's received list) live: memory (this process) or a redis:// URL shared by instances [default: memory]
+    #[arg(long, env = "SENSORHUB_RATE_LIMIT_STORE")]
+    rate_limit_store: Option<String>,
+    /// Prefix of sensorhub's Redis keys, to share one Redis between installations [default: sensorhub]
+    #[arg(long, env = "SENSORHUB_REDIS_PREFIX")]
+    redis_prefix: Option<String>,
     /// Fill the database with demo data first when it is empty
     #[arg(long)]
     demo: bool,
@@ -82,9 +91,35 @@ pub async fn run(ctx: &Context, args: Args) -> CliResult {
         mode: args.webhook_mode.or(ctx.file.webhook_mode).unwrap_or_default(),
         max_body_bytes: args.max_body_bytes.or(ctx.file.max_body_bytes).unwrap_or(DEFAULT_MAX_BODY_BYTES),
     };
-    let options =
-        ServerOptions { rules: RangeRules { default_tz, max_range_days }, rate_limit, client_ip_header, webhook };
-    tracing::info!(rate_limit = %options.rate_limit, webhook_mode = ?options.webhook.mode, "settings");
+    let redis = match args.rate_limit_store.or_else(|| ctx.file.rate_limit_store.clone()) {
+        None => None,
+        Some(s) if s == "memory" => None,
+        Some(url) if url.starts_with("redis://") => {
+            let prefix = args.redis_prefix.or_else(|| ctx.file.redis_prefix.clone());
+            let redis = SharedRedis::new(&url, prefix.as_deref().unwrap_or(DEFAULT_REDIS_PREFIX))?;
+            // Serving goes on without Redis (see the README); say so at once.
+            if let Err(e) = redis.ping().await {
+                tracing::warn!(redis = %redis.display(), error = %e, "Redis does not answer yet; serving without it meanwhile");
+            }
+            Some(Arc::new(redis))
+        }
+        Some(other) => {
+            return Err(format!(
+                "--rate-limit-store {:?}: expected memory or a redis:// URL",
+                sensorhub_store::redact_url(&other)
+            )
+            .into());
+        }
+    };
+    let store_name = redis.as_ref().map_or_else(|| "memory".to_owned(), |r| r.display().to_owned());
+    let options = ServerOptions {
+        rules: RangeRules { default_tz, max_range_days },
+        rate_limit,
+        client_ip_header,
+        webhook,
+        redis,
+    };
+    tracing::info!(rate_limit = %options.rate_limit, rate_limit_store = %store_name, webhook_mode = ?options.webhook.mode, "settings");
     let state = AppState::new(store, options);
     tracing::info!(
         listen = %listener.local_addr()?,

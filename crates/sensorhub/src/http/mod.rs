@@ -9,11 +9,14 @@ pub mod openapi;
 mod ops;
 pub mod ratelimit;
 pub mod readings;
+pub mod received;
 pub mod webhook;
 
 use crate::metrics::Metrics;
 use crate::ratelimit::memory::MemoryLimiter;
+use crate::ratelimit::redis::{RedisLimiter, WhenDown};
 use crate::ratelimit::{Limiter, Quota, RateLimitSetting};
+use crate::shared::SharedRedis;
 use axum::Router;
 use axum::http::HeaderName;
 use axum::routing::{MethodRouter, get, post};
@@ -26,6 +29,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
 use webhook::WebhookMode;
+
+/// A limiter the state holds; `None` when limits are off.
+type SharedLimiter = Option<Arc<dyn Limiter>>;
 
 /// What every handler can reach.
 #[derive(Clone)]
@@ -40,12 +46,15 @@ pub struct AppState {
     pub verifications: Arc<tokio::sync::Semaphore>,
     /// Per-caller rate limits; `None` when off.
     pub limiter: Option<Arc<dyn Limiter>>,
+    /// Failed-login limits per client address; `None` when off. The same
+    /// limiter as `limiter`, except that with Redis it falls back to memory.
+    pub login_limiter: Option<Arc<dyn Limiter>>,
     /// Header holding the client address, set by a trusted reverse proxy.
     pub client_ip_header: Option<HeaderName>,
     /// Webhook behaviour.
     pub webhook: WebhookSettings,
     /// Envelopes accepted by the webhook, per account.
-    pub received: Arc<webhook::ReceivedLog>,
+    pub received: Arc<received::ReceivedLog>,
     /// Prometheus metrics.
     pub metrics: Arc<Metrics>,
 }
@@ -70,6 +79,8 @@ pub struct ServerOptions {
     pub client_ip_header: Option<HeaderName>,
     /// Webhook behaviour.
     pub webhook: WebhookSettings,
+    /// The Redis shared by instances (rate limits, webhook list); `None`: this process's memory.
+    pub redis: Option<Arc<SharedRedis>>,
 }
 
 impl Default for ServerOptions {
@@ -79,20 +90,38 @@ impl Default for ServerOptions {
             rate_limit: RateLimitSetting::On(Quota { count: 600, period: Duration::from_secs(60) }),
             client_ip_header: None,
             webhook: WebhookSettings { mode: WebhookMode::Simulate, max_body_bytes: 1 << 20 },
+            redis: None,
         }
     }
 }
 
 impl AppState {
-    /// State over `store` with `options`; the rate limiter is kept in memory.
+    /// State over `store` with `options`: rate limits and the webhook list
+    /// in Redis when it is given, else in this process's memory.
     pub fn new(store: Arc<dyn Store>, options: ServerOptions) -> Self {
-        let limiter: Option<Arc<dyn Limiter>> = match options.rate_limit {
-            RateLimitSetting::Off => None,
-            RateLimitSetting::On(quota) => {
-                let limiter = Arc::new(MemoryLimiter::new(quota));
-                spawn_sweeper(&limiter);
-                Some(limiter)
+        let metrics = Arc::new(Metrics::default());
+        let memory = |quota| {
+            let limiter = Arc::new(MemoryLimiter::new(quota));
+            spawn_sweeper(&limiter);
+            limiter
+        };
+        let (limiter, login_limiter): (SharedLimiter, SharedLimiter) = match (options.rate_limit, &options.redis) {
+            (RateLimitSetting::Off, _) => (None, None),
+            (RateLimitSetting::On(quota), None) => {
+                let limiter = memory(quota);
+                (Some(limiter.clone()), Some(limiter))
             }
+            (RateLimitSetting::On(quota), Some(redis)) => {
+                let served = metrics.redis_unavailable("served");
+                let in_memory = metrics.redis_unavailable("memory");
+                let callers = RedisLimiter::new(redis.clone(), quota, WhenDown::Serve, served);
+                let logins = RedisLimiter::new(redis.clone(), quota, WhenDown::Memory(memory(quota)), in_memory);
+                (Some(Arc::new(callers)), Some(Arc::new(logins)))
+            }
+        };
+        let received = match &options.redis {
+            Some(redis) => received::ReceivedLog::redis(redis.clone(), metrics.redis_unavailable("received")),
+            None => received::ReceivedLog::default(),
         };
         Self {
             store,
@@ -102,10 +131,11 @@ impl AppState {
                 std::thread::available_parallelism().map_or(2, std::num::NonZeroUsize::get),
             )),
             limiter,
+            login_limiter,
             client_ip_header: options.client_ip_header,
             webhook: options.webhook,
-            received: Arc::default(),
-            metrics: Arc::default(),
+            received: Arc::new(received),
+            metrics,
         }
     }
 }

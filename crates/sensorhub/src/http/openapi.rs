@@ -3,7 +3,7 @@
 //! encoder, so their schema is described by the types below.
 
 use super::error::WebhookReply;
-use super::webhook::Received;
+use super::received::Received;
 use sensorhub_core::model::{Device, SensorMeta};
 use serde::Serialize;
 use utoipa::openapi::RefOr;

@@ -95,7 +95,7 @@ impl<'a> Guard<'a> {
     /// Before looking at credentials that cost nothing to check (API keys):
     /// 429 when the client address is already over its quota.
     pub async fn before_verify(&self) -> Result<(), ApiError> {
-        let Some(limiter) = &self.state.limiter else { return Ok(()) };
+        let Some(limiter) = &self.state.login_limiter else { return Ok(()) };
         if limiter.is_over(&self.ip_key).await {
             self.state.metrics.rate_limited("ip");
             // Spending on an exhausted key changes nothing but yields the times.
@@ -109,7 +109,7 @@ impl<'a> Guard<'a> {
     /// quota up front, whatever the outcome, so that guesses sent all at once
     /// cannot each get a check; 429 when there is none left.
     pub async fn spend_attempt(&self) -> Result<(), ApiError> {
-        let Some(limiter) = &self.state.limiter else { return Ok(()) };
+        let Some(limiter) = &self.state.login_limiter else { return Ok(()) };
         let d = limiter.check(&self.ip_key).await;
         if d.allowed {
             return Ok(());
@@ -122,7 +122,7 @@ impl<'a> Guard<'a> {
     /// A failed authentication: spends the address's quota and answers
     /// `err`, or 429 once the address is over.
     pub async fn failed(&self, err: ApiError) -> ApiError {
-        let Some(limiter) = &self.state.limiter else { return err };
+        let Some(limiter) = &self.state.login_limiter else { return err };
         let d = limiter.check(&self.ip_key).await;
         if d.allowed {
             return err;

@@ -1,13 +1,14 @@
 //! POST /webhook/sensor-data: the sensor-data webhook receiver (spec 4.5).
 //! In `simulate` mode (the default) it is a test bench: envelopes are
-//! checked, never stored as readings, and the last ones accepted are kept in
-//! memory with warnings so a sender can see what arrived. In `ingest` mode
+//! checked, never stored as readings, and the last ones accepted are kept
+//! ([`super::received`]) with warnings so a sender can see what arrived. In `ingest` mode
 //! an envelope is written as one reading, atomically.
 
 use super::AppState;
 use super::auth::WebhookCaller;
 use super::error::{ApiError, JSON, WebhookError, WebhookReply, success};
 use super::openapi::{ReceivedList, WebhookEnvelope};
+use super::received::Received;
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, header};
@@ -16,12 +17,8 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 use sensorhub_core::model::{Origin, ReadingInput, ValueInput};
 use sensorhub_core::time::{check_reading_time, format_rfc3339, parse_rfc3339};
 use sensorhub_store::Scope;
-use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
-use std::collections::{HashMap, VecDeque};
-use std::sync::Arc;
-use std::sync::Mutex;
 
 /// What the webhook does with accepted envelopes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Deserialize)]
@@ -32,52 +29,6 @@ pub enum WebhookMode {
     Simulate,
     /// Store each envelope's values as one reading.
     Ingest,
-}
-
-/// Envelopes kept per account.
-const KEEP: usize = 100;
-/// Bytes of envelopes kept per account at most; the oldest go first.
-const KEEP_BYTES: usize = 4 << 20;
-
-/// An accepted envelope as the sender can read it back.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct Received {
-    /// When it arrived, UTC.
-    pub received_at: String,
-    /// The envelope as sent, byte for byte (kept as text: a parsed tree
-    /// would take many times the memory).
-    #[schema(value_type = Object)]
-    pub envelope: Box<RawValue>,
-    /// What would be refused or surprising on a real integration.
-    pub warnings: Vec<String>,
-    #[serde(skip)]
-    size: usize,
-}
-
-/// The last accepted envelopes of each account, newest last.
-#[derive(Default)]
-pub struct ReceivedLog {
-    accounts: Mutex<HashMap<i64, VecDeque<Arc<Received>>>>,
-}
-
-impl ReceivedLog {
-    fn push(&self, account: i64, item: Received) {
-        let Ok(mut accounts) = self.accounts.lock() else { return };
-        let list = accounts.entry(account).or_default();
-        list.push_back(Arc::new(item));
-        let mut bytes: usize = list.iter().map(|r| r.size).sum();
-        while list.len() > KEEP || (bytes > KEEP_BYTES && list.len() > 1) {
-            if let Some(old) = list.pop_front() {
-                bytes -= old.size;
-            }
-        }
-    }
-
-    /// The account's envelopes, newest first.
-    pub fn newest_first(&self, account: i64) -> Vec<Arc<Received>> {
-        let Ok(accounts) = self.accounts.lock() else { return Vec::new() };
-        accounts.get(&account).map(|l| l.iter().rev().cloned().collect()).unwrap_or_default()
-    }
 }
 
 /// A checked envelope.
@@ -266,8 +217,7 @@ async fn handle(state: &AppState, caller: &WebhookCaller, headers: &HeaderMap, b
         envelope: envelope_text,
         warnings: envelope.warnings,
     };
-    state.received.push(caller.account_id, received);
-    Ok(())
+    state.received.push(caller.account_id, received).await
 }
 
 /// Writes the envelope's values as one reading: all of them or, on the first
@@ -314,8 +264,8 @@ async fn ingest(
         (status = 401, description = "Unauthorized", body = WebhookReply),
         (status = 429, description = "Too Many Requests", body = WebhookReply),
     ))]
-pub async fn received(State(state): State<AppState>, caller: WebhookCaller) -> Response {
-    success(state.received.newest_first(caller.account_id))
+pub async fn received(State(state): State<AppState>, caller: WebhookCaller) -> Result<Response, WebhookError> {
+    Ok(success(state.received.newest_first(caller.account_id).await.map_err(WebhookError)?))
 }
 
 #[cfg(test)]
@@ -371,19 +321,5 @@ mod tests {
         );
         assert!(detail(&format!("{{{ok},\"data\":{{\"sensors\":5}}}}")).contains("data.sensors must be an array"));
         assert!(detail(&format!("{{{ok},\"data\":{{\"sensors\":[],\"x\":1}}}}")).contains("not both"));
-    }
-
-    #[test]
-    fn the_log_keeps_the_newest_hundred() {
-        let log = ReceivedLog::default();
-        for i in 0..150 {
-            let envelope = RawValue::from_string("{}".into()).expect("valid");
-            let item = Received { received_at: i.to_string(), envelope, warnings: vec![], size: 10 };
-            log.push(1, item);
-        }
-        let list = log.newest_first(1);
-        assert_eq!(list.len(), 100);
-        assert_eq!(list[0].received_at, "149");
-        assert!(log.newest_first(2).is_empty());
     }
 }

@@ -8,6 +8,7 @@
 //! and it does not give the remaining count without its middleware stack.
 
 pub mod memory;
+pub mod redis;
 
 use std::fmt;
 use std::str::FromStr;
@@ -23,14 +24,30 @@ pub struct Quota {
     pub period: Duration,
 }
 
+/// The resolution of a limiter's clock, in ticks per second: nanoseconds
+/// in memory, microseconds in Redis (whose Lua numbers are doubles, exact
+/// for whole microseconds since 1970 but not for nanoseconds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ticks(pub u64);
+
+/// Nanosecond ticks.
+pub const NANOS: Ticks = Ticks(1_000_000_000);
+/// Microsecond ticks.
+pub const MICROS: Ticks = Ticks(1_000_000);
+
 impl Quota {
-    /// Time between two requests at the steady rate, in nanoseconds.
-    fn emission_ns(&self) -> u64 {
-        (self.period.as_nanos() / u128::from(self.count.max(1))).max(1) as u64
+    /// Time between two requests at the steady rate, in ticks.
+    pub fn emission(&self, t: Ticks) -> u64 {
+        (self.period(t) / u64::from(self.count.max(1))).max(1)
+    }
+
+    /// The period, in ticks.
+    pub fn period(&self, t: Ticks) -> u64 {
+        u64::try_from(self.period.as_nanos() * u128::from(t.0) / 1_000_000_000).unwrap_or(u64::MAX)
     }
 
     fn period_ns(&self) -> u64 {
-        u64::try_from(self.period.as_nanos()).unwrap_or(u64::MAX)
+        self.period(NANOS)
     }
 }
 
@@ -101,15 +118,21 @@ pub struct Decision {
     pub retry_after_secs: u64,
 }
 
-/// One GCRA step. `tat` is the key's theoretical arrival time (ns, same
-/// clock as `now`), `None` for a fresh key. Returns the decision and the new
-/// arrival time to store when the request is allowed and `spend` is set.
+/// One GCRA step in nanoseconds. `tat` is the key's theoretical arrival
+/// time (same clock as `now`), `None` for a fresh key. Returns the decision
+/// and the new arrival time to store when the request is allowed and
+/// `spend` is set.
 pub fn gcra(quota: Quota, tat: Option<u64>, now: u64, spend: bool) -> (Decision, Option<u64>) {
-    let t = quota.emission_ns();
-    let period = quota.period_ns();
+    gcra_in(NANOS, quota, tat, now, spend)
+}
+
+/// [`gcra`] on a clock of `ticks` per second.
+pub fn gcra_in(ticks: Ticks, quota: Quota, tat: Option<u64>, now: u64, spend: bool) -> (Decision, Option<u64>) {
+    let t = quota.emission(ticks);
+    let period = quota.period(ticks);
     let tat = tat.unwrap_or(now).max(now);
     let next = tat.saturating_add(t);
-    let ceil_secs = |ns: u64| ns.div_ceil(1_000_000_000);
+    let ceil_secs = |d: u64| d.div_ceil(ticks.0);
     if next - now > period {
         let wait = next - now - period;
         let decision = Decision {

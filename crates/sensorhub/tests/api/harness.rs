@@ -253,3 +253,80 @@ pub fn reading(device: &str, ts: i64, sensor: &str, value: f64) -> ReadingInput 
 pub fn secs(text: &str) -> i64 {
     text.parse::<jiff::Timestamp>().expect("timestamp").as_second()
 }
+
+/// The Redis server tests use.
+pub fn redis_url() -> String {
+    std::env::var("SENSORHUB_TEST_REDIS").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
+}
+
+/// A random key prefix on the test Redis; its keys are deleted on drop.
+pub struct RedisPrefix {
+    pub prefix: String,
+}
+
+impl RedisPrefix {
+    pub fn new() -> Self {
+        Self { prefix: format!("sensorhub-test-{}", sensorhub_core::secret::generate_key("").expect("random")) }
+    }
+
+    /// A connection handle under this prefix.
+    pub fn shared(&self) -> Arc<sensorhub::shared::SharedRedis> {
+        Arc::new(sensorhub::shared::SharedRedis::new(&redis_url(), &self.prefix).expect("redis url"))
+    }
+}
+
+impl Drop for RedisPrefix {
+    fn drop(&mut self) {
+        let Ok(client) = redis::Client::open(redis_url()) else { return };
+        let Ok(mut conn) = client.get_connection() else { return };
+        let keys: Vec<Vec<u8>> =
+            redis::cmd("KEYS").arg(format!("{}:*", self.prefix)).query(&mut conn).unwrap_or_default();
+        if !keys.is_empty() {
+            let _: redis::RedisResult<()> = redis::cmd("DEL").arg(keys).query(&mut conn);
+        }
+    }
+}
+
+/// A `sensorhub serve` process on an ephemeral port, killed on drop.
+pub struct ServeProcess {
+    pub child: std::process::Child,
+    /// `http://127.0.0.1:PORT/external/v1`
+    pub base: String,
+    /// What it logged until it was up.
+    pub log: String,
+}
+
+impl ServeProcess {
+    /// Starts `sensorhub serve --listen 127.0.0.1:0 ARGS` and waits for its address.
+    pub fn start(args: &[&str]) -> Self {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_sensorhub"))
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(args)
+            .env("SENSORHUB_LOG", "info")
+            .stderr(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn sensorhub serve");
+        let mut stderr = std::io::BufReader::new(child.stderr.take().expect("stderr"));
+        let mut log = String::new();
+        let addr = loop {
+            let mut line = String::new();
+            assert!(stderr.read_line(&mut line).expect("read") > 0, "server exited: {log}");
+            log.push_str(&line);
+            if let Some(rest) = line.split("listen=").nth(1) {
+                break rest.split_whitespace().next().expect("address").to_owned();
+            }
+        };
+        // Keep draining the log so the server never blocks on a full pipe.
+        std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+        Self { child, base: format!("http://{addr}/external/v1"), log }
+    }
+}
+
+impl Drop for ServeProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -1,0 +1,93 @@
+//! Rate limits and the webhook's received list kept in Redis: one limit and
+//! one list across servers, and service going on when Redis is down.
+
+use crate::harness::{RedisPrefix, TestApp, assert_error, basic};
+use reqwest::Method;
+use sensorhub::http::ServerOptions;
+use sensorhub::ratelimit::{Quota, RateLimitSetting};
+use std::sync::Arc;
+use std::time::Duration;
+
+fn options(per_minute: u32, redis: Option<Arc<sensorhub::shared::SharedRedis>>) -> ServerOptions {
+    ServerOptions {
+        rate_limit: RateLimitSetting::On(Quota { count: per_minute, period: Duration::from_secs(60) }),
+        redis,
+        ..ServerOptions::default()
+    }
+}
+
+#[tokio::test]
+async fn one_limit_across_two_servers_with_the_same_headers() {
+    let prefix = RedisPrefix::new();
+    let a = TestApp::with(options(5, Some(prefix.shared()))).await;
+    let b = TestApp::with(options(5, Some(prefix.shared()))).await;
+    let mut remaining = Vec::new();
+    for app in [&a, &a, &a, &b, &b] {
+        let r = app.get("/pk-alice-all/devices").await;
+        assert_eq!(r.status, 200, "{}", r.text);
+        assert_eq!(r.headers["ratelimit-limit"], "5");
+        remaining.push(r.headers["ratelimit-remaining"].to_str().expect("ascii").to_owned());
+    }
+    assert_eq!(remaining, ["4", "3", "2", "1", "0"]);
+    let sixth = b.get("/pk-alice-all/devices").await;
+    assert_error(&sixth, 429, "To Many Request");
+    assert_eq!(sixth.headers["retry-after"], "12", "one request comes back every 60/5 s");
+    assert_eq!(sixth.headers["ratelimit-remaining"], "0");
+    // Another caller has a quota of its own.
+    assert_eq!(a.get("/pk-alice-awlr/devices").await.status, 200);
+}
+
+#[tokio::test]
+async fn the_received_list_is_shared_and_capped() {
+    let prefix = RedisPrefix::new();
+    let a = TestApp::with(options(600, Some(prefix.shared()))).await;
+    let b = TestApp::with(options(600, Some(prefix.shared()))).await;
+    let envelope = |i: usize| {
+        format!(
+            r#"{{"event":"sensor-data","device_id":"AWLR-001","timestamp":"2026-05-05T07:00:00+07:00","data":{{"AWLR1-wl":{i}}}}}"#
+        )
+    };
+    for i in 0..105 {
+        let app = if i % 2 == 0 { &a } else { &b };
+        let r = app.webhook(Some("wh-alice-secret"), &envelope(i)).await;
+        assert_eq!(r.status, 200, "{}", r.text);
+    }
+    let url = format!("{}/webhook/sensor-data/received", b.base);
+    let list = b.request(Method::GET, &url, &[("X-API-KEY", "wh-alice-secret")], None).await;
+    assert_eq!(list.status, 200, "{}", list.text);
+    let items = list.data().as_array().expect("array");
+    assert_eq!(items.len(), 100, "capped at 100");
+    assert_eq!(items[0]["envelope"]["data"]["AWLR1-wl"], 104, "newest first");
+    assert!(items[0]["received_at"].is_string() && items[0]["warnings"].is_array());
+    let url = format!("{}/webhook/sensor-data/received", a.base);
+    let same = a.request(Method::GET, &url, &[("X-API-KEY", "wh-alice-secret")], None).await;
+    assert_eq!(same.text, list.text, "every instance shows the same list");
+}
+
+#[tokio::test]
+async fn without_redis_requests_are_served_and_logins_limited_in_memory() {
+    // Nothing listens on port 1: every Redis call fails.
+    let down = Arc::new(sensorhub::shared::SharedRedis::new("redis://127.0.0.1:1", "x").expect("url"));
+    let app = TestApp::with(options(3, Some(down))).await;
+    for _ in 0..6 {
+        let r = app.get("/pk-alice-all/devices").await;
+        assert_eq!(r.status, 200, "served unchecked: {}", r.text);
+    }
+    // Failed logins still meet a limit: this instance's own.
+    let wrong = basic("alice", "wrong");
+    let mut statuses = Vec::new();
+    for _ in 0..5 {
+        statuses.push(app.send(Method::GET, "/devices", Some(&wrong)).await.status.as_u16());
+    }
+    assert_eq!(statuses, [401, 401, 401, 429, 429]);
+    let metrics = app.request(Method::GET, &format!("{}/metrics", app.root()), &[], None).await.text;
+    let count = |outcome: &str| {
+        metrics
+            .lines()
+            .find(|l| l.starts_with(&format!("sensorhub_redis_unavailable_total{{outcome=\"{outcome}\"}}")))
+            .and_then(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    assert!(count("served") >= 6, "{metrics}");
+    assert!(count("memory") >= 5, "{metrics}");
+}
