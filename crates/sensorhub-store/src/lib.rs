@@ -105,6 +105,19 @@ pub trait Store: Send + Sync {
     /// Revokes the API keys whose id is `id_or_prefix`, or whose shown prefix it is
     /// when exactly one key has that prefix. Returns the prefix of the revoked key.
     async fn revoke_api_key(&self, id_or_prefix: &str) -> StoreResult<String>;
+
+    /// Every row but readings, by natural key, sorted (for `copy`).
+    async fn export(&self) -> StoreResult<Installation>;
+
+    /// Up to `limit` stored hours of device `device_id` after hour `after`, in order.
+    async fn export_hours(&self, device_id: &str, after: Option<i64>, limit: usize) -> StoreResult<Vec<StoredHour>>;
+
+    /// Adds an installation's rows, atomically. Refuses (writing nothing)
+    /// when an account, device or key of it already exists here.
+    async fn restore(&self, rows: Installation) -> StoreResult<()>;
+
+    /// Adds stored hours of device `device_id` as they are, atomically.
+    async fn restore_hours(&self, device_id: &str, hours: Vec<StoredHour>) -> StoreResult<()>;
 }
 
 /// A device's readings in a range: the first batch, read, and the rest.

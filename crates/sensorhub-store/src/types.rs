@@ -203,3 +203,91 @@ pub struct PoolStatus {
     /// Open connections waiting for work.
     pub idle: usize,
 }
+
+/// A whole installation but its readings, as rows keyed by their natural
+/// ids (username, device id, key digest) rather than a backend's numbers:
+/// what `sensorhub copy` moves and checks. Lists are sorted by natural key.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Installation {
+    /// Accounts.
+    pub accounts: Vec<AccountRow>,
+    /// Devices.
+    pub devices: Vec<DeviceRow>,
+    /// Sensors, by device id and idx.
+    pub sensors: Vec<SensorRow>,
+    /// (username, device id) pairs.
+    pub account_devices: Vec<(String, String)>,
+    /// API keys.
+    pub api_keys: Vec<KeyRow>,
+    /// (API key digest, device id) pairs.
+    pub api_key_devices: Vec<(Vec<u8>, String)>,
+    /// Webhook keys (`scoped` is always false).
+    pub webhook_keys: Vec<KeyRow>,
+}
+
+/// An account row, with its password hash.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AccountRow {
+    /// Login name.
+    pub username: String,
+    /// Argon2id PHC string.
+    pub password_hash: String,
+    /// Disabled.
+    pub disabled: bool,
+    /// Seconds since the epoch.
+    pub created_at: i64,
+}
+
+/// A device row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeviceRow {
+    /// Device id.
+    pub device_id: String,
+    /// Name.
+    pub name: String,
+    /// Type (AWLR, AWS).
+    pub kind: String,
+    /// Latitude.
+    pub lat: f64,
+    /// Longitude.
+    pub long: f64,
+    /// Reporting interval.
+    pub interval_seconds: i64,
+}
+
+/// A sensor row: stored readings refer to it by `idx`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SensorRow {
+    /// Its device.
+    pub device_id: String,
+    /// Its number within the device.
+    pub idx: i64,
+    /// Its metadata.
+    pub sensor: SensorMeta,
+}
+
+/// An API or webhook key row: a digest, never the key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyRow {
+    /// SHA-256 of the key.
+    pub digest: Vec<u8>,
+    /// Shown prefix.
+    pub prefix: String,
+    /// Owning account.
+    pub username: String,
+    /// Sees only its device list.
+    pub scoped: bool,
+    /// Revoked.
+    pub revoked: bool,
+    /// Seconds since the epoch.
+    pub created_at: i64,
+}
+
+/// One stored hour of a device's readings, as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredHour {
+    /// Hour number (second / 3600).
+    pub chunk: i64,
+    /// The packed readings.
+    pub data: Vec<u8>,
+}

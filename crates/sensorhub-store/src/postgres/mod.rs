@@ -4,13 +4,15 @@
 //! shares its decisions ([`crate::plan`]), so answers are the same byte for
 //! byte. Several sensorhub processes may share one database.
 
+mod copy;
 mod read;
 pub mod temp;
 mod write;
 
 use crate::{
-    AccountAuth, AccountSummary, ApiKeyAuth, ApiKeySummary, ApplyReport, DeviceHandle, ImportReport, PoolStatus,
-    ReadingSource, ReadingStream, Scope, Store, StoreError, StoreResult, WebhookKeyAuth, Window, batches,
+    AccountAuth, AccountSummary, ApiKeyAuth, ApiKeySummary, ApplyReport, DeviceHandle, ImportReport, Installation,
+    PoolStatus, ReadingSource, ReadingStream, Scope, Store, StoreError, StoreResult, StoredHour, WebhookKeyAuth,
+    Window, batches,
 };
 use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
@@ -195,6 +197,22 @@ impl Store for PgStore {
 
     async fn revoke_api_key(&self, id_or_prefix: &str) -> StoreResult<String> {
         write::revoke_api_key(&mut self.pool.get().await?, id_or_prefix).await
+    }
+
+    async fn export(&self) -> StoreResult<Installation> {
+        copy::export(&mut self.pool.get().await?).await
+    }
+
+    async fn export_hours(&self, device_id: &str, after: Option<i64>, limit: usize) -> StoreResult<Vec<StoredHour>> {
+        copy::export_hours(&self.pool.get().await?, device_id, after, limit).await
+    }
+
+    async fn restore(&self, rows: Installation) -> StoreResult<()> {
+        copy::restore(&mut self.pool.get().await?, rows).await
+    }
+
+    async fn restore_hours(&self, device_id: &str, hours: Vec<StoredHour>) -> StoreResult<()> {
+        copy::restore_hours(&mut self.pool.get().await?, device_id, hours).await
     }
 }
 

@@ -23,7 +23,7 @@ use tokio_postgres::types::Type;
 const WRITE_LOCK: i64 = 0x7772_6974_6573;
 
 /// Begins a writing transaction.
-async fn begin(c: &mut Client) -> StoreResult<Transaction<'_>> {
+pub(super) async fn begin(c: &mut Client) -> StoreResult<Transaction<'_>> {
     let tx = c.transaction().await?;
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&WRITE_LOCK]).await?;
     Ok(tx)

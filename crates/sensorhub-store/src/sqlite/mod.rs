@@ -1,13 +1,15 @@
 //! The SQLite backend: one file, WAL mode, migrations from
 //! `migrations/sqlite/` applied on open.
 
+mod copy;
 mod pool;
 mod read;
 mod write;
 
 use crate::{
-    AccountAuth, AccountSummary, ApiKeyAuth, ApiKeySummary, ApplyReport, DeviceHandle, ImportReport, PoolStatus,
-    ReadingSource, ReadingStream, Scope, Store, StoreError, StoreResult, WebhookKeyAuth, Window,
+    AccountAuth, AccountSummary, ApiKeyAuth, ApiKeySummary, ApplyReport, DeviceHandle, ImportReport, Installation,
+    PoolStatus, ReadingSource, ReadingStream, Scope, Store, StoreError, StoreResult, StoredHour, WebhookKeyAuth,
+    Window,
 };
 use async_trait::async_trait;
 use pool::Pool;
@@ -138,6 +140,24 @@ impl Store for SqliteStore {
     async fn revoke_api_key(&self, id_or_prefix: &str) -> StoreResult<String> {
         let id = id_or_prefix.to_owned();
         self.pool.run(move |c| write::revoke_api_key(c, &id)).await
+    }
+
+    async fn export(&self) -> StoreResult<Installation> {
+        self.pool.run(copy::export).await
+    }
+
+    async fn export_hours(&self, device_id: &str, after: Option<i64>, limit: usize) -> StoreResult<Vec<StoredHour>> {
+        let id = device_id.to_owned();
+        self.pool.run(move |c| copy::export_hours(c, &id, after, limit)).await
+    }
+
+    async fn restore(&self, rows: Installation) -> StoreResult<()> {
+        self.pool.run(move |c| copy::restore(c, rows)).await
+    }
+
+    async fn restore_hours(&self, device_id: &str, hours: Vec<StoredHour>) -> StoreResult<()> {
+        let id = device_id.to_owned();
+        self.pool.run(move |c| copy::restore_hours(c, &id, hours)).await
     }
 }
 

@@ -13,7 +13,7 @@ use sensorhub_core::provision::{AccountSpec, Provision};
 use sensorhub_core::secret::{key_digest, key_prefix};
 use std::collections::{BTreeSet, HashMap};
 
-fn begin(c: &mut Connection) -> StoreResult<Transaction<'_>> {
+pub(super) fn begin(c: &mut Connection) -> StoreResult<Transaction<'_>> {
     Ok(c.transaction_with_behavior(TransactionBehavior::Immediate)?)
 }
 

@@ -3,6 +3,7 @@
 
 mod account;
 mod apply;
+mod copy;
 mod demo;
 mod device;
 mod import;
@@ -62,6 +63,8 @@ enum Command {
     Apply(apply::Args),
     /// Import readings from NDJSON or CSV, atomically
     Import(import::Args),
+    /// Copy a whole installation to another database and verify it (SQLite → PostgreSQL, or back)
+    Copy(copy::Args),
     /// Create or upgrade the database schema
     Migrate,
     /// Manage accounts
@@ -107,6 +110,7 @@ pub async fn run(cli: Cli) -> CliResult {
         Command::Demo(args) => demo::run(&ctx, args).await,
         Command::Apply(args) => apply::run(&ctx, args).await,
         Command::Import(args) => import::run(&ctx, args).await,
+        Command::Copy(args) => copy::run(args).await,
         Command::Migrate => {
             ctx.open().await?;
             println!("database {} is migrated to the current schema", sensorhub_store::redact_url(&ctx.database));

@@ -7,6 +7,7 @@ mod harness;
 mod auth;
 mod backends;
 mod cli;
+mod copy;
 mod devices;
 mod instances;
 mod ops;
