@@ -34,6 +34,11 @@ pub struct Args {
     /// First of the two loopback ports used (S6 runs two servers side by side)
     #[arg(long, default_value_t = 18400)]
     port: u16,
+    /// Run on PostgreSQL: a server URL whose user may create databases
+    /// (e.g. postgres://postgres@127.0.0.1:5432/test); each store is a new
+    /// database, dropped at the end. S1 also runs on SQLite, for comparison.
+    #[arg(long)]
+    database: Option<String>,
 }
 
 impl Args {
@@ -98,6 +103,8 @@ pub struct Results {
     pub machine: String,
     /// Options.
     pub scale: String,
+    /// `sqlite` or `postgres`.
+    pub backend: String,
     /// Seed.
     pub seed: u64,
     /// Seconds per load scenario.
@@ -116,8 +123,27 @@ pub struct Results {
 
 /// A prepared store.
 struct Store {
-    db: PathBuf,
+    /// A SQLite file path or a PostgreSQL URL.
+    db: String,
     ingest: Ingest,
+    _pg: Option<sensorhub_store::postgres::temp::TempDatabase>,
+}
+
+/// A runtime for the few async calls (creating databases, reading sizes).
+fn block_on<F: std::future::Future>(f: F) -> Result<F::Output, String> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
+    Ok(rt.block_on(f))
+}
+
+/// Bytes the PostgreSQL database at `url` takes.
+fn pg_size(url: &str) -> Result<u64, String> {
+    block_on(async {
+        let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.map_err(|e| e.to_string())?;
+        tokio::spawn(conn);
+        let row =
+            client.query_one("SELECT pg_database_size(current_database())", &[]).await.map_err(|e| e.to_string())?;
+        Ok(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0))
+    })?
 }
 
 fn sh(cmd: &mut Command) -> Result<String, String> {
@@ -129,7 +155,7 @@ fn sh(cmd: &mut Command) -> Result<String, String> {
 }
 
 /// Generates the dataset of `scale` (once) and imports it into a fresh store, timing the import.
-fn prepare(bin: &Path, data: &Path, scale: Scale, seed: u64) -> Result<Store, String> {
+fn prepare(bin: &Path, data: &Path, scale: Scale, seed: u64, pg: Option<&str>) -> Result<Store, String> {
     let dir = data.join(format!("{}-{seed}", scale.name));
     fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let csv = dir.join("readings.csv");
@@ -151,17 +177,29 @@ fn prepare(bin: &Path, data: &Path, scale: Scale, seed: u64) -> Result<Store, St
             counts.values
         }
     };
-    let db = dir.join("store.db");
-    for suffix in ["", "-wal", "-shm"] {
-        let _ = fs::remove_file(format!("{}{suffix}", db.display()));
-    }
+    let file = dir.join("store.db");
+    let (db, temp) = match pg {
+        Some(server) => {
+            let temp =
+                block_on(sensorhub_store::postgres::temp::TempDatabase::create(server))?.map_err(|e| e.to_string())?;
+            (temp.url().to_owned(), Some(temp))
+        }
+        None => {
+            for suffix in ["", "-wal", "-shm"] {
+                let _ = fs::remove_file(format!("{}{suffix}", file.display()));
+            }
+            (file.to_str().ok_or("non-UTF-8 data path")?.to_owned(), None)
+        }
+    };
     sh(Command::new(bin).arg("apply").arg(dir.join("provision.json")).arg("--database").arg(&db))?;
-    eprintln!("importing {values} values into {}", db.display());
+    eprintln!("importing {values} values into {db}");
     let started = Instant::now();
     sh(Command::new(bin).arg("import").arg(&csv).arg("--database").arg(&db).env("SENSORHUB_LOG", "warn"))?;
     let seconds = started.elapsed().as_secs_f64();
-    let bytes =
-        ["", "-wal"].iter().filter_map(|s| fs::metadata(format!("{}{s}", db.display())).ok()).map(|m| m.len()).sum();
+    let bytes = match &temp {
+        Some(t) => pg_size(t.url())?,
+        None => ["", "-wal"].iter().filter_map(|s| fs::metadata(format!("{db}{s}")).ok()).map(|m| m.len()).sum(),
+    };
     let ingest = Ingest {
         scale: scale.name.into(),
         values,
@@ -170,7 +208,7 @@ fn prepare(bin: &Path, data: &Path, scale: Scale, seed: u64) -> Result<Store, St
         bytes,
         bytes_per_value: bytes as f64 / values as f64,
     };
-    Ok(Store { db, ingest })
+    Ok(Store { db, ingest, _pg: temp })
 }
 
 /// A server process, stopped when dropped.
@@ -285,17 +323,18 @@ pub fn run(args: Args) -> Result<Results, String> {
     let floor = bin_dir.join("sensorhub-floor");
     let secs = args.duration;
 
-    let small = prepare(&sensorhub, &args.data, dataset::SMALL, args.seed)?;
-    let big = if scale == dataset::SMALL { None } else { Some(prepare(&sensorhub, &args.data, scale, args.seed)?) };
+    let pg = args.database.as_deref();
+    let small = prepare(&sensorhub, &args.data, dataset::SMALL, args.seed, pg)?;
+    let big = if scale == dataset::SMALL { None } else { Some(prepare(&sensorhub, &args.data, scale, args.seed, pg)?) };
     let port = args.port;
-    let serve_on = |db: &Path, port: u16| {
+    let serve_on = |db: &str, port: u16| {
         let mut cmd = Command::new(&sensorhub);
         cmd.args(["serve", "--rate-limit", "off", "--listen", &format!("127.0.0.1:{port}"), "--database"])
             .arg(db)
             .env("SENSORHUB_LOG", "warn");
         Server::start(&mut cmd, port)
     };
-    let serve = |db: &Path| serve_on(db, port);
+    let serve = |db: &str| serve_on(db, port);
 
     let bench_auth = basic(dataset::BENCH_USER.0, dataset::BENCH_USER.1);
     let fifty_auth = basic(dataset::FIFTY_USER.0, dataset::FIFTY_USER.1);
@@ -338,6 +377,14 @@ pub fn run(args: Args) -> Result<Results, String> {
     ));
     drop(floor_server);
 
+    // On PostgreSQL, S1 again on the SQLite small store: the backends compared in one run.
+    if pg.is_some() {
+        let sqlite = prepare(&sensorhub, &args.data, dataset::SMALL, args.seed, None)?;
+        let server = serve(&sqlite.db)?;
+        let what = "data-1d (1,440 readings, Basic) on SQLite";
+        loads.push(("S1-sqlite".into(), load(&server, what, &s1_path, Some(&bench_auth), 16, secs)?));
+    }
+
     // S6: the small and the big store side by side, measured in turns so
     // that drift on a noisy machine hits both alike.
     let scale_p50 = match &big {
@@ -369,6 +416,10 @@ pub fn run(args: Args) -> Result<Results, String> {
     let mut target = |name: &str, value: f64, limit: &str, met: bool| {
         targets.push(Target { name: name.into(), value, limit: limit.into(), met });
     };
+    if let (Some(s1), Some(lite)) = (&s1, find("S1-sqlite")) {
+        let r = s1.wrk.requests_per_s / lite.wrk.requests_per_s;
+        target("S1 PostgreSQL req/s / SQLite req/s", r, ">= 0.5", r >= 0.5);
+    }
     if let (Some(s1), Some(s4)) = (&s1, &s4) {
         let r = s1.wrk.requests_per_s / s4.wrk.requests_per_s;
         target("S1 req/s / S4 req/s", r, ">= 0.25", r >= 0.25);
@@ -386,7 +437,8 @@ pub fn run(args: Args) -> Result<Results, String> {
         let r = b.wrk.requests_per_s / k.wrk.requests_per_s;
         target("S3 Basic req/s / S3 key req/s", r, ">= 0.9", r >= 0.9);
     }
-    target("S5 values/s", ingest.values_per_s, ">= 1,000,000", ingest.values_per_s >= 1e6);
+    let (min_ingest, min_text) = if pg.is_some() { (5e5, ">= 500,000") } else { (1e6, ">= 1,000,000") };
+    target("S5 values/s", ingest.values_per_s, min_text, ingest.values_per_s >= min_ingest);
     target("S5 bytes/value", ingest.bytes_per_value, "<= 12", ingest.bytes_per_value <= 12.0);
     let commit = sh(Command::new("git").args(["rev-parse", "--short", "HEAD"])).unwrap_or_default().trim().to_owned();
     Ok(Results {
@@ -394,6 +446,7 @@ pub fn run(args: Args) -> Result<Results, String> {
         commit,
         machine: machine(),
         scale: scale.name.into(),
+        backend: if pg.is_some() { "postgres" } else { "sqlite" }.into(),
         seed: args.seed,
         duration_s: secs,
         idle_rss_mib: idle,
@@ -407,7 +460,7 @@ pub fn run(args: Args) -> Result<Results, String> {
 /// Writes the results as JSON under `out` and returns the path.
 pub fn save(results: &Results, out: &Path) -> Result<PathBuf, String> {
     fs::create_dir_all(out).map_err(|e| e.to_string())?;
-    let name = format!("{}-{}.json", results.date.replace(':', ""), results.scale);
+    let name = format!("{}-{}-{}.json", results.date.replace(':', ""), results.scale, results.backend);
     let path = out.join(name);
     let text = serde_json::to_string_pretty(results).map_err(|e| e.to_string())?;
     fs::write(&path, text).map_err(|e| e.to_string())?;
@@ -417,8 +470,8 @@ pub fn save(results: &Results, out: &Path) -> Result<PathBuf, String> {
 /// The results as a terminal table.
 pub fn table(r: &Results) -> String {
     let mut t = format!(
-        "sensorhub bench {} (commit {}, {}), scale {}, {} s per scenario, idle RSS {:.1} MiB\n\n",
-        r.date, r.commit, r.machine, r.scale, r.duration_s, r.idle_rss_mib
+        "sensorhub bench {} (commit {}, {}), {}, scale {}, {} s per scenario, idle RSS {:.1} MiB\n\n",
+        r.date, r.commit, r.machine, r.backend, r.scale, r.duration_s, r.idle_rss_mib
     );
     t += &format!(
         "{:<7} {:<40} {:>5} {:>10} {:>9} {:>9} {:>9} {:>9}\n",

@@ -21,8 +21,27 @@ pub const DEFAULT_REDIS_PREFIX: &str = "sensorhub";
 /// Default largest webhook body.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1 << 20;
 
+/// A database or Redis URL given on the command line: its `Debug` hides
+/// the password, so that printing the parsed arguments never leaks it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Url(pub String);
+
+impl std::fmt::Debug for Url {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", sensorhub_store::redact_url(&self.0))
+    }
+}
+
+impl std::str::FromStr for Url {
+    type Err = std::convert::Infallible;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(Url(s.to_owned()))
+    }
+}
+
 /// The keys a config file may hold; all optional.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileConfig {
     /// Database path or URL.
@@ -66,6 +85,18 @@ fn tz_setting<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, 
     }))
 }
 
+impl std::fmt::Debug for FileConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let redacted = |u: &Option<String>| u.as_deref().map(sensorhub_store::redact_url);
+        f.debug_struct("FileConfig")
+            .field("database", &redacted(&self.database))
+            .field("listen", &self.listen)
+            .field("rate_limit", &self.rate_limit)
+            .field("rate_limit_store", &redacted(&self.rate_limit_store))
+            .finish_non_exhaustive()
+    }
+}
+
 impl FileConfig {
     /// Reads `path`, or an empty config when no path is given.
     pub fn load(path: Option<&Path>) -> Result<Self, String> {
@@ -102,4 +133,21 @@ pub fn unknown_env_vars() -> Vec<String> {
             k.starts_with("SENSORHUB_") && !k.starts_with("SENSORHUB_TEST_") && !KNOWN_ENV.contains(&k.as_str())
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{FileConfig, Url};
+
+    #[test]
+    fn debug_output_hides_passwords() {
+        let url: Url = "postgres://u:hunter2@db/x".parse().expect("infallible");
+        assert_eq!(format!("{url:?}"), "\"postgres://u:***@db/x\"");
+        let file = FileConfig {
+            database: Some("postgres://u:hunter2@db/x".into()),
+            rate_limit_store: Some("redis://:hunter2@r:6379".into()),
+            ..FileConfig::default()
+        };
+        assert!(!format!("{file:?}").contains("hunter2"), "{file:?}");
+    }
 }

@@ -167,8 +167,8 @@ impl Store for PgStore {
 
     async fn read_window(&self, scope: Scope, device_id: &str, range: TimeRange) -> StoreResult<Option<Window>> {
         let client = self.pool.get().await?;
-        let Some(device) = read::find_device(&client, scope, device_id).await? else { return Ok(None) };
-        let first = read::read_batch(&client, device.pk, range.start, range.end, batches::FIRST_BATCH).await?;
+        let head = read::window_head(&client, scope, device_id, range.start, range.end, batches::FIRST_BATCH).await?;
+        let Some((device, first)) = head else { return Ok(None) };
         drop(client);
         let next = batches::after(&first, range.end, batches::FIRST_BATCH);
         let rest = stream_from(self.pool.clone(), device.pk, next, range.end);

@@ -142,6 +142,55 @@ pub(super) async fn find_device(
     Ok(Some(DeviceHandle { pk, sensors }))
 }
 
+/// The device `device_id` visible in `scope`, its sensors, and its first
+/// `limit` readings from `from` to `end`, in one round trip: the device's
+/// sensor rows and hour rows come as one result, told apart by `chunk`.
+pub(super) async fn window_head(
+    c: &impl GenericClient,
+    scope: Scope,
+    device_id: &str,
+    from: i64,
+    end: i64,
+    limit: usize,
+) -> StoreResult<Option<(DeviceHandle, ReadingBatch)>> {
+    let (account, key) = scope_params(scope);
+    let stmt = c
+        .prepare_cached(&format!(
+            "WITH d AS (SELECT d.id FROM devices d WHERE d.device_id = $3 AND {SCOPE_FILTER})
+             (SELECT d.id, s.idx, s.sensor_id, s.name, s.type, s.unit, NULL::bigint AS chunk, NULL::bytea AS data
+              FROM d LEFT JOIN sensors s ON s.device_pk = d.id)
+             UNION ALL
+             (SELECT d.id, NULL, NULL, NULL, NULL, NULL, r.chunk, r.data
+              FROM d JOIN readings r ON r.device_pk = d.id
+              WHERE r.chunk >= $4 AND r.chunk <= $5 ORDER BY r.chunk LIMIT $6)"
+        ))
+        .await?;
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] =
+        [&account, &key, &device_id, &chunk_of(from), &chunk_of(end), &(limit as i64)];
+    let rows = c.query(&stmt, &params).await?;
+    let Some(first) = rows.first() else { return Ok(None) };
+    let pk: i64 = first.get(0);
+    let mut sensors: Vec<(i16, SensorMeta)> = Vec::new();
+    let mut hours: Vec<(i64, &[u8])> = Vec::new();
+    for r in &rows {
+        match (r.get::<_, Option<i64>>(6), r.get::<_, Option<i16>>(1)) {
+            (Some(chunk), _) => hours.push((chunk, r.get(7))),
+            (None, Some(idx)) => sensors.push((idx, sensor(r, 2))),
+            (None, None) => {} // a device without sensors
+        }
+    }
+    sensors.sort_unstable_by_key(|(idx, _)| *idx);
+    hours.sort_unstable_by_key(|(chunk, _)| *chunk);
+    let mut batch = ReadingBatch::default();
+    for (chunk, data) in hours {
+        if batch.len() >= limit {
+            break;
+        }
+        chunk::decode_into(chunk, data, from, end, &mut batch, limit).ok_or_else(|| malformed(pk, chunk))?;
+    }
+    Ok(Some((DeviceHandle { pk, sensors: sensors.into_iter().map(|(_, s)| s).collect() }, batch)))
+}
+
 /// The sensors of device `pk`, by idx.
 pub(super) async fn device_sensors(c: &impl GenericClient, pk: i64) -> StoreResult<Vec<SensorMeta>> {
     let stmt =

@@ -17,10 +17,10 @@ const HOURS_PER_BATCH: usize = 2000;
 pub struct Args {
     /// The installation to copy (file path, sqlite:// or postgres:// URL)
     #[arg(long)]
-    from: String,
+    from: crate::config::Url,
     /// The database to copy into; must be empty unless --append is given
     #[arg(long)]
-    to: String,
+    to: crate::config::Url,
     /// Copy into a database that already holds data (its accounts, devices and keys must differ)
     #[arg(long)]
     append: bool,
@@ -139,9 +139,9 @@ async fn tally_readings(store: &dyn Store, devices: &[String]) -> CliResult<(u64
 
 /// Runs the copy (unless `--verify-only`), then the check.
 pub async fn run(args: Args) -> CliResult {
-    let (from_name, to_name) = (redact_url(&args.from), redact_url(&args.to));
-    let source = sensorhub_store::open(&args.from).await.map_err(|e| format!("source {from_name}: {e}"))?;
-    let target = sensorhub_store::open(&args.to).await.map_err(|e| format!("target {to_name}: {e}"))?;
+    let (from_name, to_name) = (redact_url(&args.from.0), redact_url(&args.to.0));
+    let source = sensorhub_store::open(&args.from.0).await.map_err(|e| format!("source {from_name}: {e}"))?;
+    let target = sensorhub_store::open(&args.to.0).await.map_err(|e| format!("target {to_name}: {e}"))?;
     let rows = source.export().await?;
     let devices: Vec<String> = rows.devices.iter().map(|d| d.device_id.clone()).collect();
     if !args.verify_only {

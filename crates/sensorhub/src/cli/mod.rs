@@ -22,7 +22,7 @@ use std::sync::Arc;
 pub struct Cli {
     /// Database: a SQLite file path or a sqlite:// URL [default: ./sensorhub.db]
     #[arg(long, global = true, env = "SENSORHUB_DATABASE")]
-    database: Option<String>,
+    database: Option<config::Url>,
     /// TOML config file; its keys are the long flags in snake_case (see the README)
     #[arg(long, global = true, env = "SENSORHUB_CONFIG")]
     config: Option<PathBuf>,
@@ -102,8 +102,11 @@ pub async fn run(cli: Cli) -> CliResult {
         tracing::warn!(variable = %var, "unknown SENSORHUB_ environment variable ignored");
     }
     let file = FileConfig::load(cli.config.as_deref())?;
-    let database =
-        cli.database.or_else(|| file.database.clone()).unwrap_or_else(|| config::DEFAULT_DATABASE.to_owned());
+    let database = cli
+        .database
+        .map(|u| u.0)
+        .or_else(|| file.database.clone())
+        .unwrap_or_else(|| config::DEFAULT_DATABASE.to_owned());
     let ctx = Context { file, database };
     match cli.command {
         Command::Serve(args) => serve::run(&ctx, args).await,

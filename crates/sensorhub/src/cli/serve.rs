@@ -46,7 +46,7 @@ pub struct Args {
     client_ip_header: Option<String>,
     /// Where rate-limit counters (and the webhook's received list) live: memory (this process) or a redis:// URL shared by instances [default: memory]
     #[arg(long, env = "SENSORHUB_RATE_LIMIT_STORE")]
-    rate_limit_store: Option<String>,
+    rate_limit_store: Option<crate::config::Url>,
     /// Prefix of sensorhub's Redis keys, to share one Redis between installations [default: sensorhub]
     #[arg(long, env = "SENSORHUB_REDIS_PREFIX")]
     redis_prefix: Option<String>,
@@ -91,7 +91,7 @@ pub async fn run(ctx: &Context, args: Args) -> CliResult {
         mode: args.webhook_mode.or(ctx.file.webhook_mode).unwrap_or_default(),
         max_body_bytes: args.max_body_bytes.or(ctx.file.max_body_bytes).unwrap_or(DEFAULT_MAX_BODY_BYTES),
     };
-    let redis = match args.rate_limit_store.or_else(|| ctx.file.rate_limit_store.clone()) {
+    let redis = match args.rate_limit_store.map(|u| u.0).or_else(|| ctx.file.rate_limit_store.clone()) {
         None => None,
         Some(s) if s == "memory" => None,
         Some(url) if url.starts_with("redis://") => {

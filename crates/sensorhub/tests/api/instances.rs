@@ -57,7 +57,7 @@ async fn two_instances_share_data_limits_and_credentials() {
     ];
     let a = ServeProcess::start(&args);
     let b = ServeProcess::start(&args);
-    assert!(a.log.contains("rate_limit_store=redis://127.0.0.1"), "{}", a.log);
+    assert!(a.log.contains("rate_limit_store=redis://"), "{}", a.log);
 
     // A reading ingested through A is served by B.
     let envelope = r#"{"event":"sensor-data","device_id":"AWLR-001","timestamp":"2026-06-01T08:00:00Z","data":{"AWLR1-wl":123.5}}"#;
