@@ -10,7 +10,7 @@ mod import;
 mod key;
 mod serve;
 
-use crate::config::{self, FileConfig};
+use crate::config::{self, FileConfig, LogFormat};
 use clap::{Parser, Subcommand};
 use sensorhub_store::Store;
 use std::path::PathBuf;
@@ -31,17 +31,6 @@ pub struct Cli {
     log_format: Option<LogFormat>,
     #[command(subcommand)]
     command: Command,
-}
-
-/// How log lines are written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum LogFormat {
-    /// Human-readable lines.
-    #[default]
-    Text,
-    /// One JSON object per line.
-    Json,
 }
 
 impl Cli {

@@ -4,7 +4,7 @@
 use super::AppState;
 use super::auth::{BasicCaller, Caller, PublicCaller};
 use super::error::{ApiError, success};
-use super::openapi::{DeviceList, ErrorBody};
+use super::schema::{DeviceList, ErrorBody};
 use axum::extract::State;
 use axum::response::Response;
 

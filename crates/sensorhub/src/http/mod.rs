@@ -10,6 +10,7 @@ mod ops;
 pub mod ratelimit;
 pub mod readings;
 pub mod received;
+pub mod schema;
 pub mod webhook;
 
 use crate::metrics::Metrics;
@@ -188,7 +189,7 @@ pub fn routes() -> Routes {
         .route("/healthz", read_route(ops::healthz))
         .route("/readyz", read_route(ops::readyz))
         .route("/metrics", read_route(ops::metrics))
-        .route("/openapi.json", read_route(ops::openapi))
+        .route("/openapi.json", read_route(openapi::document))
 }
 
 /// A router that remembers its paths.

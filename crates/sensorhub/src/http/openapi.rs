@@ -1,95 +1,18 @@
 //! The OpenAPI 3.1 document at `/openapi.json`, generated from the handlers'
-//! annotations and the response types. Readings are streamed by a custom
-//! encoder, so their schema is described by the types below.
+//! annotations and the schema types of [`super::schema`], and its handler.
+//! Only the router refers to this module, so no handler depends on it.
 
-use super::error::WebhookReply;
+use super::error::{JSON, WebhookReply};
 use super::received::Received;
+use super::schema::{ErrorBody, Reading, SensorValue, WebhookEnvelope};
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
 use sensorhub_core::model::{Device, SensorMeta};
-use serde::Serialize;
 use utoipa::openapi::RefOr;
 use utoipa::openapi::header::Header;
 use utoipa::openapi::schema::{ObjectBuilder, Type};
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, Http, HttpAuthScheme, SecurityScheme};
-use utoipa::{Modify, OpenApi, ToSchema};
-
-/// A measured value (spec 2.4).
-#[derive(Serialize, ToSchema)]
-pub struct SensorValue {
-    /// Sensor identifier.
-    id: String,
-    /// The value.
-    value: f64,
-    /// Unit; `.` for a dimensionless value.
-    unit: String,
-}
-
-/// The values measured at one instant (spec 2.3).
-#[derive(Serialize, ToSchema)]
-pub struct Reading {
-    /// RFC 3339, in the requested offset (`Z` for 0).
-    #[schema(format = DateTime, example = "2026-05-05T07:00:00+07:00")]
-    timestamp: String,
-    /// Values measured at that instant, in sensor order.
-    sensors: Vec<SensorValue>,
-}
-
-/// `{"message": "Success", "data": [Device]}`
-#[derive(Serialize, ToSchema)]
-pub struct DeviceList {
-    #[schema(example = "Success")]
-    message: String,
-    data: Vec<Device>,
-}
-
-/// `{"message": "Success", "data": [Reading]}`, ascending by time.
-#[derive(Serialize, ToSchema)]
-pub struct ReadingList {
-    #[schema(example = "Success")]
-    message: String,
-    data: Vec<Reading>,
-}
-
-/// `{"message": "Success", "data": [Received]}`, newest first.
-#[derive(Serialize, ToSchema)]
-pub struct ReceivedList {
-    #[schema(example = "Success")]
-    message: String,
-    data: Vec<Received>,
-}
-
-/// An error of the read endpoints: the spec's exact text and `data: null`.
-#[derive(Serialize, ToSchema)]
-pub struct ErrorBody {
-    /// `Bad Request`, `Unauthorized`, `Forbidden`, `Device not found`,
-    /// `Method Not Allowed`, `To Many Request` (sic), `Not Found`.
-    #[schema(example = "Device not found")]
-    message: String,
-    /// Always null.
-    #[schema(value_type = Option<Object>)]
-    data: Option<()>,
-    /// What is wrong (400 only).
-    detail: Option<String>,
-}
-
-/// The webhook envelope (spec 2.6).
-#[derive(Serialize, ToSchema)]
-pub struct WebhookEnvelope {
-    /// Event kind, e.g. `sensor-data`.
-    #[schema(min_length = 1, example = "sensor-data")]
-    event: String,
-    /// Device identifier.
-    #[schema(min_length = 1, example = "AWLR-001")]
-    device_id: String,
-    /// RFC 3339 date-time with `Z` or an offset.
-    #[schema(format = DateTime, example = "2026-05-05T07:00:00+07:00")]
-    timestamp: String,
-    /// A flat set of named values, or `{"sensors": [{"id", "value"}]}`.
-    #[schema(value_type = Object)]
-    data: serde_json::Value,
-    /// Free-form.
-    #[schema(value_type = Option<Object>)]
-    metadata: Option<serde_json::Value>,
-}
+use utoipa::{Modify, OpenApi};
 
 /// The security schemes: HTTP Basic, and the webhook's `X-API-KEY`. The
 /// public reads carry their credential as the `api_key_id` path parameter,
@@ -154,7 +77,7 @@ impl Modify for RateLimitHeaders {
         super::ops::healthz,
         super::ops::readyz,
         super::ops::metrics,
-        super::ops::openapi,
+        document,
     ),
     components(schemas(Device, SensorMeta, Reading, SensorValue, ErrorBody, WebhookEnvelope, WebhookReply, Received)),
     modifiers(&Security, &RateLimitHeaders)
@@ -164,6 +87,12 @@ struct ApiDoc;
 /// The document as JSON.
 pub fn document_json() -> String {
     ApiDoc::openapi().to_json().unwrap_or_else(|_| "{}".into())
+}
+
+/// GET /openapi.json.
+#[utoipa::path(get, path = "/openapi.json", tag = "operations", responses((status = 200, description = "This document", content_type = "application/json", body = Object)))]
+pub async fn document() -> Response {
+    ([(header::CONTENT_TYPE, JSON)], document_json()).into_response()
 }
 
 #[cfg(test)]

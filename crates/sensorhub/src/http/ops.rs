@@ -1,9 +1,10 @@
 //! What operators and tools call outside `/external/v1`: liveness,
-//! readiness, Prometheus metrics and the OpenAPI document.
+//! readiness and Prometheus metrics (the OpenAPI document is served by
+//! [`super::openapi`]).
 
 use super::AppState;
 use super::error::{ApiError, JSON};
-use super::openapi::ErrorBody;
+use super::schema::ErrorBody;
 use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
@@ -32,10 +33,4 @@ pub async fn readyz(State(state): State<AppState>) -> Result<Response, ApiError>
 pub async fn metrics(State(state): State<AppState>) -> Response {
     let text = state.metrics.render(state.store.pool_status());
     ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], text).into_response()
-}
-
-/// GET /openapi.json.
-#[utoipa::path(get, path = "/openapi.json", tag = "operations", responses((status = 200, description = "This document", content_type = "application/json", body = Object)))]
-pub async fn openapi() -> Response {
-    ([(header::CONTENT_TYPE, JSON)], super::openapi::document_json()).into_response()
 }

@@ -4,7 +4,7 @@
 use super::AppState;
 use super::auth::{BasicCaller, Caller, PublicCaller, path_param};
 use super::error::{ApiError, JSON};
-use super::openapi::{ErrorBody, ReadingList};
+use super::schema::{ErrorBody, ReadingList};
 use axum::body::Body;
 use axum::extract::{FromRequestParts, State};
 use axum::http::header;

@@ -7,8 +7,8 @@
 use super::AppState;
 use super::auth::WebhookCaller;
 use super::error::{ApiError, JSON, WebhookError, WebhookReply, success};
-use super::openapi::{ReceivedList, WebhookEnvelope};
 use super::received::Received;
+use super::schema::{ReceivedList, WebhookEnvelope};
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, header};

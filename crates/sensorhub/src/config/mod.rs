@@ -1,25 +1,30 @@
 //! Typed configuration, layered: built-in defaults < TOML file (`--config`)
 //! < `SENSORHUB_*` environment variables < command-line flags. Flags and
-//! environment are merged by clap; this module adds the file and defaults.
+//! environment are merged by clap; the file and the defaults are added by
+//! one pure function per command ([`serve::ServeSettings::resolve`]), which
+//! holds every default once.
+
+pub mod serve;
 
 use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::Path;
 
-/// Default listen address.
+/// Default listen address (also printed by `demo` in its curl lines).
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 /// Default database.
 pub const DEFAULT_DATABASE: &str = "./sensorhub.db";
-/// Default longest readings range, in days.
-pub const DEFAULT_MAX_RANGE_DAYS: u32 = 366;
-/// Default seconds in-flight requests get after a shutdown signal.
-pub const DEFAULT_SHUTDOWN_GRACE: u64 = 30;
-/// Default quota per caller.
-pub const DEFAULT_RATE_LIMIT: &str = "600/minute";
-/// Default prefix of sensorhub's Redis keys.
-pub const DEFAULT_REDIS_PREFIX: &str = "sensorhub";
-/// Default largest webhook body.
-pub const DEFAULT_MAX_BODY_BYTES: usize = 1 << 20;
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}
 
 /// A database or Redis URL given on the command line: its `Debug` hides
 /// the password, so that printing the parsed arguments never leaks it.
@@ -68,7 +73,7 @@ pub struct FileConfig {
     /// Prefix of sensorhub's Redis keys.
     pub redis_prefix: Option<String>,
     /// `text` or `json`.
-    pub log_format: Option<crate::cli::LogFormat>,
+    pub log_format: Option<LogFormat>,
 }
 
 /// `default_tz` may be a number of hours or a string.

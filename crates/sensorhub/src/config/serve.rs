@@ -1,0 +1,224 @@
+//! The settings of `sensorhub serve`: its flags (each also an environment
+//! variable), and [`ServeSettings::resolve`], the one pure function that
+//! layers flags over the config file over the defaults. Every default of
+//! the server is written here, once; `cli/serve.rs` only does the I/O.
+
+use super::{DEFAULT_LISTEN, FileConfig, Url};
+use crate::http::WebhookSettings;
+use crate::http::webhook::WebhookMode;
+use crate::ratelimit::RateLimitSetting;
+use axum::http::HeaderName;
+use jiff::tz::Offset;
+use sensorhub_core::time::{RangeRules, parse_tz};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// Default longest readings range, in days.
+const DEFAULT_MAX_RANGE_DAYS: u32 = 366;
+/// Default seconds in-flight requests get after a shutdown signal.
+const DEFAULT_SHUTDOWN_GRACE: u64 = 30;
+/// Default quota per caller.
+const DEFAULT_RATE_LIMIT: &str = "600/minute";
+/// Default prefix of sensorhub's Redis keys.
+const DEFAULT_REDIS_PREFIX: &str = "sensorhub";
+/// Default largest webhook body.
+const DEFAULT_MAX_BODY_BYTES: usize = 1 << 20;
+
+/// The flags of `serve` that are settings (each also read from the
+/// environment); `None` means "not given here".
+#[derive(Debug, Default, clap::Args)]
+pub struct ServeFlags {
+    /// Address to listen on [default: 127.0.0.1:8080]
+    #[arg(long, env = "SENSORHUB_LISTEN")]
+    pub listen: Option<SocketAddr>,
+    /// UTC offset of rendered times when a request has no tz (hours, or ±HH:MM) [default: 0]
+    #[arg(long, env = "SENSORHUB_DEFAULT_TZ", allow_hyphen_values = true)]
+    pub default_tz: Option<String>,
+    /// Longest range one readings request may ask for, in days [default: 366]
+    #[arg(long, env = "SENSORHUB_MAX_RANGE_DAYS")]
+    pub max_range_days: Option<u32>,
+    /// Seconds in-flight requests get to finish after SIGTERM or Ctrl-C [default: 30]
+    #[arg(long, env = "SENSORHUB_SHUTDOWN_GRACE")]
+    pub shutdown_grace: Option<u64>,
+    /// Requests per caller: COUNT/UNIT (second, minute, hour) or off [default: 600/minute]
+    #[arg(long, env = "SENSORHUB_RATE_LIMIT")]
+    pub rate_limit: Option<RateLimitSetting>,
+    /// simulate: check and remember webhook envelopes, store nothing; ingest: store them as readings [default: simulate]
+    #[arg(long, env = "SENSORHUB_WEBHOOK_MODE", value_enum)]
+    pub webhook_mode: Option<WebhookMode>,
+    /// Largest webhook body accepted, in bytes [default: 1048576]
+    #[arg(long, env = "SENSORHUB_MAX_BODY_BYTES")]
+    pub max_body_bytes: Option<usize>,
+    /// Header with the client address set by a trusted reverse proxy (e.g. X-Forwarded-For; its last entry counts)
+    #[arg(long, env = "SENSORHUB_CLIENT_IP_HEADER")]
+    pub client_ip_header: Option<String>,
+    /// Where rate-limit counters (and the webhook's received list) live: memory (this process) or a redis:// URL shared by instances [default: memory]
+    #[arg(long, env = "SENSORHUB_RATE_LIMIT_STORE")]
+    pub rate_limit_store: Option<Url>,
+    /// Prefix of sensorhub's Redis keys, to share one Redis between installations [default: sensorhub]
+    #[arg(long, env = "SENSORHUB_REDIS_PREFIX")]
+    pub redis_prefix: Option<String>,
+}
+
+/// Where rate-limit counters and the webhook's received list live.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CounterStore {
+    /// This process's memory.
+    Memory,
+    /// A Redis shared by instances.
+    Redis {
+        /// `redis://…`; its `Debug` hides a password.
+        url: Url,
+        /// Prefix of every key.
+        prefix: String,
+    },
+}
+
+/// Every setting of `serve`, resolved.
+#[derive(Debug, Clone)]
+pub struct ServeSettings {
+    /// Address to listen on.
+    pub listen: SocketAddr,
+    /// Time-range defaults and limits.
+    pub rules: RangeRules,
+    /// Time in-flight requests get after a shutdown signal.
+    pub shutdown_grace: Duration,
+    /// Quota per caller.
+    pub rate_limit: RateLimitSetting,
+    /// Webhook behaviour.
+    pub webhook: WebhookSettings,
+    /// Header holding the client address, set by a trusted proxy.
+    pub client_ip_header: Option<HeaderName>,
+    /// Where counters live.
+    pub counters: CounterStore,
+}
+
+impl ServeSettings {
+    /// Layers `flags` (command line and environment) over `file` over the
+    /// defaults, and checks every value. Pure: reads nothing, opens nothing.
+    pub fn resolve(flags: &ServeFlags, file: &FileConfig) -> Result<Self, String> {
+        let listen = match flags.listen.or(file.listen) {
+            Some(a) => a,
+            None => DEFAULT_LISTEN.parse().map_err(|e| format!("{DEFAULT_LISTEN}: {e}"))?,
+        };
+        let default_tz = match flags.default_tz.as_ref().or(file.default_tz.as_ref()) {
+            Some(tz) => parse_tz(tz).map_err(|e| format!("--default-tz: {e}"))?,
+            None => Offset::UTC,
+        };
+        let max_range_days = flags.max_range_days.or(file.max_range_days).unwrap_or(DEFAULT_MAX_RANGE_DAYS);
+        if max_range_days == 0 {
+            return Err("--max-range-days must be at least 1".into());
+        }
+        let rate_limit = match flags.rate_limit {
+            Some(r) => r,
+            None => file.rate_limit.as_deref().unwrap_or(DEFAULT_RATE_LIMIT).parse::<RateLimitSetting>()?,
+        };
+        let client_ip_header = match flags.client_ip_header.as_ref().or(file.client_ip_header.as_ref()) {
+            Some(name) => {
+                Some(HeaderName::try_from(name.as_str()).map_err(|e| format!("--client-ip-header {name:?}: {e}"))?)
+            }
+            None => None,
+        };
+        let webhook = WebhookSettings {
+            mode: flags.webhook_mode.or(file.webhook_mode).unwrap_or_default(),
+            max_body_bytes: flags.max_body_bytes.or(file.max_body_bytes).unwrap_or(DEFAULT_MAX_BODY_BYTES),
+        };
+        let store = flags.rate_limit_store.as_ref().map(|u| u.0.clone()).or_else(|| file.rate_limit_store.clone());
+        let counters = match store {
+            None => CounterStore::Memory,
+            Some(s) if s == "memory" => CounterStore::Memory,
+            Some(url) if url.starts_with("redis://") => {
+                let prefix = flags.redis_prefix.as_ref().or(file.redis_prefix.as_ref());
+                CounterStore::Redis {
+                    url: Url(url),
+                    prefix: prefix.map_or(DEFAULT_REDIS_PREFIX, String::as_str).to_owned(),
+                }
+            }
+            Some(other) => {
+                return Err(format!(
+                    "--rate-limit-store {:?}: expected memory or a redis:// URL",
+                    sensorhub_store::redact_url(&other)
+                ));
+            }
+        };
+        let grace = flags.shutdown_grace.or(file.shutdown_grace).unwrap_or(DEFAULT_SHUTDOWN_GRACE);
+        Ok(Self {
+            listen,
+            rules: RangeRules { default_tz, max_range_days },
+            shutdown_grace: Duration::from_secs(grace),
+            rate_limit,
+            webhook,
+            client_ip_header,
+            counters,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(toml: &str) -> FileConfig {
+        toml::from_str(toml).expect("valid config")
+    }
+
+    #[test]
+    fn defaults_when_nothing_is_given() {
+        let s = ServeSettings::resolve(&ServeFlags::default(), &FileConfig::default()).expect("defaults");
+        assert_eq!(s.listen.to_string(), "127.0.0.1:8080");
+        assert_eq!(s.rules.default_tz, Offset::UTC);
+        assert_eq!(s.rules.max_range_days, 366);
+        assert_eq!(s.shutdown_grace, Duration::from_secs(30));
+        assert_eq!(s.rate_limit.to_string(), "600/minute");
+        assert_eq!(s.webhook.mode, WebhookMode::Simulate);
+        assert_eq!(s.webhook.max_body_bytes, 1 << 20);
+        assert_eq!(s.client_ip_header, None);
+        assert_eq!(s.counters, CounterStore::Memory);
+    }
+
+    #[test]
+    fn the_file_overrides_defaults_and_flags_override_the_file() {
+        let f = file(
+            r#"listen = "0.0.0.0:9000"
+               default_tz = 7
+               max_range_days = 31
+               rate_limit = "10/second"
+               rate_limit_store = "redis://:hunter2@r:6379"
+               redis_prefix = "site-a""#,
+        );
+        let s = ServeSettings::resolve(&ServeFlags::default(), &f).expect("file");
+        assert_eq!(s.listen.to_string(), "0.0.0.0:9000");
+        assert_eq!(s.rules.default_tz, Offset::constant(7));
+        assert_eq!(s.rules.max_range_days, 31);
+        assert_eq!(s.rate_limit.to_string(), "10/second");
+        assert_eq!(
+            s.counters,
+            CounterStore::Redis { url: Url("redis://:hunter2@r:6379".into()), prefix: "site-a".into() }
+        );
+        assert!(!format!("{s:?}").contains("hunter2"), "settings print no password");
+        let flags = ServeFlags {
+            listen: Some("127.0.0.1:1".parse().expect("addr")),
+            max_range_days: Some(2),
+            rate_limit_store: Some(Url("memory".into())),
+            ..ServeFlags::default()
+        };
+        let s = ServeSettings::resolve(&flags, &f).expect("flags");
+        assert_eq!(s.listen.to_string(), "127.0.0.1:1");
+        assert_eq!(s.rules.max_range_days, 2);
+        assert_eq!(s.rules.default_tz, Offset::constant(7), "what flags do not give comes from the file");
+        assert_eq!(s.counters, CounterStore::Memory);
+    }
+
+    #[test]
+    fn bad_values_are_refused_with_the_setting_named() {
+        let bad = |flags: ServeFlags| ServeSettings::resolve(&flags, &FileConfig::default()).expect_err("refused");
+        assert!(bad(ServeFlags { max_range_days: Some(0), ..ServeFlags::default() }).contains("--max-range-days"));
+        assert!(
+            bad(ServeFlags { default_tz: Some("+25:00".into()), ..ServeFlags::default() }).contains("--default-tz")
+        );
+        let e = bad(ServeFlags { rate_limit_store: Some(Url("mysql://x".into())), ..ServeFlags::default() });
+        assert!(e.contains("--rate-limit-store"), "{e}");
+        let e = bad(ServeFlags { client_ip_header: Some("bad header".into()), ..ServeFlags::default() });
+        assert!(e.contains("--client-ip-header"), "{e}");
+    }
+}
