@@ -35,6 +35,11 @@ struct OutcomeLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StateLabels {
     state: &'static str,
 }
@@ -55,7 +60,12 @@ pub struct Metrics {
     readings_ingested: Counter,
     pool: Family<StateLabels, Gauge>,
     redis_unavailable: Family<OutcomeLabels, Counter>,
+    connections: Gauge,
+    connections_closed: Family<ReasonLabels, Counter>,
 }
+
+/// Why the server closed a connection (the `reason` label).
+pub const CLOSE_REASONS: [&str; 5] = ["client", "header_timeout", "idle", "write_stall", "error"];
 
 impl Default for Metrics {
     fn default() -> Self {
@@ -68,6 +78,19 @@ impl Default for Metrics {
         let readings_ingested = Counter::default();
         let pool = Family::<StateLabels, Gauge>::default();
         let redis_unavailable = Family::<OutcomeLabels, Counter>::default();
+        let connections = Gauge::default();
+        let connections_closed = Family::<ReasonLabels, Counter>::default();
+        registry.register("http_connections", "HTTP connections open now", connections.clone());
+        registry.register(
+            "http_connections_closed",
+            "HTTP connections ended, by reason: client (closed by the client or after its last answer), \
+             header_timeout (no whole request head in time), idle (silent keep-alive), write_stall \
+             (the client took no byte of an answer in time), error",
+            connections_closed.clone(),
+        );
+        for reason in CLOSE_REASONS {
+            let _ = connections_closed.get_or_create(&ReasonLabels { reason });
+        }
         registry.register("http_requests", "HTTP requests by method, route template and status", requests.clone());
         registry.register(
             "http_request_duration_seconds",
@@ -102,6 +125,8 @@ impl Default for Metrics {
             readings_ingested,
             pool,
             redis_unavailable,
+            connections,
+            connections_closed,
         }
     }
 }
@@ -124,6 +149,17 @@ impl Metrics {
     pub fn webhook(&self, accepted: bool) {
         let outcome = if accepted { "accepted" } else { "rejected" };
         self.webhook.get_or_create(&OutcomeLabels { outcome }).inc();
+    }
+
+    /// Counts a connection opened.
+    pub fn connection_opened(&self) {
+        self.connections.inc();
+    }
+
+    /// Counts a connection closed, for `reason` (one of [`CLOSE_REASONS`]).
+    pub fn connection_closed(&self, reason: &'static str) {
+        self.connections.dec();
+        self.connections_closed.get_or_create(&ReasonLabels { reason }).inc();
     }
 
     /// Counts readings sent to a client.

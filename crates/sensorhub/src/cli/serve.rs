@@ -48,15 +48,18 @@ pub async fn run(ctx: &Context, args: Args) -> CliResult {
         client_ip_header: settings.client_ip_header,
         webhook: settings.webhook,
         redis,
+        request_timeout: settings.request_timeout,
+        rate_limit_fail: settings.rate_limit_fail,
     };
     tracing::info!(rate_limit = %options.rate_limit, rate_limit_store = %store_name, webhook_mode = ?options.webhook.mode, "settings");
     let state = AppState::new(store, options);
+    let metrics = state.metrics.clone();
     tracing::info!(
         listen = %listener.local_addr()?,
         database = %sensorhub_store::redact_url(&ctx.database),
         "sensorhub serving /external/v1"
     );
-    serve(listener, app(state), shutdown, settings.shutdown_grace).await?;
+    serve(listener, app(state), shutdown, settings.connections, metrics).await?;
     tracing::info!("stopped");
     Ok(())
 }

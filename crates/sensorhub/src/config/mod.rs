@@ -74,6 +74,18 @@ pub struct FileConfig {
     pub redis_prefix: Option<String>,
     /// `text` or `json`.
     pub log_format: Option<LogFormat>,
+    /// `open` or `closed`: the rate limit while Redis does not answer.
+    pub rate_limit_fail: Option<crate::http::RateLimitFail>,
+    /// Seconds to send a whole request head.
+    pub header_read_timeout: Option<u64>,
+    /// Seconds an idle keep-alive connection may stay silent.
+    pub keep_alive_timeout: Option<u64>,
+    /// Seconds a request has until its answer begins.
+    pub request_timeout: Option<u64>,
+    /// Seconds a client may take no byte of an answer.
+    pub write_timeout: Option<u64>,
+    /// Connections served at once.
+    pub max_connections: Option<usize>,
 }
 
 /// `default_tz` may be a number of hours or a string.
@@ -127,6 +139,12 @@ pub const KNOWN_ENV: &[&str] = &[
     "SENSORHUB_RATE_LIMIT_STORE",
     "SENSORHUB_REDIS_PREFIX",
     "SENSORHUB_LOG_FORMAT",
+    "SENSORHUB_RATE_LIMIT_FAIL",
+    "SENSORHUB_HEADER_READ_TIMEOUT",
+    "SENSORHUB_KEEP_ALIVE_TIMEOUT",
+    "SENSORHUB_REQUEST_TIMEOUT",
+    "SENSORHUB_WRITE_TIMEOUT",
+    "SENSORHUB_MAX_CONNECTIONS",
     "SENSORHUB_LOG",
 ];
 

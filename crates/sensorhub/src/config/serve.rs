@@ -4,8 +4,8 @@
 //! the server is written here, once; `cli/serve.rs` only does the I/O.
 
 use super::{DEFAULT_LISTEN, FileConfig, Url};
-use crate::http::WebhookSettings;
 use crate::http::webhook::WebhookMode;
+use crate::http::{ConnectionLimits, RateLimitFail, WebhookSettings};
 use crate::ratelimit::RateLimitSetting;
 use axum::http::HeaderName;
 use jiff::tz::Offset;
@@ -23,6 +23,16 @@ const DEFAULT_RATE_LIMIT: &str = "600/minute";
 const DEFAULT_REDIS_PREFIX: &str = "sensorhub";
 /// Default largest webhook body.
 const DEFAULT_MAX_BODY_BYTES: usize = 1 << 20;
+/// Default seconds a client has to send a whole request head.
+const DEFAULT_HEADER_READ_TIMEOUT: u64 = 10;
+/// Default seconds an idle keep-alive connection may stay silent.
+const DEFAULT_KEEP_ALIVE_TIMEOUT: u64 = 60;
+/// Default seconds a handler has to begin its answer.
+const DEFAULT_REQUEST_TIMEOUT: u64 = 30;
+/// Default seconds a client may accept no byte of an answer.
+const DEFAULT_WRITE_TIMEOUT: u64 = 30;
+/// Default connections served at once.
+const DEFAULT_MAX_CONNECTIONS: usize = 4096;
 
 /// The flags of `serve` that are settings (each also read from the
 /// environment); `None` means "not given here".
@@ -58,6 +68,24 @@ pub struct ServeFlags {
     /// Prefix of sensorhub's Redis keys, to share one Redis between installations [default: sensorhub]
     #[arg(long, env = "SENSORHUB_REDIS_PREFIX")]
     pub redis_prefix: Option<String>,
+    /// While the Redis of the rate limits does not answer: open (serve unchecked) or closed (503) [default: open]
+    #[arg(long, env = "SENSORHUB_RATE_LIMIT_FAIL", value_enum)]
+    pub rate_limit_fail: Option<RateLimitFail>,
+    /// Seconds a client has to send a whole request head, counted from when the connection waits for one [default: 10]
+    #[arg(long, env = "SENSORHUB_HEADER_READ_TIMEOUT")]
+    pub header_read_timeout: Option<u64>,
+    /// Seconds an idle keep-alive connection may stay silent before it is closed [default: 60]
+    #[arg(long, env = "SENSORHUB_KEEP_ALIVE_TIMEOUT")]
+    pub keep_alive_timeout: Option<u64>,
+    /// Seconds a request has until its answer begins; past it, 503 [default: 30]
+    #[arg(long, env = "SENSORHUB_REQUEST_TIMEOUT")]
+    pub request_timeout: Option<u64>,
+    /// Seconds a client may take no byte of an answer before it is cut off [default: 30]
+    #[arg(long, env = "SENSORHUB_WRITE_TIMEOUT")]
+    pub write_timeout: Option<u64>,
+    /// Connections served at once; more wait in the listen backlog [default: 4096]
+    #[arg(long, env = "SENSORHUB_MAX_CONNECTIONS")]
+    pub max_connections: Option<usize>,
 }
 
 /// Where rate-limit counters and the webhook's received list live.
@@ -81,8 +109,6 @@ pub struct ServeSettings {
     pub listen: SocketAddr,
     /// Time-range defaults and limits.
     pub rules: RangeRules,
-    /// Time in-flight requests get after a shutdown signal.
-    pub shutdown_grace: Duration,
     /// Quota per caller.
     pub rate_limit: RateLimitSetting,
     /// Webhook behaviour.
@@ -91,6 +117,12 @@ pub struct ServeSettings {
     pub client_ip_header: Option<HeaderName>,
     /// Where counters live.
     pub counters: CounterStore,
+    /// What the rate limit does while Redis does not answer.
+    pub rate_limit_fail: RateLimitFail,
+    /// Time a handler has to begin its answer.
+    pub request_timeout: Duration,
+    /// Timeouts and the cap of connections (and the shutdown grace).
+    pub connections: ConnectionLimits,
 }
 
 impl ServeSettings {
@@ -141,15 +173,46 @@ impl ServeSettings {
                 ));
             }
         };
-        let grace = flags.shutdown_grace.or(file.shutdown_grace).unwrap_or(DEFAULT_SHUTDOWN_GRACE);
+        let seconds =
+            |name: &str, flag: Option<u64>, file: Option<u64>, default: u64| match flag.or(file).unwrap_or(default) {
+                0 => Err(format!("--{name} must be at least 1 second")),
+                s => Ok(Duration::from_secs(s)),
+            };
+        let max_connections = flags.max_connections.or(file.max_connections).unwrap_or(DEFAULT_MAX_CONNECTIONS);
+        if max_connections == 0 {
+            return Err("--max-connections must be at least 1".into());
+        }
+        let connections = ConnectionLimits {
+            header_read_timeout: seconds(
+                "header-read-timeout",
+                flags.header_read_timeout,
+                file.header_read_timeout,
+                DEFAULT_HEADER_READ_TIMEOUT,
+            )?,
+            keep_alive_timeout: seconds(
+                "keep-alive-timeout",
+                flags.keep_alive_timeout,
+                file.keep_alive_timeout,
+                DEFAULT_KEEP_ALIVE_TIMEOUT,
+            )?,
+            write_timeout: seconds("write-timeout", flags.write_timeout, file.write_timeout, DEFAULT_WRITE_TIMEOUT)?,
+            max_connections,
+            shutdown_grace: Duration::from_secs(
+                flags.shutdown_grace.or(file.shutdown_grace).unwrap_or(DEFAULT_SHUTDOWN_GRACE),
+            ),
+        };
+        let request_timeout =
+            seconds("request-timeout", flags.request_timeout, file.request_timeout, DEFAULT_REQUEST_TIMEOUT)?;
         Ok(Self {
             listen,
             rules: RangeRules { default_tz, max_range_days },
-            shutdown_grace: Duration::from_secs(grace),
             rate_limit,
             webhook,
             client_ip_header,
             counters,
+            rate_limit_fail: flags.rate_limit_fail.or(file.rate_limit_fail).unwrap_or_default(),
+            request_timeout,
+            connections,
         })
     }
 }
@@ -168,7 +231,9 @@ mod tests {
         assert_eq!(s.listen.to_string(), "127.0.0.1:8080");
         assert_eq!(s.rules.default_tz, Offset::UTC);
         assert_eq!(s.rules.max_range_days, 366);
-        assert_eq!(s.shutdown_grace, Duration::from_secs(30));
+        assert_eq!(s.connections, ConnectionLimits::default(), "the server's defaults are the README's");
+        assert_eq!(s.request_timeout, Duration::from_secs(30));
+        assert_eq!(s.rate_limit_fail, RateLimitFail::Open);
         assert_eq!(s.rate_limit.to_string(), "600/minute");
         assert_eq!(s.webhook.mode, WebhookMode::Simulate);
         assert_eq!(s.webhook.max_body_bytes, 1 << 20);
@@ -184,7 +249,13 @@ mod tests {
                max_range_days = 31
                rate_limit = "10/second"
                rate_limit_store = "redis://:hunter2@r:6379"
-               redis_prefix = "site-a""#,
+               redis_prefix = "site-a"
+               header_read_timeout = 3
+               keep_alive_timeout = 4
+               request_timeout = 5
+               write_timeout = 6
+               max_connections = 7
+               rate_limit_fail = "closed""#,
         );
         let s = ServeSettings::resolve(&ServeFlags::default(), &f).expect("file");
         assert_eq!(s.listen.to_string(), "0.0.0.0:9000");
@@ -196,6 +267,12 @@ mod tests {
             CounterStore::Redis { url: Url("redis://:hunter2@r:6379".into()), prefix: "site-a".into() }
         );
         assert!(!format!("{s:?}").contains("hunter2"), "settings print no password");
+        let c = s.connections;
+        assert_eq!(
+            [c.header_read_timeout, c.keep_alive_timeout, s.request_timeout, c.write_timeout],
+            [3, 4, 5, 6].map(Duration::from_secs)
+        );
+        assert_eq!((c.max_connections, s.rate_limit_fail), (7, RateLimitFail::Closed));
         let flags = ServeFlags {
             listen: Some("127.0.0.1:1".parse().expect("addr")),
             max_range_days: Some(2),
@@ -218,6 +295,10 @@ mod tests {
         );
         let e = bad(ServeFlags { rate_limit_store: Some(Url("mysql://x".into())), ..ServeFlags::default() });
         assert!(e.contains("--rate-limit-store"), "{e}");
+        let e = bad(ServeFlags { write_timeout: Some(0), ..ServeFlags::default() });
+        assert!(e.contains("--write-timeout"), "{e}");
+        let e = bad(ServeFlags { max_connections: Some(0), ..ServeFlags::default() });
+        assert!(e.contains("--max-connections"), "{e}");
         let e = bad(ServeFlags { client_ip_header: Some("bad header".into()), ..ServeFlags::default() });
         assert!(e.contains("--client-ip-header"), "{e}");
     }

@@ -42,6 +42,11 @@ pub enum ApiError {
     /// 503: a dependency (the database) does not answer.
     #[error("service unavailable: {0}")]
     Unavailable(String),
+    /// 503 with `Retry-After`: the request could not be served now (no
+    /// answer within the request timeout, the rate-limit store down with
+    /// `--rate-limit-fail closed`); the cause is logged, never sent.
+    #[error("busy: {0}")]
+    Busy(String),
     /// 500; the cause is logged, never sent.
     #[error("internal error: {0}")]
     Internal(String),
@@ -78,7 +83,7 @@ impl ApiError {
             ApiError::TooManyRequests => (StatusCode::TOO_MANY_REQUESTS, "To Many Request"),
             ApiError::PayloadTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "Payload Too Large"),
             ApiError::UnsupportedMediaType(_) => (StatusCode::UNSUPPORTED_MEDIA_TYPE, "Unsupported Media Type"),
-            ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "Service Unavailable"),
+            ApiError::Unavailable(_) | ApiError::Busy(_) => (StatusCode::SERVICE_UNAVAILABLE, "Service Unavailable"),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "Internal Server Error"),
         }
     }
@@ -98,6 +103,7 @@ impl ApiError {
         match &self {
             ApiError::Internal(cause) => tracing::error!(error = %cause, "request failed"),
             ApiError::Unavailable(cause) => tracing::warn!(error = %cause, "dependency unavailable"),
+            ApiError::Busy(cause) => tracing::warn!(error = %cause, "request not served"),
             _ => {}
         }
         let mut res = (status, body).into_response();
@@ -112,6 +118,9 @@ impl ApiError {
             }
             ApiError::WebhookMethodNotAllowed => {
                 headers.insert(header::ALLOW, HeaderValue::from_static("POST"));
+            }
+            ApiError::Busy(_) => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             }
             ApiError::PayloadTooLarge => {
                 // The rest of the body is not read: the connection cannot be reused.

@@ -2,6 +2,7 @@
 //! `/external/v1`, its state, and a server with graceful shutdown.
 
 pub mod auth;
+mod deadline;
 pub mod devices;
 pub mod error;
 mod log;
@@ -11,7 +12,10 @@ pub mod ratelimit;
 pub mod readings;
 pub mod received;
 pub mod schema;
+mod server;
 pub mod webhook;
+
+pub use server::{ConnectionLimits, serve};
 
 use crate::metrics::Metrics;
 use crate::ratelimit::memory::MemoryLimiter;
@@ -25,10 +29,8 @@ use error::{ApiError, WebhookError};
 use sensorhub_core::time::RangeRules;
 use sensorhub_store::Store;
 use std::future::Future;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::net::TcpListener;
 use webhook::WebhookMode;
 
 /// A limiter the state holds; `None` when limits are off.
@@ -58,6 +60,8 @@ pub struct AppState {
     pub received: Arc<received::ReceivedLog>,
     /// Prometheus metrics.
     pub metrics: Arc<Metrics>,
+    /// Time a handler has to begin its answer.
+    pub request_timeout: Duration,
 }
 
 /// How the webhook treats envelopes.
@@ -82,6 +86,22 @@ pub struct ServerOptions {
     pub webhook: WebhookSettings,
     /// The Redis shared by instances (rate limits, webhook list); `None`: this process's memory.
     pub redis: Option<Arc<SharedRedis>>,
+    /// Time a handler has to begin its answer.
+    pub request_timeout: Duration,
+    /// Whether callers are served unchecked (open) or refused (closed)
+    /// while the shared rate-limit store does not answer.
+    pub rate_limit_fail: RateLimitFail,
+}
+
+/// What the rate limit does while its shared store (Redis) does not answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RateLimitFail {
+    /// Serve callers unchecked (availability first).
+    #[default]
+    Open,
+    /// Refuse callers with 503 and `Retry-After` (limits first).
+    Closed,
 }
 
 impl Default for ServerOptions {
@@ -92,6 +112,8 @@ impl Default for ServerOptions {
             client_ip_header: None,
             webhook: WebhookSettings { mode: WebhookMode::Simulate, max_body_bytes: 1 << 20 },
             redis: None,
+            request_timeout: Duration::from_secs(30),
+            rate_limit_fail: RateLimitFail::Open,
         }
     }
 }
@@ -115,7 +137,11 @@ impl AppState {
             (RateLimitSetting::On(quota), Some(redis)) => {
                 let served = metrics.redis_unavailable("served");
                 let in_memory = metrics.redis_unavailable("memory");
-                let callers = RedisLimiter::new(redis.clone(), quota, WhenDown::Serve, served);
+                let (when_down, counter) = match options.rate_limit_fail {
+                    RateLimitFail::Open => (WhenDown::Serve, served),
+                    RateLimitFail::Closed => (WhenDown::Refuse, metrics.redis_unavailable("refused")),
+                };
+                let callers = RedisLimiter::new(redis.clone(), quota, when_down, counter);
                 let logins = RedisLimiter::new(redis.clone(), quota, WhenDown::Memory(memory(quota)), in_memory);
                 (Some(Arc::new(callers)), Some(Arc::new(logins)))
             }
@@ -137,6 +163,7 @@ impl AppState {
             webhook: options.webhook,
             received: Arc::new(received),
             metrics,
+            request_timeout: options.request_timeout,
         }
     }
 }
@@ -218,38 +245,9 @@ pub fn app(state: AppState) -> Router {
         .router
         .fallback(|| async { ApiError::NotFound })
         .layer(axum::middleware::from_fn(ratelimit::headers))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), deadline::limit))
         .layer(axum::middleware::from_fn_with_state(state.clone(), log::access_log))
         .with_state(state)
-}
-
-/// Serves `app` on `listener` until `shutdown` resolves, then stops
-/// accepting and lets in-flight requests finish, for at most `grace`: a
-/// client that reads a long response slowly cannot hold the process up.
-pub async fn serve(
-    listener: TcpListener,
-    app: Router,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-    grace: Duration,
-) -> std::io::Result<()> {
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    let mut graceful = stopped.clone();
-    let server = axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).with_graceful_shutdown(
-        async move {
-            let _ = graceful.wait_for(|s| *s).await;
-        },
-    );
-    let deadline = async move {
-        shutdown.await;
-        let _ = stop.send(true);
-        tokio::time::sleep(grace).await;
-    };
-    tokio::select! {
-        result = server => result,
-        () = deadline => {
-            tracing::warn!(grace_seconds = grace.as_secs(), "in-flight requests still running after the grace period; closing them");
-            Ok(())
-        }
-    }
 }
 
 /// Resolves on SIGTERM or Ctrl-C. The handlers are installed when this is

@@ -136,6 +136,9 @@ impl<'a> Guard<'a> {
     pub async fn caller(&self, kind: &[u8], id: &[u8]) -> Result<(), ApiError> {
         let Some(limiter) = &self.state.limiter else { return Ok(()) };
         let d = limiter.check(&digest_parts(&[kind, id])).await;
+        if d.unavailable {
+            return Err(ApiError::Busy("the rate-limit store does not answer (--rate-limit-fail closed)".into()));
+        }
         self.record(d);
         if d.allowed {
             Ok(())

@@ -116,6 +116,9 @@ pub struct Decision {
     pub reset_secs: u64,
     /// Seconds to wait before a retry can succeed (`Retry-After`); 0 when allowed.
     pub retry_after_secs: u64,
+    /// Refused because the limiter's store does not answer
+    /// (`--rate-limit-fail closed`), not because the caller is over.
+    pub unavailable: bool,
 }
 
 /// One GCRA step in nanoseconds. `tat` is the key's theoretical arrival
@@ -141,6 +144,7 @@ pub fn gcra_in(ticks: Ticks, quota: Quota, tat: Option<u64>, now: u64, spend: bo
             remaining: 0,
             reset_secs: ceil_secs(tat - now),
             retry_after_secs: ceil_secs(wait).max(1),
+            unavailable: false,
         };
         return (decision, None);
     }
@@ -152,6 +156,7 @@ pub fn gcra_in(ticks: Ticks, quota: Quota, tat: Option<u64>, now: u64, spend: bo
         remaining: remaining.min(quota.count),
         reset_secs: ceil_secs(after - now),
         retry_after_secs: 0,
+        unavailable: false,
     };
     (decision, spend.then_some(next))
 }

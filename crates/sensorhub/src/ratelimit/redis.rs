@@ -32,8 +32,10 @@ return {tat, now}
 
 /// What to do when Redis does not answer.
 pub enum WhenDown {
-    /// Serve the request unchecked.
+    /// Serve the request unchecked (fail open).
     Serve,
+    /// Refuse the request with 503 (fail closed).
+    Refuse,
     /// Check it against this instance's own memory.
     Memory(Arc<MemoryLimiter>),
 }
@@ -83,20 +85,22 @@ impl RedisLimiter {
             *last = Some(Instant::now());
             let fallback = match self.when_down {
                 WhenDown::Serve => "serving requests without a rate-limit check",
+                WhenDown::Refuse => "refusing requests with 503 (--rate-limit-fail closed)",
                 WhenDown::Memory(_) => "limiting failed logins in this instance's memory",
             };
             tracing::warn!(redis = %self.redis.display(), error = %e, "Redis does not answer: {fallback}");
         }
     }
 
-    /// The decision while Redis is down and requests are served unchecked.
-    fn unchecked(&self) -> Decision {
+    /// The decision while Redis is down: served unchecked, or refused.
+    fn unchecked(&self, allowed: bool) -> Decision {
         Decision {
-            allowed: true,
+            allowed,
             limit: self.quota.count,
             remaining: self.quota.count,
             reset_secs: 0,
-            retry_after_secs: 0,
+            retry_after_secs: if allowed { 0 } else { 1 },
+            unavailable: !allowed,
         }
     }
 }
@@ -109,7 +113,8 @@ impl Limiter for RedisLimiter {
             Err(e) => {
                 self.down(&e);
                 match &self.when_down {
-                    WhenDown::Serve => self.unchecked(),
+                    WhenDown::Serve => self.unchecked(true),
+                    WhenDown::Refuse => self.unchecked(false),
                     WhenDown::Memory(memory) => memory.check(key).await,
                 }
             }
@@ -123,6 +128,7 @@ impl Limiter for RedisLimiter {
                 self.down(&e);
                 match &self.when_down {
                     WhenDown::Serve => false,
+                    WhenDown::Refuse => true,
                     WhenDown::Memory(memory) => memory.is_over(key).await,
                 }
             }

@@ -5,7 +5,7 @@
 //! default `postgres://postgres@127.0.0.1:5432/test`, dropped after it).
 
 use reqwest::{Method, StatusCode, header::HeaderMap};
-use sensorhub::http::{AppState, ServerOptions, app, serve};
+use sensorhub::http::{AppState, ConnectionLimits, ServerOptions, app, serve};
 use sensorhub_core::model::ReadingInput;
 use sensorhub_core::provision::{Provision, parse_json};
 use sensorhub_core::time::RangeRules;
@@ -117,15 +117,25 @@ impl TestApp {
 
     /// A server over the fixture with `options`.
     pub async fn with(options: ServerOptions) -> Self {
-        Self::spawn(options, Some(FIXTURE)).await
+        Self::spawn(options, Self::test_limits(), Some(FIXTURE)).await
+    }
+
+    /// A server over the fixture with `options` and connection `limits`.
+    pub async fn with_limits(options: ServerOptions, limits: ConnectionLimits) -> Self {
+        Self::spawn(options, limits, Some(FIXTURE)).await
     }
 
     /// A server over an empty database.
     pub async fn empty() -> Self {
-        Self::spawn(ServerOptions::default(), None).await
+        Self::spawn(ServerOptions::default(), Self::test_limits(), None).await
     }
 
-    async fn spawn(options: ServerOptions, provision: Option<&str>) -> Self {
+    /// The server's default limits, with a short shutdown grace.
+    fn test_limits() -> ConnectionLimits {
+        ConnectionLimits { shutdown_grace: std::time::Duration::from_secs(5), ..ConnectionLimits::default() }
+    }
+
+    async fn spawn(options: ServerOptions, limits: ConnectionLimits, provision: Option<&str>) -> Self {
         let (db, dir, pg) = fresh_database().await;
         let store = sensorhub_store::open(&db).await.expect("open store");
         if let Some(text) = provision {
@@ -136,11 +146,13 @@ impl TestApp {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let (tx, rx) = oneshot::channel::<()>();
-        let router = app(AppState::new(store.clone(), options));
+        let state = AppState::new(store.clone(), options);
+        let metrics = state.metrics.clone();
+        let router = app(state);
         let stop = async {
             let _ = rx.await;
         };
-        tokio::spawn(serve(listener, router, stop, std::time::Duration::from_secs(5)));
+        tokio::spawn(serve(listener, router, stop, limits, metrics));
         Self {
             base: format!("http://{addr}/external/v1"),
             store,

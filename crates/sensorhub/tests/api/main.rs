@@ -14,4 +14,5 @@ mod ops;
 mod ratelimit;
 mod readings;
 mod shared;
+mod slow;
 mod webhook;

@@ -91,3 +91,37 @@ async fn without_redis_requests_are_served_and_logins_limited_in_memory() {
     assert!(count("served") >= 6, "{metrics}");
     assert!(count("memory") >= 5, "{metrics}");
 }
+
+/// A Redis that is down: nothing listens on this port.
+fn stopped_redis() -> Arc<sensorhub::shared::SharedRedis> {
+    Arc::new(sensorhub::shared::SharedRedis::new("redis://127.0.0.1:1/", "down").expect("a Redis URL"))
+}
+
+#[tokio::test]
+async fn with_redis_down_fail_open_serves_and_fail_closed_refuses_with_503() {
+    let open = TestApp::with(options(5, Some(stopped_redis()))).await;
+    for _ in 0..7 {
+        let r = open.get("/pk-alice-all/devices").await;
+        assert_eq!(r.status, 200, "fail open: served unchecked, past the quota too: {}", r.text);
+    }
+    let closed = TestApp::with(ServerOptions {
+        rate_limit_fail: sensorhub::http::RateLimitFail::Closed,
+        ..options(5, Some(stopped_redis()))
+    })
+    .await;
+    let r = closed.get("/pk-alice-all/devices").await;
+    assert_error(&r, 503, "Service Unavailable");
+    assert_eq!(r.headers["retry-after"], "1");
+    let r = closed.get_as("alice", crate::harness::ALICE_PASSWORD, "/devices").await;
+    assert_error(&r, 503, "Service Unavailable");
+    // Operations endpoints are not rate-limited and still answer.
+    let health = closed.request(Method::GET, &format!("{}/healthz", closed.root()), &[], None).await;
+    assert_eq!(health.status, 200);
+    let metrics = closed.request(Method::GET, &format!("{}/metrics", closed.root()), &[], None).await.text;
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("sensorhub_redis_unavailable_total{outcome=\"refused\"}") && !l.ends_with(" 0")),
+        "refusals are counted"
+    );
+}

@@ -1,0 +1,320 @@
+//! The HTTP/1.1 server: accepts connections up to a cap, serves each with
+//! hyper under the configured timeouts, and shuts down gracefully.
+//!
+//! What guards what:
+//! - **header read** (hyper's `header_read_timeout`): from the moment a
+//!   connection waits for a request (just accepted, or its previous answer
+//!   sent) until that request's head is complete;
+//! - **keep-alive idle** ([`Activity`]): a connection with no request in
+//!   flight that has received no byte for this long is closed;
+//! - **write stall** ([`GuardedStream`]): a client that accepts no byte of
+//!   an answer for this long is cut; a slow reader that keeps taking bytes
+//!   is not, however long the answer;
+//! - **connections**: past the cap the server stops accepting; new clients
+//!   wait in the kernel's listen backlog until a connection closes.
+//!
+//! The time limit of handlers is a middleware ([`super::deadline`]).
+
+use crate::metrics::Metrics;
+use axum::Router;
+use axum::extract::ConnectInfo;
+use axum::extract::Request;
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Semaphore, watch};
+use tokio::time::{Instant, Sleep};
+use tower::ServiceExt;
+
+/// The limits a server applies to every connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectionLimits {
+    /// Time to send a complete request head, counted from when the
+    /// connection starts waiting for it.
+    pub header_read_timeout: Duration,
+    /// Time an idle keep-alive connection may stay silent.
+    pub keep_alive_timeout: Duration,
+    /// Time a client may accept no byte of an answer.
+    pub write_timeout: Duration,
+    /// Connections served at once; more wait in the listen backlog.
+    pub max_connections: usize,
+    /// Time in-flight requests get after a shutdown signal.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for ConnectionLimits {
+    /// The defaults of `serve` (the README's table).
+    fn default() -> Self {
+        Self {
+            header_read_timeout: Duration::from_secs(10),
+            keep_alive_timeout: Duration::from_secs(60),
+            write_timeout: Duration::from_secs(30),
+            max_connections: 4096,
+            shutdown_grace: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Serves `app` on `listener` until `shutdown` resolves, then stops
+/// accepting, closes idle connections and lets in-flight requests finish,
+/// for at most `limits.shutdown_grace`. Connections are counted in `metrics`.
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    limits: ConnectionLimits,
+    metrics: Arc<Metrics>,
+) -> io::Result<()> {
+    let max = limits.max_connections.max(1);
+    let slots = Arc::new(Semaphore::new(max));
+    let (stop, stopping) = watch::channel(false);
+    tokio::pin!(shutdown);
+    loop {
+        let permit = tokio::select! {
+            () = &mut shutdown => break,
+            permit = slots.clone().acquire_owned() => permit.map_err(io::Error::other)?,
+        };
+        let (stream, peer) = tokio::select! {
+            () = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    // Out of file descriptors and the like: wait for a close.
+                    tracing::warn!(error = %e, "cannot accept a connection");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let app = app.clone();
+        let stopping = stopping.clone();
+        let metrics = metrics.clone();
+        metrics.connection_opened();
+        tokio::spawn(async move {
+            let reason = serve_connection(stream, peer, app, limits, stopping).await;
+            metrics.connection_closed(reason);
+            drop(permit);
+        });
+    }
+    drop(listener);
+    let _ = stop.send(true);
+    let all_closed = async {
+        // Every connection holds a slot: all slots back means all closed.
+        let _ = slots.acquire_many(u32::try_from(max).unwrap_or(u32::MAX)).await;
+    };
+    if tokio::time::timeout(limits.shutdown_grace, all_closed).await.is_err() {
+        tracing::warn!(
+            grace_seconds = limits.shutdown_grace.as_secs(),
+            "in-flight requests still running after the grace period; closing them"
+        );
+    }
+    Ok(())
+}
+
+/// Serves one connection until it closes, is found idle, or the server
+/// stops; returns why it ended (a reason of [`crate::metrics::CLOSE_REASONS`]).
+async fn serve_connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    app: Router,
+    limits: ConnectionLimits,
+    mut stopping: watch::Receiver<bool>,
+) -> &'static str {
+    let _ = stream.set_nodelay(true);
+    let activity = Arc::new(Activity::new());
+    let io = TokioIo::new(GuardedStream::new(stream, limits.write_timeout, activity.clone()));
+    let tracked = activity.clone();
+    let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
+        req.extensions_mut().insert(ConnectInfo(peer));
+        let request = tracked.begin();
+        let app = app.clone();
+        async move {
+            let response = app.oneshot(req.map(axum::body::Body::new)).await?;
+            // The request counts as in flight until its body is dropped:
+            // sent whole, or the connection gone.
+            Ok::<_, std::convert::Infallible>(response.map(|body| {
+                axum::body::Body::new(body.map_frame(move |frame| {
+                    let _in_flight = &request;
+                    frame
+                }))
+            }))
+        }
+    });
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new()).header_read_timeout(limits.header_read_timeout).keep_alive(true);
+    let conn = http.serve_connection(io, service);
+    tokio::pin!(conn);
+    let idle = activity.idle(limits.keep_alive_timeout);
+    tokio::pin!(idle);
+    let mut closing = None;
+    loop {
+        tokio::select! {
+            result = conn.as_mut() => {
+                return match result {
+                    Ok(()) => closing.unwrap_or("client"),
+                    Err(e) => {
+                        tracing::debug!(client = %peer, error = %e, "connection closed");
+                        close_reason(&e)
+                    }
+                };
+            }
+            () = &mut idle, if closing.is_none() => {
+                closing = Some("idle");
+                conn.as_mut().graceful_shutdown();
+            }
+            changed = stopping.changed(), if closing.is_none() => {
+                if changed.is_err() || *stopping.borrow() {
+                    closing = Some("client");
+                    conn.as_mut().graceful_shutdown();
+                }
+            }
+        }
+    }
+}
+
+/// Which limit ended a connection that failed.
+fn close_reason(e: &hyper::Error) -> &'static str {
+    if e.is_timeout() {
+        return "header_timeout";
+    }
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        if s.downcast_ref::<io::Error>().is_some_and(|io| io.kind() == io::ErrorKind::TimedOut) {
+            return "write_stall";
+        }
+        source = s.source();
+    }
+    if e.is_incomplete_message() || e.is_canceled() { "client" } else { "error" }
+}
+
+/// When a connection last received a byte, and how many of its requests
+/// are in flight: what decides that it is idle.
+struct Activity {
+    origin: Instant,
+    /// Milliseconds since `origin` of the last byte received or answer finished.
+    last: AtomicU64,
+    in_flight: AtomicUsize,
+}
+
+/// A request in flight; dropping it ends it.
+struct InFlight(Arc<Activity>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.touch();
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl Activity {
+    fn new() -> Self {
+        Self { origin: Instant::now(), last: AtomicU64::new(0), in_flight: AtomicUsize::new(0) }
+    }
+
+    fn touch(&self) {
+        let ms = u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last.store(ms, Ordering::Release);
+    }
+
+    fn begin(self: &Arc<Self>) -> InFlight {
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
+        self.touch();
+        InFlight(self.clone())
+    }
+
+    /// Resolves once the connection has had no request in flight and
+    /// received nothing for `timeout`.
+    async fn idle(&self, timeout: Duration) {
+        loop {
+            let last = self.origin + Duration::from_millis(self.last.load(Ordering::Acquire));
+            let deadline = last + timeout;
+            if Instant::now() >= deadline && self.in_flight.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            tokio::time::sleep_until(deadline.max(Instant::now() + Duration::from_millis(100))).await;
+        }
+    }
+}
+
+/// A TCP stream that records received bytes in [`Activity`] and fails a
+/// write that makes no progress for the write timeout.
+struct GuardedStream {
+    inner: TcpStream,
+    write_timeout: Duration,
+    stall: Option<Pin<Box<Sleep>>>,
+    activity: Arc<Activity>,
+}
+
+impl GuardedStream {
+    fn new(inner: TcpStream, write_timeout: Duration, activity: Arc<Activity>) -> Self {
+        Self { inner, write_timeout, stall: None, activity }
+    }
+
+    /// Runs one write-side poll: a result clears the stall timer; pending
+    /// starts it (once) and fails the write when it runs out.
+    fn guard<T>(&mut self, cx: &mut Context<'_>, poll: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
+        match poll {
+            Poll::Ready(r) => {
+                self.stall = None;
+                Poll::Ready(r)
+            }
+            Poll::Pending => {
+                let timeout = self.write_timeout;
+                let stall = self.stall.get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
+                ready!(stall.as_mut().poll(cx));
+                Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, "the client stopped reading")))
+            }
+        }
+    }
+}
+
+impl AsyncRead for GuardedStream {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let result = ready!(Pin::new(&mut self.inner).poll_read(cx, buf));
+        if buf.filled().len() > before {
+            self.activity.touch();
+        }
+        Poll::Ready(result)
+    }
+}
+
+impl AsyncWrite for GuardedStream {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        let poll = Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.guard(cx, poll)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let poll = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        self.guard(cx, poll)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let poll = Pin::new(&mut self.inner).poll_flush(cx);
+        self.guard(cx, poll)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let poll = Pin::new(&mut self.inner).poll_shutdown(cx);
+        self.guard(cx, poll)
+    }
+}
