@@ -25,11 +25,16 @@ pub enum TimeError {
     /// A reading's timestamp has a fraction of a second.
     #[error("timestamp {0:?} has a fraction of a second: readings are stored to the second")]
     Fraction(String),
-    /// A reading's timestamp lies before 1970.
-    #[error("timestamp {0} is before 1970-01-01")]
-    TooEarly(Timestamp),
+    /// A date-time outside the range readings are kept in.
+    #[error("{name} {value:?} is outside the range of stored times: {FIRST_TIME} to {LAST_TIME}")]
+    OutOfRange {
+        /// The parameter name (`start`, `end`, `timestamp`).
+        name: &'static str,
+        /// The value as received.
+        value: String,
+    },
     /// `start` is later than `end`.
-    #[error("start ({start}) is after end ({end})")]
+    #[error("start ({start}) is after end ({end}): start must be at or before end")]
     StartAfterEnd {
         /// Resolved start, UTC.
         start: Timestamp,
@@ -42,6 +47,24 @@ pub enum TimeError {
         /// Configured maximum in days.
         max_days: u32,
     },
+}
+
+/// The first second a reading may have, and what it renders as.
+const FIRST_SECOND: i64 = 0;
+const FIRST_TIME: &str = "1970-01-01T00:00:00Z";
+/// The last second a reading may have: the end of 9999-12-29, within
+/// jiff's range (which ends at 9999-12-30T22:00:00Z so that any offset
+/// keeps a time's rendering within year 9999).
+const LAST_SECOND: i64 = 253_402_127_999;
+const LAST_TIME: &str = "9999-12-29T23:59:59Z";
+
+/// Refuses `ts` outside [`FIRST_TIME`]..=[`LAST_TIME`], naming `name` and `raw`.
+fn in_stored_range(name: &'static str, raw: &str, ts: Timestamp) -> Result<Timestamp, TimeError> {
+    if (FIRST_SECOND..=LAST_SECOND).contains(&ts.as_second()) {
+        Ok(ts)
+    } else {
+        Err(TimeError::OutOfRange { name, value: raw.to_owned() })
+    }
 }
 
 /// Bounds of `tz`: -12:00 to +14:00, as in the IANA zones in use.
@@ -131,20 +154,31 @@ fn offset_kind(rest: &[u8]) -> Result<Option<()>, ()> {
 /// offset sign belongs is read as `+`.
 pub fn parse_bound(name: &'static str, raw: &str, tz: Offset) -> Result<Timestamp, TimeError> {
     let bad = || TimeError::BadTimestamp { name, value: raw.to_owned() };
+    let out_of_range = || TimeError::OutOfRange { name, value: raw.to_owned() };
     let bytes = raw.as_bytes();
     let at = rfc3339_offset_start(bytes).ok_or_else(bad)?;
-    match offset_kind(&bytes[at..]).map_err(|()| bad())? {
+    let ts = match offset_kind(&bytes[at..]).map_err(|()| bad())? {
         None => {
             let dt: DateTime = raw.parse().map_err(|_| bad())?;
-            tz.to_timestamp(dt).map_err(|_| bad())
+            tz.to_timestamp(dt).map_err(|_| out_of_range())?
         }
         Some(()) => {
             let mut fixed = raw.to_owned();
             if bytes[at] == b' ' {
                 fixed.replace_range(at..=at, "+");
             }
-            fixed.parse::<Timestamp>().map_err(|_| bad())
+            fixed.parse::<Timestamp>().map_err(|_| civil_or(raw, at, bad(), out_of_range()))?
         }
+    };
+    in_stored_range(name, raw, ts)
+}
+
+/// For a date-time that did not parse with its offset: out of range when
+/// its civil part (before byte `at`) is a valid date-time, else malformed.
+fn civil_or(raw: &str, at: usize, bad: TimeError, out_of_range: TimeError) -> TimeError {
+    match raw.get(..at).map(str::parse::<DateTime>) {
+        Some(Ok(_)) => out_of_range,
+        _ => bad,
     }
 }
 
@@ -157,7 +191,8 @@ pub fn parse_rfc3339(name: &'static str, raw: &str) -> Result<Timestamp, TimeErr
     if !matches!(bytes.get(at), Some(b'Z' | b'z' | b'+' | b'-')) || offset_kind(&bytes[at..]).is_err() {
         return Err(bad());
     }
-    raw.parse::<Timestamp>().map_err(|_| bad())
+    let out_of_range = || TimeError::OutOfRange { name, value: raw.to_owned() };
+    raw.parse::<Timestamp>().map_err(|_| civil_or(raw, at, bad(), out_of_range()))
 }
 
 /// Parses the timestamp of a stored reading: strict RFC 3339 with `Z` or an
@@ -168,16 +203,13 @@ pub fn parse_reading_timestamp(raw: &str) -> Result<Timestamp, TimeError> {
     if ts.subsec_nanosecond() != 0 {
         return Err(TimeError::Fraction(raw.to_owned()));
     }
-    check_reading_time(ts)?;
-    Ok(ts)
+    in_stored_range("timestamp", raw, ts)
 }
 
-/// Readings before 1970 are refused: they are typos (a year 0000), not data.
+/// Readings before 1970 or after 9999-12-29 are refused: they are typos (a
+/// year 0000), not data.
 pub fn check_reading_time(ts: Timestamp) -> Result<(), TimeError> {
-    if ts.as_second() < 0 {
-        return Err(TimeError::TooEarly(ts));
-    }
-    Ok(())
+    in_stored_range("timestamp", &ts.to_string(), ts).map(|_| ())
 }
 
 /// An inclusive range of whole seconds since the Unix epoch.

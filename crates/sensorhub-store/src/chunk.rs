@@ -132,6 +132,29 @@ pub fn readings(chunk: i64, data: &[u8]) -> Option<Vec<DecodedReading>> {
 mod tests {
     use super::*;
 
+    proptest::proptest! {
+        /// A damaged chunk (any bytes) decodes or is refused, never panics,
+        /// and never yields a reading outside its hour or the window.
+        #[test]
+        fn fuzz_chunk_decoding_never_panics(data in proptest::collection::vec(proptest::num::u8::ANY, 0..512),
+                                            chunk in 0i64..10_000_000, from in 0i64..36_000_000_000, span in 0i64..10_000,
+                                            limit in 0usize..64) {
+            let mut batch = ReadingBatch::default();
+            let end = from + span;
+            if decode_into(chunk, &data, from, end, &mut batch, limit).is_some() {
+                proptest::prop_assert!(batch.len() <= limit.max(1));
+                for t in &batch.timestamps {
+                    proptest::prop_assert!((from..=end).contains(t));
+                    proptest::prop_assert!((chunk * CHUNK_SECONDS..(chunk + 1) * CHUNK_SECONDS).contains(t));
+                }
+            }
+            let _ = last_second(chunk, &data);
+            let mut values = Vec::new();
+            let _ = packed::decode_into(&data, &mut values);
+            let _ = packed::decode_pairs(&data);
+        }
+    }
+
     fn chunk(entries: &[(u16, &[(u8, f64)])]) -> Vec<u8> {
         let mut out = Vec::new();
         for (offset, values) in entries {

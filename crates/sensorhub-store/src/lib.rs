@@ -109,6 +109,9 @@ pub trait Store: Send + Sync {
     /// Every row but readings, by natural key, sorted (for `copy`).
     async fn export(&self) -> StoreResult<Installation>;
 
+    /// How many hours of readings are stored, over all devices (the total of `copy`'s progress).
+    async fn export_hour_count(&self) -> StoreResult<u64>;
+
     /// Up to `limit` stored hours of device `device_id` after hour `after`, in order.
     async fn export_hours(&self, device_id: &str, after: Option<i64>, limit: usize) -> StoreResult<Vec<StoredHour>>;
 

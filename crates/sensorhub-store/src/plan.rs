@@ -23,7 +23,16 @@ pub(crate) fn invalid(at: impl Into<String>, msg: impl Into<String>) -> StoreErr
 
 /// A stored hour that does not decode: never silently replaced.
 pub(crate) fn malformed(device_pk: i64, chunk: i64) -> StoreError {
-    StoreError::Backend(format!("malformed readings of device {device_pk} in hour {chunk}").into())
+    let at = |s: i64| jiff::Timestamp::from_second(s).map_or_else(|_| s.to_string(), |t| t.to_string());
+    let start = chunk.saturating_mul(crate::chunk::CHUNK_SECONDS);
+    StoreError::Backend(
+        format!(
+            "damaged readings of device #{device_pk} in the hour {} to {}: the stored hour does not decode",
+            at(start),
+            at(start.saturating_add(crate::chunk::CHUNK_SECONDS - 1))
+        )
+        .into(),
+    )
 }
 
 /// Outcome of making one item true.

@@ -81,7 +81,7 @@ fn reading_timestamps_need_an_offset_and_whole_seconds() {
     assert!(matches!(parse_reading_timestamp("2026-05-05T07:00:00.250Z"), Err(TimeError::Fraction(_))));
     assert!(parse_rfc3339("timestamp", "2026-05-05T07:00:00.250Z").is_ok());
     assert!(parse_rfc3339("timestamp", "2026-05-05T07:00:00").is_err());
-    assert!(matches!(parse_reading_timestamp("0000-01-01T00:00:00Z"), Err(TimeError::TooEarly(_))));
+    assert!(matches!(parse_reading_timestamp("0000-01-01T00:00:00Z"), Err(TimeError::OutOfRange { .. })));
     assert!(parse_reading_timestamp("1970-01-01T00:00:00Z").is_ok());
 }
 
@@ -136,7 +136,7 @@ fn rendering_uses_z_for_zero_and_the_offset_otherwise() {
 
 proptest! {
     #[test]
-    fn rendering_matches_jiff_and_parses_back(second in 0i64..253_402_300_799, hours in -12i8..=14) {
+    fn rendering_matches_jiff_and_parses_back(second in 0i64..=253_402_127_999, hours in -12i8..=14) {
         let offset = off(hours);
         let text = format_rfc3339(second, offset);
         let jiff_text = Timestamp::from_second(second)
@@ -194,4 +194,34 @@ proptest! {
     fn tz_in_whole_hours_round_trips(hours in -12i32..=14) {
         prop_assert_eq!(parse_tz(&hours.to_string()).map(|o| o.seconds()), Ok(hours * 3600));
     }
+}
+
+#[test]
+fn out_of_range_values_are_named_with_the_allowed_range() {
+    let detail = |q: RangeQuery<'_>| rules().resolve(q, ts("2026-05-05T20:30:00Z")).expect_err("refused").to_string();
+    let range = "1970-01-01T00:00:00Z to 9999-12-29T23:59:59Z";
+    for (name, value) in [
+        ("start", "0000-01-01T00:00:00Z"),
+        ("start", "0000-01-01T00:00:00"),
+        ("start", "1969-12-31T23:59:59Z"),
+        ("start", "9999-12-30T00:00:00"),
+        ("start", "9999-12-31T23:00:00+14:00"),
+        ("end", "9999-12-31T23:59:59Z"),
+        ("end", "0001-01-01T00:00:00-05:00"),
+    ] {
+        let q = if name == "start" {
+            RangeQuery { start: Some(value), end: Some("2026-05-05T00:00:00Z"), ..Default::default() }
+        } else {
+            RangeQuery { start: Some("2026-05-05T00:00:00Z"), end: Some(value), ..Default::default() }
+        };
+        let d = detail(q);
+        assert!(d.starts_with(&format!("{name} {value:?}")), "{d}");
+        assert!(d.contains(range), "{d}");
+    }
+    let d = detail(RangeQuery { tz: Some("15"), ..Default::default() });
+    assert!(d.contains("tz \"15\"") && d.contains("-12 and +14"), "{d}");
+    let d = detail(RangeQuery { start: Some("2026-05-06T00:00:00Z"), end: Some("2026-05-05T00:00:00Z"), tz: None });
+    assert_eq!(d, "start (2026-05-06T00:00:00Z) is after end (2026-05-05T00:00:00Z): start must be at or before end");
+    assert!(matches!(parse_reading_timestamp("9999-12-30T00:00:00Z"), Err(TimeError::OutOfRange { .. })));
+    assert!(parse_reading_timestamp("9999-12-29T23:59:59Z").is_ok());
 }

@@ -92,6 +92,11 @@ pub(super) async fn export(c: &mut Client) -> StoreResult<Installation> {
     Ok(out)
 }
 
+pub(super) async fn export_hour_count(c: &impl GenericClient) -> StoreResult<u64> {
+    let row = c.query_one("SELECT count(*) FROM readings", &[]).await?;
+    Ok(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0))
+}
+
 pub(super) async fn export_hours(
     c: &impl GenericClient,
     device_id: &str,

@@ -203,6 +203,10 @@ impl Store for PgStore {
         copy::export(&mut self.pool.get().await?).await
     }
 
+    async fn export_hour_count(&self) -> StoreResult<u64> {
+        copy::export_hour_count(&self.pool.get().await?).await
+    }
+
     async fn export_hours(&self, device_id: &str, after: Option<i64>, limit: usize) -> StoreResult<Vec<StoredHour>> {
         copy::export_hours(&self.pool.get().await?, device_id, after, limit).await
     }

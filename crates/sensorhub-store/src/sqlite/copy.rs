@@ -93,6 +93,11 @@ pub(super) fn export(c: &mut Connection) -> StoreResult<Installation> {
     Ok(out)
 }
 
+pub(super) fn export_hour_count(c: &mut Connection) -> StoreResult<u64> {
+    let n: i64 = c.query_row("SELECT count(*) FROM readings", [], |r| r.get(0))?;
+    Ok(u64::try_from(n).unwrap_or(0))
+}
+
 pub(super) fn export_hours(
     c: &mut Connection,
     device_id: &str,

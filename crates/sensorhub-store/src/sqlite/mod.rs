@@ -146,6 +146,10 @@ impl Store for SqliteStore {
         self.pool.run(copy::export).await
     }
 
+    async fn export_hour_count(&self) -> StoreResult<u64> {
+        self.pool.run(copy::export_hour_count).await
+    }
+
     async fn export_hours(&self, device_id: &str, after: Option<i64>, limit: usize) -> StoreResult<Vec<StoredHour>> {
         let id = device_id.to_owned();
         self.pool.run(move |c| copy::export_hours(c, &id, after, limit)).await

@@ -5,7 +5,7 @@ use crate::batches;
 use crate::chunk::{self, chunk_of};
 use crate::{
     AccountAuth, AccountSummary, ApiKeyAuth, ApiKeySummary, DeviceHandle, ReadingBatch, ReadingStream, Scope,
-    StoreError, StoreResult, WebhookKeyAuth,
+    StoreResult, WebhookKeyAuth,
 };
 use rusqlite::{Connection, OptionalExtension, params};
 use sensorhub_core::model::{Device, SensorMeta};
@@ -177,9 +177,8 @@ pub(super) fn read_batch(
         let Some(r) = rows.next()? else { break };
         let chunk: i64 = r.get(0)?;
         let bytes = r.get_ref(1)?.as_blob().map_err(rusqlite::Error::from)?;
-        chunk::decode_into(chunk, bytes, from, end, &mut batch, limit).ok_or_else(|| {
-            StoreError::Backend(format!("malformed readings of device {device_pk} in hour {chunk}").into())
-        })?;
+        chunk::decode_into(chunk, bytes, from, end, &mut batch, limit)
+            .ok_or_else(|| crate::plan::malformed(device_pk, chunk))?;
     }
     Ok(batch)
 }

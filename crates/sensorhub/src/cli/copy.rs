@@ -5,6 +5,7 @@
 //! rows in a canonical order. `--verify-only` runs just the check.
 
 use super::CliResult;
+use super::progress::{Progress, Unit};
 use sensorhub_store::{Installation, Store, redact_url};
 use sha2::{Digest, Sha256};
 use std::collections::HashSet;
@@ -151,6 +152,9 @@ pub async fn run(args: Args) -> CliResult {
             );
         }
         target.restore(rows.clone()).await?;
+        let total_hours: u64 = source.export_hour_count().await?;
+        let progress = Progress::start("copy", total_hours, Unit::Items("hours"));
+        let copied = progress.counter();
         let mut hours_copied = 0usize;
         for id in &devices {
             let mut after = None;
@@ -159,6 +163,7 @@ pub async fn run(args: Args) -> CliResult {
                 let full = hours.len() == HOURS_PER_BATCH;
                 after = hours.last().map(|h| h.chunk);
                 hours_copied += hours.len();
+                copied.fetch_add(hours.len() as u64, std::sync::atomic::Ordering::Relaxed);
                 if !hours.is_empty() {
                     target.restore_hours(id, hours).await?;
                 }
@@ -167,6 +172,7 @@ pub async fn run(args: Args) -> CliResult {
                 }
             }
         }
+        drop(progress);
         println!(
             "copied {} accounts, {} devices, {} API keys, {} webhook keys and {hours_copied} hours of readings from {from_name} to {to_name}",
             rows.accounts.len(),

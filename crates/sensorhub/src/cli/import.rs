@@ -2,6 +2,7 @@
 //! line) or CSV (`device_id,timestamp,sensor_id,value` with a header row),
 //! atomically, streaming the file rather than holding it in memory.
 
+use super::progress::{CountingReader, Progress, Unit};
 use super::{CliResult, Context};
 use sensorhub_core::model::{Origin, ReadingInput, ValueInput};
 use sensorhub_core::provision::{InputError, ReadingSpec, parse_json_at};
@@ -35,8 +36,11 @@ pub async fn run(ctx: &Context, args: Args) -> CliResult {
     let format = args.format.unwrap_or_else(|| guess_format(&args.file));
     let name = args.file.display().to_string();
     let file = File::open(&args.file).map_err(|e| format!("cannot read {name}: {e}"))?;
+    let size = file.metadata().map(|m| m.len()).unwrap_or(0);
     let store = ctx.open().await?;
     let started = Instant::now();
+    let progress = Progress::start("import", size, Unit::Bytes);
+    let file = CountingReader::new(file, progress.counter());
     let source: sensorhub_store::ReadingSource = match format {
         Format::Ndjson => Box::new(ndjson_readings(BufReader::with_capacity(1 << 20, file))),
         Format::Csv => Box::new(CsvReadings::new(BufReader::with_capacity(1 << 20, file))),
@@ -45,6 +49,7 @@ pub async fn run(ctx: &Context, args: Args) -> CliResult {
         .import(sensorhub_store::read_ahead(source))
         .await
         .map_err(|e| format!("{name}: {e}; nothing was imported"))?;
+    drop(progress);
     let secs = started.elapsed().as_secs_f64().max(1e-9);
     let rows = if format == Format::Csv { report.values } else { report.readings };
     println!(
@@ -177,6 +182,29 @@ impl<R: std::io::Read> Iterator for CsvReadings<R> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    proptest::proptest! {
+        /// Any bytes as NDJSON or CSV give readings or line-numbered errors, never a panic.
+        #[test]
+        fn fuzz_import_formats_never_panic(data in proptest::collection::vec(proptest::num::u8::ANY, 0..1024)) {
+            for r in ndjson_readings(&data[..]).take(64) {
+                if let Err(e) = r { proptest::prop_assert!(!e.to_string().is_empty()); }
+            }
+            for r in CsvReadings::new(&data[..]).take(64) {
+                if let Err(e) = r { proptest::prop_assert!(!e.to_string().is_empty()); }
+            }
+        }
+
+        /// Lines shaped like real imports, with their fields garbled.
+        #[test]
+        fn fuzz_import_lines_shaped_like_readings(device in "[A-Z0-9-]{0,8}", ts in "[0-9T:Z+.-]{0,28}",
+                                                  id in "[a-zA-Z0-9-]{0,8}", value in "[0-9eE.+-]{0,12}") {
+            let ndjson = format!("{{\"device_id\":\"{device}\",\"timestamp\":\"{ts}\",\"sensors\":[{{\"id\":\"{id}\",\"value\":{value}}}]}}\n");
+            let _ = ndjson_readings(ndjson.as_bytes()).count();
+            let csv = format!("device_id,timestamp,sensor_id,value\n{device},{ts},{id},{value}\n");
+            let _ = CsvReadings::new(csv.as_bytes()).count();
+        }
+    }
 
     #[test]
     fn csv_groups_rows_of_one_instant() {

@@ -8,6 +8,7 @@ mod demo;
 mod device;
 mod import;
 mod key;
+mod progress;
 mod serve;
 
 use crate::config::{self, FileConfig, LogFormat};

@@ -227,6 +227,17 @@ fn constant_time_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
 mod tests {
     use super::*;
 
+    proptest::proptest! {
+        /// Any header value parses or is refused, never panics; valid ones round-trip.
+        #[test]
+        fn fuzz_basic_header_never_panics(header in "\\PC{0,64}", user in "[^:]{0,16}", password in "\\PC{0,16}") {
+            let _ = parse_basic(&header);
+            let _ = parse_basic(&format!("Basic {header}"));
+            let valid = format!("Basic {}", b64(&format!("{user}:{password}")));
+            proptest::prop_assert_eq!(parse_basic(&valid), Some((user.clone(), password.clone())));
+        }
+    }
+
     fn b64(s: &str) -> String {
         base64::engine::general_purpose::STANDARD.encode(s)
     }

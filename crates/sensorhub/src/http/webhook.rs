@@ -272,6 +272,54 @@ pub async fn received(State(state): State<AppState>, caller: WebhookCaller) -> R
 mod tests {
     use super::*;
 
+    fn json_value() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<f64>().prop_filter("finite", |f| f.is_finite()).prop_map(|f| serde_json::json!(f)),
+            any::<i64>().prop_map(|i| serde_json::json!(i)),
+            "[ -~]{0,24}".prop_map(Value::String),
+            prop_oneof![Just("2026-05-05T07:00:00+07:00"), Just("0000-01-01T00:00:00Z"), Just("9999-12-31T23:59:59Z")]
+                .prop_map(|s| Value::String(s.into())),
+        ];
+        leaf.prop_recursive(4, 32, 6, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+                proptest::collection::btree_map(
+                    prop_oneof![
+                        Just("event".to_owned()),
+                        Just("device_id".to_owned()),
+                        Just("timestamp".to_owned()),
+                        Just("data".to_owned()),
+                        Just("sensors".to_owned()),
+                        Just("id".to_owned()),
+                        Just("value".to_owned()),
+                        "[a-z]{1,6}"
+                    ],
+                    inner,
+                    0..6
+                )
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest::proptest! {
+        /// Any bytes: an envelope or a detail, never a panic.
+        #[test]
+        fn fuzz_envelope_bytes_never_panic(body in proptest::collection::vec(proptest::num::u8::ANY, 0..512)) {
+            if let Err(detail) = parse_envelope(&body) { proptest::prop_assert!(!detail.is_empty()); }
+        }
+
+        /// Any JSON shaped like an envelope: accepted, or refused with a detail.
+        #[test]
+        fn fuzz_envelope_json_never_panics(v in json_value()) {
+            let body = serde_json::to_vec(&v).unwrap_or_default();
+            if let Err(detail) = parse_envelope(&body) { proptest::prop_assert!(!detail.is_empty()); }
+        }
+    }
+
     fn detail(body: &str) -> String {
         parse_envelope(body.as_bytes()).err().unwrap_or_default()
     }

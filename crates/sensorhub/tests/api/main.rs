@@ -9,6 +9,7 @@ mod backends;
 mod cli;
 mod copy;
 mod devices;
+mod faults;
 mod instances;
 mod ops;
 mod ratelimit;
