@@ -48,6 +48,8 @@ pub const BENCH_USER: (&str, &str) = ("bench", "bench-password");
 pub const FIFTY_USER: (&str, &str) = ("fifty", "fifty-password");
 /// The API key of `bench` (all stations).
 pub const BENCH_KEY: &str = "pk-bench-all-0123456789abcdef01234567";
+/// The webhook key of `bench` (the soak's ingest).
+pub const BENCH_WEBHOOK_KEY: &str = "wh-bench-0123456789abcdef0123456789ab";
 /// The API key of `fifty`.
 pub const FIFTY_KEY: &str = "pk-bench-fifty-0123456789abcdef012345";
 
@@ -150,7 +152,8 @@ pub fn provision(stations: &[Station]) -> serde_json::Value {
     let fifty: Vec<&str> = stations.iter().skip(1).take(50).map(|s| s.id.as_str()).collect();
     json!({
         "accounts": [
-            {"username": BENCH_USER.0, "password": BENCH_USER.1, "devices": all, "api_keys": [{"id": BENCH_KEY}]},
+            {"username": BENCH_USER.0, "password": BENCH_USER.1, "devices": all, "api_keys": [{"id": BENCH_KEY}],
+             "webhook_keys": [{"key": BENCH_WEBHOOK_KEY}]},
             {"username": FIFTY_USER.0, "password": FIFTY_USER.1, "devices": fifty, "api_keys": [{"id": FIFTY_KEY}]}
         ],
         "devices": devices

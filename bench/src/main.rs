@@ -2,7 +2,9 @@
 #![forbid(unsafe_code)]
 
 mod dataset;
+mod hostile;
 mod run;
+mod soak;
 mod wrk;
 
 use clap::{Parser, Subcommand};
@@ -23,6 +25,8 @@ struct Cli {
 enum Cmd {
     /// Run every scenario against a release build and print the figures
     Run(run::Args),
+    /// Soak a release server with mixed reads and webhook ingest, sampling RSS and file descriptors
+    Soak(soak::Args),
     /// Write a dataset: provision.json and readings as CSV, NDJSON and InfluxDB line protocol
     Gen {
         /// small, medium or large
@@ -80,6 +84,10 @@ fn generate(scale: &str, seed: u64, out: &std::path::Path, formats: &str) -> Res
 fn main() -> ExitCode {
     let result = match Cli::parse().command {
         Cmd::Gen { scale, seed, out, formats } => generate(&scale, seed, &out, &formats),
+        Cmd::Soak(args) => soak::run(args).map(|(s, path)| {
+            println!("{}", soak::report(&s));
+            println!("results written to {}", path.display());
+        }),
         Cmd::Run(args) => {
             let out = args.out_dir();
             run::run(args).and_then(|r| {

@@ -22,10 +22,24 @@ pub struct WrkResult {
 
 /// Loads `url` for `secs` seconds with `connections` connections on two threads.
 pub fn run(url: &str, auth: Option<&str>, connections: u32, secs: u64) -> Result<WrkResult, String> {
+    run_with(url, auth, None, connections, secs)
+}
+
+/// [`run`], with the requests made by the Lua `script` when one is given.
+pub fn run_with(
+    url: &str,
+    auth: Option<&str>,
+    script: Option<&std::path::Path>,
+    connections: u32,
+    secs: u64,
+) -> Result<WrkResult, String> {
     let mut cmd = Command::new("wrk");
     cmd.args(["-t2", &format!("-c{connections}"), &format!("-d{secs}s"), "--latency", "--timeout", "30s"]);
     if let Some(a) = auth {
         cmd.args(["-H", &format!("Authorization: {a}")]);
+    }
+    if let Some(s) = script {
+        cmd.arg("-s").arg(s);
     }
     let out = cmd.arg(url).output().map_err(|e| format!("cannot run wrk (bench/run installs it): {e}"))?;
     let text = String::from_utf8_lossy(&out.stdout);

@@ -1,0 +1,176 @@
+//! `sensorhub-bench soak`: a bounded soak. A release server on the small
+//! store takes mixed load for a fixed time (reads of one day by Basic auth,
+//! and webhook ingest of new readings, each from its own wrk), while its RSS
+//! and open file descriptors are sampled every few seconds. Reported: the
+//! samples, the mean RSS of the first window after warm-up and of the last
+//! window (target: last ≤ 1.1 × first), and the error answers (target: 0).
+
+use crate::dataset;
+use crate::run::{DAY, Server, basic, prepare};
+use crate::wrk::{self, WrkResult};
+use serde::Serialize;
+use std::fs;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// Arguments of `soak`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Minutes of load (CI runs a fraction of one)
+    #[arg(long, default_value_t = 10.0)]
+    minutes: f64,
+    /// Seconds between two samples of RSS and file descriptors
+    #[arg(long, default_value_t = 5)]
+    every: u64,
+    /// Seed of the generated data
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Where datasets and stores are kept
+    #[arg(long, default_value = "bench/data")]
+    data: PathBuf,
+    /// Where the JSON results go
+    #[arg(long, default_value = "bench/results")]
+    out: PathBuf,
+    /// Loopback port of the server
+    #[arg(long, default_value_t = 18420)]
+    port: u16,
+}
+
+/// One sample of the server process.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Sample {
+    /// Seconds since the load began.
+    pub at_s: f64,
+    /// Resident memory, MiB.
+    pub rss_mib: f64,
+    /// Open file descriptors.
+    pub fds: usize,
+}
+
+/// What a soak measured.
+#[derive(Debug, Serialize)]
+pub struct Soak {
+    /// Seconds of load.
+    pub seconds: u64,
+    /// Reads of one day (Basic auth).
+    pub reads: WrkResult,
+    /// Webhook ingest of new readings.
+    pub ingest: WrkResult,
+    /// Every sample.
+    pub samples: Vec<Sample>,
+    /// Seconds of warm-up left out of the first window.
+    pub warm_up_s: f64,
+    /// Mean RSS of the first window after warm-up, MiB.
+    pub first_rss_mib: f64,
+    /// Mean RSS of the last window, MiB.
+    pub last_rss_mib: f64,
+    /// Most file descriptors seen.
+    pub max_fds: usize,
+}
+
+/// The webhook load: each request a new reading of `REF-1MIN` (two values
+/// with three decimals), a minute after the thread's previous one.
+const INGEST_LUA: &str = r#"
+local threads = 0
+setup = function(thread) threads = threads + 1; thread:set("tid", threads) end
+local n = 0
+request = function()
+  n = n + 1
+  local ts = os.date("!%Y-%m-%dT%H:%M:%SZ", 1700000000 + (n * 2 + tid) * 60)
+  local body = string.format('{"event":"sensor-data","device_id":"REF-1MIN","timestamp":"%s",'
+    .. '"data":{"sensors":[{"id":"REF-wl","value":%d.%03d},{"id":"REF-batt","value":12.%03d}]}}',
+    ts, 100 + n % 400, n % 1000, (n * 7) % 1000)
+  return wrk.format("POST", nil, {["Content-Type"] = "application/json", ["X-API-KEY"] = "{webhook_key}"}, body)
+end
+"#;
+
+fn sample(pid: u32, server: &Server, started: Instant) -> Sample {
+    let fds = fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count());
+    Sample { at_s: started.elapsed().as_secs_f64(), rss_mib: server.rss("VmRSS:"), fds }
+}
+
+fn mean_rss(samples: &[Sample], from: f64, to: f64) -> f64 {
+    let window: Vec<f64> = samples.iter().filter(|s| s.at_s >= from && s.at_s < to).map(|s| s.rss_mib).collect();
+    if window.is_empty() { 0.0 } else { window.iter().sum::<f64>() / window.len() as f64 }
+}
+
+/// Runs the soak and writes its figures.
+pub fn run(args: Args) -> Result<(Soak, PathBuf), String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let sensorhub = exe.parent().ok_or("no binary directory")?.join("sensorhub");
+    let store = prepare(&sensorhub, &args.data, dataset::SMALL, args.seed, None)?;
+    let secs = ((args.minutes * 60.0).round() as u64).max(8);
+    let port = args.port;
+    let mut cmd = Command::new(&sensorhub);
+    cmd.args(["serve", "--rate-limit", "off", "--webhook-mode", "ingest", "--listen", &format!("127.0.0.1:{port}")])
+        .arg("--database")
+        .arg(&store.db)
+        .env("SENSORHUB_LOG", "warn");
+    let server = Server::start(&mut cmd, port)?;
+    let pid = server.pid();
+    let script = args.data.join("soak-ingest.lua");
+    fs::write(&script, INGEST_LUA.replace("{webhook_key}", dataset::BENCH_WEBHOOK_KEY)).map_err(|e| e.to_string())?;
+    let auth = basic(dataset::BENCH_USER.0, dataset::BENCH_USER.1);
+    let read_url = format!("http://127.0.0.1:{port}/external/v1/devices/{}/data?{DAY}", dataset::REF_DEVICE);
+    let ingest_url = format!("http://127.0.0.1:{port}/external/v1/webhook/sensor-data");
+    eprintln!("soak: {secs} s of reads and webhook ingest, sampling every {} s", args.every);
+    let started = Instant::now();
+    let reads = std::thread::spawn(move || wrk::run_with(&read_url, Some(&auth), None, 8, secs));
+    let ingest_script = script.clone();
+    let ingest = std::thread::spawn(move || wrk::run_with(&ingest_url, None, Some(&ingest_script), 4, secs));
+    let mut samples = vec![sample(pid, &server, started)];
+    while !(reads.is_finished() && ingest.is_finished()) {
+        std::thread::sleep(
+            Duration::from_secs(args.every).min(Duration::from_secs(secs / 8).max(Duration::from_secs(1))),
+        );
+        if !(reads.is_finished() && ingest.is_finished()) {
+            let s = sample(pid, &server, started);
+            eprintln!("  {:>6.0} s  RSS {:>7.1} MiB  fds {:>4}", s.at_s, s.rss_mib, s.fds);
+            samples.push(s);
+        }
+    }
+    let reads = reads.join().map_err(|_| "the read load panicked")??;
+    let ingest = ingest.join().map_err(|_| "the ingest load panicked")??;
+    // Windows of a minute on a full soak; a quarter of the run on a short one.
+    let window = (secs as f64 / 4.0).min(60.0);
+    let warm_up = window;
+    let soak = Soak {
+        seconds: secs,
+        first_rss_mib: mean_rss(&samples, warm_up, warm_up + window),
+        last_rss_mib: mean_rss(&samples, secs as f64 - window, f64::INFINITY),
+        max_fds: samples.iter().map(|s| s.fds).max().unwrap_or(0),
+        warm_up_s: warm_up,
+        reads,
+        ingest,
+        samples,
+    };
+    fs::create_dir_all(&args.out).map_err(|e| e.to_string())?;
+    let date = jiff::Timestamp::now().strftime("%Y-%m-%dT%H%M%SZ").to_string();
+    let path = args.out.join(format!("{date}-soak.json"));
+    fs::write(&path, serde_json::to_string_pretty(&soak).map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
+    Ok((soak, path))
+}
+
+/// The soak's figures as text.
+pub fn report(s: &Soak) -> String {
+    let ratio = if s.first_rss_mib > 0.0 { s.last_rss_mib / s.first_rss_mib } else { f64::NAN };
+    let errors = s.reads.errors + s.ingest.errors;
+    let met = |ok: bool| if ok { "met" } else { "NOT met" };
+    format!(
+        "soak of {} s: reads {:.0} req/s (p99 {:.2} ms), webhook ingest {:.0} req/s (p99 {:.2} ms)\n\
+         RSS first window after {:.0} s warm-up {:.1} MiB, last window {:.1} MiB: ratio {ratio:.3} (target <= 1.1: {})\n\
+         file descriptors at most {}; error answers {errors} (target 0: {})",
+        s.seconds,
+        s.reads.requests_per_s,
+        s.reads.p99_ms,
+        s.ingest.requests_per_s,
+        s.ingest.p99_ms,
+        s.warm_up_s,
+        s.first_rss_mib,
+        s.last_rss_mib,
+        met(ratio <= 1.1),
+        s.max_fds,
+        met(errors == 0),
+    )
+}
