@@ -36,6 +36,10 @@ pub enum StoreError {
     /// The database URL names a backend this build cannot use.
     #[error("{0}")]
     Unsupported(String),
+    /// The database cannot take this work now but may later (its disk is
+    /// full); nothing was written.
+    #[error("database unavailable: {0}")]
+    Unavailable(String),
     /// The database failed.
     #[error("database error: {0}")]
     Backend(#[source] Box<dyn std::error::Error + Send + Sync>),

@@ -152,6 +152,11 @@ pub(crate) fn open_connection(path: &Path) -> StoreResult<Connection> {
 
 impl From<rusqlite::Error> for StoreError {
     fn from(e: rusqlite::Error) -> Self {
-        StoreError::Backend(Box::new(e))
+        match e.sqlite_error_code() {
+            Some(rusqlite::ErrorCode::DiskFull) => {
+                StoreError::Unavailable(format!("the database's disk is full ({e})"))
+            }
+            _ => StoreError::Backend(Box::new(e)),
+        }
     }
 }

@@ -102,3 +102,236 @@ on_each_backend! {
         assert!(stored.len() <= acked.len() + CLIENTS, "{} stored, {} acknowledged", stored.len(), acked.len());
     }
 }
+
+/// A TCP proxy to PostgreSQL that the test can take down (every open
+/// connection cut, new ones refused) and bring back, as a server restart
+/// looks to its clients. The shared PostgreSQL itself is not restarted:
+/// other tests use it at the same time.
+struct PgProxy {
+    addr: std::net::SocketAddr,
+    down: Arc<std::sync::atomic::AtomicBool>,
+    conns: Arc<Mutex<Vec<tokio::task::AbortHandle>>>,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+impl PgProxy {
+    async fn start(upstream: String) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let down = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let conns: Arc<Mutex<Vec<tokio::task::AbortHandle>>> = Arc::default();
+        let (is_down, open) = (down.clone(), conns.clone());
+        let accept = tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                if is_down.load(std::sync::atomic::Ordering::SeqCst) {
+                    continue; // dropped: the connection is refused at once
+                }
+                let upstream = upstream.clone();
+                let task = tokio::spawn(async move {
+                    if let Ok(mut server) = tokio::net::TcpStream::connect(upstream).await {
+                        let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                    }
+                });
+                open.lock().expect("lock").push(task.abort_handle());
+            }
+        });
+        Self { addr, down, conns, accept }
+    }
+
+    /// Cuts every connection and refuses new ones.
+    fn stop(&self) {
+        self.down.store(true, std::sync::atomic::Ordering::SeqCst);
+        for c in self.conns.lock().expect("lock").drain(..) {
+            c.abort();
+        }
+    }
+
+    fn start_again(&self) {
+        self.down.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Drop for PgProxy {
+    fn drop(&mut self) {
+        self.stop();
+        self.accept.abort();
+    }
+}
+
+/// GET `url`: status and body.
+async fn get(http: &reqwest::Client, url: &str) -> (u16, Value) {
+    match http.get(url).send().await {
+        Ok(r) => {
+            let status = r.status().as_u16();
+            (status, r.json().await.unwrap_or(Value::Null))
+        }
+        Err(e) => panic!("the server must answer, even while PostgreSQL is away: {e}"),
+    }
+}
+
+// Multi-threaded: the proxy must keep serving while the test blocks on
+// starting the server process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgresql_outage_gets_error_envelopes_and_the_service_recovers_by_itself() {
+    let pg = sensorhub_store::postgres::temp::TempDatabase::create(&crate::harness::postgres_admin_url())
+        .await
+        .expect("test database");
+    let dir = tempfile::tempdir().expect("dir");
+    provision(pg.url(), dir.path());
+    let authority = pg.url().split("://").nth(1).and_then(|r| r.split('/').next()).expect("host in URL");
+    let host_port = authority.rsplit('@').next().expect("host").to_owned();
+    let proxy = PgProxy::start(host_port.clone()).await;
+    let url = pg.url().replacen(&host_port, &proxy.addr.to_string(), 1);
+    let server = ServeProcess::start(&["--database", &url, "--rate-limit", "off", "--request-timeout", "5"]);
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(10)).build().expect("client");
+    let read = format!(
+        "{}/pk-alice-all/devices/AWLR-001/data?start=2026-05-05T00:00:00Z&end=2026-05-06T00:00:00Z",
+        server.base
+    );
+    assert_eq!(get(&http, &read).await.0, 200, "served before the outage");
+
+    proxy.stop();
+    for _ in 0..10 {
+        let (status, body) = get(&http, &read).await;
+        assert!(status == 500 || status == 503, "during the outage: {status} {body}");
+        assert!(body["data"].is_null(), "the error envelope: {body}");
+        let message = body["message"].as_str().unwrap_or_default();
+        assert!(["Internal Server Error", "Service Unavailable"].contains(&message), "{body}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let ready =
+        http.get(format!("{}/readyz", server.base.trim_end_matches("/external/v1"))).send().await.expect("readyz");
+    assert_eq!(ready.status(), 503, "not ready while the database is away");
+
+    proxy.start_again();
+    let back = std::time::Instant::now();
+    loop {
+        if get(&http, &read).await.0 == 200 {
+            break;
+        }
+        assert!(back.elapsed() < Duration::from_secs(10), "the service did not recover by itself");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    drop(server);
+}
+
+/// A small tmpfs mounted for the test (as root, as CI runs), unmounted on drop.
+struct SmallDisk {
+    dir: tempfile::TempDir,
+}
+
+impl SmallDisk {
+    fn mount(size: &str) -> Self {
+        let dir = tempfile::tempdir().expect("dir");
+        let status = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir.path())
+            .status()
+            .expect("run mount");
+        assert!(status.success(), "the disk-full test mounts a small tmpfs and needs root (as CI has)");
+        Self { dir }
+    }
+
+    /// Fills the disk with a file; returns its path.
+    fn fill(&self) -> std::path::PathBuf {
+        use std::io::Write;
+        let path = self.dir.path().join("filler");
+        let mut f = std::fs::File::create(&path).expect("filler");
+        let block = vec![0u8; 16 * 1024];
+        while f.write_all(&block).is_ok() {}
+        let _ = f.sync_all();
+        path
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(self.dir.path()).status();
+    }
+}
+
+/// Posts one envelope (four values at `second`); the status and body.
+async fn post(http: &reqwest::Client, base: &str, second: i64) -> (u16, Value) {
+    let ts = jiff::Timestamp::from_second(second).expect("time").to_string();
+    let sensors: Vec<Value> =
+        SENSORS.iter().map(|id| json!({"id": id, "value": (second % 1000) as f64 / 8.0})).collect();
+    let body = json!({"event": "sensor-data", "device_id": "AWLR-001", "timestamp": ts, "data": {"sensors": sensors}});
+    let r = http
+        .post(format!("{base}/webhook/sensor-data"))
+        .header("X-API-KEY", "wh-alice-secret")
+        .json(&body)
+        .send()
+        .await
+        .expect("the server answers");
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test]
+async fn a_full_disk_refuses_writes_clearly_and_they_resume_when_space_returns() {
+    let disk = SmallDisk::mount("2m");
+    let db = disk.dir.path().join("full.db").to_str().expect("utf-8").to_owned();
+    provision(&db, disk.dir.path());
+    let server = ServeProcess::start(&["--database", &db, "--webhook-mode", "ingest", "--rate-limit", "off"]);
+    let http = reqwest::Client::new();
+    let mut acked = BTreeSet::new();
+    let mut second = T0;
+    for _ in 0..20 {
+        second += 60;
+        assert_eq!(post(&http, &server.base, second).await.0, 200);
+        acked.insert(second);
+    }
+
+    let filler = disk.fill();
+    let mut refused = 0;
+    for _ in 0..400 {
+        second += 3600; // a new hour each: a new row, so the file must grow
+        match post(&http, &server.base, second).await {
+            (200, _) => {
+                acked.insert(second);
+            }
+            (503, body) => {
+                assert_eq!(body, json!({"message": "Service Unavailable"}), "the webhook's envelope");
+                refused += 1;
+                if refused >= 5 {
+                    break;
+                }
+            }
+            (status, body) => panic!("a full disk answers 503, not {status} {body}"),
+        }
+    }
+    assert!(refused >= 5, "writes were refused on the full disk");
+    // Reads go on while the disk is full.
+    let reads = format!("{}/pk-alice-all/devices", server.base);
+    assert_eq!(http.get(&reads).send().await.expect("read").status(), 200);
+
+    std::fs::remove_file(filler).expect("free the space");
+    second += 3600;
+    assert_eq!(post(&http, &server.base, second).await.0, 200, "writes resume when space returns");
+    acked.insert(second);
+    drop(server);
+
+    // No corruption: a new process reads every acknowledged reading whole.
+    let restarted = ServeProcess::start(&["--database", &db]);
+    let url = format!(
+        "{}/pk-alice-all/devices/AWLR-001/data?start={}&end={}",
+        restarted.base,
+        jiff::Timestamp::from_second(T0).expect("t0"),
+        jiff::Timestamp::from_second(second).expect("end")
+    );
+    let body: Value = reqwest::get(url).await.expect("read").json().await.expect("JSON");
+    let stored: BTreeMap<i64, usize> = body["data"]
+        .as_array()
+        .expect("readings")
+        .iter()
+        .map(|r| {
+            let s = r["timestamp"].as_str().expect("ts").parse::<jiff::Timestamp>().expect("ts").as_second();
+            (s, r["sensors"].as_array().expect("sensors").len())
+        })
+        .collect();
+    for s in &acked {
+        assert_eq!(stored.get(s), Some(&SENSORS.len()), "acknowledged reading at {s} stored whole");
+    }
+    assert!(stored.values().all(|n| *n == SENSORS.len()), "no half-written reading");
+    drop(restarted);
+}
