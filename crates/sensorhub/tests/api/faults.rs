@@ -26,6 +26,21 @@ fn provision(db: &str, dir: &std::path::Path) {
     assert!(out.status.success(), "apply: {}", String::from_utf8_lossy(&out.stderr));
 }
 
+/// AWLR-001's readings from `T0` to `end` as stored: second → values.
+async fn stored(base: &str, end: i64) -> BTreeMap<i64, usize> {
+    let at = |s: i64| jiff::Timestamp::from_second(s).expect("time");
+    let url = format!("{base}/pk-alice-all/devices/AWLR-001/data?start={}&end={}", at(T0), at(end));
+    let body: Value = reqwest::get(url).await.expect("read").json().await.expect("JSON");
+    let readings = body["data"].as_array().expect("readings");
+    readings
+        .iter()
+        .map(|r| {
+            let s = r["timestamp"].as_str().expect("ts").parse::<jiff::Timestamp>().expect("ts").as_second();
+            (s, r["sensors"].as_array().expect("sensors").len())
+        })
+        .collect()
+}
+
 /// Posts envelope after envelope (each a reading of four values at its own
 /// second) until the server goes away; records the seconds acknowledged.
 async fn post_until_gone(base: String, client: usize, acked: Arc<Mutex<BTreeSet<i64>>>) {
@@ -82,18 +97,7 @@ on_each_backend! {
 
         let restarted = ServeProcess::start(&["--database", &db, "--rate-limit", "off"]);
         let end = T0 + (acked.last().copied().unwrap_or(T0) - T0) + 10 * CLIENTS as i64;
-        let url = format!(
-            "{}/pk-alice-all/devices/AWLR-001/data?start={}&end={}",
-            restarted.base,
-            jiff::Timestamp::from_second(T0).expect("t0"),
-            jiff::Timestamp::from_second(end).expect("end")
-        );
-        let body: Value = reqwest::get(url).await.expect("read").json().await.expect("JSON");
-        let mut stored: BTreeMap<i64, usize> = BTreeMap::new();
-        for r in body["data"].as_array().expect("readings") {
-            let second = r["timestamp"].as_str().expect("ts").parse::<jiff::Timestamp>().expect("ts").as_second();
-            stored.insert(second, r["sensors"].as_array().expect("sensors").len());
-        }
+        let stored = stored(&restarted.base, end).await;
         let lost: Vec<_> = acked.iter().filter(|s| !stored.contains_key(s)).collect();
         assert!(lost.is_empty(), "{} acknowledged readings lost, first {:?}", lost.len(), lost.first());
         let partial: Vec<_> = stored.iter().filter(|(_, n)| **n != SENSORS.len()).collect();
@@ -313,22 +317,7 @@ async fn a_full_disk_refuses_writes_clearly_and_they_resume_when_space_returns()
 
     // No corruption: a new process reads every acknowledged reading whole.
     let restarted = ServeProcess::start(&["--database", &db]);
-    let url = format!(
-        "{}/pk-alice-all/devices/AWLR-001/data?start={}&end={}",
-        restarted.base,
-        jiff::Timestamp::from_second(T0).expect("t0"),
-        jiff::Timestamp::from_second(second).expect("end")
-    );
-    let body: Value = reqwest::get(url).await.expect("read").json().await.expect("JSON");
-    let stored: BTreeMap<i64, usize> = body["data"]
-        .as_array()
-        .expect("readings")
-        .iter()
-        .map(|r| {
-            let s = r["timestamp"].as_str().expect("ts").parse::<jiff::Timestamp>().expect("ts").as_second();
-            (s, r["sensors"].as_array().expect("sensors").len())
-        })
-        .collect();
+    let stored = stored(&restarted.base, second).await;
     for s in &acked {
         assert_eq!(stored.get(s), Some(&SENSORS.len()), "acknowledged reading at {s} stored whole");
     }

@@ -8,6 +8,7 @@ mod auth;
 mod backends;
 mod cli;
 mod copy;
+mod corpus;
 mod devices;
 mod faults;
 mod instances;
