@@ -207,18 +207,37 @@ pub async fn open(url: &str) -> StoreResult<Arc<dyn Store>> {
 
 /// `url` with any password replaced by `***`, for messages and logs.
 pub fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
+    let (url, query) = match url.split_once('?') {
+        Some((u, q)) => (u, Some(q)),
+        None => (url, None),
     };
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    match rest[..authority_end].rfind('@') {
-        Some(at) => {
-            let userinfo = &rest[..at];
-            let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
-            format!("{scheme}://{user}:***{}", &rest[at..])
+    let mut out = match url.split_once("://") {
+        Some((scheme, rest)) => {
+            let authority_end = rest.find('/').unwrap_or(rest.len());
+            match rest[..authority_end].rfind('@') {
+                Some(at) => {
+                    let userinfo = &rest[..at];
+                    let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
+                    format!("{scheme}://{user}:***{}", &rest[at..])
+                }
+                None => url.to_owned(),
+            }
         }
         None => url.to_owned(),
+    };
+    if let Some(q) = query {
+        // `?password=…` (libpq, Redis) and its kin: the value is a secret.
+        let params: Vec<String> = q
+            .split('&')
+            .map(|p| match p.split_once('=') {
+                Some((k, _)) if k.to_ascii_lowercase().contains("pass") => format!("{k}=***"),
+                _ => p.to_owned(),
+            })
+            .collect();
+        out.push('?');
+        out.push_str(&params.join("&"));
     }
+    out
 }
 
 #[cfg(test)]
@@ -251,5 +270,11 @@ mod tests {
         assert_eq!(redact_url("postgres://u:secret@h:5432/db"), "postgres://u:***@h:5432/db");
         assert_eq!(redact_url("sqlite://./a.db"), "sqlite://./a.db");
         assert_eq!(redact_url("./a.db"), "./a.db");
+        assert_eq!(
+            redact_url("postgres://u@h/db?password=hunter2&pool_max_size=4"),
+            "postgres://u@h/db?password=***&pool_max_size=4"
+        );
+        assert_eq!(redact_url("postgres://u:a@h/db?sslpassword=x"), "postgres://u:***@h/db?sslpassword=***");
+        assert_eq!(redact_url("redis://h:6379/0?password=hunter2"), "redis://h:6379/0?password=***");
     }
 }

@@ -72,7 +72,9 @@ pub struct Guard<'a> {
 impl<'a> Guard<'a> {
     /// A guard for the request in `parts`.
     pub fn new(parts: &Parts, state: &'a AppState, kind: &'static str) -> Self {
-        let ip = client_ip(&parts.headers, &parts.extensions, state.client_ip_header.as_ref());
+        // Canonical first: on a dual-stack listener an IPv4 client arrives as
+        // `::ffff:a.b.c.d`, and cut to /64 every IPv4 client would share one key.
+        let ip = client_ip(&parts.headers, &parts.extensions, state.client_ip_header.as_ref()).to_canonical();
         let ip_bytes = match ip {
             IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
             // One IPv6 client usually holds a whole /64: count it as one.

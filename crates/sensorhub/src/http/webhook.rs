@@ -217,7 +217,17 @@ async fn handle(state: &AppState, caller: &WebhookCaller, headers: &HeaderMap, b
         envelope: envelope_text,
         warnings: envelope.warnings,
     };
-    state.received.push(caller.account_id, received).await
+    let pushed = state.received.push(caller.account_id, received).await;
+    if state.webhook.mode == WebhookMode::Ingest {
+        // The reading is committed: the list is a convenience, and a Redis
+        // outage (counted in the metrics) must not turn a stored write into
+        // an error the client would retry.
+        if let Err(e) = pushed {
+            tracing::warn!(error = %e, "reading stored; the received list could not be updated");
+        }
+        return Ok(());
+    }
+    pushed
 }
 
 /// Writes the envelope's values as one reading: all of them or, on the first

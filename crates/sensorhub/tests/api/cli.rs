@@ -489,3 +489,27 @@ fn json_logs_are_one_object_per_line() {
     Command::new("kill").args(["-TERM", &child.id().to_string()]).status().expect("kill");
     assert!(child.wait().expect("wait").success());
 }
+
+#[tokio::test]
+async fn passwords_in_database_urls_never_print() {
+    let pg = sensorhub_store::postgres::temp::TempDatabase::create(&crate::harness::postgres_admin_url())
+        .await
+        .expect("test database");
+    // The test server trusts loopback, so the password is sent and ignored.
+    let sep = if pg.url().contains('?') { '&' } else { '?' };
+    let url = format!("{}{sep}password=query-secret-1", pg.url());
+    let unreachable = "postgres://u:userinfo-secret-2@127.0.0.1:1/x?password=query-secret-3&connect_timeout=2";
+    let mut printed = String::new();
+    for (db, args) in
+        [(url.as_str(), &["migrate"][..]), (url.as_str(), &["device", "list"]), (unreachable, &["migrate"])]
+    {
+        let out =
+            Command::new(BIN).args(args).arg("--database").arg(db).env("SENSORHUB_LOG", "debug").output().expect("run");
+        printed += &String::from_utf8_lossy(&out.stdout);
+        printed += &String::from_utf8_lossy(&out.stderr);
+    }
+    assert!(printed.contains("password=***"), "the URL is shown, redacted: {printed}");
+    for secret in ["query-secret-1", "userinfo-secret-2", "query-secret-3"] {
+        assert!(!printed.contains(secret), "{secret} printed in: {printed}");
+    }
+}

@@ -149,3 +149,28 @@ on_each_backend! {
         }
     }
 }
+
+#[tokio::test]
+async fn ipv4_mapped_addresses_are_limited_as_their_ipv4_address() {
+    let rate_limit: RateLimitSetting = "2/minute".parse().expect("quota");
+    let app = TestApp::with(ServerOptions {
+        rate_limit,
+        client_ip_header: Some(reqwest::header::HeaderName::from_static("x-forwarded-for")),
+        ..ServerOptions::default()
+    })
+    .await;
+    let url = format!("{}/devices", app.base);
+    let guess = basic("alice", "guess");
+    let status = |ip: &'static str| {
+        let headers = [("Authorization", guess.as_str()), ("X-Forwarded-For", ip)];
+        let url = url.clone();
+        let app = &app;
+        async move { app.request(Method::GET, &url, &headers, None).await.status }
+    };
+    // On a dual-stack listener IPv4 clients arrive as ::ffff:a.b.c.d.
+    assert_eq!(status("::ffff:198.51.100.1").await, 401);
+    assert_eq!(status("198.51.100.1").await, 401, "the same client, written as IPv4");
+    assert_eq!(status("::ffff:198.51.100.1").await, 429, "its quota is spent");
+    assert_eq!(status("::ffff:198.51.100.2").await, 401, "another IPv4 client has its own quota");
+    assert_eq!(status("198.51.100.3").await, 401);
+}

@@ -125,3 +125,22 @@ async fn with_redis_down_fail_open_serves_and_fail_closed_refuses_with_503() {
         "refusals are counted"
     );
 }
+
+#[tokio::test]
+async fn ingest_answers_200_once_committed_even_when_redis_is_down() {
+    let mut opts = options(100, Some(stopped_redis()));
+    opts.webhook.mode = sensorhub::http::webhook::WebhookMode::Ingest;
+    let app = TestApp::with(opts).await;
+    let body = r#"{"event": "sensor-data", "device_id": "AWLR-001", "timestamp": "2026-06-01T00:00:00Z", "data": {"AWLR1-wl": 131.25}}"#;
+    let a = app.webhook(Some("wh-alice-secret"), body).await;
+    assert_eq!(a.status, 200, "the write is committed: {}", a.text);
+    let read = app.alice("/devices/AWLR-001/data?start=2026-06-01T00:00:00Z&end=2026-06-01T00:00:00Z").await;
+    assert_eq!(read.data()[0]["sensors"][0]["value"], 131.25, "and stored: {}", read.text);
+    let metrics = app.request(Method::GET, &format!("{}/metrics", app.root()), &[], None).await.text;
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("sensorhub_redis_unavailable_total{outcome=\"received\"}") && !l.ends_with(" 0")),
+        "the missed list update is counted"
+    );
+}
