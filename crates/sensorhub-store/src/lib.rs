@@ -272,7 +272,7 @@ mod tests {
         assert_eq!(redact_url("./a.db"), "./a.db");
         assert_eq!(
             redact_url("postgres://u@h/db?password=hunter2&pool_max_size=4"),
-            "postgres://u@h/db?password=***&pool_max_size=4"
+            "postgres://u:***@h/db?password=***&pool_max_size=4"
         );
         assert_eq!(redact_url("postgres://u:a@h/db?sslpassword=x"), "postgres://u:***@h/db?sslpassword=***");
         assert_eq!(redact_url("redis://h:6379/0?password=hunter2"), "redis://h:6379/0?password=***");
