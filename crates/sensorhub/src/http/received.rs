@@ -30,6 +30,19 @@ pub struct Received {
     pub size: usize,
 }
 
+impl Received {
+    /// Bytes this item holds in memory: its texts and their headers. The
+    /// warnings count too: an envelope of many unknown sensors holds far
+    /// more in warnings than in its body.
+    fn footprint(&self) -> usize {
+        const HEADER: usize = std::mem::size_of::<String>();
+        std::mem::size_of::<Self>()
+            + self.received_at.len()
+            + self.envelope.get().len()
+            + self.warnings.iter().map(|w| w.len() + HEADER).sum::<usize>()
+    }
+}
+
 /// Keeps the newest `KEEP` items of an account's list within `KEEP_BYTES`
 /// (the newest is always kept). KEYS[1]: the list; ARGV: item, count, bytes.
 const PUSH_RECEIVED: &str = r"
@@ -82,6 +95,8 @@ impl ReceivedLog {
     pub async fn push(&self, account: i64, item: Received) -> Result<(), ApiError> {
         match self {
             ReceivedLog::Memory(accounts) => {
+                let mut item = item;
+                item.size = item.footprint();
                 let Ok(mut accounts) = accounts.lock() else { return Ok(()) };
                 let list = accounts.entry(account).or_default();
                 list.push_back(Arc::new(item));
@@ -154,5 +169,19 @@ mod tests {
         assert_eq!(list.len(), 100);
         assert!(matches!(&list[0], ReceivedItem::Kept(r) if r.received_at == "149"));
         assert!(log.newest_first(2).await.expect("read").is_empty());
+    }
+
+    #[tokio::test]
+    async fn warnings_count_against_the_memory_cap() {
+        let log = ReceivedLog::default();
+        for i in 0..10 {
+            // A small body whose warnings hold 1 MiB.
+            let envelope = RawValue::from_string("{}".into()).expect("valid");
+            let warnings = vec!["w".repeat(1023); 1024];
+            log.push(1, Received { received_at: i.to_string(), envelope, warnings, size: 2 }).await.expect("kept");
+        }
+        let list = log.newest_first(1).await.expect("read");
+        assert!(list.len() <= 4, "4 MiB hold at most four such items, not {}", list.len());
+        assert!(matches!(&list[0], ReceivedItem::Kept(r) if r.received_at == "9"), "the newest is kept");
     }
 }
