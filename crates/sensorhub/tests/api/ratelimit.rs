@@ -113,15 +113,19 @@ on_each_backend! {
     }
 }
 
+/// A server with 2 requests a minute that trusts `X-Forwarded-For`.
+async fn behind_proxy() -> TestApp {
+    TestApp::with(ServerOptions {
+        rate_limit: "2/minute".parse().expect("quota"),
+        client_ip_header: Some(reqwest::header::HeaderName::from_static("x-forwarded-for")),
+        ..ServerOptions::default()
+    })
+    .await
+}
+
 on_each_backend! {
     async fn failed_auth_from_a_proxy_counts_against_the_forwarded_address() {
-        let rate_limit: RateLimitSetting = "2/minute".parse().expect("quota");
-        let app = TestApp::with(ServerOptions {
-            rate_limit,
-            client_ip_header: Some(reqwest::header::HeaderName::from_static("x-forwarded-for")),
-            ..ServerOptions::default()
-        })
-        .await;
+        let app = behind_proxy().await;
         let url = format!("{}/devices", app.base);
         let guess = basic("alice", "guess");
         let from = |ip: &'static str| [("Authorization", guess.clone()), ("X-Forwarded-For", ip.to_owned())];
@@ -152,13 +156,7 @@ on_each_backend! {
 
 #[tokio::test]
 async fn ipv4_mapped_addresses_are_limited_as_their_ipv4_address() {
-    let rate_limit: RateLimitSetting = "2/minute".parse().expect("quota");
-    let app = TestApp::with(ServerOptions {
-        rate_limit,
-        client_ip_header: Some(reqwest::header::HeaderName::from_static("x-forwarded-for")),
-        ..ServerOptions::default()
-    })
-    .await;
+    let app = behind_proxy().await;
     let url = format!("{}/devices", app.base);
     let guess = basic("alice", "guess");
     let status = |ip: &'static str| {

@@ -92,6 +92,13 @@ async fn without_redis_requests_are_served_and_logins_limited_in_memory() {
     assert!(count("memory") >= 5, "{metrics}");
 }
 
+/// Whether `sensorhub_redis_unavailable_total{outcome}` is above zero.
+async fn counted(app: &TestApp, outcome: &str) -> bool {
+    let metrics = app.request(Method::GET, &format!("{}/metrics", app.root()), &[], None).await.text;
+    let series = format!("sensorhub_redis_unavailable_total{{outcome=\"{outcome}\"}}");
+    metrics.lines().any(|l| l.starts_with(&series) && !l.ends_with(" 0"))
+}
+
 /// A Redis that is down: nothing listens on this port.
 fn stopped_redis() -> Arc<sensorhub::shared::SharedRedis> {
     Arc::new(sensorhub::shared::SharedRedis::new("redis://127.0.0.1:1/", "down").expect("a Redis URL"))
@@ -117,13 +124,7 @@ async fn with_redis_down_fail_open_serves_and_fail_closed_refuses_with_503() {
     // Operations endpoints are not rate-limited and still answer.
     let health = closed.request(Method::GET, &format!("{}/healthz", closed.root()), &[], None).await;
     assert_eq!(health.status, 200);
-    let metrics = closed.request(Method::GET, &format!("{}/metrics", closed.root()), &[], None).await.text;
-    assert!(
-        metrics
-            .lines()
-            .any(|l| l.starts_with("sensorhub_redis_unavailable_total{outcome=\"refused\"}") && !l.ends_with(" 0")),
-        "refusals are counted"
-    );
+    assert!(counted(&closed, "refused").await, "refusals are counted");
 }
 
 #[tokio::test]
@@ -136,11 +137,5 @@ async fn ingest_answers_200_once_committed_even_when_redis_is_down() {
     assert_eq!(a.status, 200, "the write is committed: {}", a.text);
     let read = app.alice("/devices/AWLR-001/data?start=2026-06-01T00:00:00Z&end=2026-06-01T00:00:00Z").await;
     assert_eq!(read.data()[0]["sensors"][0]["value"], 131.25, "and stored: {}", read.text);
-    let metrics = app.request(Method::GET, &format!("{}/metrics", app.root()), &[], None).await.text;
-    assert!(
-        metrics
-            .lines()
-            .any(|l| l.starts_with("sensorhub_redis_unavailable_total{outcome=\"received\"}") && !l.ends_with(" 0")),
-        "the missed list update is counted"
-    );
+    assert!(counted(&app, "received").await, "the missed list update is counted");
 }
