@@ -4,7 +4,7 @@
 //! inside the same transaction that writes the document.
 
 use crate::model::{DeviceSpec, MAX_SENSORS_PER_DEVICE, Origin, ReadingInput, ValueInput, is_valid_identifier};
-use crate::secret::{RECOMMENDED_KEY_LENGTH, is_valid_password_hash};
+use crate::secret::{RECOMMENDED_KEY_LENGTH, check_password_hash};
 use crate::time::parse_reading_timestamp;
 use serde::Deserialize;
 use std::collections::{HashMap, HashSet};
@@ -73,12 +73,50 @@ pub struct AccountSpec {
 pub struct ApiKeySpec {
     /// The key id as it appears in public paths; stored only as a digest.
     pub id: String,
-    /// When given, the key sees only these of the account's devices.
+    /// A list: the key sees only these of the account's devices; `"all"`:
+    /// every device of its account. Omitted leaves a stored key's scope as
+    /// it is (a new key: all), as `revoked` does: re-applying a file that
+    /// does not mention the scope never widens a scoped key.
     #[serde(default)]
-    pub devices: Option<Vec<String>>,
+    pub devices: Option<KeyDevices>,
     /// A revoked key is refused with 403; omitted leaves it as it is (new: active).
     #[serde(default)]
     pub revoked: Option<bool>,
+}
+
+/// The devices an API key may see.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyDevices {
+    /// Every device of the key's account (`"all"`).
+    All,
+    /// Only these of the account's devices (a list of device ids).
+    Only(Vec<String>),
+}
+
+impl<'de> Deserialize<'de> for KeyDevices {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            List(Vec<String>),
+            Word(String),
+        }
+        match Raw::deserialize(d) {
+            Ok(Raw::List(list)) => Ok(KeyDevices::Only(list)),
+            Ok(Raw::Word(w)) if w == "all" => Ok(KeyDevices::All),
+            _ => Err(serde::de::Error::custom("expected a list of device ids, or \"all\"")),
+        }
+    }
+}
+
+impl KeyDevices {
+    /// The listed devices, if the key is scoped.
+    pub fn list(&self) -> Option<&[String]> {
+        match self {
+            KeyDevices::All => None,
+            KeyDevices::Only(list) => Some(list),
+        }
+    }
 }
 
 /// A webhook key of an account.
@@ -243,8 +281,8 @@ impl Provision {
                 (Some(p), None) if p.is_empty() => {
                     return Err(InputError::new(format!("{at}.password"), "must not be empty"));
                 }
-                (None, Some(h)) if !is_valid_password_hash(h) => {
-                    return Err(InputError::new(format!("{at}.password_hash"), "is not an Argon2 PHC string"));
+                (None, Some(h)) => {
+                    check_password_hash(h).map_err(|e| InputError::new(format!("{at}.password_hash"), e))?;
                 }
                 _ => {}
             }
@@ -260,7 +298,7 @@ impl Provision {
                 if !key_ids.insert(key.id.as_str()) {
                     return Err(InputError::new(kat, "duplicate api key id"));
                 }
-                check_unique_list(key.devices.as_deref(), &format!("{kat}.devices"))?;
+                check_unique_list(key.devices.as_ref().and_then(KeyDevices::list), &format!("{kat}.devices"))?;
             }
             for (k, key) in a.webhook_keys.iter().enumerate() {
                 let kat = format!("{at}.webhook_keys[{k}]");
@@ -408,6 +446,20 @@ mod tests {
         let w = doc.warnings();
         assert_eq!(w.len(), 1);
         assert!(w[0].starts_with("accounts[0].api_keys[0].id"), "{w:?}");
+    }
+
+    #[test]
+    fn a_key_scope_is_a_list_or_all() {
+        let doc: Provision = parse_json(
+            r#"{"accounts":[{"username":"a","api_keys":[{"id":"k1","devices":["D"]},{"id":"k2","devices":"all"},{"id":"k3"}]}]}"#,
+        )
+        .expect("valid");
+        let scopes: Vec<_> = doc.accounts[0].api_keys.iter().map(|k| k.devices.clone()).collect();
+        assert_eq!(scopes, [Some(KeyDevices::Only(vec!["D".into()])), Some(KeyDevices::All), None]);
+        let e = check(r#"{"accounts":[{"username":"a","api_keys":[{"id":"k","devices":"some"}]}]}"#)
+            .expect_err("not a scope");
+        assert!(e.position.starts_with("accounts[0].api_keys[0].devices"), "{e}");
+        assert!(e.message.contains("\"all\""), "{e}");
     }
 
     #[test]

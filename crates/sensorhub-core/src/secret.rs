@@ -22,18 +22,59 @@ pub fn hash_password(password: &str) -> Result<String, HashError> {
     Argon2::default().hash_password(password.as_bytes()).map(|h| h.to_string()).map_err(|e| HashError(e.to_string()))
 }
 
-/// Whether `password` matches the PHC string `phc`. A malformed stored hash
-/// never matches.
+/// Whether `password` matches the PHC string `phc`. A malformed stored hash,
+/// or one whose parameters are outside [`check_password_hash`]'s bounds,
+/// never matches (and costs nothing to refuse).
 pub fn verify_password(password: &str, phc: &str) -> bool {
     match PasswordHash::new(phc) {
-        Ok(parsed) => Argon2::default().verify_password(password.as_bytes(), &parsed).is_ok(),
-        Err(_) => false,
+        Ok(parsed) if check_parsed(&parsed).is_ok() => {
+            Argon2::default().verify_password(password.as_bytes(), &parsed).is_ok()
+        }
+        _ => false,
     }
 }
 
-/// Whether `phc` is a PHC string this service can verify.
-pub fn is_valid_password_hash(phc: &str) -> bool {
-    PasswordHash::new(phc).is_ok_and(|h| h.algorithm.as_str().starts_with("argon2"))
+/// Largest Argon2 memory cost accepted, in KiB (64 MiB; the default is 19 MiB).
+pub const MAX_ARGON2_MEMORY_KIB: u32 = 65_536;
+/// Largest Argon2 time cost (passes) accepted (the default is 2).
+pub const MAX_ARGON2_PASSES: u32 = 8;
+/// Largest Argon2 parallelism accepted (the default is 1).
+pub const MAX_ARGON2_LANES: u32 = 4;
+
+/// Checks that `phc` is an Argon2id PHC string (version 19) whose cost
+/// parameters lie within bounds: memory at most [`MAX_ARGON2_MEMORY_KIB`],
+/// passes 1 to [`MAX_ARGON2_PASSES`], lanes 1 to [`MAX_ARGON2_LANES`]. A
+/// provisioned hash with a 4 GiB memory cost would make every guess at that
+/// name cost 4 GiB; the error says which parameter is out of bounds.
+pub fn check_password_hash(phc: &str) -> Result<(), String> {
+    let parsed = PasswordHash::new(phc).map_err(|_| "is not an Argon2 PHC string".to_owned())?;
+    check_parsed(&parsed)
+}
+
+fn check_parsed(h: &PasswordHash) -> Result<(), String> {
+    if h.algorithm.as_str() != "argon2id" {
+        return Err(format!("must be an argon2id hash, not {}", h.algorithm.as_str()));
+    }
+    if h.version.is_some_and(|v| v != 19) {
+        return Err("must be an Argon2 version 19 (v=19) hash".into());
+    }
+    let param = |name: &str| h.params.get_decimal(name);
+    let (Some(m), Some(t), Some(p)) = (param("m"), param("t"), param("p")) else {
+        return Err("must give the parameters m, t and p".into());
+    };
+    if !(1..=MAX_ARGON2_LANES).contains(&p) {
+        return Err(format!("p={p} is out of bounds: 1 to {MAX_ARGON2_LANES} lanes"));
+    }
+    if !(1..=MAX_ARGON2_PASSES).contains(&t) {
+        return Err(format!("t={t} is out of bounds: 1 to {MAX_ARGON2_PASSES} passes"));
+    }
+    if !(8 * p..=MAX_ARGON2_MEMORY_KIB).contains(&m) {
+        return Err(format!("m={m} is out of bounds: {} to {MAX_ARGON2_MEMORY_KIB} KiB", 8 * p));
+    }
+    if h.salt.is_none() || h.hash.is_none() {
+        return Err("must hold a salt and a hash".into());
+    }
+    Ok(())
 }
 
 /// Spends the same work as [`verify_password`] on a known user, so that a
@@ -101,11 +142,29 @@ mod tests {
     fn password_round_trip_and_mismatch() {
         let phc = hash_password("s3cret:with:colons").expect("hash");
         assert!(phc.starts_with("$argon2id$"));
-        assert!(is_valid_password_hash(&phc));
+        assert_eq!(check_password_hash(&phc), Ok(()));
         assert!(verify_password("s3cret:with:colons", &phc));
         assert!(!verify_password("s3cret", &phc));
         assert!(!verify_password("x", "not a hash"));
-        assert!(!is_valid_password_hash("plaintext"));
+        assert!(check_password_hash("plaintext").is_err());
+    }
+
+    #[test]
+    fn hashes_outside_the_cost_bounds_are_refused_and_never_verified() {
+        // A real argon2id hash of "pw" with m=19456,t=2,p=1, then the same with
+        // its parameters changed: the parameters are checked before any work.
+        let phc = hash_password("pw").expect("hash");
+        let with = |params: &str| phc.replacen("m=19456,t=2,p=1", params, 1);
+        for (params, named) in
+            [("m=4194304,t=2,p=1", "m=4194304"), ("m=19456,t=100,p=1", "t=100"), ("m=19456,t=2,p=64", "p=64")]
+        {
+            let e = check_password_hash(&with(params)).expect_err(params);
+            assert!(e.contains(named), "{e}");
+            assert!(!verify_password("pw", &with(params)), "{params} is never verified");
+        }
+        let argon2i = phc.replacen("$argon2id$", "$argon2i$", 1);
+        assert!(check_password_hash(&argon2i).expect_err("argon2i").contains("argon2id"));
+        assert!(verify_password("pw", &with("m=19456,t=2,p=1")));
     }
 
     #[test]

@@ -152,6 +152,27 @@ pub(crate) fn key_scope(listed: &[i64], visible: &BTreeSet<i64>, at: &str) -> St
     Ok(listed.iter().copied().collect())
 }
 
+/// The scope a provisioning item asks of an API key.
+pub(crate) enum ScopeRequest {
+    /// Not given: a stored key keeps its scope; a new key sees all.
+    Keep,
+    /// Every device of the account.
+    All,
+    /// Only these devices.
+    Only(BTreeSet<i64>),
+}
+
+impl ScopeRequest {
+    /// The key's device list after the write (`None`: all of the account's).
+    pub(crate) fn resolve(self, stored: Option<&StoredKey>) -> Option<BTreeSet<i64>> {
+        match self {
+            ScopeRequest::Keep => stored.filter(|k| k.scoped).map(|k| k.devices.clone()),
+            ScopeRequest::All => None,
+            ScopeRequest::Only(set) => Some(set),
+        }
+    }
+}
+
 /// A key row (API or webhook) as the write path needs it.
 pub(crate) struct StoredKey {
     pub id: i64,

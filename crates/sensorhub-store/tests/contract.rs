@@ -239,3 +239,30 @@ async fn interleaved_devices_and_repeats_are_stored_and_counted_exactly() {
         assert_eq!(apply(s, &doc).await.expect("again").readings.updated, 0);
     }
 }
+
+#[tokio::test]
+async fn reapplying_a_key_without_devices_keeps_its_scope() {
+    for b in backends().await {
+        let s = &*b.store;
+        let seen = |key: sensorhub_store::ApiKeyAuth| async move {
+            let devices = s.list_devices(key.scope()).await.expect("list");
+            devices.into_iter().map(|d| d.device_id).collect::<Vec<_>>()
+        };
+        apply(s, r#"{"accounts":[{"username":"alice","devices":["D1","D2"]}]}"#).await.expect("see both");
+        let k = || async { s.api_key_auth(&key_digest("k-d1")).await.expect("lookup").expect("exists") };
+        assert_eq!(seen(k().await).await, ["D1"]);
+        // The key listed again without `devices` (as a file that only revokes
+        // or re-lists keys would): its scope is kept, not widened.
+        let report = apply(s, r#"{"accounts":[{"username":"alice","api_keys":[{"id":"k-d1"}]}]}"#).await.expect("a");
+        assert!(report.is_noop(), "{report:?}");
+        assert_eq!(seen(k().await).await, ["D1"]);
+        // Widening is said in so many words.
+        let widen = r#"{"accounts":[{"username":"alice","api_keys":[{"id":"k-d1","devices":"all"}]}]}"#;
+        assert_eq!(apply(s, widen).await.expect("all").api_keys.updated, 1);
+        assert_eq!(seen(k().await).await, ["D1", "D2"]);
+        // A new key without `devices` sees all of its account's devices.
+        apply(s, r#"{"accounts":[{"username":"alice","api_keys":[{"id":"k-new"}]}]}"#).await.expect("new");
+        let new = s.api_key_auth(&key_digest("k-new")).await.expect("lookup").expect("exists");
+        assert_eq!(seen(new).await, ["D1", "D2"]);
+    }
+}

@@ -7,13 +7,13 @@
 
 use super::read::device_sensors;
 use crate::plan::{
-    self, AccountWrite, Change, DeviceSensors, HourRow, Hours, KeyWrite, SensorWrite, StoredAccount, StoredKey,
-    invalid, now,
+    self, AccountWrite, Change, DeviceSensors, HourRow, Hours, KeyWrite, ScopeRequest, SensorWrite, StoredAccount,
+    StoredKey, invalid, now,
 };
 use crate::{ApplyReport, ImportReport, ReadingSource, StoreError, StoreResult};
 use deadpool_postgres::{Client, GenericClient, Transaction};
 use sensorhub_core::model::{DeviceSpec, ReadingInput};
-use sensorhub_core::provision::{AccountSpec, Provision};
+use sensorhub_core::provision::{AccountSpec, KeyDevices, Provision};
 use sensorhub_core::secret::{key_digest, key_prefix};
 use std::collections::{BTreeSet, HashMap};
 use tokio_postgres::binary_copy::BinaryCopyInWriter;
@@ -178,10 +178,13 @@ async fn apply_account(tx: &Transaction<'_>, a: AccountSpec, at: &str, report: &
     for (k, key) in a.api_keys.iter().enumerate() {
         let kat = format!("{at}.api_keys[{k}]");
         let scope = match &key.devices {
-            Some(list) => {
-                Some(plan::key_scope(&device_pks(tx, list, &format!("{kat}.devices")).await?, &visible, &kat)?)
-            }
-            None => None,
+            Some(KeyDevices::Only(list)) => ScopeRequest::Only(plan::key_scope(
+                &device_pks(tx, list, &format!("{kat}.devices")).await?,
+                &visible,
+                &kat,
+            )?),
+            Some(KeyDevices::All) => ScopeRequest::All,
+            None => ScopeRequest::Keep,
         };
         report.api_keys.count(upsert_api_key(tx, account_id, &key.id, scope, key.revoked, &kat).await?);
     }
@@ -196,7 +199,7 @@ async fn upsert_api_key(
     tx: &Transaction<'_>,
     account_id: i64,
     id: &str,
-    scope: Option<BTreeSet<i64>>,
+    scope: ScopeRequest,
     revoked: Option<bool>,
     at: &str,
 ) -> StoreResult<Change> {
@@ -211,6 +214,7 @@ async fn upsert_api_key(
         }
         None => None,
     };
+    let scope = scope.resolve(stored.as_ref());
     let empty = BTreeSet::new();
     let links = scope.as_ref().unwrap_or(&empty);
     match plan::key_write(account_id, stored, scope.as_ref(), revoked, "API key id", at)? {

@@ -3,13 +3,13 @@
 
 use super::read::device_sensors;
 use crate::plan::{
-    self, AccountWrite, Change, DeviceSensors, HourRow, Hours, KeyWrite, SensorWrite, StoredAccount, StoredKey,
-    invalid, now,
+    self, AccountWrite, Change, DeviceSensors, HourRow, Hours, KeyWrite, ScopeRequest, SensorWrite, StoredAccount,
+    StoredKey, invalid, now,
 };
 use crate::{ApplyReport, ImportReport, ReadingSource, StoreError, StoreResult};
 use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
 use sensorhub_core::model::{DeviceSpec, ReadingInput};
-use sensorhub_core::provision::{AccountSpec, Provision};
+use sensorhub_core::provision::{AccountSpec, KeyDevices, Provision};
 use sensorhub_core::secret::{key_digest, key_prefix};
 use std::collections::{BTreeSet, HashMap};
 
@@ -158,8 +158,11 @@ fn apply_account(tx: &Transaction<'_>, a: AccountSpec, at: &str, report: &mut Ap
     for (k, key) in a.api_keys.iter().enumerate() {
         let kat = format!("{at}.api_keys[{k}]");
         let scope = match &key.devices {
-            Some(list) => Some(plan::key_scope(&device_pks(tx, list, &format!("{kat}.devices"))?, &visible, &kat)?),
-            None => None,
+            Some(KeyDevices::Only(list)) => {
+                ScopeRequest::Only(plan::key_scope(&device_pks(tx, list, &format!("{kat}.devices"))?, &visible, &kat)?)
+            }
+            Some(KeyDevices::All) => ScopeRequest::All,
+            None => ScopeRequest::Keep,
         };
         report.api_keys.count(upsert_api_key(tx, account_id, &key.id, scope, key.revoked, &kat)?);
     }
@@ -174,7 +177,7 @@ fn upsert_api_key(
     tx: &Transaction<'_>,
     account_id: i64,
     id: &str,
-    scope: Option<BTreeSet<i64>>,
+    scope: ScopeRequest,
     revoked: Option<bool>,
     at: &str,
 ) -> StoreResult<Change> {
@@ -197,6 +200,7 @@ fn upsert_api_key(
         }),
         None => None,
     };
+    let scope = scope.resolve(stored.as_ref());
     let empty = BTreeSet::new();
     let links = scope.as_ref().unwrap_or(&empty);
     match plan::key_write(account_id, stored, scope.as_ref(), revoked, "API key id", at)? {

@@ -6,7 +6,7 @@
 use super::{CliResult, Context};
 use crate::config::DEFAULT_LISTEN;
 use sensorhub_core::model::{DeviceSpec, Origin, ReadingInput, SensorMeta, ValueInput};
-use sensorhub_core::provision::{AccountSpec, ApiKeySpec, Provision, WebhookKeySpec};
+use sensorhub_core::provision::{AccountSpec, ApiKeySpec, KeyDevices, Provision, WebhookKeySpec};
 use sensorhub_core::simulate::Weather;
 use sensorhub_store::Store;
 use std::sync::Arc;
@@ -126,7 +126,7 @@ fn accounts() -> Vec<AccountSpec> {
             devices: Some(all),
             api_keys: vec![
                 ApiKeySpec { id: "pk-demo-alice-all".into(), devices: None, revoked: None },
-                ApiKeySpec { id: "pk-demo-alice-awlr".into(), devices: Some(awlr), revoked: None },
+                ApiKeySpec { id: "pk-demo-alice-awlr".into(), devices: Some(KeyDevices::Only(awlr)), revoked: None },
             ],
             webhook_keys: vec![WebhookKeySpec { key: "wh-demo-alice".into(), revoked: None }],
             ..AccountSpec::default()

@@ -4,7 +4,7 @@
 
 use super::account::{change, require};
 use super::{CliResult, Context, split_list};
-use sensorhub_core::provision::{AccountSpec, ApiKeySpec};
+use sensorhub_core::provision::{AccountSpec, ApiKeySpec, KeyDevices};
 use sensorhub_core::secret::generate_key;
 
 /// Key subcommands.
@@ -39,7 +39,11 @@ pub async fn run(ctx: &Context, cmd: Command) -> CliResult {
             let scope = devices.as_ref().map_or_else(|| "all of its devices".to_owned(), |d| d.join(","));
             let spec = AccountSpec {
                 username: account.clone(),
-                api_keys: vec![ApiKeySpec { id: id.clone(), devices, revoked: None }],
+                api_keys: vec![ApiKeySpec {
+                    id: id.clone(),
+                    devices: Some(devices.map_or(KeyDevices::All, KeyDevices::Only)),
+                    revoked: None,
+                }],
                 ..AccountSpec::default()
             };
             change(&*store, spec).await?;
