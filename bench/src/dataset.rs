@@ -132,7 +132,8 @@ pub fn stations(scale: Scale, seed: u64) -> Vec<Station> {
 }
 
 /// The provisioning file: the stations, `bench` seeing all of them and
-/// `fifty` seeing the first 50 of the fleet, each with an API key.
+/// `fifty` seeing the first 50 of the fleet, each with an API key. `bench`
+/// owns every station, so its webhook key may write their readings.
 pub fn provision(stations: &[Station]) -> serde_json::Value {
     let devices: Vec<_> = stations
         .iter()
@@ -145,7 +146,8 @@ pub fn provision(stations: &[Station]) -> serde_json::Value {
                 })
                 .collect();
             json!({"device_id": s.id, "name": format!("Bench {} {}", s.kind, s.id), "type": s.kind,
-                   "lat": -7.8, "long": 110.4, "interval_seconds": s.interval, "sensors": sensors})
+                   "lat": -7.8, "long": 110.4, "interval_seconds": s.interval, "sensors": sensors,
+                   "owner": BENCH_USER.0})
         })
         .collect();
     let all: Vec<&str> = stations.iter().map(|s| s.id.as_str()).collect();

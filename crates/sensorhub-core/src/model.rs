@@ -74,6 +74,10 @@ pub struct DeviceSpec {
     /// Sensors to create or update; sensors not listed are left alone.
     #[serde(default)]
     pub sensors: Vec<SensorMeta>,
+    /// Username of the account that owns the device: it sees the device
+    /// and may write its readings. Omitted leaves the owner as it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
 }
 
 /// One reading to store: values measured by a device at one instant.

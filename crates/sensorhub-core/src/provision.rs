@@ -56,9 +56,15 @@ pub struct AccountSpec {
     /// Whether the account is disabled; omitted leaves it as it is (new: enabled).
     #[serde(default)]
     pub disabled: Option<bool>,
-    /// The devices the account may see; when given, exactly these.
+    /// The devices the account may see; when given, exactly these (and
+    /// the devices it owns).
     #[serde(default)]
     pub devices: Option<Vec<String>>,
+    /// Devices, besides those it owns, whose readings the account may write
+    /// (webhook ingest); each must be one it sees. When given, exactly these
+    /// grants; omitted leaves them as they are (new: none).
+    #[serde(default)]
+    pub write: Option<Vec<String>>,
     /// API keys (public access); keys not listed are left alone.
     #[serde(default)]
     pub api_keys: Vec<ApiKeySpec>,
@@ -238,6 +244,9 @@ pub fn check_device(d: &DeviceSpec, at: &str) -> Result<(), InputError> {
     if d.interval_seconds < 1 {
         return err("interval_seconds", "must be at least 1");
     }
+    if d.owner.as_deref().is_some_and(|o| !is_valid_identifier(o)) {
+        return err("owner", "must be the username of an account");
+    }
     if d.sensors.len() > MAX_SENSORS_PER_DEVICE {
         return err("sensors", "a device has at most 64 sensors");
     }
@@ -287,6 +296,7 @@ impl Provision {
                 _ => {}
             }
             check_unique_list(a.devices.as_deref(), &format!("{at}.devices"))?;
+            check_unique_list(a.write.as_deref(), &format!("{at}.write"))?;
             for (k, key) in a.api_keys.iter().enumerate() {
                 let kat = format!("{at}.api_keys[{k}]");
                 if !is_valid_identifier(&key.id) {

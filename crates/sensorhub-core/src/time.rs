@@ -33,6 +33,20 @@ pub enum TimeError {
         /// The value as received.
         value: String,
     },
+    /// A reading's timestamp lies further ahead of the server's clock than allowed.
+    #[error(
+        "timestamp {value} is {ahead} seconds ahead of the server's clock ({now}); readings more than {max_skew} seconds in the future are refused"
+    )]
+    InFuture {
+        /// The timestamp, UTC.
+        value: Timestamp,
+        /// The server's time, to the second.
+        now: Timestamp,
+        /// Seconds `value` is ahead of `now`.
+        ahead: i64,
+        /// The allowed skew, in seconds.
+        max_skew: i64,
+    },
     /// `start` is later than `end`.
     #[error("start ({start}) is after end ({end}): start must be at or before end")]
     StartAfterEnd {
@@ -210,6 +224,19 @@ pub fn parse_reading_timestamp(raw: &str) -> Result<Timestamp, TimeError> {
 /// year 0000), not data.
 pub fn check_reading_time(ts: Timestamp) -> Result<(), TimeError> {
     in_stored_range("timestamp", &ts.to_string(), ts).map(|_| ())
+}
+
+/// Refuses a reading more than `max_skew` seconds after `now`: it is a
+/// clock error, not a measurement, and it would stand as the device's last
+/// update until it came true.
+pub fn check_not_future(ts: Timestamp, now: Timestamp, max_skew: SignedDuration) -> Result<(), TimeError> {
+    let ahead = ts.duration_since(now);
+    if ahead <= max_skew {
+        return Ok(());
+    }
+    let now = Timestamp::from_second(now.as_second()).unwrap_or(now);
+    let value = Timestamp::from_second(ts.as_second()).unwrap_or(ts);
+    Err(TimeError::InFuture { value, now, ahead: ahead.as_secs(), max_skew: max_skew.as_secs() })
 }
 
 /// An inclusive range of whole seconds since the Unix epoch.

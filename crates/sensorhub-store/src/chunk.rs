@@ -109,6 +109,28 @@ pub fn decode_into(chunk: i64, data: &[u8], from: i64, end: i64, batch: &mut Rea
     Some(())
 }
 
+/// Removes the readings at seconds within `from..=end` from a chunk.
+/// Returns what remains (empty when nothing does), and how many readings
+/// and values were removed; `None` if the chunk is malformed.
+pub fn remove_range(chunk: i64, data: &[u8], from: i64, end: i64) -> Option<(Vec<u8>, u64, u64)> {
+    let base = chunk * CHUNK_SECONDS;
+    let mut kept = Vec::with_capacity(data.len());
+    let (mut readings, mut values) = (0, 0);
+    let mut scratch = Vec::new();
+    for (offset, reading) in entries(data)? {
+        let ts = base + i64::from(offset);
+        if (from..=end).contains(&ts) {
+            scratch.clear();
+            packed::decode_into(reading, &mut scratch)?;
+            readings += 1;
+            values += scratch.len() as u64;
+        } else {
+            push_entry(&mut kept, offset, reading);
+        }
+    }
+    Some((kept, readings, values))
+}
+
 /// A reading spelled out: its second and its (sensor idx, value) pairs.
 pub type DecodedReading = (i64, Vec<(u8, StoredValue)>);
 

@@ -78,6 +78,20 @@ pub trait Store: Send + Sync {
     /// The device `device_id` if it is visible in `scope`.
     async fn find_device(&self, scope: Scope, device_id: &str) -> StoreResult<Option<DeviceHandle>>;
 
+    /// Whether account `account_id` may write the readings of device
+    /// `device_pk`: it owns the device, or sees it with a write grant.
+    /// Seeing a device does not allow writing it.
+    async fn may_write(&self, account_id: i64, device_pk: i64) -> StoreResult<bool>;
+
+    /// Gives every account write permission on every device it sees: the
+    /// behaviour before write grants existed, for operators who choose to
+    /// keep it on upgrade. Returns how many grants were added.
+    async fn grant_write_to_viewers(&self) -> StoreResult<u64>;
+
+    /// Removes the readings of device `device_id` within `range`
+    /// (inclusive), atomically, and says what was removed.
+    async fn delete_readings(&self, device_id: &str, range: TimeRange) -> StoreResult<DeleteReport>;
+
     /// Streams the readings of `device` within `range` (inclusive), oldest first.
     fn read_readings(&self, device: &DeviceHandle, range: TimeRange) -> ReadingStream;
 

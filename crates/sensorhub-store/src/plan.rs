@@ -143,6 +143,59 @@ pub(crate) fn account_write(a: &AccountSpec, stored: Option<StoredAccount>, at: 
     })
 }
 
+/// An account's links to the devices it sees: device number → whether it
+/// has a write grant on it.
+pub(crate) type Links = BTreeMap<i64, bool>;
+
+/// Decides an account's device links. `listed` (its `devices`, when given)
+/// is exactly the set it sees, with the devices it owns (`owned`) added;
+/// `writes` (its `write`, when given) is exactly the set it has write grants
+/// on, each one a device it sees. What is not given is kept as `stored`.
+pub(crate) fn account_links(
+    stored: &Links,
+    owned: &BTreeSet<i64>,
+    listed: Option<&[i64]>,
+    writes: Option<&[i64]>,
+    at: &str,
+) -> StoreResult<Links> {
+    let visible: BTreeSet<i64> = match listed {
+        Some(list) => list.iter().chain(owned).copied().collect(),
+        None => stored.keys().copied().collect(),
+    };
+    if let Some(j) = writes.and_then(|w| w.iter().position(|pk| !visible.contains(pk))) {
+        return Err(invalid(format!("{at}.write[{j}]"), "the account cannot see this device"));
+    }
+    Ok(visible
+        .into_iter()
+        .map(|pk| {
+            let can_write = match writes {
+                Some(w) => w.contains(&pk),
+                None => stored.get(&pk).copied().unwrap_or(false),
+            };
+            (pk, can_write)
+        })
+        .collect())
+}
+
+/// The readings of a stored hour that fall in `range` cut out of it:
+/// what remains (empty: delete the row), and the readings and values
+/// removed; `None` when none of its readings is in the range.
+pub(crate) fn cut_hour(
+    device_pk: i64,
+    chunk: i64,
+    data: &[u8],
+    range: sensorhub_core::time::TimeRange,
+) -> StoreResult<Option<(Vec<u8>, u64, u64)>> {
+    let (kept, readings, values) =
+        chunk::remove_range(chunk, data, range.start, range.end).ok_or_else(|| malformed(device_pk, chunk))?;
+    Ok((readings > 0).then_some((kept, readings, values)))
+}
+
+/// The hour rows that may hold readings of `range`, from first to last.
+pub(crate) fn chunks_of(range: sensorhub_core::time::TimeRange) -> (i64, i64) {
+    (chunk_of(range.start), chunk_of(range.end))
+}
+
 /// The device numbers of a key's device list (in list order, resolved), checked
 /// against the devices its account may see.
 pub(crate) fn key_scope(listed: &[i64], visible: &BTreeSet<i64>, at: &str) -> StoreResult<BTreeSet<i64>> {
@@ -336,6 +389,19 @@ mod tests {
 
     fn sensor(id: &str, unit: &str) -> SensorMeta {
         SensorMeta { sensor_id: id.into(), name: id.into(), kind: "T".into(), unit: unit.into() }
+    }
+
+    #[test]
+    fn account_links_keep_what_is_not_given_and_add_owned_devices() {
+        let stored: Links = [(1, true), (2, false)].into_iter().collect();
+        let owned: BTreeSet<i64> = [3].into_iter().collect();
+        assert_eq!(account_links(&stored, &owned, None, None, "a").expect("keep"), stored);
+        let links = account_links(&stored, &owned, Some(&[2]), None, "a").expect("listed");
+        assert_eq!(links, [(2, false), (3, false)].into_iter().collect(), "owned devices stay visible");
+        let links = account_links(&stored, &owned, None, Some(&[2]), "a").expect("writes");
+        assert_eq!(links, [(1, false), (2, true)].into_iter().collect());
+        let err = account_links(&stored, &owned, Some(&[1]), Some(&[2]), "accounts[0]").expect_err("unseen");
+        assert!(err.to_string().starts_with("accounts[0].write[0]"), "{err}");
     }
 
     #[test]

@@ -163,6 +163,8 @@ pub struct AccountSummary {
     pub disabled: bool,
     /// Devices it may see.
     pub devices: Vec<String>,
+    /// Of those, the devices it may write (it owns them or has a write grant).
+    pub writes: Vec<String>,
 }
 
 /// An API key as the admin commands list it: never the whole id.
@@ -215,8 +217,8 @@ pub struct Installation {
     pub devices: Vec<DeviceRow>,
     /// Sensors, by device id and idx.
     pub sensors: Vec<SensorRow>,
-    /// (username, device id) pairs.
-    pub account_devices: Vec<(String, String)>,
+    /// Which accounts see (and may write) which devices.
+    pub account_devices: Vec<AccountDeviceRow>,
     /// API keys.
     pub api_keys: Vec<KeyRow>,
     /// (API key digest, device id) pairs.
@@ -253,6 +255,30 @@ pub struct DeviceRow {
     pub long: f64,
     /// Reporting interval.
     pub interval_seconds: i64,
+    /// The owning account's username (it may write the device's readings).
+    pub owner: Option<String>,
+}
+
+/// An account's link to a device it sees, for `copy`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct AccountDeviceRow {
+    /// The account's username.
+    pub username: String,
+    /// The device id.
+    pub device_id: String,
+    /// Whether the account may write the device's readings (a write grant).
+    pub can_write: bool,
+}
+
+/// What `readings delete` removed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DeleteReport {
+    /// Readings (device and second) removed.
+    pub readings: u64,
+    /// Values removed.
+    pub values: u64,
+    /// Stored hours touched (removed whole or trimmed).
+    pub hours: u64,
 }
 
 /// A sensor row: stored readings refer to it by `idx`.

@@ -266,3 +266,75 @@ async fn reapplying_a_key_without_devices_keeps_its_scope() {
         assert_eq!(seen(new).await, ["D1", "D2"]);
     }
 }
+
+#[tokio::test]
+async fn seeing_a_device_is_not_writing_it() {
+    for b in backends().await {
+        let s = &*b.store;
+        let alice = s.account_auth("alice").await.expect("lookup").expect("exists").account_id;
+        let d1 = s.find_device(Scope::All, "D1").await.expect("find").expect("exists").pk;
+        assert!(!s.may_write(alice, d1).await.expect("may"), "alice sees D1 but has no grant");
+        // An owner writes; the owner sees its device even when its list omits it.
+        apply(
+            s,
+            r#"{"accounts":[{"username":"bob","password":"pw","devices":[]}],
+                     "devices":[{"device_id":"D1","name":"one","type":"AWS","lat":1,"long":2,"interval_seconds":60,
+                                 "owner":"bob"}]}"#,
+        )
+        .await
+        .expect("owner");
+        let bob = s.account_auth("bob").await.expect("lookup").expect("exists").account_id;
+        assert!(s.may_write(bob, d1).await.expect("may"));
+        assert!(!s.may_write(alice, d1).await.expect("may"));
+        let bob_sees = s.list_devices(Scope::Account { account_id: bob, key: None }).await.expect("list");
+        assert_eq!(bob_sees.len(), 1);
+        apply(s, r#"{"accounts":[{"username":"bob","devices":[]}]}"#).await.expect("relist");
+        assert!(s.find_device(Scope::Account { account_id: bob, key: None }, "D1").await.expect("f").is_some());
+        // A write grant must name a device the account sees.
+        let err = apply(s, r#"{"accounts":[{"username":"alice","write":["D2"]}]}"#).await.expect_err("unseen");
+        assert!(err.to_string().starts_with("accounts[0].write[0]"), "{err}");
+        let unknown = r#"{"devices":[{"device_id":"D2","name":"two","type":"AWLR","lat":1,"long":2,"interval_seconds":60,
+                          "owner":"nobody"}]}"#;
+        let err = apply(s, unknown).await.expect_err("unknown owner");
+        assert!(err.to_string().starts_with("devices[0].owner"), "{err}");
+        // A grant, listed in the account summary; re-applying without `write` keeps it.
+        apply(s, r#"{"accounts":[{"username":"alice","write":["D1"]}]}"#).await.expect("grant");
+        assert!(s.may_write(alice, d1).await.expect("may"));
+        assert!(apply(s, r#"{"accounts":[{"username":"alice","devices":["D1"]}]}"#).await.expect("again").is_noop());
+        assert!(s.may_write(alice, d1).await.expect("may"));
+        let summary = s.accounts().await.expect("accounts");
+        assert_eq!(summary.iter().find(|a| a.username == "alice").map(|a| a.writes.clone()), Some(vec!["D1".into()]));
+        apply(s, r#"{"accounts":[{"username":"alice","write":[]}]}"#).await.expect("revoke");
+        assert!(!s.may_write(alice, d1).await.expect("may"));
+        // The upgrade choice: every account may write what it sees.
+        assert_eq!(s.grant_write_to_viewers().await.expect("grant all"), 1, "alice's link: bob owns D1");
+        assert!(s.may_write(alice, d1).await.expect("may"));
+        assert_eq!(s.grant_write_to_viewers().await.expect("again"), 0);
+    }
+}
+
+#[tokio::test]
+async fn deleting_a_range_removes_exactly_it() {
+    for b in backends().await {
+        let s = &*b.store;
+        // Every 10 minutes for 3 hours, two values each; D2 is left alone.
+        import(s, (0..18).map(|i| Ok(reading("D1", 3_000 + i * 600, &[("a", 1.0), ("b", 2.0)]))).collect())
+            .await
+            .expect("import");
+        import(s, vec![Ok(reading("D2", 3_600, &[("a", 5.0)]))]).await.expect("other");
+        // From the middle of the first hour to the middle of the third.
+        let report = s.delete_readings("D1", TimeRange { start: 3_600, end: 9_000 }).await.expect("delete");
+        assert_eq!((report.readings, report.values, report.hours), (10, 20, 2), "{report:?}");
+        let left: Vec<i64> = read_all(s, "D1", 0, 100_000).await.iter().flat_map(|b| b.timestamps.clone()).collect();
+        assert_eq!(left, [3_000, 9_600, 10_200, 10_800, 11_400, 12_000, 12_600, 13_200]);
+        assert_eq!(read_all(s, "D2", 0, 100_000).await.len(), 1);
+        let again = s.delete_readings("D1", TimeRange { start: 3_600, end: 9_000 }).await.expect("again");
+        assert_eq!(again.readings, 0);
+        let all = s.delete_readings("D1", TimeRange { start: 0, end: 253_402_214_399 }).await.expect("all");
+        assert_eq!(all.readings, 8);
+        assert!(read_all(s, "D1", 0, 100_000).await.is_empty());
+        assert_eq!(s.list_devices(Scope::All).await.expect("list")[0].last_update_at, None);
+        let err = s.delete_readings("D9", TimeRange { start: 0, end: 1 }).await.expect_err("unknown");
+        assert!(matches!(err, StoreError::NotFound(_)), "{err}");
+    }
+}

@@ -225,3 +225,19 @@ fn out_of_range_values_are_named_with_the_allowed_range() {
     assert!(matches!(parse_reading_timestamp("9999-12-30T00:00:00Z"), Err(TimeError::OutOfRange { .. })));
     assert!(parse_reading_timestamp("9999-12-29T23:59:59Z").is_ok());
 }
+
+#[test]
+fn readings_from_the_future_are_refused_past_the_skew() {
+    let now: Timestamp = "2026-05-05T00:00:00Z".parse().expect("now");
+    let skew = SignedDuration::from_secs(600);
+    let at = |s: &str| s.parse::<Timestamp>().expect("ts");
+    assert_eq!(check_not_future(at("2026-05-05T00:10:00Z"), now, skew), Ok(()));
+    assert_eq!(check_not_future(at("2026-05-04T00:00:00Z"), now, skew), Ok(()));
+    let e = check_not_future(at("2026-05-05T00:10:01Z"), now, skew).expect_err("future");
+    assert_eq!(
+        e.to_string(),
+        "timestamp 2026-05-05T00:10:01Z is 601 seconds ahead of the server's clock (2026-05-05T00:00:00Z); \
+         readings more than 600 seconds in the future are refused"
+    );
+    assert!(check_not_future(at("9999-12-29T23:59:59Z"), now, skew).is_err());
+}

@@ -4,7 +4,9 @@
 
 use super::write::{begin, copy_hours};
 use crate::plan::HourRow;
-use crate::{AccountRow, DeviceRow, Installation, KeyRow, SensorRow, StoreError, StoreResult, StoredHour};
+use crate::{
+    AccountDeviceRow, AccountRow, DeviceRow, Installation, KeyRow, SensorRow, StoreError, StoreResult, StoredHour,
+};
 use deadpool_postgres::{Client, GenericClient, Transaction};
 use sensorhub_core::model::SensorMeta;
 use sensorhub_core::provision::InputError;
@@ -39,18 +41,20 @@ pub(super) async fn export(c: &mut Client) -> StoreResult<Installation> {
                 created_at: r.get(3),
             })
             .collect(),
-        devices: q("SELECT device_id, name, type, lat, long, interval_seconds FROM devices ORDER BY device_id")
-            .await?
-            .iter()
-            .map(|r| DeviceRow {
-                device_id: r.get(0),
-                name: r.get(1),
-                kind: r.get(2),
-                lat: r.get(3),
-                long: r.get(4),
-                interval_seconds: r.get(5),
-            })
-            .collect(),
+        devices: q("SELECT d.device_id, d.name, d.type, d.lat, d.long, d.interval_seconds, a.username FROM devices d
+                    LEFT JOIN accounts a ON a.id = d.owner_id ORDER BY d.device_id")
+        .await?
+        .iter()
+        .map(|r| DeviceRow {
+            device_id: r.get(0),
+            name: r.get(1),
+            kind: r.get(2),
+            lat: r.get(3),
+            long: r.get(4),
+            interval_seconds: r.get(5),
+            owner: r.get(6),
+        })
+        .collect(),
         sensors: q("SELECT d.device_id, s.idx::bigint, s.sensor_id, s.name, s.type, s.unit FROM sensors s
                     JOIN devices d ON d.id = s.device_pk ORDER BY d.device_id, s.idx")
         .await?
@@ -62,12 +66,12 @@ pub(super) async fn export(c: &mut Client) -> StoreResult<Installation> {
         })
         .collect(),
         account_devices: q(
-            "SELECT a.username, d.device_id FROM account_devices x JOIN accounts a ON a.id = x.account_id
+            "SELECT a.username, d.device_id, x.can_write FROM account_devices x JOIN accounts a ON a.id = x.account_id
                             JOIN devices d ON d.id = x.device_pk ORDER BY a.username, d.device_id",
         )
         .await?
         .iter()
-        .map(|r| (r.get(0), r.get(1)))
+        .map(|r| AccountDeviceRow { username: r.get(0), device_id: r.get(1), can_write: r.get(2) })
         .collect(),
         api_keys: q("SELECT k.digest, k.prefix, a.username, k.scoped, k.revoked, k.created_at FROM api_keys k
                      JOIN accounts a ON a.id = k.account_id ORDER BY k.digest")
@@ -149,6 +153,7 @@ pub(super) async fn restore(c: &mut Client, rows: Installation) -> StoreResult<(
             .await?;
         accounts.insert(a.username.as_str(), row.get::<_, i64>(0));
     }
+    let account = |name: &str| accounts.get(name).copied().ok_or_else(|| missing("account", name));
     let mut devices = HashMap::new();
     for d in &rows.devices {
         refuse_existing(
@@ -158,17 +163,17 @@ pub(super) async fn restore(c: &mut Client, rows: Installation) -> StoreResult<(
             format!("device {:?}", d.device_id),
         )
         .await?;
+        let owner = d.owner.as_deref().map(&account).transpose()?;
         let row = tx
             .query_one(
-                "INSERT INTO devices (device_id, name, type, lat, long, interval_seconds)
-                 VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
-                &[&d.device_id, &d.name, &d.kind, &d.lat, &d.long, &d.interval_seconds],
+                "INSERT INTO devices (device_id, name, type, lat, long, interval_seconds, owner_id)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",
+                &[&d.device_id, &d.name, &d.kind, &d.lat, &d.long, &d.interval_seconds, &owner],
             )
             .await?;
         devices.insert(d.device_id.as_str(), row.get::<_, i64>(0));
     }
     let device = |id: &str| devices.get(id).copied().ok_or_else(|| missing("device", id));
-    let account = |name: &str| accounts.get(name).copied().ok_or_else(|| missing("account", name));
     for s in &rows.sensors {
         let m = &s.sensor;
         tx.execute(
@@ -177,10 +182,10 @@ pub(super) async fn restore(c: &mut Client, rows: Installation) -> StoreResult<(
         )
         .await?;
     }
-    for (user, dev) in &rows.account_devices {
+    for link in &rows.account_devices {
         tx.execute(
-            "INSERT INTO account_devices (account_id, device_pk) VALUES ($1, $2)",
-            &[&account(user)?, &device(dev)?],
+            "INSERT INTO account_devices (account_id, device_pk, can_write) VALUES ($1, $2, $3)",
+            &[&account(&link.username)?, &device(&link.device_id)?, &link.can_write],
         )
         .await?;
     }

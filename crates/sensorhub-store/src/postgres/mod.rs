@@ -10,9 +10,9 @@ pub mod temp;
 mod write;
 
 use crate::{
-    AccountAuth, AccountSummary, ApiKeyAuth, ApiKeySummary, ApplyReport, DeviceHandle, ImportReport, Installation,
-    PoolStatus, ReadingSource, ReadingStream, Scope, Store, StoreError, StoreResult, StoredHour, WebhookKeyAuth,
-    Window, batches,
+    AccountAuth, AccountSummary, ApiKeyAuth, ApiKeySummary, ApplyReport, DeleteReport, DeviceHandle, ImportReport,
+    Installation, PoolStatus, ReadingSource, ReadingStream, Scope, Store, StoreError, StoreResult, StoredHour,
+    WebhookKeyAuth, Window, batches,
 };
 use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
@@ -23,7 +23,10 @@ use sensorhub_core::time::TimeRange;
 use tokio_postgres::NoTls;
 
 /// Migrations in order; the table `sensorhub_schema` records how many ran.
-const MIGRATIONS: &[&str] = &[include_str!("../../migrations/postgres/0001_init.sql")];
+const MIGRATIONS: &[&str] = &[
+    include_str!("../../migrations/postgres/0001_init.sql"),
+    include_str!("../../migrations/postgres/0002_write_grants.sql"),
+];
 
 /// Connections per process unless the URL says otherwise (`pool_max_size=N`).
 pub const DEFAULT_POOL_SIZE: usize = 16;
@@ -159,6 +162,18 @@ impl Store for PgStore {
 
     async fn find_device(&self, scope: Scope, device_id: &str) -> StoreResult<Option<DeviceHandle>> {
         read::find_device(&self.pool.get().await?, scope, device_id).await
+    }
+
+    async fn may_write(&self, account_id: i64, device_pk: i64) -> StoreResult<bool> {
+        read::may_write(&self.pool.get().await?, account_id, device_pk).await
+    }
+
+    async fn grant_write_to_viewers(&self) -> StoreResult<u64> {
+        write::grant_write_to_viewers(&mut self.pool.get().await?).await
+    }
+
+    async fn delete_readings(&self, device_id: &str, range: TimeRange) -> StoreResult<DeleteReport> {
+        write::delete_readings(&mut self.pool.get().await?, device_id, range).await
     }
 
     fn read_readings(&self, device: &DeviceHandle, range: TimeRange) -> ReadingStream {

@@ -118,6 +118,17 @@ pub(super) async fn list_devices(c: &impl GenericClient, scope: Scope) -> StoreR
     Ok(out)
 }
 
+/// Whether account `account_id` owns device `pk` or sees it with a write grant.
+pub(super) async fn may_write(c: &impl GenericClient, account_id: i64, pk: i64) -> StoreResult<bool> {
+    let stmt = c
+        .prepare_cached(
+            "SELECT EXISTS (SELECT 1 FROM devices WHERE id = $2 AND owner_id = $1)
+                 OR EXISTS (SELECT 1 FROM account_devices WHERE account_id = $1 AND device_pk = $2 AND can_write)",
+        )
+        .await?;
+    Ok(c.query_one(&stmt, &[&account_id, &pk]).await?.get(0))
+}
+
 /// The device `device_id` visible in `scope`, with its sensors, in one query.
 pub(super) async fn find_device(
     c: &impl GenericClient,
@@ -234,7 +245,7 @@ pub(super) async fn is_empty(c: &impl GenericClient) -> StoreResult<bool> {
 pub(super) async fn accounts(c: &impl GenericClient) -> StoreResult<Vec<AccountSummary>> {
     let rows = c
         .query(
-            "SELECT a.username, a.disabled, d.device_id FROM accounts a
+            "SELECT a.username, a.disabled, d.device_id, (ad.can_write OR d.owner_id = a.id) FROM accounts a
              LEFT JOIN account_devices ad ON ad.account_id = a.id LEFT JOIN devices d ON d.id = ad.device_pk
              ORDER BY a.username, d.device_id",
             &[],
@@ -244,9 +255,12 @@ pub(super) async fn accounts(c: &impl GenericClient) -> StoreResult<Vec<AccountS
     for r in rows {
         let username: String = r.get(0);
         if out.last().is_none_or(|a| a.username != username) {
-            out.push(AccountSummary { username, disabled: r.get(1), devices: Vec::new() });
+            out.push(AccountSummary { username, disabled: r.get(1), devices: Vec::new(), writes: Vec::new() });
         }
         if let (Some(d), Some(a)) = (r.get::<_, Option<String>>(2), out.last_mut()) {
+            if r.get::<_, Option<bool>>(3).unwrap_or(false) {
+                a.writes.push(d.clone());
+            }
             a.devices.push(d);
         }
     }

@@ -7,14 +7,15 @@
 
 use super::read::device_sensors;
 use crate::plan::{
-    self, AccountWrite, Change, DeviceSensors, HourRow, Hours, KeyWrite, ScopeRequest, SensorWrite, StoredAccount,
-    StoredKey, invalid, now,
+    self, AccountWrite, Change, DeviceSensors, HourRow, Hours, KeyWrite, Links, ScopeRequest, SensorWrite,
+    StoredAccount, StoredKey, invalid, now,
 };
-use crate::{ApplyReport, ImportReport, ReadingSource, StoreError, StoreResult};
+use crate::{ApplyReport, DeleteReport, ImportReport, ReadingSource, StoreError, StoreResult};
 use deadpool_postgres::{Client, GenericClient, Transaction};
 use sensorhub_core::model::{DeviceSpec, ReadingInput};
 use sensorhub_core::provision::{AccountSpec, KeyDevices, Provision};
 use sensorhub_core::secret::{key_digest, key_prefix};
+use sensorhub_core::time::TimeRange;
 use std::collections::{BTreeSet, HashMap};
 use tokio_postgres::binary_copy::BinaryCopyInWriter;
 use tokio_postgres::types::Type;
@@ -32,11 +33,21 @@ pub(super) async fn begin(c: &mut Client) -> StoreResult<Transaction<'_>> {
 pub(super) async fn apply(c: &mut Client, mut doc: Provision, readings: Vec<ReadingInput>) -> StoreResult<ApplyReport> {
     let tx = begin(c).await?;
     let mut report = ApplyReport::default();
+    let mut devices = Vec::with_capacity(doc.devices.len());
     for (i, d) in doc.devices.iter().enumerate() {
-        report.devices.count(upsert_device(&tx, d, &format!("devices[{i}]")).await?);
+        devices.push(upsert_device(&tx, d, &format!("devices[{i}]")).await?);
     }
     for (i, a) in std::mem::take(&mut doc.accounts).into_iter().enumerate() {
         apply_account(&tx, a, &format!("accounts[{i}]"), &mut report).await?;
+    }
+    // Owners last: they may be accounts the document has just created.
+    for ((i, d), change) in doc.devices.iter().enumerate().zip(&mut devices) {
+        if let Some(owner) = &d.owner
+            && set_owner(&tx, &d.device_id, owner, &format!("devices[{i}].owner")).await?
+        {
+            change.touch();
+        }
+        report.devices.count(*change);
     }
     let mut writer = ReadingWriter::default();
     for r in &readings {
@@ -116,6 +127,52 @@ async fn device_pks(tx: &Transaction<'_>, ids: &[String], at: &str) -> StoreResu
     Ok(out)
 }
 
+/// Makes account `owner` the owner of `device_id`, which it then sees;
+/// returns whether anything changed.
+async fn set_owner(tx: &Transaction<'_>, device_id: &str, owner: &str, at: &str) -> StoreResult<bool> {
+    let account: i64 = tx
+        .query_opt("SELECT id FROM accounts WHERE username = $1", &[&owner])
+        .await?
+        .map(|r| r.get(0))
+        .ok_or_else(|| invalid(at, format!("unknown account {owner:?}")))?;
+    let changed = tx
+        .execute(
+            "UPDATE devices SET owner_id = $2 WHERE device_id = $1 AND owner_id IS DISTINCT FROM $2",
+            &[&device_id, &account],
+        )
+        .await?
+        > 0;
+    let linked = tx
+        .execute(
+            "INSERT INTO account_devices (account_id, device_pk) SELECT $1, id FROM devices WHERE device_id = $2
+             ON CONFLICT DO NOTHING",
+            &[&account, &device_id],
+        )
+        .await?
+        > 0;
+    Ok(changed || linked)
+}
+
+/// The devices an account sees, with its write grants.
+async fn links_of(tx: &Transaction<'_>, account_id: i64) -> StoreResult<Links> {
+    let rows =
+        tx.query("SELECT device_pk, can_write FROM account_devices WHERE account_id = $1", &[&account_id]).await?;
+    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+}
+
+/// Replaces an account's device links with `links`.
+async fn set_links_of(tx: &Transaction<'_>, account_id: i64, links: &Links) -> StoreResult<()> {
+    tx.execute("DELETE FROM account_devices WHERE account_id = $1", &[&account_id]).await?;
+    let (pks, writes): (Vec<i64>, Vec<bool>) = links.iter().map(|(pk, w)| (*pk, *w)).unzip();
+    tx.execute(
+        "INSERT INTO account_devices (account_id, device_pk, can_write)
+         SELECT $1, * FROM unnest($2::bigint[], $3::boolean[])",
+        &[&account_id, &pks, &writes],
+    )
+    .await?;
+    Ok(())
+}
+
 async fn pk_set(tx: &Transaction<'_>, sql: &str, id: i64) -> StoreResult<BTreeSet<i64>> {
     Ok(tx.query(sql, &[&id]).await?.iter().map(|r| r.get(0)).collect())
 }
@@ -165,15 +222,22 @@ async fn apply_account(tx: &Transaction<'_>, a: AccountSpec, at: &str, report: &
         }
         AccountWrite::Unchanged { id } => (id, Change::Unchanged),
     };
-    let mut visible = pk_set(tx, "SELECT device_pk FROM account_devices WHERE account_id = $1", account_id).await?;
-    if let Some(list) = &a.devices {
-        let wanted: BTreeSet<i64> = device_pks(tx, list, &format!("{at}.devices")).await?.into_iter().collect();
-        if wanted != visible {
-            set_links(tx, "account_devices", "account_id", account_id, &wanted).await?;
-            visible = wanted;
-            change.touch();
-        }
+    let stored = links_of(tx, account_id).await?;
+    let owned = pk_set(tx, "SELECT id FROM devices WHERE owner_id = $1", account_id).await?;
+    let listed = match &a.devices {
+        Some(list) => Some(device_pks(tx, list, &format!("{at}.devices")).await?),
+        None => None,
+    };
+    let writes = match &a.write {
+        Some(list) => Some(device_pks(tx, list, &format!("{at}.write")).await?),
+        None => None,
+    };
+    let links = plan::account_links(&stored, &owned, listed.as_deref(), writes.as_deref(), at)?;
+    if links != stored {
+        set_links_of(tx, account_id, &links).await?;
+        change.touch();
     }
+    let visible: BTreeSet<i64> = links.into_keys().collect();
     report.accounts.count(change);
     for (k, key) in a.api_keys.iter().enumerate() {
         let kat = format!("{at}.api_keys[{k}]");
@@ -438,4 +502,62 @@ pub(super) async fn revoke_api_key(c: &mut Client, id_or_prefix: &str) -> StoreR
     tx.execute("UPDATE api_keys SET revoked = true WHERE id = $1", &[&id]).await?;
     tx.commit().await?;
     Ok(prefix)
+}
+
+pub(super) async fn grant_write_to_viewers(c: &mut Client) -> StoreResult<u64> {
+    let tx = begin(c).await?;
+    let n = tx
+        .execute(
+            "UPDATE account_devices x SET can_write = true WHERE NOT x.can_write
+             AND NOT EXISTS (SELECT 1 FROM devices d WHERE d.id = x.device_pk AND d.owner_id = x.account_id)",
+            &[],
+        )
+        .await?;
+    tx.commit().await?;
+    Ok(n)
+}
+
+/// Hours read at a time while deleting, so that a long range is never held in memory whole.
+const DELETE_BATCH: i64 = 512;
+
+pub(super) async fn delete_readings(c: &mut Client, device_id: &str, range: TimeRange) -> StoreResult<DeleteReport> {
+    let tx = begin(c).await?;
+    let pk =
+        device_pk(&tx, device_id).await?.ok_or_else(|| StoreError::NotFound(format!("no device {device_id:?}")))?;
+    let (mut next, last) = plan::chunks_of(range);
+    let mut report = DeleteReport::default();
+    loop {
+        let rows = tx
+            .query(
+                "SELECT chunk, data FROM readings WHERE device_pk = $1 AND chunk >= $2 AND chunk <= $3
+                 ORDER BY chunk LIMIT $4",
+                &[&pk, &next, &last, &DELETE_BATCH],
+            )
+            .await?;
+        let Some(end) = rows.last().map(|r| r.get::<_, i64>(0)) else { break };
+        let (mut gone, mut trimmed, mut data) = (Vec::new(), Vec::new(), Vec::new());
+        for r in &rows {
+            let chunk: i64 = r.get(0);
+            let Some((kept, readings, values)) = plan::cut_hour(pk, chunk, r.get(1), range)? else { continue };
+            if kept.is_empty() {
+                gone.push(chunk);
+            } else {
+                trimmed.push(chunk);
+                data.push(kept);
+            }
+            report.readings += readings;
+            report.values += values;
+            report.hours += 1;
+        }
+        tx.execute("DELETE FROM readings WHERE device_pk = $1 AND chunk = ANY($2)", &[&pk, &gone]).await?;
+        tx.execute(
+            "UPDATE readings r SET data = t.data FROM unnest($2::bigint[], $3::bytea[]) AS t(chunk, data)
+             WHERE r.device_pk = $1 AND r.chunk = t.chunk",
+            &[&pk, &trimmed, &data],
+        )
+        .await?;
+        next = end + 1;
+    }
+    tx.commit().await?;
+    Ok(report)
 }

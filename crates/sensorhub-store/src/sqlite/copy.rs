@@ -2,7 +2,9 @@
 //! `sensorhub copy`: rows by natural key, ids renumbered on the way in.
 
 use super::write::begin;
-use crate::{AccountRow, DeviceRow, Installation, KeyRow, SensorRow, StoreError, StoreResult, StoredHour};
+use crate::{
+    AccountDeviceRow, AccountRow, DeviceRow, Installation, KeyRow, SensorRow, StoreError, StoreResult, StoredHour,
+};
 use rusqlite::{Connection, OptionalExtension, Transaction, params};
 use sensorhub_core::model::SensorMeta;
 use std::collections::HashMap;
@@ -41,7 +43,8 @@ pub(super) fn export(c: &mut Connection) -> StoreResult<Installation> {
         )?,
         devices: rows(
             &tx,
-            "SELECT device_id, name, type, lat, long, interval_seconds FROM devices ORDER BY device_id",
+            "SELECT d.device_id, d.name, d.type, d.lat, d.long, d.interval_seconds, a.username FROM devices d
+             LEFT JOIN accounts a ON a.id = d.owner_id ORDER BY d.device_id",
             |r| {
                 Ok(DeviceRow {
                     device_id: r.get(0)?,
@@ -50,6 +53,7 @@ pub(super) fn export(c: &mut Connection) -> StoreResult<Installation> {
                     lat: r.get(3)?,
                     long: r.get(4)?,
                     interval_seconds: r.get(5)?,
+                    owner: r.get(6)?,
                 })
             },
         )?,
@@ -67,9 +71,9 @@ pub(super) fn export(c: &mut Connection) -> StoreResult<Installation> {
         )?,
         account_devices: rows(
             &tx,
-            "SELECT a.username, d.device_id FROM account_devices x JOIN accounts a ON a.id = x.account_id
+            "SELECT a.username, d.device_id, x.can_write FROM account_devices x JOIN accounts a ON a.id = x.account_id
              JOIN devices d ON d.id = x.device_pk ORDER BY a.username, d.device_id",
-            |r| Ok((r.get(0)?, r.get(1)?)),
+            |r| Ok(AccountDeviceRow { username: r.get(0)?, device_id: r.get(1)?, can_write: r.get(2)? }),
         )?,
         api_keys: rows(
             &tx,
@@ -140,6 +144,13 @@ pub(super) fn restore(c: &mut Connection, rows: Installation) -> StoreResult<()>
         )?;
         accounts.insert(a.username.as_str(), tx.last_insert_rowid());
     }
+    let missing = |what: &str, id: &str| {
+        StoreError::Invalid(sensorhub_core::provision::InputError::new(
+            "copy",
+            format!("{what} {id:?} is not in the copy"),
+        ))
+    };
+    let account = |name: &str| accounts.get(name).copied().ok_or_else(|| missing("account", name));
     let mut devices = HashMap::new();
     for d in &rows.devices {
         refuse_existing(
@@ -148,30 +159,25 @@ pub(super) fn restore(c: &mut Connection, rows: Installation) -> StoreResult<()>
             &d.device_id,
             format!("device {:?}", d.device_id),
         )?;
+        let owner = d.owner.as_deref().map(&account).transpose()?;
         tx.execute(
-            "INSERT INTO devices (device_id, name, type, lat, long, interval_seconds) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            params![d.device_id, d.name, d.kind, d.lat, d.long, d.interval_seconds],
+            "INSERT INTO devices (device_id, name, type, lat, long, interval_seconds, owner_id)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            params![d.device_id, d.name, d.kind, d.lat, d.long, d.interval_seconds, owner],
         )?;
         devices.insert(d.device_id.as_str(), tx.last_insert_rowid());
     }
-    let missing = |what: &str, id: &str| {
-        StoreError::Invalid(sensorhub_core::provision::InputError::new(
-            "copy",
-            format!("{what} {id:?} is not in the copy"),
-        ))
-    };
     let device = |id: &str| devices.get(id).copied().ok_or_else(|| missing("device", id));
-    let account = |name: &str| accounts.get(name).copied().ok_or_else(|| missing("account", name));
     for s in &rows.sensors {
         tx.execute(
             "INSERT INTO sensors (device_pk, idx, sensor_id, name, type, unit) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
             params![device(&s.device_id)?, s.idx, s.sensor.sensor_id, s.sensor.name, s.sensor.kind, s.sensor.unit],
         )?;
     }
-    for (user, dev) in &rows.account_devices {
+    for link in &rows.account_devices {
         tx.execute(
-            "INSERT INTO account_devices (account_id, device_pk) VALUES (?1, ?2)",
-            params![account(user)?, device(dev)?],
+            "INSERT INTO account_devices (account_id, device_pk, can_write) VALUES (?1, ?2, ?3)",
+            params![account(&link.username)?, device(&link.device_id)?, link.can_write],
         )?;
     }
     let mut keys = HashMap::new();

@@ -7,9 +7,9 @@ mod read;
 mod write;
 
 use crate::{
-    AccountAuth, AccountSummary, ApiKeyAuth, ApiKeySummary, ApplyReport, DeviceHandle, ImportReport, Installation,
-    PoolStatus, ReadingSource, ReadingStream, Scope, Store, StoreError, StoreResult, StoredHour, WebhookKeyAuth,
-    Window,
+    AccountAuth, AccountSummary, ApiKeyAuth, ApiKeySummary, ApplyReport, DeleteReport, DeviceHandle, ImportReport,
+    Installation, PoolStatus, ReadingSource, ReadingStream, Scope, Store, StoreError, StoreResult, StoredHour,
+    WebhookKeyAuth, Window,
 };
 use async_trait::async_trait;
 use pool::Pool;
@@ -20,7 +20,10 @@ use sensorhub_core::time::TimeRange;
 use std::path::Path;
 
 /// Migrations in order; `PRAGMA user_version` records how many ran.
-const MIGRATIONS: &[&str] = &[include_str!("../../migrations/sqlite/0001_init.sql")];
+const MIGRATIONS: &[&str] = &[
+    include_str!("../../migrations/sqlite/0001_init.sql"),
+    include_str!("../../migrations/sqlite/0002_write_grants.sql"),
+];
 
 /// Connections kept open at most: readers run side by side in WAL mode, and
 /// each query is short (a batch), so a few per core keep the cores busy.
@@ -101,6 +104,19 @@ impl Store for SqliteStore {
     async fn find_device(&self, scope: Scope, device_id: &str) -> StoreResult<Option<DeviceHandle>> {
         let device_id = device_id.to_owned();
         self.pool.run_short(move |c| read::find_device(c, scope, &device_id)).await
+    }
+
+    async fn may_write(&self, account_id: i64, device_pk: i64) -> StoreResult<bool> {
+        self.pool.run_short(move |c| read::may_write(c, account_id, device_pk)).await
+    }
+
+    async fn grant_write_to_viewers(&self) -> StoreResult<u64> {
+        self.pool.run(write::grant_write_to_viewers).await
+    }
+
+    async fn delete_readings(&self, device_id: &str, range: TimeRange) -> StoreResult<DeleteReport> {
+        let id = device_id.to_owned();
+        self.pool.run(move |c| write::delete_readings(c, &id, range)).await
     }
 
     fn read_readings(&self, device: &DeviceHandle, range: TimeRange) -> ReadingStream {
@@ -185,5 +201,26 @@ mod tests {
         assert!(err.to_string().contains("newer than this sensorhub knows"), "{err}");
         let missing = dir.path().join("no/such/dir/x.db");
         assert!(SqliteStore::open(missing.to_str().expect("utf-8")).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn a_version_1_database_upgrades_without_write_grants_unless_asked() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("v1.db");
+        let conn = rusqlite::Connection::open(&path).expect("open");
+        conn.execute_batch(MIGRATIONS[0]).expect("version 1");
+        conn.execute_batch(
+            "PRAGMA user_version = 1;
+             INSERT INTO accounts (id, username, password_hash, created_at) VALUES (1, 'a', 'x', 0);
+             INSERT INTO devices (id, device_id, name, type, lat, long, interval_seconds) VALUES (7, 'D', 'n', 'T', 0, 0, 60);
+             INSERT INTO account_devices (account_id, device_pk) VALUES (1, 7);",
+        )
+        .expect("rows");
+        drop(conn);
+        let store = SqliteStore::open(path.to_str().expect("utf-8")).await.expect("upgrade");
+        assert!(store.find_device(Scope::Account { account_id: 1, key: None }, "D").await.expect("f").is_some());
+        assert!(!store.may_write(1, 7).await.expect("may"), "seeing is not writing after the upgrade");
+        assert_eq!(store.grant_write_to_viewers().await.expect("grant"), 1);
+        assert!(store.may_write(1, 7).await.expect("may"), "the operator kept the old behaviour");
     }
 }

@@ -120,6 +120,15 @@ pub(super) fn find_device(c: &Connection, scope: Scope, device_id: &str) -> Stor
     Ok(Some(DeviceHandle { pk, sensors: device_sensors(c, pk)? }))
 }
 
+/// Whether account `account_id` owns device `pk` or sees it with a write grant.
+pub(super) fn may_write(c: &Connection, account_id: i64, pk: i64) -> StoreResult<bool> {
+    let mut stmt = c.prepare_cached(
+        "SELECT EXISTS (SELECT 1 FROM devices WHERE id = ?2 AND owner_id = ?1)
+             OR EXISTS (SELECT 1 FROM account_devices WHERE account_id = ?1 AND device_pk = ?2 AND can_write)",
+    )?;
+    Ok(stmt.query_row(params![account_id, pk], |r| r.get(0))?)
+}
+
 /// The sensors of device `pk`, indexed by idx (gaps filled with blanks,
 /// which never occur since idx are handed out in order).
 pub(super) fn device_sensors(c: &Connection, pk: i64) -> StoreResult<Vec<SensorMeta>> {
@@ -191,7 +200,7 @@ pub(super) fn is_empty(c: &mut Connection) -> StoreResult<bool> {
 
 pub(super) fn accounts(c: &mut Connection) -> StoreResult<Vec<AccountSummary>> {
     let mut stmt = c.prepare(
-        "SELECT a.username, a.disabled, d.device_id FROM accounts a
+        "SELECT a.username, a.disabled, d.device_id, (ad.can_write OR d.owner_id IS a.id) FROM accounts a
          LEFT JOIN account_devices ad ON ad.account_id = a.id LEFT JOIN devices d ON d.id = ad.device_pk
          ORDER BY a.username, d.device_id",
     )?;
@@ -201,9 +210,12 @@ pub(super) fn accounts(c: &mut Connection) -> StoreResult<Vec<AccountSummary>> {
         let username: String = r.get(0)?;
         let device: Option<String> = r.get(2)?;
         if out.last().is_none_or(|a| a.username != username) {
-            out.push(AccountSummary { username, disabled: r.get(1)?, devices: Vec::new() });
+            out.push(AccountSummary { username, disabled: r.get(1)?, devices: Vec::new(), writes: Vec::new() });
         }
         if let (Some(d), Some(a)) = (device, out.last_mut()) {
+            if r.get::<_, Option<bool>>(3)?.unwrap_or(false) {
+                a.writes.push(d.clone());
+            }
             a.devices.push(d);
         }
     }

@@ -3,14 +3,15 @@
 
 use super::read::device_sensors;
 use crate::plan::{
-    self, AccountWrite, Change, DeviceSensors, HourRow, Hours, KeyWrite, ScopeRequest, SensorWrite, StoredAccount,
-    StoredKey, invalid, now,
+    self, AccountWrite, Change, DeviceSensors, HourRow, Hours, KeyWrite, Links, ScopeRequest, SensorWrite,
+    StoredAccount, StoredKey, invalid, now,
 };
-use crate::{ApplyReport, ImportReport, ReadingSource, StoreError, StoreResult};
+use crate::{ApplyReport, DeleteReport, ImportReport, ReadingSource, StoreError, StoreResult};
 use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
 use sensorhub_core::model::{DeviceSpec, ReadingInput};
 use sensorhub_core::provision::{AccountSpec, KeyDevices, Provision};
 use sensorhub_core::secret::{key_digest, key_prefix};
+use sensorhub_core::time::TimeRange;
 use std::collections::{BTreeSet, HashMap};
 
 pub(super) fn begin(c: &mut Connection) -> StoreResult<Transaction<'_>> {
@@ -20,11 +21,21 @@ pub(super) fn begin(c: &mut Connection) -> StoreResult<Transaction<'_>> {
 pub(super) fn apply(c: &mut Connection, mut doc: Provision, readings: Vec<ReadingInput>) -> StoreResult<ApplyReport> {
     let tx = begin(c)?;
     let mut report = ApplyReport::default();
+    let mut devices = Vec::with_capacity(doc.devices.len());
     for (i, d) in doc.devices.iter().enumerate() {
-        report.devices.count(upsert_device(&tx, d, &format!("devices[{i}]"))?);
+        devices.push(upsert_device(&tx, d, &format!("devices[{i}]"))?);
     }
     for (i, a) in std::mem::take(&mut doc.accounts).into_iter().enumerate() {
         apply_account(&tx, a, &format!("accounts[{i}]"), &mut report)?;
+    }
+    // Owners last: they may be accounts the document has just created.
+    for ((i, d), change) in doc.devices.iter().enumerate().zip(&mut devices) {
+        if let Some(owner) = &d.owner
+            && set_owner(&tx, &d.device_id, owner, &format!("devices[{i}].owner"))?
+        {
+            change.touch();
+        }
+        report.devices.count(*change);
     }
     let mut writer = ReadingWriter::new(&tx);
     for r in &readings {
@@ -106,6 +117,43 @@ fn device_pks(tx: &Transaction<'_>, ids: &[String], at: &str) -> StoreResult<Vec
     Ok(out)
 }
 
+/// Makes account `owner` the owner of `device_id`, which it then sees;
+/// returns whether anything changed.
+fn set_owner(tx: &Transaction<'_>, device_id: &str, owner: &str, at: &str) -> StoreResult<bool> {
+    let account: i64 = tx
+        .query_row("SELECT id FROM accounts WHERE username = ?1", [owner], |r| r.get(0))
+        .optional()?
+        .ok_or_else(|| invalid(at, format!("unknown account {owner:?}")))?;
+    let changed = tx.execute(
+        "UPDATE devices SET owner_id = ?2 WHERE device_id = ?1 AND owner_id IS NOT ?2",
+        params![device_id, account],
+    )? > 0;
+    let linked = tx.execute(
+        "INSERT INTO account_devices (account_id, device_pk) SELECT ?1, id FROM devices WHERE device_id = ?2
+         ON CONFLICT DO NOTHING",
+        params![account, device_id],
+    )? > 0;
+    Ok(changed || linked)
+}
+
+/// The devices an account sees, with its write grants.
+fn links_of(tx: &Transaction<'_>, account_id: i64) -> StoreResult<Links> {
+    let mut stmt = tx.prepare_cached("SELECT device_pk, can_write FROM account_devices WHERE account_id = ?1")?;
+    let links = stmt.query_map([account_id], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<_, _>>()?;
+    Ok(links)
+}
+
+/// Replaces an account's device links with `links`.
+fn set_links_of(tx: &Transaction<'_>, account_id: i64, links: &Links) -> StoreResult<()> {
+    tx.execute("DELETE FROM account_devices WHERE account_id = ?1", [account_id])?;
+    let mut stmt =
+        tx.prepare_cached("INSERT INTO account_devices (account_id, device_pk, can_write) VALUES (?1, ?2, ?3)")?;
+    for (pk, can_write) in links {
+        stmt.execute(params![account_id, pk, can_write])?;
+    }
+    Ok(())
+}
+
 fn pk_set(tx: &Transaction<'_>, sql: &str, id: i64) -> StoreResult<BTreeSet<i64>> {
     let mut stmt = tx.prepare_cached(sql)?;
     let set = stmt.query_map([id], |r| r.get(0))?.collect::<Result<_, _>>()?;
@@ -145,15 +193,16 @@ fn apply_account(tx: &Transaction<'_>, a: AccountSpec, at: &str, report: &mut Ap
         }
         AccountWrite::Unchanged { id } => (id, Change::Unchanged),
     };
-    let mut visible = pk_set(tx, "SELECT device_pk FROM account_devices WHERE account_id = ?1", account_id)?;
-    if let Some(list) = &a.devices {
-        let wanted: BTreeSet<i64> = device_pks(tx, list, &format!("{at}.devices"))?.into_iter().collect();
-        if wanted != visible {
-            set_links(tx, "account_devices", "account_id", account_id, &wanted)?;
-            visible = wanted;
-            change.touch();
-        }
+    let stored = links_of(tx, account_id)?;
+    let owned = pk_set(tx, "SELECT id FROM devices WHERE owner_id = ?1", account_id)?;
+    let listed = a.devices.as_ref().map(|l| device_pks(tx, l, &format!("{at}.devices"))).transpose()?;
+    let writes = a.write.as_ref().map(|l| device_pks(tx, l, &format!("{at}.write"))).transpose()?;
+    let links = plan::account_links(&stored, &owned, listed.as_deref(), writes.as_deref(), at)?;
+    if links != stored {
+        set_links_of(tx, account_id, &links)?;
+        change.touch();
     }
+    let visible: BTreeSet<i64> = links.into_keys().collect();
     report.accounts.count(change);
     for (k, key) in a.api_keys.iter().enumerate() {
         let kat = format!("{at}.api_keys[{k}]");
@@ -361,4 +410,52 @@ pub(super) fn revoke_api_key(c: &mut Connection, id_or_prefix: &str) -> StoreRes
     tx.execute("UPDATE api_keys SET revoked = 1 WHERE id = ?1", [id])?;
     tx.commit()?;
     Ok(prefix)
+}
+
+pub(super) fn grant_write_to_viewers(c: &mut Connection) -> StoreResult<u64> {
+    let tx = begin(c)?;
+    let n = tx.execute(
+        "UPDATE account_devices SET can_write = 1 WHERE can_write = 0
+         AND NOT EXISTS (SELECT 1 FROM devices d WHERE d.id = device_pk AND d.owner_id = account_id)",
+        [],
+    )?;
+    tx.commit()?;
+    Ok(n as u64)
+}
+
+/// Hours read at a time while deleting, so that a long range is never held in memory whole.
+const DELETE_BATCH: i64 = 512;
+
+pub(super) fn delete_readings(c: &mut Connection, device_id: &str, range: TimeRange) -> StoreResult<DeleteReport> {
+    let tx = begin(c)?;
+    let pk = device_pk(&tx, device_id)?.ok_or_else(|| StoreError::NotFound(format!("no device {device_id:?}")))?;
+    let (mut next, last) = plan::chunks_of(range);
+    let mut report = DeleteReport::default();
+    {
+        let mut select = tx.prepare_cached(
+            "SELECT chunk, data FROM readings WHERE device_pk = ?1 AND chunk >= ?2 AND chunk <= ?3 ORDER BY chunk LIMIT ?4",
+        )?;
+        let mut delete = tx.prepare_cached("DELETE FROM readings WHERE device_pk = ?1 AND chunk = ?2")?;
+        let mut update = tx.prepare_cached("UPDATE readings SET data = ?3 WHERE device_pk = ?1 AND chunk = ?2")?;
+        loop {
+            let rows: Vec<(i64, Vec<u8>)> = select
+                .query_map(params![pk, next, last, DELETE_BATCH], |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect::<Result<_, _>>()?;
+            let Some(&(end, _)) = rows.last() else { break };
+            for (chunk, data) in rows {
+                let Some((kept, readings, values)) = plan::cut_hour(pk, chunk, &data, range)? else { continue };
+                if kept.is_empty() {
+                    delete.execute(params![pk, chunk])?;
+                } else {
+                    update.execute(params![pk, chunk, kept])?;
+                }
+                report.readings += readings;
+                report.values += values;
+                report.hours += 1;
+            }
+            next = end + 1;
+        }
+    }
+    tx.commit()?;
+    Ok(report)
 }

@@ -89,7 +89,10 @@ pub async fn run(ctx: &Context, cmd: Command) -> CliResult {
             }
             for a in accounts {
                 let state = if a.disabled { "disabled" } else { "enabled" };
-                println!("{:<20} {:<9} {}", a.username, state, a.devices.join(","));
+                // A device the account may write is marked with a `*`.
+                let devices: Vec<String> =
+                    a.devices.iter().map(|d| if a.writes.contains(d) { format!("{d}*") } else { d.clone() }).collect();
+                println!("{:<20} {:<9} {}", a.username, state, devices.join(","));
             }
         }
         Command::HashPassword { password_stdin } => {

@@ -75,6 +75,7 @@ fn tally(rows: &Installation, keep: &Installation) -> Vec<(&'static str, (u64, S
             &d.lat.to_bits().to_le_bytes(),
             &d.long.to_bits().to_le_bytes(),
             &d.interval_seconds.to_le_bytes(),
+            d.owner.as_deref().unwrap_or_default().as_bytes(),
         ]);
     }
     out.push(("devices", t.finish()));
@@ -92,8 +93,8 @@ fn tally(rows: &Installation, keep: &Installation) -> Vec<(&'static str, (u64, S
     }
     out.push(("sensors", t.finish()));
     let mut t = Tally::default();
-    for (u, d) in rows.account_devices.iter().filter(|(u, _)| users.contains(u.as_str())) {
-        t.add(&[u.as_bytes(), d.as_bytes()]);
+    for link in rows.account_devices.iter().filter(|l| users.contains(l.username.as_str())) {
+        t.add(&[link.username.as_bytes(), link.device_id.as_bytes(), b(link.can_write)]);
     }
     out.push(("account_devices", t.finish()));
     for (name, list) in [("api_keys", &rows.api_keys), ("webhook_keys", &rows.webhook_keys)] {

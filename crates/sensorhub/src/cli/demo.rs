@@ -112,6 +112,8 @@ fn device(s: &Station, kind: &str) -> DeviceSpec {
         long: s.long,
         interval_seconds: s.interval,
         sensors,
+        // alice runs the stations (and may write their readings); budi only reads two of them.
+        owner: Some("alice".into()),
     }
 }
 

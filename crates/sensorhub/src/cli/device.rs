@@ -36,6 +36,9 @@ pub enum Command {
         /// An account that may see the device (repeatable)
         #[arg(long = "account")]
         accounts: Vec<String>,
+        /// The account that owns the device: it sees it and may write its readings
+        #[arg(long)]
+        owner: Option<String>,
     },
     /// List all devices
     List,
@@ -44,10 +47,18 @@ pub enum Command {
 /// Runs a device subcommand.
 pub async fn run(ctx: &Context, cmd: Command) -> CliResult {
     match cmd {
-        Command::Add { device_id, name, kind, lat, long, interval, sensors, mut accounts } => {
+        Command::Add { device_id, name, kind, lat, long, interval, sensors, mut accounts, owner } => {
             let sensors = sensors.iter().map(|s| parse_sensor(s)).collect::<Result<Vec<_>, _>>()?;
-            let spec =
-                DeviceSpec { device_id: device_id.clone(), name, kind, lat, long, interval_seconds: interval, sensors };
+            let spec = DeviceSpec {
+                device_id: device_id.clone(),
+                name,
+                kind,
+                lat,
+                long,
+                interval_seconds: interval,
+                sensors,
+                owner,
+            };
             check_device(&spec, "device").map_err(|e| e.message)?;
             let store = ctx.open().await?;
             if store.find_device(Scope::All, &device_id).await?.is_some() {

@@ -9,6 +9,7 @@ mod device;
 mod import;
 mod key;
 mod progress;
+mod readings;
 mod serve;
 
 use crate::config::{self, FileConfig, LogFormat};
@@ -56,7 +57,10 @@ enum Command {
     /// Copy a whole installation to another database and verify it (SQLite → PostgreSQL, or back)
     Copy(copy::Args),
     /// Create or upgrade the database schema
-    Migrate,
+    Migrate(MigrateArgs),
+    /// Manage stored readings
+    #[command(subcommand)]
+    Readings(readings::Command),
     /// Manage accounts
     #[command(subcommand)]
     Account(account::Command),
@@ -66,6 +70,15 @@ enum Command {
     /// Manage devices
     #[command(subcommand)]
     Device(device::Command),
+}
+
+/// Arguments of `migrate`.
+#[derive(Debug, clap::Args)]
+struct MigrateArgs {
+    /// Give every account write permission on every device it sees, as
+    /// before write grants existed (a choice made once, on upgrade)
+    #[arg(long)]
+    grant_write_to_viewers: bool,
 }
 
 /// What every command gets: the config file and the database to open.
@@ -104,11 +117,16 @@ pub async fn run(cli: Cli) -> CliResult {
         Command::Apply(args) => apply::run(&ctx, args).await,
         Command::Import(args) => import::run(&ctx, args).await,
         Command::Copy(args) => copy::run(args).await,
-        Command::Migrate => {
-            ctx.open().await?;
+        Command::Migrate(args) => {
+            let store = ctx.open().await?;
             println!("database {} is migrated to the current schema", sensorhub_store::redact_url(&ctx.database));
+            if args.grant_write_to_viewers {
+                let n = store.grant_write_to_viewers().await?;
+                println!("write grants added: {n} (every account may now write every device it sees)");
+            }
             Ok(())
         }
+        Command::Readings(cmd) => readings::run(&ctx, cmd).await,
         Command::Account(cmd) => account::run(&ctx, cmd).await,
         Command::Key(cmd) => key::run(&ctx, cmd).await,
         Command::Device(cmd) => device::run(&ctx, cmd).await,

@@ -66,6 +66,8 @@ pub struct FileConfig {
     pub webhook_mode: Option<crate::http::webhook::WebhookMode>,
     /// Largest webhook body, in bytes.
     pub max_body_bytes: Option<usize>,
+    /// `--max-future-skew` (seconds).
+    pub max_future_skew: Option<u64>,
     /// Header with the client address set by a trusted proxy.
     pub client_ip_header: Option<String>,
     /// `memory` or a `redis://` URL shared by instances.
@@ -135,6 +137,7 @@ pub const KNOWN_ENV: &[&str] = &[
     "SENSORHUB_RATE_LIMIT",
     "SENSORHUB_WEBHOOK_MODE",
     "SENSORHUB_MAX_BODY_BYTES",
+    "SENSORHUB_MAX_FUTURE_SKEW",
     "SENSORHUB_CLIENT_IP_HEADER",
     "SENSORHUB_RATE_LIMIT_STORE",
     "SENSORHUB_REDIS_PREFIX",

@@ -31,6 +31,8 @@ const DEFAULT_KEEP_ALIVE_TIMEOUT: u64 = 60;
 const DEFAULT_REQUEST_TIMEOUT: u64 = 30;
 /// Default seconds a client may accept no byte of an answer.
 const DEFAULT_WRITE_TIMEOUT: u64 = 30;
+/// Default seconds a webhook reading may lie ahead of the server's clock.
+const DEFAULT_MAX_FUTURE_SKEW: u64 = 600;
 /// Default connections served at once.
 const DEFAULT_MAX_CONNECTIONS: usize = 4096;
 
@@ -59,6 +61,9 @@ pub struct ServeFlags {
     /// Largest webhook body accepted, in bytes [default: 1048576]
     #[arg(long, env = "SENSORHUB_MAX_BODY_BYTES")]
     pub max_body_bytes: Option<usize>,
+    /// Seconds a webhook reading may lie ahead of the server's clock; later ones are refused in ingest mode [default: 600]
+    #[arg(long, env = "SENSORHUB_MAX_FUTURE_SKEW")]
+    pub max_future_skew: Option<u64>,
     /// Header with the client address set by a trusted reverse proxy (e.g. X-Forwarded-For; its last entry counts)
     #[arg(long, env = "SENSORHUB_CLIENT_IP_HEADER")]
     pub client_ip_header: Option<String>,
@@ -154,6 +159,10 @@ impl ServeSettings {
         let webhook = WebhookSettings {
             mode: flags.webhook_mode.or(file.webhook_mode).unwrap_or_default(),
             max_body_bytes: flags.max_body_bytes.or(file.max_body_bytes).unwrap_or(DEFAULT_MAX_BODY_BYTES),
+            max_future_skew: jiff::SignedDuration::from_secs(
+                i64::try_from(flags.max_future_skew.or(file.max_future_skew).unwrap_or(DEFAULT_MAX_FUTURE_SKEW))
+                    .map_err(|_| "--max-future-skew is too large")?,
+            ),
         };
         let store = flags.rate_limit_store.as_ref().map(|u| u.0.clone()).or_else(|| file.rate_limit_store.clone());
         let counters = match store {
@@ -237,6 +246,7 @@ mod tests {
         assert_eq!(s.rate_limit.to_string(), "600/minute");
         assert_eq!(s.webhook.mode, WebhookMode::Simulate);
         assert_eq!(s.webhook.max_body_bytes, 1 << 20);
+        assert_eq!(s.webhook.max_future_skew, jiff::SignedDuration::from_secs(600));
         assert_eq!(s.client_ip_header, None);
         assert_eq!(s.counters, CounterStore::Memory);
     }

@@ -18,6 +18,9 @@ pub enum ApiError {
     /// 403.
     #[error("forbidden")]
     Forbidden,
+    /// 403 with a detail: the caller may see the thing but not change it.
+    #[error("forbidden: {0}")]
+    WriteForbidden(String),
     /// 404 for a device the caller does not have (or that does not exist).
     #[error("device not found")]
     DeviceNotFound,
@@ -73,7 +76,7 @@ impl ApiError {
         match self {
             ApiError::BadRequest(_) => (StatusCode::BAD_REQUEST, "Bad Request"),
             ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, "Unauthorized"),
-            ApiError::Forbidden => (StatusCode::FORBIDDEN, "Forbidden"),
+            ApiError::Forbidden | ApiError::WriteForbidden(_) => (StatusCode::FORBIDDEN, "Forbidden"),
             ApiError::DeviceNotFound => (StatusCode::NOT_FOUND, "Device not found"),
             ApiError::NotFound => (StatusCode::NOT_FOUND, "Not Found"),
             ApiError::MethodNotAllowed | ApiError::WebhookMethodNotAllowed => {
@@ -92,7 +95,9 @@ impl ApiError {
 impl ApiError {
     fn detail(&self) -> Option<&str> {
         match self {
-            ApiError::BadRequest(d) | ApiError::UnsupportedMediaType(d) => Some(d.as_str()),
+            ApiError::BadRequest(d) | ApiError::UnsupportedMediaType(d) | ApiError::WriteForbidden(d) => {
+                Some(d.as_str())
+            }
             _ => None,
         }
     }

@@ -71,6 +71,18 @@ pub struct WebhookSettings {
     pub mode: WebhookMode,
     /// Largest body accepted.
     pub max_body_bytes: usize,
+    /// How far ahead of the server's clock a reading may be (ingest refuses later ones).
+    pub max_future_skew: jiff::SignedDuration,
+}
+
+impl Default for WebhookSettings {
+    fn default() -> Self {
+        Self {
+            mode: WebhookMode::Simulate,
+            max_body_bytes: 1 << 20,
+            max_future_skew: jiff::SignedDuration::from_secs(600),
+        }
+    }
 }
 
 /// Everything about serving that an operator chooses.
@@ -110,7 +122,7 @@ impl Default for ServerOptions {
             rules: RangeRules { default_tz: jiff::tz::Offset::UTC, max_range_days: 366 },
             rate_limit: RateLimitSetting::On(Quota { count: 600, period: Duration::from_secs(60) }),
             client_ip_header: None,
-            webhook: WebhookSettings { mode: WebhookMode::Simulate, max_body_bytes: 1 << 20 },
+            webhook: WebhookSettings::default(),
             redis: None,
             request_timeout: Duration::from_secs(30),
             rate_limit_fail: RateLimitFail::Open,

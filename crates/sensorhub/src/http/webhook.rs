@@ -15,7 +15,7 @@ use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use sensorhub_core::model::{Origin, ReadingInput, ValueInput};
-use sensorhub_core::time::{check_reading_time, format_rfc3339, parse_rfc3339};
+use sensorhub_core::time::{check_not_future, check_reading_time, format_rfc3339, parse_rfc3339};
 use sensorhub_store::Scope;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
@@ -61,7 +61,7 @@ fn required_string(obj: &Map<String, Value>, field: &str) -> Result<String, Stri
 }
 
 /// Checks the envelope of spec 2.6; the error names the field.
-fn parse_envelope(body: &[u8]) -> Result<(Envelope, Value), String> {
+fn parse_envelope(body: &[u8]) -> Result<Envelope, String> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Err("the body is empty: send the envelope as a JSON object".into());
     }
@@ -127,7 +127,7 @@ fn parse_envelope(body: &[u8]) -> Result<(Envelope, Value), String> {
     if values.is_empty() {
         warnings.push("data holds no values".into());
     }
-    Ok((Envelope { device_id, timestamp, values, warnings }, raw))
+    Ok(Envelope { device_id, timestamp, values, warnings })
 }
 
 /// Reads the body, refusing it (413) past `max` bytes without reading on.
@@ -161,6 +161,7 @@ async fn read_body(headers: &HeaderMap, body: Body, max: usize) -> Result<axum::
         (status = 200, description = "Data received successfully", body = WebhookReply),
         (status = 400, description = "Bad Request: the detail names the field", body = WebhookReply),
         (status = 401, description = "Unauthorized: missing, unknown or revoked X-API-KEY", body = WebhookReply),
+        (status = 403, description = "Forbidden (ingest mode): the key's account may see the device but not write it", body = WebhookReply),
         (status = 404, description = "Device not found (ingest mode)", body = WebhookReply),
         (status = 405, description = "Method Not Allowed", body = WebhookReply),
         (status = 413, description = "Payload Too Large", body = WebhookReply),
@@ -182,12 +183,26 @@ pub async fn receive(
 
 async fn handle(state: &AppState, caller: &WebhookCaller, headers: &HeaderMap, body: Body) -> Result<(), ApiError> {
     let bytes = read_body(headers, body, state.webhook.max_body_bytes).await?;
-    let (mut envelope, raw) = parse_envelope(&bytes).map_err(ApiError::BadRequest)?;
+    let mut envelope = parse_envelope(&bytes).map_err(ApiError::BadRequest)?;
+    // Only the text is kept from here on (for the received list): the parsed
+    // JSON is gone, and the body's bytes become that text without a copy.
+    let text = String::from_utf8(Vec::from(bytes)).map_err(|_| ApiError::BadRequest("the body is not UTF-8".into()))?;
+    let size = text.len();
+    let envelope_text = RawValue::from_string(text).map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    let now = jiff::Timestamp::now();
     let scope = Scope::Account { account_id: caller.account_id, key: None };
     let device = state.store.find_device(scope, &envelope.device_id).await?;
     if state.webhook.mode == WebhookMode::Ingest {
         let device = device.ok_or(ApiError::DeviceNotFound)?;
-        ingest(state, &envelope, &device.sensors).await?;
+        if !state.store.may_write(caller.account_id, device.pk).await? {
+            return Err(ApiError::WriteForbidden(format!(
+                "this key's account may read device {:?} but not write its readings: it needs to own the device or hold a write grant",
+                envelope.device_id
+            )));
+        }
+        let reading = reading_of(&mut envelope, &device.sensors, now, state.webhook.max_future_skew)?;
+        state.store.import(Box::new(std::iter::once(Ok(reading)))).await?;
+        state.metrics.readings_ingested(1);
     } else {
         match &device {
             None => {
@@ -206,14 +221,13 @@ async fn handle(state: &AppState, caller: &WebhookCaller, headers: &HeaderMap, b
                 envelope.warnings.push(format!("{at} is {}, not a number", kind(value)));
             }
         }
+        if let Err(e) = check_not_future(envelope.timestamp, now, state.webhook.max_future_skew) {
+            envelope.warnings.push(format!("{e}: ingest mode would refuse it"));
+        }
     }
-    drop(raw);
-    let text = String::from_utf8(bytes.to_vec()).map_err(|_| ApiError::BadRequest("the body is not UTF-8".into()))?;
-    let envelope_text = RawValue::from_string(text).map_err(|e| ApiError::BadRequest(e.to_string()))?;
-    let now = jiff::Timestamp::now().as_second();
     let received = Received {
-        received_at: format_rfc3339(now, jiff::tz::Offset::UTC),
-        size: bytes.len(),
+        received_at: format_rfc3339(now.as_second(), jiff::tz::Offset::UTC),
+        size,
         envelope: envelope_text,
         warnings: envelope.warnings,
     };
@@ -230,40 +244,40 @@ async fn handle(state: &AppState, caller: &WebhookCaller, headers: &HeaderMap, b
     pushed
 }
 
-/// Writes the envelope's values as one reading: all of them or, on the first
-/// unknown sensor or non-number, none.
-async fn ingest(
-    state: &AppState,
-    envelope: &Envelope,
+/// The envelope's values as one reading to store, taken out of it: all of
+/// them or, on the first unknown sensor, non-number, repeated sensor or
+/// time out of bounds, none.
+fn reading_of(
+    envelope: &mut Envelope,
     sensors: &[sensorhub_core::model::SensorMeta],
-) -> Result<(), ApiError> {
+    now: jiff::Timestamp,
+    max_future_skew: jiff::SignedDuration,
+) -> Result<ReadingInput, ApiError> {
     if envelope.values.is_empty() {
         return Err(ApiError::BadRequest("data holds no values".into()));
     }
     check_reading_time(envelope.timestamp).map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    check_not_future(envelope.timestamp, now, max_future_skew).map_err(|e| ApiError::BadRequest(e.to_string()))?;
     let mut values: Vec<ValueInput> = Vec::with_capacity(envelope.values.len());
-    for (at, id, value) in &envelope.values {
-        if values.iter().any(|v| v.sensor_id == *id) {
+    for (at, id, value) in std::mem::take(&mut envelope.values) {
+        if values.iter().any(|v| v.sensor_id == id) {
             return Err(ApiError::BadRequest(format!("{at}: sensor {id:?} is given more than once")));
         }
-        if !sensors.iter().any(|s| s.sensor_id == *id) {
+        if !sensors.iter().any(|s| s.sensor_id == id) {
             return Err(ApiError::BadRequest(format!("{at}: sensor {id:?} is not registered for this device")));
         }
         let Some(v) = value.as_f64().filter(|v| v.is_finite()) else {
-            return Err(ApiError::BadRequest(format!("{at} must be a number, not {}", kind(value))));
+            return Err(ApiError::BadRequest(format!("{at} must be a number, not {}", kind(&value))));
         };
-        values.push(ValueInput { sensor_id: id.clone(), value: v, unit: None });
+        values.push(ValueInput { sensor_id: id, value: v, unit: None });
     }
-    let reading = ReadingInput {
+    Ok(ReadingInput {
         device_id: envelope.device_id.clone(),
         // Readings are kept to the second: a fraction is dropped (and warned about).
         timestamp: envelope.timestamp.as_second(),
         values,
         origin: Origin::Item("webhook".into()),
-    };
-    state.store.import(Box::new(std::iter::once(Ok(reading)))).await?;
-    state.metrics.readings_ingested(1);
-    Ok(())
+    })
 }
 
 /// GET /webhook/sensor-data/received: the caller's last accepted envelopes.
@@ -336,12 +350,12 @@ mod tests {
 
     #[test]
     fn both_data_shapes_are_read() {
-        let (e, _) = parse_envelope(
+        let e = parse_envelope(
             br#"{"event":"sensor-data","device_id":"D","timestamp":"2026-05-05T07:00:00+07:00","data":{"a":1,"b":2.5}}"#,
         )
         .expect("valid");
         assert_eq!(e.values.len(), 2);
-        let (e, _) = parse_envelope(
+        let e = parse_envelope(
             br#"{"event":"x","device_id":"D","timestamp":"2026-05-05T00:00:00Z","data":{"sensors":[{"id":"a","value":1}]},"metadata":{"fw":"1.2"}}"#,
         )
         .expect("valid");

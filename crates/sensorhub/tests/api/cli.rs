@@ -513,3 +513,40 @@ async fn passwords_in_database_urls_never_print() {
         assert!(!printed.contains(secret), "{secret} printed in: {printed}");
     }
 }
+
+on_each_backend! {
+    async fn readings_are_deleted_by_range_and_grants_are_listed() {
+        let app = TestApp::start().await;
+        let window = "/devices/AWLR-001/data?start=2026-06-01T00:00:00Z&end=2026-06-01T23:59:59Z";
+        app.add_readings(vec![
+            crate::harness::reading("AWLR-001", crate::harness::secs("2026-06-01T00:00:00Z"), "AWLR1-wl", 1.0),
+            crate::harness::reading("AWLR-001", crate::harness::secs("2026-06-01T01:00:00Z"), "AWLR1-wl", 2.0),
+            crate::harness::reading("AWLR-001", crate::harness::secs("2026-06-01T02:00:00Z"), "AWLR1-wl", 3.0),
+        ])
+        .await;
+        let out = ok(&run(
+            &app.db,
+            &["readings", "delete", "--device", "AWLR-001", "--start", "2026-06-01T07:30:00+07:00", "--end", "2026-06-01T02:00:00Z"],
+            "",
+        ));
+        assert_eq!(
+            out.trim(),
+            "deleted 2 readings (2 values) of device AWLR-001 from 2026-06-01T00:30:00Z to 2026-06-01T02:00:00Z, in 2 stored hours"
+        );
+        let left = app.alice(window).await;
+        assert_eq!(left.data().as_array().map(Vec::len), Some(1), "{}", left.text);
+        let err = failed(&run(&app.db, &["readings", "delete", "--device", "NOPE", "--start", "2026-06-01T00:00:00Z", "--end", "2026-06-02T00:00:00Z"], ""));
+        assert!(err.contains("no device \"NOPE\""), "{err}");
+        let err = failed(&run(&app.db, &["readings", "delete", "--device", "AWLR-001", "--start", "2026-06-02T00:00:00Z", "--end", "2026-06-01T00:00:00Z"], ""));
+        assert!(err.contains("is after --end"), "{err}");
+
+        // alice owns both stations (marked *); bob only sees AWS-002, until the upgrade choice.
+        let list = ok(&run(&app.db, &["account", "list"], ""));
+        assert!(list.lines().any(|l| l.starts_with("alice") && l.ends_with("AWLR-001*,AWS-002*")), "{list}");
+        assert!(list.lines().any(|l| l.starts_with("bob") && l.ends_with(" AWS-002")), "{list}");
+        let out = ok(&run(&app.db, &["migrate", "--grant-write-to-viewers"], ""));
+        assert!(out.contains("write grants added: 1"), "{out}");
+        let list = ok(&run(&app.db, &["account", "list"], ""));
+        assert!(list.lines().any(|l| l.starts_with("bob") && l.ends_with(" AWS-002*")), "{list}");
+    }
+}

@@ -17,7 +17,7 @@ fn envelope(device: &str, ts: &str, data: serde_json::Value) -> String {
 
 fn ingest_app() -> ServerOptions {
     ServerOptions {
-        webhook: WebhookSettings { mode: WebhookMode::Ingest, max_body_bytes: 1 << 20 },
+        webhook: WebhookSettings { mode: WebhookMode::Ingest, ..WebhookSettings::default() },
         ..ServerOptions::default()
     }
 }
@@ -99,7 +99,7 @@ on_each_backend! {
 on_each_backend! {
     async fn bodies_over_the_limit_are_413_declared_or_streamed() {
         let app = TestApp::with(ServerOptions {
-            webhook: WebhookSettings { mode: WebhookMode::Simulate, max_body_bytes: 1024 },
+            webhook: WebhookSettings { mode: WebhookMode::Simulate, max_body_bytes: 1024, ..WebhookSettings::default() },
             ..ServerOptions::default()
         })
         .await;
@@ -231,5 +231,58 @@ on_each_backend! {
         assert_eq!(a.status, 404);
         assert_eq!(a.text, r#"{"message":"Device not found"}"#);
         assert_eq!(app.get_as("alice", ALICE_PASSWORD, window).await.data(), &json!([]));
+    }
+}
+
+/// Applies a provisioning document to the app's store.
+async fn provision(app: &TestApp, text: &str) {
+    let mut doc: sensorhub_core::provision::Provision =
+        sensorhub_core::provision::parse_json(text).expect("document parses");
+    let readings = doc.check().expect("document is valid");
+    app.store.apply(doc, readings).await.expect("document applies");
+}
+
+on_each_backend! {
+    async fn seeing_a_device_does_not_let_a_key_write_it() {
+        let app = TestApp::with(ingest_app()).await;
+        let window = "/devices/AWS-002/data?start=2026-06-01T00:00:00Z&end=2026-06-02T00:00:00Z";
+        // carol is shown alice's station, read-only.
+        provision(&app, r#"{"accounts":[{"username":"carol","devices":["AWS-002"]}]}"#).await;
+        let body = envelope("AWS-002", "2026-06-01T00:00:00Z", json!({"AWS2-temp": -99}));
+        let a = app.webhook(Some("wh-carol-secret"), &body).await;
+        assert_eq!(a.status, 403, "{}", a.text);
+        assert_eq!(a.body["message"], "Forbidden");
+        assert!(a.body["detail"].as_str().is_some_and(|d| d.contains("may read device \"AWS-002\" but not write")), "{}", a.text);
+        assert_eq!(app.alice(window).await.data(), &json!([]), "nothing was written");
+        // The owner writes; a write grant lets carol write too.
+        assert_eq!(app.webhook(Some(KEY), &body).await.status, 200);
+        provision(&app, r#"{"accounts":[{"username":"carol","write":["AWS-002"]}]}"#).await;
+        let carol = envelope("AWS-002", "2026-06-01T00:10:00Z", json!({"AWS2-temp": 24.5}));
+        assert_eq!(app.webhook(Some("wh-carol-secret"), &carol).await.status, 200);
+        assert_eq!(app.alice(window).await.data().as_array().map(Vec::len), Some(2));
+    }
+}
+
+on_each_backend! {
+    async fn readings_from_the_future_are_refused() {
+        let app = TestApp::with(ingest_app()).await;
+        let at = |secs: i64| {
+            let now = jiff::Timestamp::now().as_second();
+            jiff::Timestamp::from_second(now + secs).expect("ts").to_string()
+        };
+        let soon = envelope("AWLR-001", &at(300), json!({"AWLR1-batt": 90}));
+        assert_eq!(app.webhook(Some(KEY), &soon).await.status, 200, "within the 10-minute skew");
+        for (ts, expected) in [
+            (at(3600), "ahead of the server's clock"),
+            ("9999-12-29T23:59:59Z".to_owned(), "ahead of the server's clock"),
+            ("9999-12-31T23:59:59Z".to_owned(), "must be an RFC 3339 date-time"),
+        ] {
+            let a = app.webhook(Some(KEY), &envelope("AWLR-001", &ts, json!({"AWLR1-batt": 1}))).await;
+            assert_eq!(a.status, 400, "{ts}: {}", a.text);
+            assert!(a.body["detail"].as_str().is_some_and(|d| d.contains(expected)), "{ts}: {}", a.text);
+        }
+        let devices = app.alice("/devices").await;
+        let last = devices.data()[0]["last_update_at"].as_str().expect("AWLR-001 has a reading").to_owned();
+        assert!(last.as_str() < "2100", "no far-future reading dominates last_update_at: {last}");
     }
 }
