@@ -69,22 +69,6 @@ pub struct Soak {
     pub max_fds: usize,
 }
 
-/// The webhook load: each request a new reading of `REF-1MIN` (two values
-/// with three decimals), a minute after the thread's previous one.
-const INGEST_LUA: &str = r#"
-local threads = 0
-setup = function(thread) threads = threads + 1; thread:set("tid", threads) end
-local n = 0
-request = function()
-  n = n + 1
-  local ts = os.date("!%Y-%m-%dT%H:%M:%SZ", 1700000000 + (n * 2 + tid) * 60)
-  local body = string.format('{"event":"sensor-data","device_id":"REF-1MIN","timestamp":"%s",'
-    .. '"data":{"sensors":[{"id":"REF-wl","value":%d.%03d},{"id":"REF-batt","value":12.%03d}]}}',
-    ts, 100 + n % 400, n % 1000, (n * 7) % 1000)
-  return wrk.format("POST", nil, {["Content-Type"] = "application/json", ["X-API-KEY"] = "{webhook_key}"}, body)
-end
-"#;
-
 fn sample(pid: u32, server: &Server, started: Instant) -> Sample {
     let fds = fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count());
     Sample { at_s: started.elapsed().as_secs_f64(), rss_mib: server.rss("VmRSS:"), fds }
@@ -110,7 +94,7 @@ pub fn run(args: Args) -> Result<(Soak, PathBuf), String> {
     let server = Server::start(&mut cmd, port)?;
     let pid = server.pid();
     let script = args.data.join("soak-ingest.lua");
-    fs::write(&script, INGEST_LUA.replace("{webhook_key}", dataset::BENCH_WEBHOOK_KEY)).map_err(|e| e.to_string())?;
+    wrk::write_ingest_script(&script)?;
     let auth = basic(dataset::BENCH_USER.0, dataset::BENCH_USER.1);
     let read_url = format!("http://127.0.0.1:{port}/external/v1/devices/{}/data?{DAY}", dataset::REF_DEVICE);
     let ingest_url = format!("http://127.0.0.1:{port}/external/v1/webhook/sensor-data");

@@ -20,6 +20,28 @@ pub struct WrkResult {
     pub errors: u64,
 }
 
+/// The webhook load: each request a new reading of `REF-1MIN` (two values
+/// with three decimals), a minute after the thread's previous one.
+pub(crate) const INGEST_LUA: &str = r#"
+local threads = 0
+setup = function(thread) threads = threads + 1; thread:set("tid", threads) end
+local n = 0
+request = function()
+  n = n + 1
+  local ts = os.date("!%Y-%m-%dT%H:%M:%SZ", 1700000000 + (n * 2 + tid) * 60)
+  local body = string.format('{"event":"sensor-data","device_id":"REF-1MIN","timestamp":"%s",'
+    .. '"data":{"sensors":[{"id":"REF-wl","value":%d.%03d},{"id":"REF-batt","value":12.%03d}]}}',
+    ts, 100 + n % 400, n % 1000, (n * 7) % 1000)
+  return wrk.format("POST", nil, {["Content-Type"] = "application/json", ["X-API-KEY"] = "{webhook_key}"}, body)
+end
+"#;
+
+/// Writes [`INGEST_LUA`] for the bench's webhook key to `path`.
+pub(crate) fn write_ingest_script(path: &std::path::Path) -> Result<(), String> {
+    let text = INGEST_LUA.replace("{webhook_key}", crate::dataset::BENCH_WEBHOOK_KEY);
+    std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
 /// Loads `url` for `secs` seconds with `connections` connections on two threads.
 pub fn run(url: &str, auth: Option<&str>, connections: u32, secs: u64) -> Result<WrkResult, String> {
     run_with(url, auth, None, connections, secs)

@@ -40,6 +40,11 @@ pub enum StoreError {
     /// full); nothing was written.
     #[error("database unavailable: {0}")]
     Unavailable(String),
+    /// Other writes held the database for longer than a write may wait
+    /// (or a statement ran past its time limit); nothing was written, and
+    /// the same request may be retried.
+    #[error("database busy: {0}")]
+    Busy(String),
     /// The database failed.
     #[error("database error: {0}")]
     Backend(#[source] Box<dyn std::error::Error + Send + Sync>),
@@ -47,6 +52,23 @@ pub enum StoreError {
 
 /// Result of a store operation.
 pub type StoreResult<T> = Result<T, StoreError>;
+
+/// How long one transaction of a batched import writes before it commits.
+pub const IMPORT_COMMIT_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// The pause after each commit of a batched import: other writers' turn.
+pub const IMPORT_PAUSE: std::time::Duration = std::time::Duration::from_millis(5);
+
+/// A batched import that an error stopped: what was committed before it.
+#[derive(Debug, thiserror::Error)]
+#[error("{error}")]
+pub struct PartialImport {
+    /// Readings committed (and kept) before the error.
+    pub committed: ImportReport,
+    /// What stopped the import.
+    #[source]
+    pub error: StoreError,
+}
 
 /// Readings of one device, in ascending time order, in batches.
 pub type ReadingStream = BoxStream<'static, StoreResult<ReadingBatch>>;
@@ -110,6 +132,12 @@ pub trait Store: Send + Sync {
 
     /// Stores readings, atomically: all of them or, on the first error, none.
     async fn import(&self, source: ReadingSource) -> StoreResult<ImportReport>;
+
+    /// Stores readings in transactions of at most [`IMPORT_COMMIT_EVERY`]
+    /// each, pausing [`IMPORT_PAUSE`] after each commit, so that a long
+    /// import never holds the database's writes for long. The first error
+    /// stops it; what was committed before stays ([`PartialImport`]).
+    async fn import_batched(&self, source: ReadingSource) -> Result<ImportReport, PartialImport>;
 
     /// Whether the store holds no account and no device (demo data may go in).
     async fn is_empty(&self) -> StoreResult<bool>;
@@ -203,20 +231,28 @@ pub fn read_ahead(source: ReadingSource) -> ReadingSource {
 }
 
 /// Opens the store named by `url`: a file path or `sqlite://PATH` (created
-/// when missing), or `postgres://…` (the database must exist). Either is
+/// when missing; `?synchronous=normal` trades durability on power loss for
+/// cheaper commits), or `postgres://…` (the database must exist). Either is
 /// migrated on open.
 pub async fn open(url: &str) -> StoreResult<Arc<dyn Store>> {
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         return Ok(Arc::new(postgres::PgStore::open(url).await?));
     }
     let path = url.strip_prefix("sqlite://").or_else(|| url.strip_prefix("sqlite:")).unwrap_or(url);
-    if path.is_empty() || path.contains("://") || path.contains('?') || path.contains(":memory:") {
+    let (path, durability) = match path.split_once('?') {
+        None => (path, sqlite::Durability::Full),
+        Some((path, "synchronous=full")) => (path, sqlite::Durability::Full),
+        Some((path, "synchronous=normal")) => (path, sqlite::Durability::Normal),
+        Some(_) => ("", sqlite::Durability::Full),
+    };
+    if path.is_empty() || path.contains("://") || path.contains(":memory:") {
         return Err(StoreError::Unsupported(format!(
-            "unsupported database {:?}: use a SQLite file path, a sqlite:// URL (no in-memory database, no ?options) or a postgres:// URL",
+            "unsupported database {:?}: use a SQLite file path, a sqlite:// URL (no in-memory database; the one \
+             option is ?synchronous=full or ?synchronous=normal) or a postgres:// URL",
             redact_url(url)
         )));
     }
-    Ok(Arc::new(sqlite::SqliteStore::open(path).await?))
+    Ok(Arc::new(sqlite::SqliteStore::open(path, durability).await?))
 }
 
 /// `url` with any password replaced by `***`, for messages and logs.

@@ -154,6 +154,13 @@ pub struct ImportReport {
     pub values: u64,
 }
 
+impl std::ops::AddAssign for ImportReport {
+    fn add_assign(&mut self, other: Self) {
+        self.readings += other.readings;
+        self.values += other.values;
+    }
+}
+
 /// An account as the admin commands list it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AccountSummary {

@@ -338,3 +338,31 @@ async fn deleting_a_range_removes_exactly_it() {
         assert!(matches!(err, StoreError::NotFound(_)), "{err}");
     }
 }
+
+#[tokio::test]
+async fn a_batched_import_keeps_what_it_committed_before_an_error() {
+    for b in backends().await {
+        let s = &*b.store;
+        // 5,000 readings, the 1,024th taking long enough to end a transaction,
+        // then an error: the transactions before it stay.
+        let source = (0..5001i64).map(|i| {
+            if i == 1023 {
+                std::thread::sleep(sensorhub_store::IMPORT_COMMIT_EVERY + std::time::Duration::from_millis(100));
+            }
+            if i == 5000 {
+                Err(InputError::new("line 5001", "broken"))
+            } else {
+                Ok(reading("D1", i * 60, &[("a", 1.0)]))
+            }
+        });
+        let partial = s.import_batched(Box::new(source)).await.expect_err("stops at the error");
+        assert_eq!(partial.error.to_string(), "line 5001: broken");
+        let kept = partial.committed.readings;
+        assert!((1024..5000).contains(&kept), "{kept} readings committed");
+        let stored: usize = read_all(s, "D1", 0, 10_000_000).await.iter().map(ReadingBatch::len).sum();
+        assert_eq!(stored as u64, kept, "exactly the committed transactions are stored");
+        // Without an error, everything, however many transactions it takes.
+        let all = s.import_batched(Box::new((0..3000).map(|i| Ok(reading("D2", i * 60, &[("a", 2.0)]))))).await;
+        assert_eq!(all.expect("imports").readings, 3000);
+    }
+}

@@ -2,7 +2,7 @@
 //! `sensorhub copy`: rows by natural key, ids renumbered on the way in,
 //! hours of readings sent with binary `COPY`.
 
-use super::write::{begin, copy_hours};
+use super::write::{begin_bulk, copy_hours};
 use crate::plan::HourRow;
 use crate::{
     AccountDeviceRow, AccountRow, DeviceRow, Installation, KeyRow, SensorRow, StoreError, StoreResult, StoredHour,
@@ -135,7 +135,7 @@ fn missing(what: &str, id: &str) -> StoreError {
 }
 
 pub(super) async fn restore(c: &mut Client, rows: Installation) -> StoreResult<()> {
-    let tx = begin(c).await?;
+    let tx = begin_bulk(c).await?;
     let mut accounts = HashMap::new();
     for a in &rows.accounts {
         refuse_existing(
@@ -225,7 +225,7 @@ pub(super) async fn restore(c: &mut Client, rows: Installation) -> StoreResult<(
 }
 
 pub(super) async fn restore_hours(c: &mut Client, device_id: &str, hours: Vec<StoredHour>) -> StoreResult<()> {
-    let tx = begin(c).await?;
+    let tx = begin_bulk(c).await?;
     let pk: i64 = tx
         .query_opt("SELECT id FROM devices WHERE device_id = $1", &[&device_id])
         .await?

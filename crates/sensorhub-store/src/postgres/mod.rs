@@ -10,9 +10,9 @@ pub mod temp;
 mod write;
 
 use crate::{
-    AccountAuth, AccountSummary, ApiKeyAuth, ApiKeySummary, ApplyReport, DeleteReport, DeviceHandle, ImportReport,
-    Installation, PoolStatus, ReadingSource, ReadingStream, Scope, Store, StoreError, StoreResult, StoredHour,
-    WebhookKeyAuth, Window, batches,
+    AccountAuth, AccountSummary, ApiKeyAuth, ApiKeySummary, ApplyReport, DeleteReport, DeviceHandle,
+    IMPORT_COMMIT_EVERY, IMPORT_PAUSE, ImportReport, Installation, PartialImport, PoolStatus, ReadingSource,
+    ReadingStream, Scope, Store, StoreError, StoreResult, StoredHour, WebhookKeyAuth, Window, batches,
 };
 use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
@@ -35,21 +35,54 @@ pub const DEFAULT_POOL_SIZE: usize = 16;
 /// together migrate once ("sensorhub" in ASCII).
 const MIGRATION_LOCK: i64 = 0x7365_6e73_6f72_6875;
 
+/// Every session's time limits, so that nothing waits without end: a
+/// statement runs at most 30 s (a request's own limit; bulk writes lift it
+/// for their transaction), and a lock (the write lock above all) is waited
+/// for at most 5 s. Past either, the work fails with [`StoreError::Busy`].
+const SESSION_OPTIONS: &str = "-c statement_timeout=30000 -c lock_timeout=5000";
+
+/// Writers of this process at once: one writes, one waits for the write
+/// lock; the others wait here (at most [`WRITE_WAIT`]) without holding a
+/// pooled connection that reads need.
+const WRITERS: usize = 2;
+
+/// How long a write waits for its turn in this process.
+const WRITE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 impl From<tokio_postgres::Error> for StoreError {
     fn from(e: tokio_postgres::Error) -> Self {
-        StoreError::Backend(Box::new(e))
+        use tokio_postgres::error::SqlState;
+        match e.code() {
+            Some(c) if *c == SqlState::LOCK_NOT_AVAILABLE => {
+                StoreError::Busy(format!("other writes held the database's write lock too long ({e})"))
+            }
+            Some(c) if *c == SqlState::QUERY_CANCELED => {
+                StoreError::Busy(format!("a statement ran past its time limit ({e})"))
+            }
+            _ => StoreError::Backend(Box::new(e)),
+        }
     }
 }
 
 impl From<deadpool_postgres::PoolError> for StoreError {
     fn from(e: deadpool_postgres::PoolError) -> Self {
-        StoreError::Backend(Box::new(e))
+        match e {
+            deadpool_postgres::PoolError::Timeout(_) => {
+                StoreError::Busy(format!("every database connection stayed busy ({e})"))
+            }
+            other => StoreError::Backend(Box::new(other)),
+        }
     }
 }
 
 /// A PostgreSQL database.
 pub struct PgStore {
     pool: Pool,
+    /// One connection of its own for readiness checks, so that `/readyz`
+    /// answers while the pool is busy.
+    ping: Pool,
+    /// Places for this process's writers ([`WRITERS`]).
+    writers: tokio::sync::Semaphore,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -83,20 +116,33 @@ impl PgStore {
     /// and migrates it.
     pub async fn open(url: &str) -> StoreResult<Self> {
         let (url, size) = pool_option(url)?;
-        let config: tokio_postgres::Config = url.parse().map_err(|e: tokio_postgres::Error| {
+        let mut config: tokio_postgres::Config = url.parse().map_err(|e: tokio_postgres::Error| {
             StoreError::Unsupported(format!("PostgreSQL URL {}: {e}", crate::redact_url(&url)))
         })?;
-        let manager = Manager::from_config(config, NoTls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
-        let pool = Pool::builder(manager)
-            .max_size(size)
-            .runtime(deadpool_postgres::Runtime::Tokio1)
-            .wait_timeout(Some(std::time::Duration::from_secs(30)))
-            .create_timeout(Some(std::time::Duration::from_secs(10)))
-            .build()
-            .map_err(|e| StoreError::Backend(Box::new(e)))?;
-        let store = Self { pool };
+        let options = format!("{} {SESSION_OPTIONS}", config.get_options().unwrap_or_default());
+        config.options(options.trim());
+        let build = |size: usize, wait: u64| {
+            let manager =
+                Manager::from_config(config.clone(), NoTls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
+            Pool::builder(manager)
+                .max_size(size)
+                .runtime(deadpool_postgres::Runtime::Tokio1)
+                .wait_timeout(Some(std::time::Duration::from_secs(wait)))
+                .create_timeout(Some(std::time::Duration::from_secs(10)))
+                .build()
+                .map_err(|e| StoreError::Backend(Box::new(e)))
+        };
+        let store = Self { pool: build(size, 30)?, ping: build(1, 5)?, writers: tokio::sync::Semaphore::new(WRITERS) };
         store.migrate().await?;
         Ok(store)
+    }
+
+    /// A writer's place in this process, within [`WRITE_WAIT`].
+    async fn writer(&self) -> StoreResult<tokio::sync::SemaphorePermit<'_>> {
+        match tokio::time::timeout(WRITE_WAIT, self.writers.acquire()).await {
+            Ok(permit) => permit.map_err(|e| StoreError::Backend(Box::new(e))),
+            Err(_) => Err(StoreError::Busy(format!("other writes held the database for {} s", WRITE_WAIT.as_secs()))),
+        }
     }
 
     /// Applies the migrations the database has not seen yet, under an
@@ -104,6 +150,8 @@ impl PgStore {
     /// by a newer sensorhub.
     async fn migrate(&self) -> StoreResult<()> {
         let mut client = self.pool.get().await?;
+        // Another instance may be migrating: wait for it however long it takes.
+        client.batch_execute("SET lock_timeout = 0; SET statement_timeout = 0").await?;
         client.execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK]).await?;
         let result = async {
             client
@@ -128,6 +176,7 @@ impl PgStore {
         }
         .await;
         client.execute("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK]).await?;
+        client.batch_execute("RESET lock_timeout; RESET statement_timeout").await?;
         result
     }
 }
@@ -135,7 +184,7 @@ impl PgStore {
 #[async_trait]
 impl Store for PgStore {
     async fn ping(&self) -> StoreResult<()> {
-        self.pool.get().await?.query_one("SELECT 1", &[]).await?;
+        self.ping.get().await?.query_one("SELECT 1", &[]).await?;
         Ok(())
     }
 
@@ -169,10 +218,12 @@ impl Store for PgStore {
     }
 
     async fn grant_write_to_viewers(&self) -> StoreResult<u64> {
+        let _writer = self.writer().await?;
         write::grant_write_to_viewers(&mut self.pool.get().await?).await
     }
 
     async fn delete_readings(&self, device_id: &str, range: TimeRange) -> StoreResult<DeleteReport> {
+        let _writer = self.writer().await?;
         write::delete_readings(&mut self.pool.get().await?, device_id, range).await
     }
 
@@ -191,11 +242,35 @@ impl Store for PgStore {
     }
 
     async fn apply(&self, doc: Provision, readings: Vec<ReadingInput>) -> StoreResult<ApplyReport> {
+        let _writer = self.writer().await?;
         write::apply(&mut self.pool.get().await?, doc, readings).await
     }
 
     async fn import(&self, source: ReadingSource) -> StoreResult<ImportReport> {
-        write::import(&mut self.pool.get().await?, source).await
+        let _writer = self.writer().await?;
+        Ok(write::import(&mut self.pool.get().await?, source, None).await?.0)
+    }
+
+    async fn import_batched(&self, source: ReadingSource) -> Result<ImportReport, PartialImport> {
+        let mut total = ImportReport::default();
+        let mut next = Some(source);
+        while let Some(source) = next.take() {
+            let step = async {
+                let _writer = self.writer().await?;
+                write::import(&mut self.pool.get().await?, source, Some(IMPORT_COMMIT_EVERY)).await
+            };
+            match step.await {
+                Ok((report, rest)) => {
+                    total += report;
+                    if rest.is_some() {
+                        tokio::time::sleep(IMPORT_PAUSE).await;
+                    }
+                    next = rest;
+                }
+                Err(error) => return Err(PartialImport { committed: total, error }),
+            }
+        }
+        Ok(total)
     }
 
     async fn is_empty(&self) -> StoreResult<bool> {
@@ -211,6 +286,7 @@ impl Store for PgStore {
     }
 
     async fn revoke_api_key(&self, id_or_prefix: &str) -> StoreResult<String> {
+        let _writer = self.writer().await?;
         write::revoke_api_key(&mut self.pool.get().await?, id_or_prefix).await
     }
 
@@ -227,10 +303,12 @@ impl Store for PgStore {
     }
 
     async fn restore(&self, rows: Installation) -> StoreResult<()> {
+        let _writer = self.writer().await?;
         copy::restore(&mut self.pool.get().await?, rows).await
     }
 
     async fn restore_hours(&self, device_id: &str, hours: Vec<StoredHour>) -> StoreResult<()> {
+        let _writer = self.writer().await?;
         copy::restore_hours(&mut self.pool.get().await?, device_id, hours).await
     }
 }

@@ -23,15 +23,25 @@ use tokio_postgres::types::Type;
 /// The advisory lock every writing transaction holds ("writes").
 const WRITE_LOCK: i64 = 0x7772_6974_6573;
 
-/// Begins a writing transaction.
+/// Begins a writing transaction: waits at most the session's
+/// `lock_timeout` (5 s, [`super::SESSION_OPTIONS`]) for the write lock,
+/// then fails with [`StoreError::Busy`].
 pub(super) async fn begin(c: &mut Client) -> StoreResult<Transaction<'_>> {
     let tx = c.transaction().await?;
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&WRITE_LOCK]).await?;
     Ok(tx)
 }
 
-pub(super) async fn apply(c: &mut Client, mut doc: Provision, readings: Vec<ReadingInput>) -> StoreResult<ApplyReport> {
+/// Begins a bulk writing transaction (import, copy, delete): as [`begin`],
+/// without the statement time limit that guards requests.
+pub(super) async fn begin_bulk(c: &mut Client) -> StoreResult<Transaction<'_>> {
     let tx = begin(c).await?;
+    tx.batch_execute("SET LOCAL statement_timeout = 0").await?;
+    Ok(tx)
+}
+
+pub(super) async fn apply(c: &mut Client, mut doc: Provision, readings: Vec<ReadingInput>) -> StoreResult<ApplyReport> {
+    let tx = begin_bulk(c).await?;
     let mut report = ApplyReport::default();
     let mut devices = Vec::with_capacity(doc.devices.len());
     for (i, d) in doc.devices.iter().enumerate() {
@@ -453,13 +463,22 @@ pub(super) async fn copy_hours(tx: &Transaction<'_>, copy: &str, rows: &[HourRow
 /// Readings taken from the source at a time.
 const IMPORT_SLICE: usize = 4096;
 
-pub(super) async fn import(c: &mut Client, source: ReadingSource) -> StoreResult<ImportReport> {
-    let tx = begin(c).await?;
+/// Stores readings from `source` in one transaction: all of them, or with
+/// `limit`, those it takes that long to write; then also returns the rest of
+/// the source when there may be more.
+pub(super) async fn import(
+    c: &mut Client,
+    source: ReadingSource,
+    limit: Option<std::time::Duration>,
+) -> StoreResult<(ImportReport, Option<ReadingSource>)> {
+    let started = std::time::Instant::now();
+    let tx = begin_bulk(c).await?;
     let mut report = ImportReport::default();
     let mut writer = ReadingWriter::default();
     // The source may block (it reads a file): it is drained in slices on
     // the blocking pool, never on the async worker.
     let mut source = Some(source);
+    let mut rest = None;
     while let Some(mut src) = source.take() {
         let (src, items) = tokio::task::spawn_blocking(move || {
             let items: Vec<_> = src.by_ref().take(IMPORT_SLICE).collect();
@@ -474,13 +493,15 @@ pub(super) async fn import(c: &mut Client, source: ReadingSource) -> StoreResult
             report.values += r.values.len() as u64;
             writer.write(&tx, &r).await?;
         }
-        if more {
+        if more && limit.is_some_and(|l| started.elapsed() >= l) {
+            rest = Some(src);
+        } else if more {
             source = Some(src);
         }
     }
     writer.finish(&tx).await?;
     tx.commit().await?;
-    Ok(report)
+    Ok((report, rest))
 }
 
 pub(super) async fn revoke_api_key(c: &mut Client, id_or_prefix: &str) -> StoreResult<String> {
@@ -521,7 +542,7 @@ pub(super) async fn grant_write_to_viewers(c: &mut Client) -> StoreResult<u64> {
 const DELETE_BATCH: i64 = 512;
 
 pub(super) async fn delete_readings(c: &mut Client, device_id: &str, range: TimeRange) -> StoreResult<DeleteReport> {
-    let tx = begin(c).await?;
+    let tx = begin_bulk(c).await?;
     let pk =
         device_pk(&tx, device_id).await?.ok_or_else(|| StoreError::NotFound(format!("no device {device_id:?}")))?;
     let (mut next, last) = plan::chunks_of(range);

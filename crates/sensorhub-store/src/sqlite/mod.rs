@@ -7,17 +7,18 @@ mod read;
 mod write;
 
 use crate::{
-    AccountAuth, AccountSummary, ApiKeyAuth, ApiKeySummary, ApplyReport, DeleteReport, DeviceHandle, ImportReport,
-    Installation, PoolStatus, ReadingSource, ReadingStream, Scope, Store, StoreError, StoreResult, StoredHour,
-    WebhookKeyAuth, Window,
+    AccountAuth, AccountSummary, ApiKeyAuth, ApiKeySummary, ApplyReport, DeleteReport, DeviceHandle,
+    IMPORT_COMMIT_EVERY, IMPORT_PAUSE, ImportReport, Installation, PartialImport, PoolStatus, ReadingSource,
+    ReadingStream, Scope, Store, StoreError, StoreResult, StoredHour, WebhookKeyAuth, Window,
 };
 use async_trait::async_trait;
-use pool::Pool;
+use pool::{Pool, Role};
 use sensorhub_core::model::{Device, ReadingInput};
 use sensorhub_core::provision::Provision;
 use sensorhub_core::secret::KeyDigest;
 use sensorhub_core::time::TimeRange;
 use std::path::Path;
+use std::sync::Mutex;
 
 /// Migrations in order; `PRAGMA user_version` records how many ran.
 const MIGRATIONS: &[&str] = &[
@@ -25,18 +26,47 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/sqlite/0002_write_grants.sql"),
 ];
 
-/// Connections kept open at most: readers run side by side in WAL mode, and
-/// each query is short (a batch), so a few per core keep the cores busy.
-const POOL_SIZE: usize = 4;
+/// Read connections kept open at most: readers run side by side in WAL
+/// mode, and each query is short (a batch), so a few per core keep the
+/// cores busy.
+const READ_POOL_SIZE: usize = 4;
+
+/// How an acknowledged write reaches the disk: SQLite's `synchronous`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// `synchronous = FULL`: every commit is on disk before it is
+    /// acknowledged; it survives power loss and an OS crash.
+    #[default]
+    Full,
+    /// `synchronous = NORMAL` (WAL): commits survive a crash of the process
+    /// but the last ones may roll back on power loss or an OS crash.
+    Normal,
+}
+
+impl Durability {
+    fn pragma(self) -> &'static str {
+        match self {
+            Durability::Full => "FULL",
+            Durability::Normal => "NORMAL",
+        }
+    }
+}
 
 /// A SQLite database file.
 pub struct SqliteStore {
-    pool: Pool,
+    /// Connections for reads: never wait on writers.
+    reads: Pool,
+    /// The one connection for writes, which wait their turn a bounded time.
+    writes: Pool,
+    /// A connection of its own for readiness checks, so that `/readyz`
+    /// answers while every read and write connection is busy.
+    ping: Mutex<Option<rusqlite::Connection>>,
+    path: std::path::PathBuf,
 }
 
 impl SqliteStore {
     /// Opens (creating and migrating when needed) the database at `path`.
-    pub async fn open(path: &str) -> StoreResult<Self> {
+    pub async fn open(path: &str, durability: Durability) -> StoreResult<Self> {
         let path = Path::new(path);
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty() && !d.exists()) {
             return Err(StoreError::NotFound(format!(
@@ -44,9 +74,26 @@ impl SqliteStore {
                 dir.display()
             )));
         }
-        let pool = Pool::new(path, POOL_SIZE);
-        pool.run(migrate).await?;
-        Ok(Self { pool })
+        let sync = durability.pragma();
+        let writes = Pool::new(path, 1, Role::Write, sync);
+        writes.run(migrate).await?;
+        let reads = Pool::new(path, READ_POOL_SIZE, Role::Read, sync);
+        Ok(Self { reads, writes, ping: Mutex::new(None), path: path.to_owned() })
+    }
+
+    /// Checks that the file answers a read, on the readiness connection.
+    fn ping_now(&self) -> StoreResult<()> {
+        let mut slot = self.ping.lock().map_err(|_| StoreError::Backend("readiness lock poisoned".into()))?;
+        if slot.is_none() {
+            *slot = Some(pool::open_connection(&self.path, Role::Read, Durability::Full.pragma())?);
+        }
+        let conn = slot.as_mut().ok_or_else(|| StoreError::Backend("no readiness connection".into()))?;
+        // Reads the schema: touches the file, never waits on writers (WAL).
+        let result = conn.query_row("SELECT count(*) FROM sqlite_schema", [], |_| Ok(()));
+        if result.is_err() {
+            *slot = None;
+        }
+        Ok(result?)
     }
 }
 
@@ -75,109 +122,129 @@ fn migrate(conn: &mut rusqlite::Connection) -> StoreResult<()> {
 #[async_trait]
 impl Store for SqliteStore {
     async fn ping(&self) -> StoreResult<()> {
-        self.pool.run(|c| Ok(c.query_row("SELECT 1", [], |_| Ok(()))?)).await
+        self.ping_now()
     }
 
     async fn account_auth(&self, username: &str) -> StoreResult<Option<AccountAuth>> {
         let username = username.to_owned();
-        self.pool.run_short(move |c| read::account_auth(c, &username)).await
+        self.reads.run_short(move |c| read::account_auth(c, &username)).await
     }
 
     async fn api_key_auth(&self, digest: &KeyDigest) -> StoreResult<Option<ApiKeyAuth>> {
         let digest = *digest;
-        self.pool.run_short(move |c| read::api_key_auth(c, &digest)).await
+        self.reads.run_short(move |c| read::api_key_auth(c, &digest)).await
     }
 
     async fn webhook_key_auth(&self, digest: &KeyDigest) -> StoreResult<Option<WebhookKeyAuth>> {
         let digest = *digest;
-        self.pool.run_short(move |c| read::webhook_key_auth(c, &digest)).await
+        self.reads.run_short(move |c| read::webhook_key_auth(c, &digest)).await
     }
 
     fn pool_status(&self) -> PoolStatus {
-        self.pool.status()
+        let (r, w) = (self.reads.status(), self.writes.status());
+        PoolStatus { max: r.max + w.max, in_use: r.in_use + w.in_use, idle: r.idle + w.idle }
     }
 
     async fn list_devices(&self, scope: Scope) -> StoreResult<Vec<Device>> {
-        self.pool.run_short(move |c| read::list_devices(c, scope)).await
+        self.reads.run_short(move |c| read::list_devices(c, scope)).await
     }
 
     async fn find_device(&self, scope: Scope, device_id: &str) -> StoreResult<Option<DeviceHandle>> {
         let device_id = device_id.to_owned();
-        self.pool.run_short(move |c| read::find_device(c, scope, &device_id)).await
+        self.reads.run_short(move |c| read::find_device(c, scope, &device_id)).await
     }
 
     async fn may_write(&self, account_id: i64, device_pk: i64) -> StoreResult<bool> {
-        self.pool.run_short(move |c| read::may_write(c, account_id, device_pk)).await
+        self.reads.run_short(move |c| read::may_write(c, account_id, device_pk)).await
     }
 
     async fn grant_write_to_viewers(&self) -> StoreResult<u64> {
-        self.pool.run(write::grant_write_to_viewers).await
+        self.writes.run(write::grant_write_to_viewers).await
     }
 
     async fn delete_readings(&self, device_id: &str, range: TimeRange) -> StoreResult<DeleteReport> {
         let id = device_id.to_owned();
-        self.pool.run(move |c| write::delete_readings(c, &id, range)).await
+        self.writes.run(move |c| write::delete_readings(c, &id, range)).await
     }
 
     fn read_readings(&self, device: &DeviceHandle, range: TimeRange) -> ReadingStream {
-        read::stream_from(self.pool.clone(), device.pk, Some(range.start), range.end)
+        read::stream_from(self.reads.clone(), device.pk, Some(range.start), range.end)
     }
 
     async fn read_window(&self, scope: Scope, device_id: &str, range: TimeRange) -> StoreResult<Option<Window>> {
         let id = device_id.to_owned();
-        let Some((device, first)) = self.pool.run_short(move |c| read::window_head(c, scope, &id, range)).await? else {
+        let Some((device, first)) = self.reads.run_short(move |c| read::window_head(c, scope, &id, range)).await?
+        else {
             return Ok(None);
         };
         let next = crate::batches::after(&first, range.end, crate::batches::FIRST_BATCH);
-        let rest = read::stream_from(self.pool.clone(), device.pk, next, range.end);
+        let rest = read::stream_from(self.reads.clone(), device.pk, next, range.end);
         Ok(Some(Window { device, first, rest, complete: next.is_none() }))
     }
 
     async fn apply(&self, doc: Provision, readings: Vec<ReadingInput>) -> StoreResult<ApplyReport> {
-        self.pool.run(move |c| write::apply(c, doc, readings)).await
+        self.writes.run(move |c| write::apply(c, doc, readings)).await
     }
 
     async fn import(&self, source: ReadingSource) -> StoreResult<ImportReport> {
-        self.pool.run(move |c| write::import(c, source)).await
+        Ok(self.writes.run(move |c| write::import(c, source, None)).await?.0)
+    }
+
+    async fn import_batched(&self, source: ReadingSource) -> Result<ImportReport, PartialImport> {
+        let mut total = ImportReport::default();
+        let mut next = Some(source);
+        while let Some(source) = next.take() {
+            match self.writes.run(move |c| write::import(c, source, Some(IMPORT_COMMIT_EVERY))).await {
+                Ok((report, rest)) => {
+                    total += report;
+                    if rest.is_some() {
+                        tokio::time::sleep(IMPORT_PAUSE).await;
+                    }
+                    next = rest;
+                }
+                Err(error) => return Err(PartialImport { committed: total, error }),
+            }
+        }
+        Ok(total)
     }
 
     async fn is_empty(&self) -> StoreResult<bool> {
-        self.pool.run(read::is_empty).await
+        self.reads.run(read::is_empty).await
     }
 
     async fn accounts(&self) -> StoreResult<Vec<AccountSummary>> {
-        self.pool.run(read::accounts).await
+        self.reads.run(read::accounts).await
     }
 
     async fn api_keys(&self) -> StoreResult<Vec<ApiKeySummary>> {
-        self.pool.run(read::api_keys).await
+        self.reads.run(read::api_keys).await
     }
 
     async fn revoke_api_key(&self, id_or_prefix: &str) -> StoreResult<String> {
         let id = id_or_prefix.to_owned();
-        self.pool.run(move |c| write::revoke_api_key(c, &id)).await
+        self.writes.run(move |c| write::revoke_api_key(c, &id)).await
     }
 
     async fn export(&self) -> StoreResult<Installation> {
-        self.pool.run(copy::export).await
+        self.reads.run(copy::export).await
     }
 
     async fn export_hour_count(&self) -> StoreResult<u64> {
-        self.pool.run(copy::export_hour_count).await
+        self.reads.run(copy::export_hour_count).await
     }
 
     async fn export_hours(&self, device_id: &str, after: Option<i64>, limit: usize) -> StoreResult<Vec<StoredHour>> {
         let id = device_id.to_owned();
-        self.pool.run(move |c| copy::export_hours(c, &id, after, limit)).await
+        self.reads.run(move |c| copy::export_hours(c, &id, after, limit)).await
     }
 
     async fn restore(&self, rows: Installation) -> StoreResult<()> {
-        self.pool.run(move |c| copy::restore(c, rows)).await
+        self.writes.run(move |c| copy::restore(c, rows)).await
     }
 
     async fn restore_hours(&self, device_id: &str, hours: Vec<StoredHour>) -> StoreResult<()> {
         let id = device_id.to_owned();
-        self.pool.run(move |c| copy::restore_hours(c, &id, hours)).await
+        self.writes.run(move |c| copy::restore_hours(c, &id, hours)).await
     }
 }
 
@@ -190,17 +257,17 @@ mod tests {
         let dir = tempfile::tempdir().expect("dir");
         let path = dir.path().join("m.db");
         let path = path.to_str().expect("utf-8");
-        let store = SqliteStore::open(path).await.expect("create");
+        let store = SqliteStore::open(path, Durability::Full).await.expect("create");
         assert!(store.is_empty().await.expect("empty"));
         drop(store);
-        SqliteStore::open(path).await.expect("reopen is a no-op");
+        SqliteStore::open(path, Durability::Full).await.expect("reopen is a no-op");
         let conn = rusqlite::Connection::open(path).expect("open");
         conn.pragma_update(None, "user_version", 99i64).expect("bump");
         drop(conn);
-        let err = SqliteStore::open(path).await.err().expect("refused");
+        let err = SqliteStore::open(path, Durability::Full).await.err().expect("refused");
         assert!(err.to_string().contains("newer than this sensorhub knows"), "{err}");
         let missing = dir.path().join("no/such/dir/x.db");
-        assert!(SqliteStore::open(missing.to_str().expect("utf-8")).await.is_err());
+        assert!(SqliteStore::open(missing.to_str().expect("utf-8"), Durability::Full).await.is_err());
     }
 
     #[tokio::test]
@@ -217,7 +284,7 @@ mod tests {
         )
         .expect("rows");
         drop(conn);
-        let store = SqliteStore::open(path.to_str().expect("utf-8")).await.expect("upgrade");
+        let store = SqliteStore::open(path.to_str().expect("utf-8"), Durability::Full).await.expect("upgrade");
         assert!(store.find_device(Scope::Account { account_id: 1, key: None }, "D").await.expect("f").is_some());
         assert!(!store.may_write(1, 7).await.expect("may"), "seeing is not writing after the upgrade");
         assert_eq!(store.grant_write_to_viewers().await.expect("grant"), 1);

@@ -1,4 +1,8 @@
-//! A small pool of SQLite connections, each used on a blocking thread.
+//! The SQLite backend's connections: a pool for reads and one for writes,
+//! each connection used on a blocking thread, so that a write waiting for
+//! the database's single write lock (held by another process's import, say)
+//! never holds a reader's place. Writes wait a bounded time ([`WRITE_WAIT`])
+//! for their turn and then fail with [`StoreError::Busy`].
 //!
 //! Hand-written rather than deadpool-sqlite: that pool pings every
 //! connection on each checkout (one more blocking hop per query) and pins the
@@ -9,16 +13,34 @@ use rusqlite::Connection;
 use rusqlite::functions::FunctionFlags;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use tokio::sync::Semaphore;
 
-/// Settings applied to every connection.
+/// How long a write waits for its turn: for this process's other writes
+/// (the write connection) and then for the file's write lock. Past it the
+/// write fails with [`StoreError::Busy`] (503 with `Retry-After`).
+pub(crate) const WRITE_WAIT: Duration = Duration::from_secs(5);
+
+/// How long a read waits for a lock (only in rare cases: WAL recovery, an
+/// exclusive lock taken from outside).
+const READ_BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Settings applied to every connection (the busy handling is set per role).
 /// `busy_timeout` comes first: switching to WAL takes a lock that another
 /// process may hold for a moment.
 const PRAGMAS: &str = "PRAGMA busy_timeout = 10000;
 PRAGMA journal_mode = WAL;
-PRAGMA synchronous = NORMAL;
 PRAGMA foreign_keys = ON;
 PRAGMA cache_size = -128;";
+
+/// What the connections of a pool are for.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Role {
+    /// Reads: never wait on writers (WAL), so several run side by side.
+    Read,
+    /// Writes: one at a time, waiting at most [`WRITE_WAIT`].
+    Write,
+}
 
 /// A bounded set of connections to one database file.
 #[derive(Clone)]
@@ -29,17 +51,22 @@ pub(crate) struct Pool {
 struct Inner {
     path: PathBuf,
     size: usize,
+    role: Role,
+    /// `synchronous` for this file (`FULL` or `NORMAL`).
+    synchronous: &'static str,
     idle: Mutex<Vec<Connection>>,
     permits: Arc<Semaphore>,
 }
 
 impl Pool {
-    /// A pool of at most `size` connections to `path`.
-    pub(crate) fn new(path: &Path, size: usize) -> Self {
+    /// A pool of at most `size` connections to `path` for `role`.
+    pub(crate) fn new(path: &Path, size: usize, role: Role, synchronous: &'static str) -> Self {
         Self {
             inner: Arc::new(Inner {
                 path: path.to_owned(),
                 size,
+                role,
+                synchronous,
                 idle: Mutex::new(Vec::with_capacity(size)),
                 permits: Arc::new(Semaphore::new(size)),
             }),
@@ -53,19 +80,31 @@ impl Pool {
         crate::PoolStatus { max: self.inner.size, in_use, idle }
     }
 
+    /// A place in the pool: at once for reads, within [`WRITE_WAIT`] for writes.
+    async fn permit(&self) -> StoreResult<tokio::sync::OwnedSemaphorePermit> {
+        let acquire = self.inner.permits.clone().acquire_owned();
+        let permit = match self.inner.role {
+            Role::Read => acquire.await,
+            Role::Write => tokio::time::timeout(WRITE_WAIT, acquire).await.map_err(|_| {
+                StoreError::Busy(format!("other writes held the database for {} s", WRITE_WAIT.as_secs()))
+            })?,
+        };
+        permit.map_err(|e| StoreError::Backend(Box::new(e)))
+    }
+
     /// Runs `f` with a connection on a blocking thread.
     pub(crate) async fn run<R, F>(&self, f: F) -> StoreResult<R>
     where
         R: Send + 'static,
         F: FnOnce(&mut Connection) -> StoreResult<R> + Send + 'static,
     {
-        let permit = self.inner.permits.clone().acquire_owned().await.map_err(|e| StoreError::Backend(Box::new(e)))?;
+        let permit = self.permit().await?;
         let inner = self.inner.clone();
         tokio::task::spawn_blocking(move || {
             let idle = inner.idle.lock().ok().and_then(|mut v| v.pop());
             let mut conn = match idle {
                 Some(c) => c,
-                None => open_connection(&inner.path)?,
+                None => open_connection(&inner.path, inner.role, inner.synchronous)?,
             };
             let result = f(&mut conn);
             if let Ok(mut v) = inner.idle.lock() {
@@ -77,9 +116,7 @@ impl Pool {
         .await
         .map_err(|e| StoreError::Backend(Box::new(e)))?
     }
-}
 
-impl Pool {
     /// Runs a short read (an indexed lookup, or one bounded batch) with an
     /// idle connection right on the calling thread: a hop to the blocking
     /// pool costs more than such a query. Reads in WAL mode do not wait on
@@ -90,7 +127,7 @@ impl Pool {
         R: Send + 'static,
         F: Fn(&mut Connection) -> StoreResult<R> + Send + 'static,
     {
-        let permit = self.inner.permits.clone().acquire_owned().await.map_err(|e| StoreError::Backend(Box::new(e)))?;
+        let permit = self.permit().await?;
         let idle = self.inner.idle.lock().ok().and_then(|mut v| v.pop());
         let Some(mut conn) = idle else {
             drop(permit);
@@ -99,34 +136,34 @@ impl Pool {
         // Never wait on a lock here: that would stall the runtime. A reader
         // meets one only in rare cases (WAL recovery, an exclusive lock taken
         // from outside); it is then retried where waiting is harmless.
-        let _ = conn.busy_timeout(std::time::Duration::ZERO);
+        let _ = conn.busy_timeout(Duration::ZERO);
         let result = f(&mut conn);
-        let _ = conn.busy_timeout(BUSY_TIMEOUT);
+        let _ = conn.busy_timeout(READ_BUSY_TIMEOUT);
         if let Ok(mut v) = self.inner.idle.lock() {
             v.push(conn);
         }
         drop(permit);
         match result {
-            Err(StoreError::Backend(e)) if is_busy(&*e) => self.run(f).await,
+            Err(StoreError::Busy(_)) => self.run(f).await,
             other => other,
         }
     }
 }
 
-/// How long a statement waits for another connection's lock.
-const BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// Whether an error is SQLite's "database is busy/locked".
-fn is_busy(e: &(dyn std::error::Error + Send + Sync + 'static)) -> bool {
-    matches!(
-        e.downcast_ref::<rusqlite::Error>(),
-        Some(rusqlite::Error::SqliteFailure(f, _))
-            if matches!(f.code, rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
-    )
+/// The write connection's busy handler: polls the lock every millisecond
+/// (SQLite's default backs off to 100 ms, so it would miss the short gaps
+/// a batched import leaves between its transactions) for at most
+/// [`WRITE_WAIT`].
+fn poll_for_write_lock(attempts: i32) -> bool {
+    if u128::try_from(attempts).unwrap_or(u128::MAX) >= WRITE_WAIT.as_millis() {
+        return false;
+    }
+    std::thread::sleep(Duration::from_millis(1));
+    true
 }
 
 /// Opens one connection with sensorhub's settings and SQL functions.
-pub(crate) fn open_connection(path: &Path) -> StoreResult<Connection> {
+pub(crate) fn open_connection(path: &Path, role: Role, synchronous: &str) -> StoreResult<Connection> {
     let conn = Connection::open(path)?;
     // Switching a new file to WAL takes a lock that does not wait on the busy
     // handler; when several processes open a new file at once, retry briefly.
@@ -136,10 +173,15 @@ pub(crate) fn open_connection(path: &Path) -> StoreResult<Connection> {
             Ok(()) => break,
             Err(rusqlite::Error::SqliteFailure(e, _)) if e.code == rusqlite::ErrorCode::DatabaseBusy && tries < 100 => {
                 tries += 1;
-                std::thread::sleep(std::time::Duration::from_millis(50));
+                std::thread::sleep(Duration::from_millis(50));
             }
             Err(e) => return Err(e.into()),
         }
+    }
+    conn.pragma_update(None, "synchronous", synchronous)?;
+    match role {
+        Role::Read => conn.busy_timeout(READ_BUSY_TIMEOUT)?,
+        Role::Write => conn.busy_handler(Some(poll_for_write_lock))?,
     }
     let flags = FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC;
     conn.create_scalar_function("sh_last_second", 2, flags, |ctx| {
@@ -155,6 +197,9 @@ impl From<rusqlite::Error> for StoreError {
         match e.sqlite_error_code() {
             Some(rusqlite::ErrorCode::DiskFull) => {
                 StoreError::Unavailable(format!("the database's disk is full ({e})"))
+            }
+            Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked) => {
+                StoreError::Busy(format!("another writer holds the database ({e})"))
             }
             _ => StoreError::Backend(Box::new(e)),
         }

@@ -372,19 +372,32 @@ impl<'t, 'c> ReadingWriter<'t, 'c> {
     }
 }
 
-pub(super) fn import(c: &mut Connection, source: ReadingSource) -> StoreResult<ImportReport> {
+/// Stores readings from `source` in one transaction: all of them, or with
+/// `limit`, those it takes that long to write; then also returns the rest of
+/// the source when there may be more.
+pub(super) fn import(
+    c: &mut Connection,
+    mut source: ReadingSource,
+    limit: Option<std::time::Duration>,
+) -> StoreResult<(ImportReport, Option<ReadingSource>)> {
+    let started = std::time::Instant::now();
     let tx = begin(c)?;
     let mut report = ImportReport::default();
     let mut writer = ReadingWriter::new(&tx);
-    for item in source {
+    let mut rest = None;
+    while let Some(item) = source.next() {
         let r = item?;
         report.readings += 1;
         report.values += r.values.len() as u64;
         writer.write(&r)?;
+        if report.readings % 1024 == 0 && limit.is_some_and(|l| started.elapsed() >= l) {
+            rest = Some(source);
+            break;
+        }
     }
     writer.finish()?;
     tx.commit()?;
-    Ok(report)
+    Ok((report, rest))
 }
 
 pub(super) fn revoke_api_key(c: &mut Connection, id_or_prefix: &str) -> StoreResult<String> {

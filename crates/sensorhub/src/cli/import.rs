@@ -1,6 +1,7 @@
 //! `sensorhub import FILE`: load readings from NDJSON (one reading object per
 //! line) or CSV (`device_id,timestamp,sensor_id,value` with a header row),
-//! atomically, streaming the file rather than holding it in memory.
+//! in short transactions (or, with `--atomic`, one), streaming the file
+//! rather than holding it in memory.
 
 use super::progress::{CountingReader, Progress, Unit};
 use super::{CliResult, Context};
@@ -29,9 +30,15 @@ pub struct Args {
     /// Format; by default from the extension (.csv, otherwise NDJSON)
     #[arg(long, value_enum)]
     format: Option<Format>,
+    /// All or nothing: one transaction for the whole file (which holds the
+    /// database's writes for as long as the import runs). By default the
+    /// import commits every half second, so that the service's own writes
+    /// get their turn, and an error keeps what was committed before it.
+    #[arg(long)]
+    atomic: bool,
 }
 
-/// Imports the file in one transaction and reports the rate.
+/// Imports the file and reports the rate.
 pub async fn run(ctx: &Context, args: Args) -> CliResult {
     let format = args.format.unwrap_or_else(|| guess_format(&args.file));
     let name = args.file.display().to_string();
@@ -45,10 +52,20 @@ pub async fn run(ctx: &Context, args: Args) -> CliResult {
         Format::Ndjson => Box::new(ndjson_readings(BufReader::with_capacity(1 << 20, file))),
         Format::Csv => Box::new(CsvReadings::new(BufReader::with_capacity(1 << 20, file))),
     };
-    let report = store
-        .import(sensorhub_store::read_ahead(source))
-        .await
-        .map_err(|e| format!("{name}: {e}; nothing was imported"))?;
+    let source = sensorhub_store::read_ahead(source);
+    let report = if args.atomic {
+        store.import(source).await.map_err(|e| format!("{name}: {e}; nothing was imported"))?
+    } else {
+        store.import_batched(source).await.map_err(|p| match p.committed.readings {
+            0 => format!("{name}: {}; nothing was imported", p.error),
+            n => format!(
+                "{name}: {}; the {n} readings ({} values) before it were imported and kept \
+                 (run it again once the file is fixed: a repeated reading replaces itself; \
+                 --atomic imports all or nothing)",
+                p.error, p.committed.values
+            ),
+        })?
+    };
     drop(progress);
     let secs = started.elapsed().as_secs_f64().max(1e-9);
     let rows = if format == Format::Csv { report.values } else { report.readings };

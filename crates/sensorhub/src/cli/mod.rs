@@ -52,7 +52,7 @@ enum Command {
     Demo(demo::Args),
     /// Make a provisioning file (accounts, devices, keys, readings) true, atomically
     Apply(apply::Args),
-    /// Import readings from NDJSON or CSV, atomically
+    /// Import readings from NDJSON or CSV (in short transactions; --atomic: all or nothing)
     Import(import::Args),
     /// Copy a whole installation to another database and verify it (SQLite → PostgreSQL, or back)
     Copy(copy::Args),

@@ -189,7 +189,7 @@ impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match e {
             StoreError::Invalid(input) => ApiError::BadRequest(input.to_string()),
-            StoreError::Unavailable(why) => ApiError::Busy(why),
+            StoreError::Unavailable(why) | StoreError::Busy(why) => ApiError::Busy(why),
             other => ApiError::Internal(other.to_string()),
         }
     }

@@ -6,6 +6,7 @@ mod harness;
 
 mod auth;
 mod backends;
+mod busy;
 mod cli;
 mod copy;
 mod corpus;
