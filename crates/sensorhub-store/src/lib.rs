@@ -238,6 +238,13 @@ pub async fn open(url: &str) -> StoreResult<Arc<dyn Store>> {
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         return Ok(Arc::new(postgres::PgStore::open(url).await?));
     }
+    let (path, durability) = sqlite_target(url)?;
+    Ok(Arc::new(sqlite::SqliteStore::open(path, durability).await?))
+}
+
+/// The file and durability a SQLite `url` names (a path or `sqlite://…`,
+/// with at most the option `?synchronous=full|normal`).
+fn sqlite_target(url: &str) -> StoreResult<(&str, sqlite::Durability)> {
     let path = url.strip_prefix("sqlite://").or_else(|| url.strip_prefix("sqlite:")).unwrap_or(url);
     let (path, durability) = match path.split_once('?') {
         None => (path, sqlite::Durability::Full),
@@ -252,7 +259,7 @@ pub async fn open(url: &str) -> StoreResult<Arc<dyn Store>> {
             redact_url(url)
         )));
     }
-    Ok(Arc::new(sqlite::SqliteStore::open(path, durability).await?))
+    Ok((path, durability))
 }
 
 /// `url` with any password replaced by `***`, for messages and logs.
@@ -313,6 +320,17 @@ mod tests {
         let source = (0..10).map(|i| if i == 5 { panic!("parser bug") } else { Ok(reading(i)) });
         let got: Vec<_> = read_ahead(Box::new(source)).collect();
         assert!(got.last().is_some_and(Result::is_err), "{} items", got.len());
+    }
+
+    #[test]
+    fn sqlite_urls_name_a_file_and_its_durability() {
+        use super::sqlite::Durability::{Full, Normal};
+        assert_eq!(super::sqlite_target("./a.db").ok(), Some(("./a.db", Full)), "durable by default");
+        assert_eq!(super::sqlite_target("sqlite://a.db?synchronous=normal").ok(), Some(("a.db", Normal)));
+        assert_eq!(super::sqlite_target("sqlite:///x/a.db?synchronous=full").ok(), Some(("/x/a.db", Full)));
+        for bad in ["a.db?cache=shared", "sqlite::memory:", "", "sqlite://?synchronous=normal"] {
+            assert!(super::sqlite_target(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

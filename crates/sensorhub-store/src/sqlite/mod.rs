@@ -271,6 +271,23 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn commits_are_durable_unless_the_url_says_otherwise() {
+        let dir = tempfile::tempdir().expect("dir");
+        let synchronous = |store: &SqliteStore| {
+            let (reads, writes) = (store.reads.clone(), store.writes.clone());
+            async move {
+                let get = |c: &mut rusqlite::Connection| Ok(c.query_row("PRAGMA synchronous", [], |r| r.get(0))?);
+                (reads.run(get).await.expect("read"), writes.run(get).await.expect("write"))
+            }
+        };
+        let path = dir.path().join("d.db");
+        let full = SqliteStore::open(path.to_str().expect("utf-8"), Durability::Full).await.expect("open");
+        assert_eq!(synchronous(&full).await, (2i64, 2i64), "FULL on every connection");
+        let normal = SqliteStore::open(dir.path().join("n.db").to_str().expect("utf-8"), Durability::Normal).await;
+        assert_eq!(synchronous(&normal.expect("open")).await, (1, 1), "NORMAL when asked");
+    }
+
+    #[tokio::test]
     async fn a_version_1_database_upgrades_without_write_grants_unless_asked() {
         let dir = tempfile::tempdir().expect("dir");
         let path = dir.path().join("v1.db");

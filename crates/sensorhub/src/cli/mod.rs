@@ -47,7 +47,7 @@ impl Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Serve the HTTP API
-    Serve(serve::Args),
+    Serve(Box<serve::Args>),
     /// Fill an empty database with demo stations, accounts and 35 days of readings
     Demo(demo::Args),
     /// Make a provisioning file (accounts, devices, keys, readings) true, atomically
@@ -112,7 +112,7 @@ pub async fn run(cli: Cli) -> CliResult {
         .unwrap_or_else(|| config::DEFAULT_DATABASE.to_owned());
     let ctx = Context { file, database };
     match cli.command {
-        Command::Serve(args) => serve::run(&ctx, args).await,
+        Command::Serve(args) => serve::run(&ctx, *args).await,
         Command::Demo(args) => demo::run(&ctx, args).await,
         Command::Apply(args) => apply::run(&ctx, args).await,
         Command::Import(args) => import::run(&ctx, args).await,

@@ -46,14 +46,30 @@ pub async fn run(ctx: &Context, args: Args) -> CliResult {
         rules: settings.rules,
         rate_limit: settings.rate_limit,
         client_ip_header: settings.client_ip_header,
+        trusted_proxies: settings.trusted_proxies,
+        metrics_access: settings.metrics_access,
         webhook: settings.webhook,
         redis,
         request_timeout: settings.request_timeout,
         rate_limit_fail: settings.rate_limit_fail,
+        login_failure_limit: settings.login_failure_limit,
+        ..ServerOptions::default()
     };
     tracing::info!(rate_limit = %options.rate_limit, rate_limit_store = %store_name, webhook_mode = ?options.webhook.mode, "settings");
     let state = AppState::new(store, options);
     let metrics = state.metrics.clone();
+    if let Some(addr) = settings.metrics_listen {
+        let ops = tokio::net::TcpListener::bind(addr).await.map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+        tracing::info!(address = %ops.local_addr()?, "metrics, /healthz and /readyz served on their own listener");
+        let router = crate::http::ops_app(state.clone());
+        // Stopped with the process: it holds no request that needs draining.
+        tokio::spawn(async move {
+            let service = router.into_make_service_with_connect_info::<std::net::SocketAddr>();
+            if let Err(e) = axum::serve(ops, service).await {
+                tracing::error!(error = %e, "the metrics listener failed");
+            }
+        });
+    }
     tracing::info!(
         listen = %listener.local_addr()?,
         database = %sensorhub_store::redact_url(&ctx.database),

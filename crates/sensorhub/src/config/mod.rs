@@ -45,6 +45,25 @@ impl std::str::FromStr for Url {
     }
 }
 
+/// A secret given on the command line or in the environment: its `Debug`
+/// prints `***`, so that printing the parsed arguments never leaks it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(pub String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("\"***\"")
+    }
+}
+
+impl std::str::FromStr for Secret {
+    type Err = std::convert::Infallible;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(Secret(s.to_owned()))
+    }
+}
+
 /// The keys a config file may hold; all optional.
 #[derive(Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -62,6 +81,8 @@ pub struct FileConfig {
     pub shutdown_grace: Option<u64>,
     /// Quota per caller (`600/minute`, `off`).
     pub rate_limit: Option<String>,
+    /// Failed logins per username (`30/hour`, `off`).
+    pub login_failure_limit: Option<String>,
     /// `simulate` or `ingest`.
     pub webhook_mode: Option<crate::http::webhook::WebhookMode>,
     /// Largest webhook body, in bytes.
@@ -70,6 +91,12 @@ pub struct FileConfig {
     pub max_future_skew: Option<u64>,
     /// Header with the client address set by a trusted proxy.
     pub client_ip_header: Option<String>,
+    /// Proxies whose header is believed, comma-separated.
+    pub trusted_proxies: Option<String>,
+    /// A listener of its own for /metrics.
+    pub metrics_listen: Option<SocketAddr>,
+    /// The bearer token /metrics requires.
+    pub metrics_token: Option<String>,
     /// `memory` or a `redis://` URL shared by instances.
     pub rate_limit_store: Option<String>,
     /// Prefix of sensorhub's Redis keys.
@@ -135,10 +162,14 @@ pub const KNOWN_ENV: &[&str] = &[
     "SENSORHUB_MAX_RANGE_DAYS",
     "SENSORHUB_SHUTDOWN_GRACE",
     "SENSORHUB_RATE_LIMIT",
+    "SENSORHUB_LOGIN_FAILURE_LIMIT",
     "SENSORHUB_WEBHOOK_MODE",
     "SENSORHUB_MAX_BODY_BYTES",
     "SENSORHUB_MAX_FUTURE_SKEW",
     "SENSORHUB_CLIENT_IP_HEADER",
+    "SENSORHUB_TRUSTED_PROXIES",
+    "SENSORHUB_METRICS_LISTEN",
+    "SENSORHUB_METRICS_TOKEN",
     "SENSORHUB_RATE_LIMIT_STORE",
     "SENSORHUB_REDIS_PREFIX",
     "SENSORHUB_LOG_FORMAT",

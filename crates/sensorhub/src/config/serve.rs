@@ -3,9 +3,10 @@
 //! layers flags over the config file over the defaults. Every default of
 //! the server is written here, once; `cli/serve.rs` only does the I/O.
 
-use super::{DEFAULT_LISTEN, FileConfig, Url};
+use super::{DEFAULT_LISTEN, FileConfig, Secret, Url};
+use crate::http::client_ip::{loopback, parse_networks};
 use crate::http::webhook::WebhookMode;
-use crate::http::{ConnectionLimits, RateLimitFail, WebhookSettings};
+use crate::http::{ConnectionLimits, MetricsAccess, RateLimitFail, WebhookSettings};
 use crate::ratelimit::RateLimitSetting;
 use axum::http::HeaderName;
 use jiff::tz::Offset;
@@ -31,6 +32,8 @@ const DEFAULT_KEEP_ALIVE_TIMEOUT: u64 = 60;
 const DEFAULT_REQUEST_TIMEOUT: u64 = 30;
 /// Default seconds a client may accept no byte of an answer.
 const DEFAULT_WRITE_TIMEOUT: u64 = 30;
+/// Default failed logins per username.
+const DEFAULT_LOGIN_FAILURE_LIMIT: &str = "30/hour";
 /// Default seconds a webhook reading may lie ahead of the server's clock.
 const DEFAULT_MAX_FUTURE_SKEW: u64 = 600;
 /// Default connections served at once.
@@ -55,6 +58,9 @@ pub struct ServeFlags {
     /// Requests per caller: COUNT/UNIT (second, minute, hour) or off [default: 600/minute]
     #[arg(long, env = "SENSORHUB_RATE_LIMIT")]
     pub rate_limit: Option<RateLimitSetting>,
+    /// Failed password checks per username: COUNT/UNIT or off; past it, logins for that name from addresses it never logged in from get 429 [default: 30/hour]
+    #[arg(long, env = "SENSORHUB_LOGIN_FAILURE_LIMIT")]
+    pub login_failure_limit: Option<RateLimitSetting>,
     /// simulate: check and remember webhook envelopes, store nothing; ingest: store them as readings [default: simulate]
     #[arg(long, env = "SENSORHUB_WEBHOOK_MODE", value_enum)]
     pub webhook_mode: Option<WebhookMode>,
@@ -67,6 +73,15 @@ pub struct ServeFlags {
     /// Header with the client address set by a trusted reverse proxy (e.g. X-Forwarded-For; its last entry counts)
     #[arg(long, env = "SENSORHUB_CLIENT_IP_HEADER")]
     pub client_ip_header: Option<String>,
+    /// Proxies whose client-IP header is believed: addresses or networks, comma-separated (e.g. 10.0.0.0/8) [default: 127.0.0.0/8,::1]
+    #[arg(long, env = "SENSORHUB_TRUSTED_PROXIES")]
+    pub trusted_proxies: Option<String>,
+    /// Serve /metrics (and /healthz, /readyz) on this address instead of the API's
+    #[arg(long, env = "SENSORHUB_METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
+    /// Require `Authorization: Bearer TOKEN` on /metrics (prefer the environment variable: arguments are visible to other users)
+    #[arg(long, env = "SENSORHUB_METRICS_TOKEN", hide_env_values = true)]
+    pub metrics_token: Option<Secret>,
     /// Where rate-limit counters (and the webhook's received list) live: memory (this process) or a redis:// URL shared by instances [default: memory]
     #[arg(long, env = "SENSORHUB_RATE_LIMIT_STORE")]
     pub rate_limit_store: Option<Url>,
@@ -116,10 +131,18 @@ pub struct ServeSettings {
     pub rules: RangeRules,
     /// Quota per caller.
     pub rate_limit: RateLimitSetting,
+    /// Failed logins per username.
+    pub login_failure_limit: RateLimitSetting,
     /// Webhook behaviour.
     pub webhook: WebhookSettings,
     /// Header holding the client address, set by a trusted proxy.
     pub client_ip_header: Option<HeaderName>,
+    /// The proxies whose header is believed.
+    pub trusted_proxies: Vec<ipnet::IpNet>,
+    /// A listener of its own for /metrics.
+    pub metrics_listen: Option<SocketAddr>,
+    /// Who may read /metrics, and where.
+    pub metrics_access: MetricsAccess,
     /// Where counters live.
     pub counters: CounterStore,
     /// What the rate limit does while Redis does not answer.
@@ -150,11 +173,36 @@ impl ServeSettings {
             Some(r) => r,
             None => file.rate_limit.as_deref().unwrap_or(DEFAULT_RATE_LIMIT).parse::<RateLimitSetting>()?,
         };
+        let login_failure_limit = match flags.login_failure_limit {
+            Some(r) => r,
+            None => file
+                .login_failure_limit
+                .as_deref()
+                .unwrap_or(DEFAULT_LOGIN_FAILURE_LIMIT)
+                .parse::<RateLimitSetting>()
+                .map_err(|e| format!("--login-failure-limit: {e}"))?,
+        };
         let client_ip_header = match flags.client_ip_header.as_ref().or(file.client_ip_header.as_ref()) {
             Some(name) => {
                 Some(HeaderName::try_from(name.as_str()).map_err(|e| format!("--client-ip-header {name:?}: {e}"))?)
             }
             None => None,
+        };
+        let trusted_proxies = match flags.trusted_proxies.as_ref().or(file.trusted_proxies.as_ref()) {
+            Some(_) if client_ip_header.is_none() => {
+                return Err("--trusted-proxies is given without --client-ip-header".into());
+            }
+            Some(list) => parse_networks(list).map_err(|e| format!("--trusted-proxies: {e}"))?,
+            None => loopback(),
+        };
+        let metrics_listen = flags.metrics_listen.or(file.metrics_listen);
+        let token = flags.metrics_token.as_ref().map(|t| t.0.as_str()).or(file.metrics_token.as_deref());
+        if token.is_some_and(|t| t.trim().len() < 16) {
+            return Err("--metrics-token must be at least 16 characters".into());
+        }
+        let metrics_access = MetricsAccess {
+            token_digest: token.map(|t| sensorhub_core::secret::key_digest(t.trim())),
+            separate_listener: metrics_listen.is_some(),
         };
         let webhook = WebhookSettings {
             mode: flags.webhook_mode.or(file.webhook_mode).unwrap_or_default(),
@@ -216,8 +264,12 @@ impl ServeSettings {
             listen,
             rules: RangeRules { default_tz, max_range_days },
             rate_limit,
+            login_failure_limit,
             webhook,
             client_ip_header,
+            trusted_proxies,
+            metrics_listen,
+            metrics_access,
             counters,
             rate_limit_fail: flags.rate_limit_fail.or(file.rate_limit_fail).unwrap_or_default(),
             request_timeout,
@@ -244,10 +296,13 @@ mod tests {
         assert_eq!(s.request_timeout, Duration::from_secs(30));
         assert_eq!(s.rate_limit_fail, RateLimitFail::Open);
         assert_eq!(s.rate_limit.to_string(), "600/minute");
+        assert_eq!(s.login_failure_limit.to_string(), "30/hour");
         assert_eq!(s.webhook.mode, WebhookMode::Simulate);
         assert_eq!(s.webhook.max_body_bytes, 1 << 20);
         assert_eq!(s.webhook.max_future_skew, jiff::SignedDuration::from_secs(600));
         assert_eq!(s.client_ip_header, None);
+        assert_eq!(s.trusted_proxies, loopback());
+        assert_eq!((s.metrics_listen, s.metrics_access.token_digest), (None, None));
         assert_eq!(s.counters, CounterStore::Memory);
     }
 
@@ -311,5 +366,18 @@ mod tests {
         assert!(e.contains("--max-connections"), "{e}");
         let e = bad(ServeFlags { client_ip_header: Some("bad header".into()), ..ServeFlags::default() });
         assert!(e.contains("--client-ip-header"), "{e}");
+        let e = bad(ServeFlags { trusted_proxies: Some("10.0.0.0/8".into()), ..ServeFlags::default() });
+        assert!(e.contains("without --client-ip-header"), "{e}");
+        let e = bad(ServeFlags {
+            client_ip_header: Some("X-Forwarded-For".into()),
+            trusted_proxies: Some("10.0.0.0/99".into()),
+            ..ServeFlags::default()
+        });
+        assert!(e.contains("--trusted-proxies"), "{e}");
+        let e = bad(ServeFlags { metrics_token: Some(Secret("short".into())), ..ServeFlags::default() });
+        assert!(e.contains("--metrics-token"), "{e}");
+        let flags = ServeFlags { metrics_token: Some(Secret("a-long-metrics-token".into())), ..ServeFlags::default() };
+        let s = ServeSettings::resolve(&flags, &FileConfig::default()).expect("token");
+        assert!(!format!("{flags:?}{s:?}").contains("a-long-metrics-token"), "the token never prints");
     }
 }

@@ -9,11 +9,8 @@ use axum::extract::{FromRequestParts, RawPathParams};
 use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
 use base64::Engine;
-use sensorhub_core::secret::{KeyDigest, digest_parts, key_digest, verify_dummy, verify_password};
+use sensorhub_core::secret::{digest_parts, key_digest, verify_dummy, verify_password};
 use sensorhub_store::Scope;
-use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
 
 /// Who is asking, and what they may see.
 #[derive(Debug, Clone, Copy)]
@@ -44,40 +41,6 @@ impl From<PublicCaller> for Caller {
 pub async fn path_param<S: Send + Sync>(parts: &mut Parts, state: &S, name: &str) -> Option<String> {
     let params = RawPathParams::from_request_parts(parts, state).await.ok()?;
     params.iter().find_map(|(n, value)| (n == name).then(|| value.to_owned()))
-}
-
-/// Verified Basic credentials, so that Argon2 runs once per credential and
-/// not once per request. The key is a digest of user, password and the
-/// stored hash: a changed password misses the cache by construction, and the
-/// plain password is never kept.
-pub struct CredentialCache {
-    entries: Mutex<HashMap<KeyDigest, Instant>>,
-    ttl: Duration,
-    capacity: usize,
-}
-
-impl CredentialCache {
-    /// A cache keeping verified credentials for `ttl`, at most `capacity` of them.
-    pub fn new(ttl: Duration, capacity: usize) -> Self {
-        Self { entries: Mutex::new(HashMap::new()), ttl, capacity }
-    }
-
-    fn contains(&self, key: &KeyDigest) -> bool {
-        let Ok(entries) = self.entries.lock() else { return false };
-        entries.get(key).is_some_and(|at| at.elapsed() < self.ttl)
-    }
-
-    fn insert(&self, key: KeyDigest) {
-        let Ok(mut entries) = self.entries.lock() else { return };
-        if entries.len() >= self.capacity {
-            let ttl = self.ttl;
-            entries.retain(|_, at| at.elapsed() < ttl);
-            if entries.len() >= self.capacity {
-                entries.clear();
-            }
-        }
-        entries.insert(key, Instant::now());
-    }
 }
 
 /// Standard base64, with or without padding.
@@ -118,31 +81,36 @@ impl FromRequestParts<AppState> for BasicCaller {
             return Err(guard.failed(ApiError::Unauthorized).await);
         };
         let account = state.store.account_auth(&user).await?;
+        let logins = &state.logins;
         let cache_key =
             account.as_ref().map(|a| digest_parts(&[user.as_bytes(), password.as_bytes(), a.password_hash.as_bytes()]));
-        let cached = cache_key.as_ref().is_some_and(|k| state.credentials.contains(k));
         let account = match account {
-            Some(account) if cached => account,
-            Some(account) => {
+            Some(account) if cache_key.as_ref().is_some_and(|k| logins.credentials.contains(k)) => account,
+            account => {
+                // An Argon2 check: paid for by the address, refused while the
+                // name is over its failure quota (unless from a known address),
+                // and waited for a bounded time.
                 guard.spend_attempt().await?;
-                let _permit = state.verifications.acquire().await.map_err(|e| ApiError::Internal(e.to_string()))?;
+                guard.user_not_over(&user).await?;
+                let _slot = logins.slot().await?;
+                let Some(account) = account else {
+                    // Same work as for a known user, so timing does not tell names apart.
+                    blocking(move || verify_dummy(&password)).await?;
+                    guard.user_failed(&user).await;
+                    return Err(ApiError::Unauthorized);
+                };
                 // Another request with the same credentials may have verified them meanwhile.
                 let key = cache_key.unwrap_or_default();
-                if !state.credentials.contains(&key) {
+                if !logins.credentials.contains(&key) {
                     let phc = account.password_hash.clone();
                     if !blocking(move || verify_password(&password, &phc)).await? {
+                        guard.user_failed(&user).await;
                         return Err(ApiError::Unauthorized);
                     }
-                    state.credentials.insert(key);
+                    logins.credentials.insert(key);
                 }
+                guard.user_succeeded(&user);
                 account
-            }
-            None => {
-                guard.spend_attempt().await?;
-                let _permit = state.verifications.acquire().await.map_err(|e| ApiError::Internal(e.to_string()))?;
-                // Same work as for a known user, so timing does not tell names apart.
-                blocking(move || verify_dummy(&password)).await?;
-                return Err(ApiError::Unauthorized);
             }
         };
         guard.caller(b"user", user.as_bytes()).await?;
@@ -219,7 +187,7 @@ impl WebhookCaller {
 }
 
 /// Compares two digests in time independent of where they differ.
-fn constant_time_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
+pub fn constant_time_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
@@ -252,19 +220,5 @@ mod tests {
         assert_eq!(parse_basic("Basic YTpiYw"), Some(("a".into(), "bc".into())), "padding is optional");
         assert_eq!(parse_basic("Basic !!!"), None);
         assert_eq!(parse_basic("Basic"), None);
-    }
-
-    #[test]
-    fn cache_expires_and_stays_bounded() {
-        let cache = CredentialCache::new(Duration::from_secs(60), 2);
-        cache.insert([1; 32]);
-        cache.insert([2; 32]);
-        assert!(cache.contains(&[1; 32]));
-        cache.insert([3; 32]);
-        assert!(cache.contains(&[3; 32]));
-        assert!(cache.entries.lock().map(|e| e.len()).unwrap_or(99) <= 2);
-        let expired = CredentialCache::new(Duration::ZERO, 2);
-        expired.insert([1; 32]);
-        assert!(!expired.contains(&[1; 32]));
     }
 }

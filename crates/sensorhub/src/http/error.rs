@@ -15,6 +15,9 @@ pub enum ApiError {
     /// 401, with a `WWW-Authenticate` challenge.
     #[error("unauthorized")]
     Unauthorized,
+    /// 401 on `/metrics` without its bearer token, with a `Bearer` challenge.
+    #[error("unauthorized: no or a wrong metrics token")]
+    TokenRequired,
     /// 403.
     #[error("forbidden")]
     Forbidden,
@@ -75,7 +78,7 @@ impl ApiError {
     pub fn status_and_message(&self) -> (StatusCode, &'static str) {
         match self {
             ApiError::BadRequest(_) => (StatusCode::BAD_REQUEST, "Bad Request"),
-            ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, "Unauthorized"),
+            ApiError::Unauthorized | ApiError::TokenRequired => (StatusCode::UNAUTHORIZED, "Unauthorized"),
             ApiError::Forbidden | ApiError::WriteForbidden(_) => (StatusCode::FORBIDDEN, "Forbidden"),
             ApiError::DeviceNotFound => (StatusCode::NOT_FOUND, "Device not found"),
             ApiError::NotFound => (StatusCode::NOT_FOUND, "Not Found"),
@@ -117,6 +120,10 @@ impl ApiError {
         match self {
             ApiError::Unauthorized => {
                 headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Basic realm=\"sensorhub\""));
+            }
+            ApiError::TokenRequired => {
+                headers
+                    .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"sensorhub-metrics\""));
             }
             ApiError::MethodNotAllowed => {
                 headers.insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));

@@ -4,7 +4,7 @@
 //! and whether it was sent completely.
 
 use super::AppState;
-use super::ratelimit::client_ip;
+use super::client_ip::client_ip;
 use crate::metrics::Metrics;
 use axum::body::{Body, BodyDataStream, Bytes, HttpBody};
 use axum::extract::{MatchedPath, Request, State};
@@ -56,7 +56,7 @@ fn method_label(m: &Method) -> &'static str {
 pub async fn access_log(State(state): State<AppState>, req: Request, next: Next) -> Response {
     let started = Instant::now();
     let method = method_label(req.method());
-    let client = client_ip(req.headers(), req.extensions(), state.client_ip_header.as_ref());
+    let client = client_ip(req.headers(), req.extensions(), state.forwarded_for.as_ref());
     let route =
         req.extensions().get::<MatchedPath>().map_or_else(|| "<unmatched>".to_owned(), |p| p.as_str().to_owned());
     let res = next.run(req).await;

@@ -2,10 +2,12 @@
 //! `/external/v1`, its state, and a server with graceful shutdown.
 
 pub mod auth;
+pub mod client_ip;
 mod deadline;
 pub mod devices;
 pub mod error;
 mod log;
+pub mod logins;
 pub mod openapi;
 mod ops;
 pub mod ratelimit;
@@ -43,19 +45,23 @@ pub struct AppState {
     pub store: Arc<dyn Store>,
     /// Time-range defaults and limits.
     pub rules: RangeRules,
-    /// Verified Basic credentials.
-    pub credentials: Arc<auth::CredentialCache>,
-    /// Argon2 checks running at once at most (one per core): each takes ~19 MiB and a core.
-    pub verifications: Arc<tokio::sync::Semaphore>,
+    /// Verified credentials, Argon2 slots, failures per username.
+    pub logins: Arc<logins::Logins>,
     /// Per-caller rate limits; `None` when off.
     pub limiter: Option<Arc<dyn Limiter>>,
+    /// Operations requests (`/metrics`, `/readyz`, `/openapi.json`) per
+    /// client address, in this process's memory so that they answer while
+    /// Redis does not; `None` when limits are off.
+    pub ops_limiter: Option<Arc<dyn Limiter>>,
     /// Failed-login limits per client address; `None` when off. The same
     /// limiter as `limiter`, except that with Redis it falls back to memory.
     pub login_limiter: Option<Arc<dyn Limiter>>,
-    /// Header holding the client address, set by a trusted reverse proxy.
-    pub client_ip_header: Option<HeaderName>,
+    /// The header trusted reverse proxies put the client address in.
+    pub forwarded_for: Option<client_ip::ForwardedFor>,
     /// Webhook behaviour.
     pub webhook: WebhookSettings,
+    /// Who may read `/metrics`, and where.
+    pub metrics_access: MetricsAccess,
     /// Envelopes accepted by the webhook, per account.
     pub received: Arc<received::ReceivedLog>,
     /// Prometheus metrics.
@@ -94,6 +100,10 @@ pub struct ServerOptions {
     pub rate_limit: RateLimitSetting,
     /// Header holding the client address (e.g. `X-Forwarded-For`), if behind a proxy.
     pub client_ip_header: Option<HeaderName>,
+    /// The proxies whose `client_ip_header` is believed (default: loopback).
+    pub trusted_proxies: Vec<ipnet::IpNet>,
+    /// Who may read `/metrics`, and where.
+    pub metrics_access: MetricsAccess,
     /// Webhook behaviour.
     pub webhook: WebhookSettings,
     /// The Redis shared by instances (rate limits, webhook list); `None`: this process's memory.
@@ -103,6 +113,19 @@ pub struct ServerOptions {
     /// Whether callers are served unchecked (open) or refused (closed)
     /// while the shared rate-limit store does not answer.
     pub rate_limit_fail: RateLimitFail,
+    /// Failed logins per username.
+    pub login_failure_limit: RateLimitSetting,
+    /// How long a login waits for an Argon2 slot before 503.
+    pub login_slot_wait: Duration,
+}
+
+/// Who may read `/metrics`, and on which listener.
+#[derive(Debug, Clone, Default)]
+pub struct MetricsAccess {
+    /// SHA-256 of the bearer token `/metrics` requires; `None`: no token.
+    pub token_digest: Option<sensorhub_core::secret::KeyDigest>,
+    /// `/metrics` is served on a listener of its own, not on the API's.
+    pub separate_listener: bool,
 }
 
 /// What the rate limit does while its shared store (Redis) does not answer.
@@ -122,10 +145,14 @@ impl Default for ServerOptions {
             rules: RangeRules { default_tz: jiff::tz::Offset::UTC, max_range_days: 366 },
             rate_limit: RateLimitSetting::On(Quota { count: 600, period: Duration::from_secs(60) }),
             client_ip_header: None,
+            trusted_proxies: client_ip::loopback(),
+            metrics_access: MetricsAccess::default(),
             webhook: WebhookSettings::default(),
             redis: None,
             request_timeout: Duration::from_secs(30),
             rate_limit_fail: RateLimitFail::Open,
+            login_failure_limit: RateLimitSetting::On(Quota { count: 30, period: Duration::from_secs(3600) }),
+            login_slot_wait: logins::DEFAULT_SLOT_WAIT,
         }
     }
 }
@@ -158,6 +185,19 @@ impl AppState {
                 (Some(Arc::new(callers)), Some(Arc::new(logins)))
             }
         };
+        let failures: SharedLimiter = match (options.login_failure_limit, &options.redis) {
+            (RateLimitSetting::Off, _) => None,
+            (RateLimitSetting::On(quota), None) => Some(memory(quota)),
+            (RateLimitSetting::On(quota), Some(redis)) => {
+                let in_memory = metrics.redis_unavailable("memory");
+                Some(Arc::new(RedisLimiter::new(redis.clone(), quota, WhenDown::Memory(memory(quota)), in_memory)))
+            }
+        };
+        let ops_limiter: SharedLimiter = match options.rate_limit {
+            RateLimitSetting::Off => None,
+            RateLimitSetting::On(quota) => Some(memory(quota)),
+        };
+        let slots = std::thread::available_parallelism().map_or(2, std::num::NonZeroUsize::get);
         let received = match &options.redis {
             Some(redis) => received::ReceivedLog::redis(redis.clone(), metrics.redis_unavailable("received")),
             None => received::ReceivedLog::default(),
@@ -165,13 +205,14 @@ impl AppState {
         Self {
             store,
             rules: options.rules,
-            credentials: Arc::new(auth::CredentialCache::new(Duration::from_secs(600), 10_000)),
-            verifications: Arc::new(tokio::sync::Semaphore::new(
-                std::thread::available_parallelism().map_or(2, std::num::NonZeroUsize::get),
-            )),
+            logins: Arc::new(logins::Logins::new(failures, slots, options.login_slot_wait)),
             limiter,
+            ops_limiter,
             login_limiter,
-            client_ip_header: options.client_ip_header,
+            forwarded_for: options
+                .client_ip_header
+                .map(|header| client_ip::ForwardedFor { header, trusted: options.trusted_proxies }),
+            metrics_access: options.metrics_access,
             webhook: options.webhook,
             received: Arc::new(received),
             metrics,
@@ -249,6 +290,18 @@ impl Routes {
     pub fn paths(&self) -> &[&'static str] {
         &self.paths
     }
+}
+
+/// The router of the operations listener (`--metrics-listen`): metrics and health.
+pub fn ops_app(state: AppState) -> Router {
+    Router::new()
+        .route("/metrics", read_route(ops::metrics_here))
+        .route("/healthz", read_route(ops::healthz))
+        .route("/readyz", read_route(ops::readyz))
+        .fallback(|| async { ApiError::NotFound })
+        .layer(axum::middleware::from_fn(ratelimit::headers))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), log::access_log))
+        .with_state(state)
 }
 
 /// The application router.

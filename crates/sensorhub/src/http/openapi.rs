@@ -91,8 +91,10 @@ pub fn document_json() -> String {
 
 /// GET /openapi.json.
 #[utoipa::path(get, path = "/openapi.json", tag = "operations", responses((status = 200, description = "This document", content_type = "application/json", body = Object)))]
-pub async fn document() -> Response {
-    ([(header::CONTENT_TYPE, JSON)], document_json()).into_response()
+pub async fn document(_: super::ops::OpsCaller) -> Response {
+    // Built once: the document never changes while the process runs.
+    static DOCUMENT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    ([(header::CONTENT_TYPE, JSON)], DOCUMENT.get_or_init(document_json).as_str()).into_response()
 }
 
 #[cfg(test)]

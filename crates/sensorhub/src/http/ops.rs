@@ -1,13 +1,19 @@
 //! What operators and tools call outside `/external/v1`: liveness,
 //! readiness and Prometheus metrics (the OpenAPI document is served by
-//! [`super::openapi`]).
+//! [`super::openapi`]). Each but liveness is throttled per client address
+//! ([`OpsCaller`]); `/metrics` may require a bearer token and may live on a
+//! listener of its own (`--metrics-token`, `--metrics-listen`).
 
 use super::AppState;
+use super::auth::constant_time_eq;
 use super::error::{ApiError, JSON};
+use super::ratelimit::Guard;
 use super::schema::ErrorBody;
-use axum::extract::State;
-use axum::http::header;
+use axum::extract::{FromRequestParts, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
+use sensorhub_core::secret::key_digest;
 use serde_json::json;
 
 /// GET /healthz: the process is up.
@@ -16,21 +22,63 @@ pub async fn healthz() -> Response {
     ([(header::CONTENT_TYPE, JSON)], json!({"status": "ok"}).to_string()).into_response()
 }
 
+/// An operations request, throttled by its client address with the
+/// per-caller quota, so that nobody can hammer the cheap-looking endpoints.
+pub struct OpsCaller;
+
+impl FromRequestParts<AppState> for OpsCaller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        Guard::new(parts, state, "ops").address().await?;
+        Ok(OpsCaller)
+    }
+}
+
 /// GET /readyz: the database answers.
 #[utoipa::path(get, path = "/readyz", tag = "operations", responses(
     (status = 200, description = "The database answers", content_type = "application/json", example = json!({"status": "ready"})),
     (status = 503, description = "The database does not answer", body = ErrorBody),
 ))]
-pub async fn readyz(State(state): State<AppState>) -> Result<Response, ApiError> {
+pub async fn readyz(State(state): State<AppState>, _: OpsCaller) -> Result<Response, ApiError> {
     state.store.ping().await.map_err(|e| ApiError::Unavailable(e.to_string()))?;
     Ok(([(header::CONTENT_TYPE, JSON)], json!({"status": "ready"}).to_string()).into_response())
 }
 
-/// GET /metrics: OpenMetrics text.
+/// GET /metrics: OpenMetrics text; on the API's listener only when there
+/// is no listener of its own (`--metrics-listen`).
 #[utoipa::path(get, path = "/metrics", tag = "operations", responses(
     (status = 200, description = "Prometheus metrics (OpenMetrics text)", content_type = "application/openmetrics-text"),
+    (status = 401, description = "Unauthorized: --metrics-token is set and the request has no `Authorization: Bearer` with it", body = ErrorBody),
+    (status = 404, description = "Not Found: metrics are served on --metrics-listen", body = ErrorBody),
 ))]
-pub async fn metrics(State(state): State<AppState>) -> Response {
+pub async fn metrics(
+    State(state): State<AppState>,
+    caller: OpsCaller,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    if state.metrics_access.separate_listener {
+        return Err(ApiError::NotFound);
+    }
+    metrics_here(State(state), caller, headers).await
+}
+
+/// GET /metrics on the operations listener.
+pub async fn metrics_here(
+    State(state): State<AppState>,
+    _: OpsCaller,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    if let Some(expected) = &state.metrics_access.token_digest {
+        let given = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+            .map(|t| key_digest(t.trim()));
+        if !given.is_some_and(|g| constant_time_eq(&g, expected)) {
+            return Err(ApiError::TokenRequired);
+        }
+    }
     let text = state.metrics.render(state.store.pool_status());
-    ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], text).into_response()
+    Ok(([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], text).into_response())
 }

@@ -5,15 +5,16 @@
 //! [`headers`] middleware writes `RateLimit-*` and `Retry-After`.
 
 use super::AppState;
+use super::client_ip::client_ip;
 use super::error::ApiError;
 use crate::ratelimit::Decision;
-use axum::extract::{ConnectInfo, Request};
+use axum::extract::Request;
 use axum::http::request::Parts;
-use axum::http::{Extensions, HeaderMap, HeaderName, HeaderValue};
+use axum::http::{HeaderName, HeaderValue};
 use axum::middleware::Next;
 use axum::response::Response;
 use sensorhub_core::secret::digest_parts;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::IpAddr;
 use std::sync::{Arc, OnceLock};
 
 /// Where an extractor leaves the rate-limit decision for the response.
@@ -42,24 +43,6 @@ pub async fn headers(mut req: Request, next: Next) -> Response {
     res
 }
 
-/// The client address: the peer, or the last entry of the configured header
-/// (set by a trusted reverse proxy).
-pub fn client_ip(headers: &HeaderMap, extensions: &Extensions, header: Option<&HeaderName>) -> IpAddr {
-    let forwarded = header.and_then(|name| last_ip(headers, name));
-    forwarded.unwrap_or_else(|| {
-        extensions
-            .get::<ConnectInfo<SocketAddr>>()
-            .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |ConnectInfo(addr)| addr.ip())
-    })
-}
-
-fn last_ip(headers: &HeaderMap, name: &HeaderName) -> Option<IpAddr> {
-    let value = headers.get_all(name).iter().next_back()?.to_str().ok()?;
-    let entry = value.rsplit(',').next()?.trim();
-    // A bare address, or one with a port (`10.0.0.1:5555`, `[2001:db8::1]:443`).
-    entry.parse().ok().or_else(|| entry.parse::<SocketAddr>().ok().map(|a| a.ip()))
-}
-
 /// The rate-limit side of authenticating one request.
 pub struct Guard<'a> {
     state: &'a AppState,
@@ -74,7 +57,7 @@ impl<'a> Guard<'a> {
     pub fn new(parts: &Parts, state: &'a AppState, kind: &'static str) -> Self {
         // Canonical first: on a dual-stack listener an IPv4 client arrives as
         // `::ffff:a.b.c.d`, and cut to /64 every IPv4 client would share one key.
-        let ip = client_ip(&parts.headers, &parts.extensions, state.client_ip_header.as_ref()).to_canonical();
+        let ip = client_ip(&parts.headers, &parts.extensions, state.forwarded_for.as_ref());
         let ip_bytes = match ip {
             IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
             // One IPv6 client usually holds a whole /64: count it as one.
@@ -134,6 +117,55 @@ impl<'a> Guard<'a> {
         ApiError::TooManyRequests
     }
 
+    /// The digest that keys `user`'s failed logins.
+    fn user_key(user: &str) -> [u8; 32] {
+        digest_parts(&[b"login-failures", user.as_bytes()])
+    }
+
+    /// The digest of `user` logging in from this client address.
+    fn known_key(&self, user: &str) -> [u8; 32] {
+        digest_parts(&[b"known-login", user.as_bytes(), &self.ip_key])
+    }
+
+    /// Before an Argon2 check for `user`: 429 when the name is over its
+    /// failure quota and this address has not logged in as it before.
+    pub async fn user_not_over(&self, user: &str) -> Result<(), ApiError> {
+        let Some(failures) = &self.state.logins.failures else { return Ok(()) };
+        let key = Self::user_key(user);
+        if !failures.is_over(&key).await || self.state.logins.known.contains(&self.known_key(user)) {
+            return Ok(());
+        }
+        self.state.metrics.rate_limited("user");
+        // Spending on an exhausted key changes nothing but yields the times.
+        self.record(failures.check(&key).await);
+        Err(ApiError::TooManyRequests)
+    }
+
+    /// A failed Argon2 check for `user` (known or not): spends the name's failure quota.
+    pub async fn user_failed(&self, user: &str) {
+        if let Some(failures) = &self.state.logins.failures {
+            failures.check(&Self::user_key(user)).await;
+        }
+    }
+
+    /// `user` logged in from this address: it is exempt from the name's failure quota here.
+    pub fn user_succeeded(&self, user: &str) {
+        self.state.logins.known.insert(self.known_key(user));
+    }
+
+    /// An operations request (metrics, readiness, the OpenAPI document):
+    /// spends one request of the client address's quota, kept in memory.
+    pub async fn address(&self) -> Result<(), ApiError> {
+        let Some(limiter) = &self.state.ops_limiter else { return Ok(()) };
+        let d = limiter.check(&self.ip_key).await;
+        self.record(d);
+        if d.allowed {
+            return Ok(());
+        }
+        self.state.metrics.rate_limited("ops");
+        Err(ApiError::TooManyRequests)
+    }
+
     /// An identified caller: spends one request of `caller`'s quota.
     pub async fn caller(&self, kind: &[u8], id: &[u8]) -> Result<(), ApiError> {
         let Some(limiter) = &self.state.limiter else { return Ok(()) };
@@ -148,24 +180,5 @@ impl<'a> Guard<'a> {
             self.state.metrics.rate_limited(self.kind);
             Err(ApiError::TooManyRequests)
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_forwarded_address_is_the_last_entry() {
-        let mut h = HeaderMap::new();
-        let name = HeaderName::from_static("x-forwarded-for");
-        h.insert(&name, HeaderValue::from_static("10.0.0.1, 203.0.113.7"));
-        assert_eq!(last_ip(&h, &name), Some("203.0.113.7".parse().expect("ip")));
-        h.insert(&name, HeaderValue::from_static("10.0.0.1:5555"));
-        assert_eq!(last_ip(&h, &name), Some("10.0.0.1".parse().expect("ip")));
-        h.insert(&name, HeaderValue::from_static("[2001:db8::1]:443"));
-        assert_eq!(last_ip(&h, &name), Some("2001:db8::1".parse().expect("ip")));
-        h.insert(&name, HeaderValue::from_static("garbage"));
-        assert_eq!(last_ip(&h, &name), None);
     }
 }

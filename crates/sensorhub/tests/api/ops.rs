@@ -56,3 +56,51 @@ on_each_backend! {
         assert!(a.body["paths"]["/external/v1/webhook/sensor-data"]["post"]["requestBody"].is_object());
     }
 }
+
+on_each_backend! {
+    async fn metrics_can_require_a_token_and_operations_are_throttled() {
+        let token = "a-long-metrics-token";
+        let app = TestApp::with(sensorhub::http::ServerOptions {
+            rate_limit: "3/minute".parse().expect("quota"),
+            metrics_access: sensorhub::http::MetricsAccess {
+                token_digest: Some(sensorhub_core::secret::key_digest(token)),
+                separate_listener: false,
+            },
+            ..sensorhub::http::ServerOptions::default()
+        })
+        .await;
+        let url = format!("{}/metrics", app.root());
+        let a = app.request(Method::GET, &url, &[], None).await;
+        assert_eq!(a.status, 401);
+        assert_eq!(a.text, r#"{"message":"Unauthorized","data":null}"#);
+        assert_eq!(a.headers["www-authenticate"], "Bearer realm=\"sensorhub-metrics\"");
+        assert_eq!(app.request(Method::GET, &url, &[("Authorization", "Bearer wrong-token-wrong")], None).await.status, 401);
+        let bearer = format!("Bearer {token}");
+        assert_eq!(app.request(Method::GET, &url, &[("Authorization", &bearer)], None).await.status, 200);
+        // Three operations requests from one address a minute, then 429 (liveness is never throttled).
+        let a = app.request(Method::GET, &format!("{}/openapi.json", app.root()), &[], None).await;
+        assert_eq!(a.status, 429, "{}", a.text);
+        assert!(a.headers.contains_key("retry-after"));
+        assert_eq!(app.request(Method::GET, &format!("{}/readyz", app.root()), &[], None).await.status, 429);
+        assert_eq!(app.request(Method::GET, &format!("{}/healthz", app.root()), &[], None).await.status, 200);
+    }
+}
+
+#[tokio::test]
+async fn metrics_move_to_their_own_listener() {
+    let (db, _dir, _pg) = crate::harness::fresh_database().await;
+    let server = crate::harness::ServeProcess::start(&["--database", &db, "--metrics-listen", "127.0.0.1:0"]);
+    let ops = server
+        .log
+        .split("address=")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .expect("the metrics listener's address is logged")
+        .to_owned();
+    let status = |url: String| async move { reqwest::get(url).await.expect("answer").status().as_u16() };
+    let root = server.base.trim_end_matches("/external/v1").to_owned();
+    assert_eq!(status(format!("{root}/metrics")).await, 404, "not on the API's listener");
+    assert_eq!(status(format!("http://{ops}/metrics")).await, 200);
+    assert_eq!(status(format!("http://{ops}/readyz")).await, 200);
+    assert_eq!(status(format!("http://{ops}/external/v1/devices")).await, 404, "no API there");
+}

@@ -172,3 +172,109 @@ async fn ipv4_mapped_addresses_are_limited_as_their_ipv4_address() {
     assert_eq!(status("::ffff:198.51.100.2").await, 401, "another IPv4 client has its own quota");
     assert_eq!(status("198.51.100.3").await, 401);
 }
+
+/// A server with 3 failed logins an hour per username, trusting `X-Forwarded-For`.
+async fn username_limited() -> TestApp {
+    TestApp::with(ServerOptions {
+        login_failure_limit: "3/hour".parse().expect("quota"),
+        client_ip_header: Some(reqwest::header::HeaderName::from_static("x-forwarded-for")),
+        ..ServerOptions::default()
+    })
+    .await
+}
+
+on_each_backend! {
+    async fn guesses_at_one_name_are_slowed_whatever_the_address_but_its_owner_gets_in() {
+        let app = username_limited().await;
+        let devices = format!("{}/devices", app.base);
+        let login = |user: &str, password: &str, ip: &str| {
+            let auth = basic(user, password);
+            let ip = ip.to_owned();
+            let app = &app;
+            let url = devices.clone();
+            async move { app.request(Method::GET, &url, &[("Authorization", &auth), ("X-Forwarded-For", &ip)], None).await }
+        };
+        // alice logs in from her office once: that address is known for alice.
+        assert_eq!(login("alice", ALICE_PASSWORD, "203.0.113.5").await.status, 200);
+        // Her password changes (so nothing is cached any more).
+        let mut doc: sensorhub_core::provision::Provision =
+            sensorhub_core::provision::parse_json(r#"{"accounts":[{"username":"alice","password":"new-pass"}]}"#)
+                .expect("doc");
+        let readings = doc.check().expect("valid");
+        app.store.apply(doc, readings).await.expect("apply");
+        // Guesses from ever new addresses (as from one IPv6 /48): three get checked, then 429.
+        for i in 0..3 {
+            assert_error(&login("alice", "guess", &format!("2001:db8:0:{i}::1")).await, 401, "Unauthorized");
+        }
+        let a = login("alice", "guess", "2001:db8:0:99::1").await;
+        assert_eq!(a.status, 429, "{}", a.text);
+        assert!(header(&a, "retry-after").is_some_and(|s| s >= 1), "{:?}", a.headers);
+        // Even the right password from an address alice never used waits…
+        assert_eq!(login("alice", "new-pass", "198.51.100.7").await.status, 429);
+        // …but from her known address alice gets in: slowed, never locked out.
+        assert_eq!(login("alice", "new-pass", "203.0.113.5").await.status, 200);
+        // Another name has its own quota; unknown names have one too.
+        assert_eq!(login("carol", "carol-pass", "198.51.100.7").await.status, 200);
+        for _ in 0..3 {
+            assert_eq!(login("nobody", "x", "198.51.100.8").await.status, 401);
+        }
+        assert_eq!(login("nobody", "x", "198.51.100.9").await.status, 429);
+        let metrics = app.request(Method::GET, &format!("{}/metrics", app.root()), &[], None).await;
+        assert!(metrics.text.contains(r#"sensorhub_rate_limited_requests_total{kind="user"}"#), "{}", metrics.text);
+    }
+}
+
+on_each_backend! {
+    async fn a_flood_of_logins_waits_for_argon2_a_bounded_time() {
+        let app = TestApp::with(ServerOptions {
+            login_slot_wait: std::time::Duration::from_millis(1),
+            login_failure_limit: RateLimitSetting::Off,
+            ..ServerOptions::default()
+        })
+        .await;
+        // Far more uncached checks at once than there are cores: those that
+        // cannot start within the wait are answered 503, none waits on.
+        let logins: Vec<_> = (0..24)
+            .map(|i| {
+                let auth = basic(&format!("user{i}"), "guess");
+                let url = format!("{}/devices", app.base);
+                async move { reqwest::Client::new().get(url).header("Authorization", auth).send().await }
+            })
+            .collect();
+        let answers = futures_util::future::join_all(logins).await;
+        let mut busy = 0;
+        for a in answers {
+            let a = a.expect("answer");
+            match a.status().as_u16() {
+                401 => {}
+                503 => {
+                    assert_eq!(a.headers()["retry-after"], "1");
+                    busy += 1;
+                }
+                other => panic!("{other}"),
+            }
+        }
+        assert!(busy > 0, "some logins found every Argon2 slot busy");
+    }
+}
+
+on_each_backend! {
+    async fn a_forwarded_address_counts_only_from_a_trusted_proxy() {
+        // The header is configured, but this client (loopback) is not one of the proxies.
+        let app = TestApp::with(ServerOptions {
+            rate_limit: "2/minute".parse().expect("quota"),
+            client_ip_header: Some(reqwest::header::HeaderName::from_static("x-forwarded-for")),
+            trusted_proxies: vec!["10.0.0.0/8".parse().expect("network")],
+            ..ServerOptions::default()
+        })
+        .await;
+        let guess = basic("nobody", "x");
+        let url = format!("{}/devices", app.base);
+        // Each request claims another address; all are counted as the peer's.
+        for (i, expected) in [401, 401, 429].into_iter().enumerate() {
+            let ip = format!("198.51.100.{i}");
+            let a = app.request(Method::GET, &url, &[("Authorization", &guess), ("X-Forwarded-For", &ip)], None).await;
+            assert_eq!(a.status, expected, "{ip}: {}", a.text);
+        }
+    }
+}
