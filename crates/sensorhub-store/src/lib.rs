@@ -181,6 +181,27 @@ pub struct Window {
     pub complete: bool,
 }
 
+/// A batched import, the same loop on every backend: `step` stores one
+/// transaction's worth of `source` and hands back the rest while there may
+/// be more; between two steps other writers get [`IMPORT_PAUSE`].
+pub(crate) async fn import_in_steps<F, Fut>(source: ReadingSource, mut step: F) -> Result<ImportReport, PartialImport>
+where
+    F: FnMut(ReadingSource) -> Fut,
+    Fut: std::future::Future<Output = StoreResult<(ImportReport, Option<ReadingSource>)>>,
+{
+    let mut committed = ImportReport::default();
+    let mut next = Some(source);
+    while let Some(source) = next.take() {
+        let (report, rest) = step(source).await.map_err(|error| PartialImport { committed, error })?;
+        committed += report;
+        if rest.is_some() {
+            tokio::time::sleep(IMPORT_PAUSE).await;
+        }
+        next = rest;
+    }
+    Ok(committed)
+}
+
 /// Runs `source` on a thread of its own, up to a few thousand readings ahead
 /// of the consumer, so that parsing a file and writing it use two cores.
 /// The first error ends the source, as it would unread; if the reading

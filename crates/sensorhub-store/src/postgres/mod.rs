@@ -11,8 +11,8 @@ mod write;
 
 use crate::{
     AccountAuth, AccountSummary, ApiKeyAuth, ApiKeySummary, ApplyReport, DeleteReport, DeviceHandle,
-    IMPORT_COMMIT_EVERY, IMPORT_PAUSE, ImportReport, Installation, PartialImport, PoolStatus, ReadingSource,
-    ReadingStream, Scope, Store, StoreError, StoreResult, StoredHour, WebhookKeyAuth, Window, batches,
+    IMPORT_COMMIT_EVERY, ImportReport, Installation, PartialImport, PoolStatus, ReadingSource, ReadingStream, Scope,
+    Store, StoreError, StoreResult, StoredHour, WebhookKeyAuth, Window, batches,
 };
 use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
@@ -252,25 +252,11 @@ impl Store for PgStore {
     }
 
     async fn import_batched(&self, source: ReadingSource) -> Result<ImportReport, PartialImport> {
-        let mut total = ImportReport::default();
-        let mut next = Some(source);
-        while let Some(source) = next.take() {
-            let step = async {
-                let _writer = self.writer().await?;
-                write::import(&mut self.pool.get().await?, source, Some(IMPORT_COMMIT_EVERY)).await
-            };
-            match step.await {
-                Ok((report, rest)) => {
-                    total += report;
-                    if rest.is_some() {
-                        tokio::time::sleep(IMPORT_PAUSE).await;
-                    }
-                    next = rest;
-                }
-                Err(error) => return Err(PartialImport { committed: total, error }),
-            }
-        }
-        Ok(total)
+        crate::import_in_steps(source, |source| async move {
+            let _writer = self.writer().await?;
+            write::import(&mut self.pool.get().await?, source, Some(IMPORT_COMMIT_EVERY)).await
+        })
+        .await
     }
 
     async fn is_empty(&self) -> StoreResult<bool> {

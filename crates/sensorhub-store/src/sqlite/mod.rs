@@ -8,8 +8,8 @@ mod write;
 
 use crate::{
     AccountAuth, AccountSummary, ApiKeyAuth, ApiKeySummary, ApplyReport, DeleteReport, DeviceHandle,
-    IMPORT_COMMIT_EVERY, IMPORT_PAUSE, ImportReport, Installation, PartialImport, PoolStatus, ReadingSource,
-    ReadingStream, Scope, Store, StoreError, StoreResult, StoredHour, WebhookKeyAuth, Window,
+    IMPORT_COMMIT_EVERY, ImportReport, Installation, PartialImport, PoolStatus, ReadingSource, ReadingStream, Scope,
+    Store, StoreError, StoreResult, StoredHour, WebhookKeyAuth, Window,
 };
 use async_trait::async_trait;
 use pool::{Pool, Role};
@@ -191,21 +191,10 @@ impl Store for SqliteStore {
     }
 
     async fn import_batched(&self, source: ReadingSource) -> Result<ImportReport, PartialImport> {
-        let mut total = ImportReport::default();
-        let mut next = Some(source);
-        while let Some(source) = next.take() {
-            match self.writes.run(move |c| write::import(c, source, Some(IMPORT_COMMIT_EVERY))).await {
-                Ok((report, rest)) => {
-                    total += report;
-                    if rest.is_some() {
-                        tokio::time::sleep(IMPORT_PAUSE).await;
-                    }
-                    next = rest;
-                }
-                Err(error) => return Err(PartialImport { committed: total, error }),
-            }
-        }
-        Ok(total)
+        crate::import_in_steps(source, |source| {
+            self.writes.run(move |c| write::import(c, source, Some(IMPORT_COMMIT_EVERY)))
+        })
+        .await
     }
 
     async fn is_empty(&self) -> StoreResult<bool> {
