@@ -50,6 +50,23 @@ pub enum StoreError {
     Backend(#[source] Box<dyn std::error::Error + Send + Sync>),
 }
 
+impl StoreError {
+    /// The same error again, for telling several callers of one failed
+    /// operation (a group commit) what happened; a backend's error is kept
+    /// as its text.
+    pub fn duplicate(&self) -> StoreError {
+        match self {
+            StoreError::Invalid(e) => StoreError::Invalid(e.clone()),
+            StoreError::NotFound(s) => StoreError::NotFound(s.clone()),
+            StoreError::Conflict(s) => StoreError::Conflict(s.clone()),
+            StoreError::Unsupported(s) => StoreError::Unsupported(s.clone()),
+            StoreError::Unavailable(s) => StoreError::Unavailable(s.clone()),
+            StoreError::Busy(s) => StoreError::Busy(s.clone()),
+            StoreError::Backend(e) => StoreError::Backend(e.to_string().into()),
+        }
+    }
+}
+
 /// Result of a store operation.
 pub type StoreResult<T> = Result<T, StoreError>;
 
@@ -132,6 +149,13 @@ pub trait Store: Send + Sync {
 
     /// Stores readings, atomically: all of them or, on the first error, none.
     async fn import(&self, source: ReadingSource) -> StoreResult<ImportReport>;
+
+    /// Stores one reading (webhook ingest), durably, before it returns.
+    /// Backends may commit readings that arrive together in one transaction
+    /// (group commit); a refused reading is refused alone.
+    async fn ingest(&self, reading: ReadingInput) -> StoreResult<()> {
+        self.import(Box::new(std::iter::once(Ok(reading)))).await.map(|_| ())
+    }
 
     /// Stores readings in transactions of at most [`IMPORT_COMMIT_EVERY`]
     /// each, pausing [`IMPORT_PAUSE`] after each commit, so that a long

@@ -366,3 +366,30 @@ async fn a_batched_import_keeps_what_it_committed_before_an_error() {
         assert_eq!(all.expect("imports").readings, 3000);
     }
 }
+
+#[tokio::test]
+async fn readings_ingested_together_are_each_answered_on_their_own() {
+    for b in backends().await {
+        let s = b.store.clone();
+        // 200 single readings at once (a group commit may take many in one
+        // transaction); one names an unknown sensor and is refused alone.
+        let writes: Vec<_> = (0..200i64)
+            .map(|i| {
+                let s = s.clone();
+                let sensor = if i == 77 { "zz" } else { "a" };
+                tokio::spawn(async move { s.ingest(reading("D1", i * 60, &[(sensor, i as f64)])).await })
+            })
+            .collect();
+        let mut refused = Vec::new();
+        for (i, w) in writes.into_iter().enumerate() {
+            if let Err(e) = w.await.expect("task") {
+                refused.push((i, e.to_string()));
+            }
+        }
+        assert_eq!(refused.len(), 1, "{refused:?}");
+        assert_eq!(refused[0].0, 77);
+        assert!(refused[0].1.contains("unknown sensor \"zz\""), "{refused:?}");
+        let stored: usize = read_all(&*s, "D1", 0, 1_000_000).await.iter().map(ReadingBatch::len).sum();
+        assert_eq!(stored, 199);
+    }
+}

@@ -2,6 +2,7 @@
 //! `migrations/sqlite/` applied on open.
 
 mod copy;
+mod group;
 mod pool;
 mod read;
 mod write;
@@ -61,6 +62,8 @@ pub struct SqliteStore {
     /// A connection of its own for readiness checks, so that `/readyz`
     /// answers while every read and write connection is busy.
     ping: Mutex<Option<rusqlite::Connection>>,
+    /// Single readings, committed in groups.
+    group: group::GroupCommit,
     path: std::path::PathBuf,
 }
 
@@ -78,7 +81,8 @@ impl SqliteStore {
         let writes = Pool::new(path, 1, Role::Write, sync);
         writes.run(migrate).await?;
         let reads = Pool::new(path, READ_POOL_SIZE, Role::Read, sync);
-        Ok(Self { reads, writes, ping: Mutex::new(None), path: path.to_owned() })
+        let group = group::GroupCommit::start(writes.clone());
+        Ok(Self { reads, writes, ping: Mutex::new(None), group, path: path.to_owned() })
     }
 
     /// Checks that the file answers a read, on the readiness connection.
@@ -188,6 +192,10 @@ impl Store for SqliteStore {
 
     async fn import(&self, source: ReadingSource) -> StoreResult<ImportReport> {
         Ok(self.writes.run(move |c| write::import(c, source, None)).await?.0)
+    }
+
+    async fn ingest(&self, reading: ReadingInput) -> StoreResult<()> {
+        self.group.write(reading).await
     }
 
     async fn import_batched(&self, source: ReadingSource) -> Result<ImportReport, PartialImport> {

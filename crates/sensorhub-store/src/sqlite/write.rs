@@ -400,6 +400,20 @@ pub(super) fn import(
     Ok((report, rest))
 }
 
+/// Stores single readings in one transaction; each gets its own outcome
+/// (a refused one leaves the others). An error of the transaction itself
+/// (busy, disk full) is everyone's: nothing is written then.
+pub(super) fn ingest_group(c: &mut Connection, readings: &[ReadingInput]) -> StoreResult<Vec<StoreResult<()>>> {
+    let tx = begin(c)?;
+    let mut writer = ReadingWriter::new(&tx);
+    // Checks come before anything is gathered, so a refused reading adds
+    // nothing; a group is far smaller than the hours gathered before a flush.
+    let outcomes = readings.iter().map(|r| writer.write(r)).collect();
+    writer.finish()?;
+    tx.commit()?;
+    Ok(outcomes)
+}
+
 pub(super) fn revoke_api_key(c: &mut Connection, id_or_prefix: &str) -> StoreResult<String> {
     let tx = begin(c)?;
     let digest = key_digest(id_or_prefix);

@@ -201,7 +201,7 @@ async fn handle(state: &AppState, caller: &WebhookCaller, headers: &HeaderMap, b
             )));
         }
         let reading = reading_of(&mut envelope, &device.sensors, now, state.webhook.max_future_skew)?;
-        state.store.import(Box::new(std::iter::once(Ok(reading)))).await?;
+        state.store.ingest(reading).await?;
         state.metrics.readings_ingested(1);
     } else {
         match &device {

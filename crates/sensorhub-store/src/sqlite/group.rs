@@ -1,0 +1,68 @@
+//! Group commit for single readings (webhook ingest): readings that arrive
+//! while a transaction is being written wait for the next one, and each
+//! transaction takes every reading waiting then (up to [`MAX_GROUP`]). A
+//! durable commit costs an fsync; shared by the readings of a group, it
+//! costs each of them a fraction. Every reading is answered only after the
+//! transaction that holds it has committed, and a reading that is refused
+//! (an unknown sensor) is refused alone: the others of its group are stored.
+
+use super::pool::Pool;
+use super::write;
+use crate::{StoreError, StoreResult};
+use sensorhub_core::model::ReadingInput;
+use tokio::sync::{mpsc, oneshot};
+
+/// Readings committed in one transaction at most.
+const MAX_GROUP: usize = 512;
+
+/// A reading waiting for its transaction, and where its outcome goes.
+struct Job {
+    reading: ReadingInput,
+    done: oneshot::Sender<StoreResult<()>>,
+}
+
+/// The committer's queue; the committer stops when this is dropped.
+pub(super) struct GroupCommit {
+    queue: mpsc::Sender<Job>,
+}
+
+impl GroupCommit {
+    /// Starts the committer, which writes through `writes`.
+    pub(super) fn start(writes: Pool) -> Self {
+        let (queue, mut jobs) = mpsc::channel::<Job>(4 * MAX_GROUP);
+        tokio::spawn(async move {
+            while let Some(first) = jobs.recv().await {
+                let mut group = vec![first];
+                while group.len() < MAX_GROUP {
+                    match jobs.try_recv() {
+                        Ok(job) => group.push(job),
+                        Err(_) => break,
+                    }
+                }
+                let (readings, answers): (Vec<_>, Vec<_>) = group.into_iter().map(|j| (j.reading, j.done)).unzip();
+                match writes.run(move |c| write::ingest_group(c, &readings)).await {
+                    Ok(each) => {
+                        for (answer, outcome) in answers.into_iter().zip(each) {
+                            let _ = answer.send(outcome);
+                        }
+                    }
+                    // Nothing of the group was written: each reading gets the cause.
+                    Err(e) => {
+                        for answer in answers {
+                            let _ = answer.send(Err(e.duplicate()));
+                        }
+                    }
+                }
+            }
+        });
+        Self { queue }
+    }
+
+    /// Stores `reading` in the next group; returns once it is committed.
+    pub(super) async fn write(&self, reading: ReadingInput) -> StoreResult<()> {
+        let (done, outcome) = oneshot::channel();
+        let gone = || StoreError::Backend("the group committer stopped".into());
+        self.queue.send(Job { reading, done }).await.map_err(|_| gone())?;
+        outcome.await.map_err(|_| gone())?
+    }
+}
