@@ -26,7 +26,7 @@ async fn an_installation_moves_to_postgres_and_back_verified() {
     let report = text(&out);
     assert!(out.status.success(), "{report}");
     assert!(report.contains("verified"), "{report}");
-    for table in ["accounts", "devices", "sensors", "api_keys", "webhook_keys", "readings"] {
+    for table in ["accounts", "devices", "sensors", "account_devices", "api_keys", "webhook_keys", "readings"] {
         let line = report.lines().find(|l| l.starts_with(table)).unwrap_or_else(|| panic!("{table}: {report}"));
         assert!(line.ends_with("ok"), "{line}");
     }
@@ -44,6 +44,10 @@ async fn an_installation_moves_to_postgres_and_back_verified() {
     let back = dir.path().join("back.db");
     let out = sensorhub(&["copy", "--from", pg.url(), "--to", back.to_str().expect("path")]);
     assert!(out.status.success(), "{}", text(&out));
+    // Owners and write grants came along: alice may still write her stations, budi may not.
+    let list = text(&sensorhub(&["account", "list", "--database", back.to_str().expect("path")]));
+    assert!(list.lines().any(|l| l.starts_with("alice") && l.contains("AWLR-001*")), "{list}");
+    assert!(list.lines().any(|l| l.starts_with("budi") && !l.contains('*')), "{list}");
 
     // One altered row in the target: the check fails and names its table.
     let (client, conn) = tokio_postgres::connect(pg.url(), tokio_postgres::NoTls).await.expect("connect");
