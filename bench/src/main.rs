@@ -3,6 +3,7 @@
 
 mod dataset;
 mod hostile;
+mod profiles;
 mod run;
 mod soak;
 mod wrk;
