@@ -512,6 +512,10 @@ pub fn run(args: Args) -> Result<Results, String> {
         let server = serve(&sqlite.db)?;
         let what = "data-1d (1,440 readings, Basic) on SQLite";
         loads.push(("S1-sqlite".into(), load(&server, what, &s1_path, Some(&bench_auth), 16, secs)?));
+        let what = "data-30d (43,200 readings, public key) on SQLite";
+        loads.push(("S2-sqlite".into(), load(&server, what, &s2_path, None, 4, secs)?));
+        let what = "data-365d x 8 clients on SQLite";
+        loads.push(("S7-sqlite".into(), load(&server, what, &s7_path, None, 8, secs.max(5))?));
     }
 
     // S6: the small and the big store side by side, measured in turns so
@@ -553,6 +557,12 @@ pub fn run(args: Args) -> Result<Results, String> {
     if let (Some(s1), Some(lite)) = (&s1, find("S1-sqlite")) {
         let r = s1.wrk.requests_per_s / lite.wrk.requests_per_s;
         target("S1 PostgreSQL req/s / SQLite req/s", r, ">= 0.5", r >= 0.5);
+    }
+    for (pg_name, lite_name) in [("S2", "S2-sqlite"), ("S7", "S7-sqlite")] {
+        if let (Some(on_pg), Some(lite)) = (find(pg_name), find(lite_name)) {
+            let r = lite.wrk.requests_per_s / on_pg.wrk.requests_per_s;
+            target(&format!("{pg_name} SQLite req/s / PostgreSQL req/s"), r, "<= 2", r <= 2.0);
+        }
     }
     if let (Some(s1), Some(s4)) = (&s1, &s4) {
         let r = s1.wrk.requests_per_s / s4.wrk.requests_per_s;

@@ -393,3 +393,31 @@ async fn readings_ingested_together_are_each_answered_on_their_own() {
         assert_eq!(stored, 199);
     }
 }
+
+#[tokio::test]
+async fn sparse_and_dense_windows_come_whole_and_in_order() {
+    for b in backends().await {
+        let s = &*b.store;
+        // D1: one reading an hour for 3,000 hours (a row per reading);
+        // D2: one every 10 s for 20 hours (360 per row).
+        import(s, (0..3000i64).map(|i| Ok(reading("D1", i * 3600 + 7, &[("a", i as f64)]))).collect())
+            .await
+            .expect("sparse");
+        import(s, (0..7200i64).map(|i| Ok(reading("D2", 1_000_000 + i * 10, &[("a", 1.0)]))).collect())
+            .await
+            .expect("dense");
+        for (device, n, step, first) in [("D1", 3000, 3600, 7), ("D2", 7200, 10, 1_000_000)] {
+            let all = TimeRange { start: 0, end: 100_000_000 };
+            let w = s.read_window(Scope::All, device, all).await.expect("read").expect("visible");
+            assert_eq!(w.first.len(), 2048, "{device}: the first batch is full however many rows it spans");
+            assert!(!w.complete);
+            let rest: Vec<_> = w.rest.map(|b| b.expect("batch")).collect().await;
+            let ts: Vec<i64> = std::iter::once(w.first).chain(rest).flat_map(|b| b.timestamps).collect();
+            assert_eq!(ts.len(), n, "{device}");
+            assert!(
+                ts.iter().enumerate().all(|(i, t)| *t == first + i as i64 * step),
+                "{device}: every reading, in order"
+            );
+        }
+    }
+}

@@ -153,9 +153,15 @@ pub(super) async fn find_device(
     Ok(Some(DeviceHandle { pk, sensors }))
 }
 
+/// Hour rows the window's first query asks for: a one-minute day (24 rows)
+/// and a little more; a longer window reads on with [`read_into`].
+const HEAD_ROWS: i64 = 48;
+
 /// The device `device_id` visible in `scope`, its sensors, and its first
-/// `limit` readings from `from` to `end`, in one round trip: the device's
-/// sensor rows and hour rows come as one result, told apart by `chunk`.
+/// `limit` readings from `from` to `end`: the device's sensor rows and its
+/// first [`HEAD_ROWS`] hour rows come as one result, told apart by `chunk`;
+/// only when those hold fewer than `limit` readings and there may be more
+/// does a second step ([`read_into`]) read on.
 pub(super) async fn window_head(
     c: &impl GenericClient,
     scope: Scope,
@@ -177,7 +183,7 @@ pub(super) async fn window_head(
         ))
         .await?;
     let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] =
-        [&account, &key, &device_id, &chunk_of(from), &chunk_of(end), &(limit as i64)];
+        [&account, &key, &device_id, &chunk_of(from), &chunk_of(end), &HEAD_ROWS.min(limit as i64)];
     let rows = c.query(&stmt, &params).await?;
     let Some(first) = rows.first() else { return Ok(None) };
     let pk: i64 = first.get(0);
@@ -193,11 +199,18 @@ pub(super) async fn window_head(
     sensors.sort_unstable_by_key(|(idx, _)| *idx);
     hours.sort_unstable_by_key(|(chunk, _)| *chunk);
     let mut batch = ReadingBatch::default();
+    let truncated = hours.len() as i64 == HEAD_ROWS.min(limit as i64);
+    let mut next_chunk = None;
     for (chunk, data) in hours {
         if batch.len() >= limit {
             break;
         }
         chunk::decode_into(chunk, data, from, end, &mut batch, limit).ok_or_else(|| malformed(pk, chunk))?;
+        next_chunk = Some(chunk + 1);
+    }
+    if let Some(next) = next_chunk.filter(|_| truncated && batch.len() < limit) {
+        let from = from.max(next * chunk::CHUNK_SECONDS);
+        read_into(c, pk, from, end, limit, &mut batch).await?;
     }
     Ok(Some((DeviceHandle { pk, sensors: sensors.into_iter().map(|(_, s)| s).collect() }, batch)))
 }
@@ -209,8 +222,50 @@ pub(super) async fn device_sensors(c: &impl GenericClient, pk: i64) -> StoreResu
     Ok(c.query(&stmt, &[&pk]).await?.iter().map(|r| sensor(r, 0)).collect())
 }
 
-/// Up to `limit` readings of a device from `from` to `end`, inclusive. Every
-/// hour row holds at least one reading, so `limit` rows are always enough.
+/// Hour rows asked for first when reading a batch: a one-minute station's
+/// 512 readings fit in 9. Rows are asked for in growing steps, so that a
+/// dense station costs one round trip of a few rows, not one of `limit`
+/// rows (every hour row holds at least one reading, so `limit` rows are
+/// always enough, but for dense data they are ~60 times too many).
+const FIRST_ROWS: usize = 16;
+
+/// Appends up to `limit` readings (in all) of a device from `from` to
+/// `end`, inclusive, to `batch`, from hour rows asked for in growing steps.
+pub(super) async fn read_into(
+    c: &impl GenericClient,
+    device_pk: i64,
+    from: i64,
+    end: i64,
+    limit: usize,
+    batch: &mut ReadingBatch,
+) -> StoreResult<()> {
+    let stmt = c
+        .prepare_cached(
+            "SELECT chunk, data FROM readings WHERE device_pk = $1 AND chunk >= $2 AND chunk <= $3
+             ORDER BY chunk LIMIT $4",
+        )
+        .await?;
+    let mut first_chunk = chunk_of(from);
+    let mut rows_wanted = FIRST_ROWS.min(limit);
+    while batch.len() < limit && first_chunk <= chunk_of(end) {
+        let rows = c.query(&stmt, &[&device_pk, &first_chunk, &chunk_of(end), &(rows_wanted as i64)]).await?;
+        for r in &rows {
+            if batch.len() >= limit {
+                break;
+            }
+            let chunk: i64 = r.get(0);
+            chunk::decode_into(chunk, r.get(1), from, end, batch, limit).ok_or_else(|| malformed(device_pk, chunk))?;
+            first_chunk = chunk + 1;
+        }
+        if rows.len() < rows_wanted {
+            break;
+        }
+        rows_wanted = (rows_wanted * 4).min(limit);
+    }
+    Ok(())
+}
+
+/// Up to `limit` readings of a device from `from` to `end`, inclusive.
 pub(super) async fn read_batch(
     c: &impl GenericClient,
     device_pk: i64,
@@ -218,21 +273,8 @@ pub(super) async fn read_batch(
     end: i64,
     limit: usize,
 ) -> StoreResult<ReadingBatch> {
-    let stmt = c
-        .prepare_cached(
-            "SELECT chunk, data FROM readings WHERE device_pk = $1 AND chunk >= $2 AND chunk <= $3
-             ORDER BY chunk LIMIT $4",
-        )
-        .await?;
-    let rows = c.query(&stmt, &[&device_pk, &chunk_of(from), &chunk_of(end), &(limit as i64)]).await?;
     let mut batch = ReadingBatch::default();
-    for r in &rows {
-        if batch.len() >= limit {
-            break;
-        }
-        let chunk: i64 = r.get(0);
-        chunk::decode_into(chunk, r.get(1), from, end, &mut batch, limit).ok_or_else(|| malformed(device_pk, chunk))?;
-    }
+    read_into(c, device_pk, from, end, limit, &mut batch).await?;
     Ok(batch)
 }
 
