@@ -43,14 +43,20 @@ pub(super) async fn webhook_key_auth(
 ) -> StoreResult<Option<WebhookKeyAuth>> {
     let stmt = c
         .prepare_cached(
-            "SELECT k.id, k.account_id, k.revoked, a.disabled
+            "SELECT k.id, k.account_id, k.revoked, a.disabled, k.digest
              FROM webhook_keys k JOIN accounts a ON a.id = k.account_id WHERE k.digest = $1",
         )
         .await?;
-    Ok(c.query_opt(&stmt, &[&&digest[..]]).await?.map(|r| WebhookKeyAuth {
+    let Some(r) = c.query_opt(&stmt, &[&&digest[..]]).await? else { return Ok(None) };
+    // The stored digest, as SQLite returns it: the caller compares it with
+    // the one it computed in constant time (comparing the argument with
+    // itself would check nothing).
+    let stored: &[u8] = r.get(4);
+    let Ok(stored) = <[u8; 32]>::try_from(stored) else { return Ok(None) };
+    Ok(Some(WebhookKeyAuth {
         key_id: r.get(0),
         account_id: r.get(1),
-        digest: *digest,
+        digest: stored,
         revoked: r.get(2),
         account_disabled: r.get(3),
     }))
