@@ -302,7 +302,7 @@ impl Store for PgStore {
 /// Streams readings of `device_pk` from `next` to `end`, one pooled
 /// connection per batch ([`crate::batches`]).
 fn stream_from(pool: Pool, device_pk: i64, next: Option<i64>, end: i64) -> ReadingStream {
-    batches::stream_from(next, end, move |from, end, limit| {
+    batches::stream_from(next, end, batches::REMOTE_BATCH_READINGS, move |from, end, limit| {
         let pool = pool.clone();
         async move { read::read_batch(&pool.get().await?, device_pk, from, end, limit).await }
     })

@@ -151,7 +151,7 @@ pub(super) fn device_sensors(c: &Connection, pk: i64) -> StoreResult<Vec<SensorM
 
 /// Streams readings of `device_pk` from `next` to `end` in batches ([`crate::batches`]).
 pub(super) fn stream_from(pool: Pool, device_pk: i64, next: Option<i64>, end: i64) -> ReadingStream {
-    batches::stream_from(next, end, move |from, end, limit| {
+    batches::stream_from(next, end, batches::BATCH_READINGS, move |from, end, limit| {
         let pool = pool.clone();
         async move { pool.run_short(move |c| read_batch(c, device_pk, from, end, limit)).await }
     })
