@@ -70,6 +70,17 @@ impl StoreError {
 /// Result of a store operation.
 pub type StoreResult<T> = Result<T, StoreError>;
 
+/// Refuses a database whose schema `version` is newer than the `known`
+/// migrations of this build: an older sensorhub never writes to it.
+pub(crate) fn check_schema_version(version: usize, known: usize) -> StoreResult<()> {
+    if version > known {
+        return Err(StoreError::Conflict(format!(
+            "the database has schema version {version}, newer than this sensorhub knows ({known}); upgrade sensorhub"
+        )));
+    }
+    Ok(())
+}
+
 /// How long one transaction of a batched import writes before it commits.
 pub const IMPORT_COMMIT_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
 

@@ -159,12 +159,7 @@ impl PgStore {
                 .await?;
             let row = client.query_one("SELECT coalesce(max(version), 0) FROM sensorhub_schema", &[]).await?;
             let version = usize::try_from(row.get::<_, i32>(0)).unwrap_or(0);
-            if version > MIGRATIONS.len() {
-                return Err(StoreError::Conflict(format!(
-                    "the database has schema version {version}, newer than this sensorhub knows ({}); upgrade sensorhub",
-                    MIGRATIONS.len()
-                )));
-            }
+            crate::check_schema_version(version, MIGRATIONS.len())?;
             for (i, sql) in MIGRATIONS.iter().enumerate().skip(version) {
                 let tx = client.transaction().await?;
                 tx.batch_execute(sql).await?;

@@ -108,12 +108,7 @@ impl SqliteStore {
 fn migrate(conn: &mut rusqlite::Connection) -> StoreResult<()> {
     let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
     let version = usize::try_from(tx.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0))?).unwrap_or(0);
-    if version > MIGRATIONS.len() {
-        return Err(StoreError::Conflict(format!(
-            "the database has schema version {version}, newer than this sensorhub knows ({}); upgrade sensorhub",
-            MIGRATIONS.len()
-        )));
-    }
+    crate::check_schema_version(version, MIGRATIONS.len())?;
     for (i, sql) in MIGRATIONS.iter().enumerate().skip(version) {
         tx.execute_batch(sql)?;
         tx.pragma_update(None, "user_version", (i + 1) as i64)?;
