@@ -4,8 +4,8 @@
 //! takes 24 rows a day instead of 1,440, so a window reads few rows and the
 //! per-row cost of the database is paid once per hour of data.
 
+use crate::ReadingBatch;
 use crate::packed;
-use crate::{ReadingBatch, StoredValue};
 
 /// Seconds covered by one row.
 pub const CHUNK_SECONDS: i64 = 3600;
@@ -132,9 +132,11 @@ pub fn remove_range(chunk: i64, data: &[u8], from: i64, end: i64) -> Option<(Vec
 }
 
 /// A reading spelled out: its second and its (sensor idx, value) pairs.
-pub type DecodedReading = (i64, Vec<(u8, StoredValue)>);
+#[cfg(test)]
+pub type DecodedReading = (i64, Vec<(u8, crate::StoredValue)>);
 
-/// Decodes a whole chunk, for tests and tools.
+/// Decodes a whole chunk, for tests.
+#[cfg(test)]
 pub fn readings(chunk: i64, data: &[u8]) -> Option<Vec<DecodedReading>> {
     let mut out = Vec::new();
     for (offset, reading) in entries(data)? {

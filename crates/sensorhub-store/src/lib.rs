@@ -3,8 +3,8 @@
 #![forbid(unsafe_code)]
 
 mod batches;
-pub mod chunk;
-pub mod packed;
+mod chunk;
+mod packed;
 mod plan;
 pub mod postgres;
 pub mod sqlite;

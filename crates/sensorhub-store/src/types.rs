@@ -108,6 +108,37 @@ impl StoredValue {
     }
 }
 
+impl StoredValue {
+    /// Appends the value exactly as serde_json writes the double (the
+    /// shortest form that reads back the same). A stored decimal `n / 10^k`
+    /// is that shortest form already (`k` is minimal and the magnitude below
+    /// 1e15), so it is printed from its digits without a float-to-decimal
+    /// search: the readings endpoint's hot path.
+    pub fn write_json(self, out: &mut Vec<u8>) {
+        match self {
+            StoredValue::Decimal { n, k } => {
+                if n < 0 {
+                    out.push(b'-');
+                }
+                let abs = n.unsigned_abs();
+                let pow = [1, 10, 100][usize::from(k.min(2))];
+                let mut int = itoa::Buffer::new();
+                out.extend_from_slice(int.format(abs / pow).as_bytes());
+                let frac = abs % pow;
+                match k {
+                    0 => out.extend_from_slice(b".0"),
+                    1 => out.extend_from_slice(&[b'.', b'0' + frac as u8]),
+                    _ => out.extend_from_slice(&[b'.', b'0' + (frac / 10) as u8, b'0' + (frac % 10) as u8]),
+                }
+            }
+            // Finite (checked on the way in), so this cannot fail.
+            StoredValue::Float(v) => {
+                let _ = serde_json::to_writer(out, &v);
+            }
+        }
+    }
+}
+
 impl From<f64> for StoredValue {
     fn from(v: f64) -> Self {
         StoredValue::Float(v)
@@ -323,4 +354,44 @@ pub struct StoredHour {
     pub chunk: i64,
     /// The packed readings.
     pub data: Vec<u8>,
+}
+
+#[cfg(test)]
+mod tests {
+    fn as_serde(v: f64) -> String {
+        serde_json::to_string(&v).expect("finite")
+    }
+
+    /// `v` stored and read back as the store does, then written.
+    fn as_ours(v: f64) -> String {
+        let mut packed = Vec::new();
+        crate::packed::encode(&[(0, v)], &mut packed);
+        let mut values = Vec::new();
+        crate::packed::decode_into(&packed, &mut values).expect("decodes");
+        let mut out = Vec::new();
+        values[0].write_json(&mut out);
+        String::from_utf8(out).expect("utf-8")
+    }
+
+    #[test]
+    fn numbers_are_written_as_serde_writes_them() {
+        for v in
+            [0.0, -0.0, 92.5, -78.0, 120.4, 0.05, -0.07, 12.34, 1e-7, 0.1 + 0.2, 1e15, 9.99e14, 123456789.12, 1e300]
+        {
+            assert_eq!(as_ours(v), as_serde(v), "{v}");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_number_is_written_as_serde_writes_it(
+            v in proptest::num::f64::NORMAL | proptest::num::f64::ZERO | proptest::num::f64::SUBNORMAL,
+            d in -10_000_000_000i64..10_000_000_000,
+            k in 0u32..4,
+        ) {
+            let decimal = d as f64 / 10f64.powi(k as i32);
+            proptest::prop_assert_eq!(as_ours(v), as_serde(v));
+            proptest::prop_assert_eq!(as_ours(decimal), as_serde(decimal));
+        }
+    }
 }
