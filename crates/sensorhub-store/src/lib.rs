@@ -4,8 +4,8 @@
 
 mod batches;
 mod chunk;
+mod decide;
 mod packed;
-mod plan;
 pub mod postgres;
 pub mod sqlite;
 mod types;

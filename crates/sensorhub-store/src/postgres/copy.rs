@@ -3,7 +3,7 @@
 //! hours of readings sent with binary `COPY`.
 
 use super::write::{begin_bulk, copy_hours};
-use crate::plan::HourRow;
+use crate::decide::HourRow;
 use crate::{
     AccountDeviceRow, AccountRow, DeviceRow, Installation, KeyRow, SensorRow, StoreError, StoreResult, StoredHour,
 };

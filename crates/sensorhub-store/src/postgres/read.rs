@@ -2,7 +2,7 @@
 //! pooled connection (`prepare_cached`).
 
 use crate::chunk::{self, chunk_of};
-use crate::plan::malformed;
+use crate::decide::malformed;
 use crate::{
     AccountAuth, AccountSummary, ApiKeyAuth, ApiKeySummary, DeviceHandle, ReadingBatch, Scope, StoreResult,
     WebhookKeyAuth,

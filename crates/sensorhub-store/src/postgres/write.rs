@@ -6,7 +6,7 @@
 //! table, then one `INSERT … ON CONFLICT` moves them into place.
 
 use super::read::device_sensors;
-use crate::plan::{
+use crate::decide::{
     self, AccountWrite, Change, DeviceSensors, HourRow, Hours, KeyWrite, Links, ScopeRequest, SensorWrite,
     StoredAccount, StoredKey, invalid, now,
 };
@@ -103,7 +103,7 @@ async fn upsert_device(tx: &Transaction<'_>, d: &DeviceSpec, at: &str) -> StoreR
         }
     };
     let current = device_sensors(tx, pk).await?;
-    for write in plan::sensor_writes(&current, &d.sensors, at)? {
+    for write in decide::sensor_writes(&current, &d.sensors, at)? {
         let (sql, idx, s) = match write {
             SensorWrite::Update { idx, sensor } => (
                 "UPDATE sensors SET sensor_id = $3, name = $4, type = $5, unit = $6 WHERE device_pk = $1 AND idx = $2",
@@ -210,7 +210,7 @@ async fn apply_account(tx: &Transaction<'_>, a: AccountSpec, at: &str, report: &
         .query_opt("SELECT id, password_hash, disabled FROM accounts WHERE username = $1", &[&a.username])
         .await?
         .map(|r| StoredAccount { id: r.get(0), password_hash: r.get(1), disabled: r.get(2) });
-    let (account_id, mut change) = match plan::account_write(&a, stored, at)? {
+    let (account_id, mut change) = match decide::account_write(&a, stored, at)? {
         AccountWrite::Insert { password_hash, disabled } => {
             let row = tx
                 .query_one(
@@ -242,7 +242,7 @@ async fn apply_account(tx: &Transaction<'_>, a: AccountSpec, at: &str, report: &
         Some(list) => Some(device_pks(tx, list, &format!("{at}.write")).await?),
         None => None,
     };
-    let links = plan::account_links(&stored, &owned, listed.as_deref(), writes.as_deref(), at)?;
+    let links = decide::account_links(&stored, &owned, listed.as_deref(), writes.as_deref(), at)?;
     if links != stored {
         set_links_of(tx, account_id, &links).await?;
         change.touch();
@@ -252,7 +252,7 @@ async fn apply_account(tx: &Transaction<'_>, a: AccountSpec, at: &str, report: &
     for (k, key) in a.api_keys.iter().enumerate() {
         let kat = format!("{at}.api_keys[{k}]");
         let scope = match &key.devices {
-            Some(KeyDevices::Only(list)) => ScopeRequest::Only(plan::key_scope(
+            Some(KeyDevices::Only(list)) => ScopeRequest::Only(decide::key_scope(
                 &device_pks(tx, list, &format!("{kat}.devices")).await?,
                 &visible,
                 &kat,
@@ -291,7 +291,7 @@ async fn upsert_api_key(
     let scope = scope.resolve(stored.as_ref());
     let empty = BTreeSet::new();
     let links = scope.as_ref().unwrap_or(&empty);
-    match plan::key_write(account_id, stored, scope.as_ref(), revoked, "API key id", at)? {
+    match decide::key_write(account_id, stored, scope.as_ref(), revoked, "API key id", at)? {
         KeyWrite::Unchanged => Ok(Change::Unchanged),
         KeyWrite::Update { id: key_id, revoked } => {
             tx.execute(
@@ -334,7 +334,7 @@ async fn upsert_webhook_key(
             revoked: r.get(2),
             devices: BTreeSet::new(),
         });
-    match plan::key_write(account_id, stored, None, revoked, "webhook key", at)? {
+    match decide::key_write(account_id, stored, None, revoked, "webhook key", at)? {
         KeyWrite::Unchanged => Ok(Change::Unchanged),
         KeyWrite::Update { id, revoked } => {
             tx.execute("UPDATE webhook_keys SET revoked = $2 WHERE id = $1", &[&id, &revoked]).await?;
@@ -377,7 +377,7 @@ impl ReadingWriter {
 
     /// Checks one reading and adds it to the hour being gathered.
     async fn write(&mut self, tx: &Transaction<'_>, r: &ReadingInput) -> StoreResult<()> {
-        let device = self.device(tx, &r.device_id).await?.ok_or_else(|| plan::unknown_device(r))?;
+        let device = self.device(tx, &r.device_id).await?.ok_or_else(|| decide::unknown_device(r))?;
         let (pk, pairs) = (device.pk, device.values(r)?);
         if self.hours.is_full_for(pk, r.timestamp) {
             self.flush(tx).await?;
@@ -410,7 +410,7 @@ impl ReadingWriter {
         let mut changed = Vec::with_capacity(rows.len());
         for row in rows {
             let before = old.get(&(row.device_pk, row.chunk)).copied();
-            if let Some((row, n)) = plan::merge_hour(row, before)? {
+            if let Some((row, n)) = decide::merge_hour(row, before)? {
                 changed.push(row);
                 self.changed += n;
             }
@@ -545,7 +545,7 @@ pub(super) async fn delete_readings(c: &mut Client, device_id: &str, range: Time
     let tx = begin_bulk(c).await?;
     let pk =
         device_pk(&tx, device_id).await?.ok_or_else(|| StoreError::NotFound(format!("no device {device_id:?}")))?;
-    let (mut next, last) = plan::chunks_of(range);
+    let (mut next, last) = decide::chunks_of(range);
     let mut report = DeleteReport::default();
     loop {
         let rows = tx
@@ -559,7 +559,7 @@ pub(super) async fn delete_readings(c: &mut Client, device_id: &str, range: Time
         let (mut gone, mut trimmed, mut data) = (Vec::new(), Vec::new(), Vec::new());
         for r in &rows {
             let chunk: i64 = r.get(0);
-            let Some((kept, readings, values)) = plan::cut_hour(pk, chunk, r.get(1), range)? else { continue };
+            let Some((kept, readings, values)) = decide::cut_hour(pk, chunk, r.get(1), range)? else { continue };
             if kept.is_empty() {
                 gone.push(chunk);
             } else {

@@ -187,7 +187,7 @@ pub(super) fn read_batch(
         let chunk: i64 = r.get(0)?;
         let bytes = r.get_ref(1)?.as_blob().map_err(rusqlite::Error::from)?;
         chunk::decode_into(chunk, bytes, from, end, &mut batch, limit)
-            .ok_or_else(|| crate::plan::malformed(device_pk, chunk))?;
+            .ok_or_else(|| crate::decide::malformed(device_pk, chunk))?;
     }
     Ok(batch)
 }

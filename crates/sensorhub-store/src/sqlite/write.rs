@@ -2,7 +2,7 @@
 //! Every entry point runs in one `IMMEDIATE` transaction: all or nothing.
 
 use super::read::device_sensors;
-use crate::plan::{
+use crate::decide::{
     self, AccountWrite, Change, DeviceSensors, HourRow, Hours, KeyWrite, Links, ScopeRequest, SensorWrite,
     StoredAccount, StoredKey, invalid, now,
 };
@@ -86,7 +86,7 @@ fn upsert_device(tx: &Transaction<'_>, d: &DeviceSpec, at: &str) -> StoreResult<
         }
     };
     let current = device_sensors(tx, pk)?;
-    for write in plan::sensor_writes(&current, &d.sensors, at)? {
+    for write in decide::sensor_writes(&current, &d.sensors, at)? {
         let (sql, idx, sensor) = match write {
             SensorWrite::Update { idx, sensor } => {
                 ("UPDATE sensors SET name = ?4, type = ?5, unit = ?6 WHERE device_pk = ?1 AND idx = ?2", idx, sensor)
@@ -176,7 +176,7 @@ fn apply_account(tx: &Transaction<'_>, a: AccountSpec, at: &str, report: &mut Ap
             Ok(StoredAccount { id: r.get(0)?, password_hash: r.get(1)?, disabled: r.get(2)? })
         })
         .optional()?;
-    let (account_id, mut change) = match plan::account_write(&a, stored, at)? {
+    let (account_id, mut change) = match decide::account_write(&a, stored, at)? {
         AccountWrite::Insert { password_hash, disabled } => {
             tx.execute(
                 "INSERT INTO accounts (username, password_hash, disabled, created_at) VALUES (?1, ?2, ?3, ?4)",
@@ -197,7 +197,7 @@ fn apply_account(tx: &Transaction<'_>, a: AccountSpec, at: &str, report: &mut Ap
     let owned = pk_set(tx, "SELECT id FROM devices WHERE owner_id = ?1", account_id)?;
     let listed = a.devices.as_ref().map(|l| device_pks(tx, l, &format!("{at}.devices"))).transpose()?;
     let writes = a.write.as_ref().map(|l| device_pks(tx, l, &format!("{at}.write"))).transpose()?;
-    let links = plan::account_links(&stored, &owned, listed.as_deref(), writes.as_deref(), at)?;
+    let links = decide::account_links(&stored, &owned, listed.as_deref(), writes.as_deref(), at)?;
     if links != stored {
         set_links_of(tx, account_id, &links)?;
         change.touch();
@@ -207,9 +207,11 @@ fn apply_account(tx: &Transaction<'_>, a: AccountSpec, at: &str, report: &mut Ap
     for (k, key) in a.api_keys.iter().enumerate() {
         let kat = format!("{at}.api_keys[{k}]");
         let scope = match &key.devices {
-            Some(KeyDevices::Only(list)) => {
-                ScopeRequest::Only(plan::key_scope(&device_pks(tx, list, &format!("{kat}.devices"))?, &visible, &kat)?)
-            }
+            Some(KeyDevices::Only(list)) => ScopeRequest::Only(decide::key_scope(
+                &device_pks(tx, list, &format!("{kat}.devices"))?,
+                &visible,
+                &kat,
+            )?),
             Some(KeyDevices::All) => ScopeRequest::All,
             None => ScopeRequest::Keep,
         };
@@ -252,7 +254,7 @@ fn upsert_api_key(
     let scope = scope.resolve(stored.as_ref());
     let empty = BTreeSet::new();
     let links = scope.as_ref().unwrap_or(&empty);
-    match plan::key_write(account_id, stored, scope.as_ref(), revoked, "API key id", at)? {
+    match decide::key_write(account_id, stored, scope.as_ref(), revoked, "API key id", at)? {
         KeyWrite::Unchanged => Ok(Change::Unchanged),
         KeyWrite::Update { id: key_id, revoked } => {
             tx.execute(
@@ -292,7 +294,7 @@ fn upsert_webhook_key(
             })
         })
         .optional()?;
-    match plan::key_write(account_id, stored, None, revoked, "webhook key", at)? {
+    match decide::key_write(account_id, stored, None, revoked, "webhook key", at)? {
         KeyWrite::Unchanged => Ok(Change::Unchanged),
         KeyWrite::Update { id, revoked } => {
             tx.execute("UPDATE webhook_keys SET revoked = ?2 WHERE id = ?1", params![id, revoked])?;
@@ -337,7 +339,7 @@ impl<'t, 'c> ReadingWriter<'t, 'c> {
 
     /// Checks one reading and adds it to the hour being gathered.
     fn write(&mut self, r: &ReadingInput) -> StoreResult<()> {
-        let device = self.device(&r.device_id)?.ok_or_else(|| plan::unknown_device(r))?;
+        let device = self.device(&r.device_id)?.ok_or_else(|| decide::unknown_device(r))?;
         let (pk, pairs) = (device.pk, device.values(r)?);
         if self.hours.is_full_for(pk, r.timestamp) {
             self.flush()?;
@@ -356,7 +358,7 @@ impl<'t, 'c> ReadingWriter<'t, 'c> {
         )?;
         for row in self.hours.take() {
             let old: Option<Vec<u8>> = select.query_row(params![row.device_pk, row.chunk], |r| r.get(0)).optional()?;
-            if let Some((HourRow { device_pk, chunk, data }, changed)) = plan::merge_hour(row, old.as_deref())? {
+            if let Some((HourRow { device_pk, chunk, data }, changed)) = decide::merge_hour(row, old.as_deref())? {
                 upsert.execute(params![device_pk, chunk, &data])?;
                 self.changed += changed;
             }
@@ -456,7 +458,7 @@ const DELETE_BATCH: i64 = 512;
 pub(super) fn delete_readings(c: &mut Connection, device_id: &str, range: TimeRange) -> StoreResult<DeleteReport> {
     let tx = begin(c)?;
     let pk = device_pk(&tx, device_id)?.ok_or_else(|| StoreError::NotFound(format!("no device {device_id:?}")))?;
-    let (mut next, last) = plan::chunks_of(range);
+    let (mut next, last) = decide::chunks_of(range);
     let mut report = DeleteReport::default();
     {
         let mut select = tx.prepare_cached(
@@ -470,7 +472,7 @@ pub(super) fn delete_readings(c: &mut Connection, device_id: &str, range: TimeRa
                 .collect::<Result<_, _>>()?;
             let Some(&(end, _)) = rows.last() else { break };
             for (chunk, data) in rows {
-                let Some((kept, readings, values)) = plan::cut_hour(pk, chunk, &data, range)? else { continue };
+                let Some((kept, readings, values)) = decide::cut_hour(pk, chunk, &data, range)? else { continue };
                 if kept.is_empty() {
                     delete.execute(params![pk, chunk])?;
                 } else {
