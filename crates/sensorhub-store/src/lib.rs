@@ -13,7 +13,6 @@ mod types;
 pub use types::*;
 
 use async_trait::async_trait;
-use futures_util::StreamExt;
 use futures_util::stream::BoxStream;
 use sensorhub_core::model::{Device, ReadingInput};
 use sensorhub_core::provision::{InputError, Provision};
@@ -147,13 +146,8 @@ pub trait Store: Send + Sync {
 
     /// The device `device_id` visible in `scope` with the first batch of its
     /// readings in `range` and a stream of the rest; `None` if the device is
-    /// not visible. Backends may do it in one round trip.
-    async fn read_window(&self, scope: Scope, device_id: &str, range: TimeRange) -> StoreResult<Option<Window>> {
-        let Some(device) = self.find_device(scope, device_id).await? else { return Ok(None) };
-        let mut rest = self.read_readings(&device, range);
-        let first = rest.next().await.transpose()?.unwrap_or_default();
-        Ok(Some(Window { device, first, rest, complete: false }))
-    }
+    /// not visible. Backends do it in one round trip where they can.
+    async fn read_window(&self, scope: Scope, device_id: &str, range: TimeRange) -> StoreResult<Option<Window>>;
 
     /// Makes a provisioning document true, atomically: all of it or nothing.
     async fn apply(&self, doc: Provision, readings: Vec<ReadingInput>) -> StoreResult<ApplyReport>;
@@ -202,6 +196,21 @@ pub trait Store: Send + Sync {
 
     /// Adds stored hours of device `device_id` as they are, atomically.
     async fn restore_hours(&self, device_id: &str, hours: Vec<StoredHour>) -> StoreResult<()>;
+}
+
+impl Window {
+    /// The window of `device` whose first batch (of at most
+    /// [`batches::FIRST_BATCH`]) is `first`; `rest(next)` streams the
+    /// readings from second `next` on, when the first batch was full.
+    pub(crate) fn after_first(
+        device: DeviceHandle,
+        first: ReadingBatch,
+        end: i64,
+        rest: impl FnOnce(Option<i64>) -> ReadingStream,
+    ) -> Self {
+        let next = batches::after(&first, end, batches::FIRST_BATCH);
+        Window { device, first, rest: rest(next), complete: next.is_none() }
+    }
 }
 
 /// A device's readings in a range: the first batch, read, and the rest.

@@ -231,9 +231,8 @@ impl Store for PgStore {
         let head = read::window_head(&client, scope, device_id, range.start, range.end, batches::FIRST_BATCH).await?;
         let Some((device, first)) = head else { return Ok(None) };
         drop(client);
-        let next = batches::after(&first, range.end, batches::FIRST_BATCH);
-        let rest = stream_from(self.pool.clone(), device.pk, next, range.end);
-        Ok(Some(Window { device, first, rest, complete: next.is_none() }))
+        let (pool, pk) = (self.pool.clone(), device.pk);
+        Ok(Some(Window::after_first(device, first, range.end, |next| stream_from(pool, pk, next, range.end))))
     }
 
     async fn apply(&self, doc: Provision, readings: Vec<ReadingInput>) -> StoreResult<ApplyReport> {

@@ -176,9 +176,8 @@ impl Store for SqliteStore {
         else {
             return Ok(None);
         };
-        let next = crate::batches::after(&first, range.end, crate::batches::FIRST_BATCH);
-        let rest = read::stream_from(self.reads.clone(), device.pk, next, range.end);
-        Ok(Some(Window { device, first, rest, complete: next.is_none() }))
+        let (reads, pk) = (self.reads.clone(), device.pk);
+        Ok(Some(Window::after_first(device, first, range.end, |next| read::stream_from(reads, pk, next, range.end))))
     }
 
     async fn apply(&self, doc: Provision, readings: Vec<ReadingInput>) -> StoreResult<ApplyReport> {
