@@ -32,6 +32,24 @@ struct Backend {
     store: Arc<dyn Store>,
     _dir: tempfile::TempDir,
     _pg: Option<TempDatabase>,
+    _name: Named,
+}
+
+/// Names the backend a failing check ran on: a check's panic drops the
+/// backend it was looking at first (then the ones it had not reached), and
+/// the first one dropped while panicking says so.
+struct Named(&'static str);
+
+thread_local! {
+    static NAMED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+impl Drop for Named {
+    fn drop(&mut self) {
+        if std::thread::panicking() && !NAMED.with(|n| n.replace(true)) {
+            eprintln!("the failing check ran on the {} backend", self.0);
+        }
+    }
 }
 
 fn postgres_url() -> String {
@@ -45,8 +63,8 @@ async fn backends() -> Vec<Backend> {
     let pg = TempDatabase::create(&postgres_url()).await.expect("a PostgreSQL test database");
     let postgres = sensorhub_store::open(pg.url()).await.expect("open postgres");
     let mut out = vec![
-        Backend { store: sqlite, _dir: dir, _pg: None },
-        Backend { store: postgres, _dir: tempfile::tempdir().expect("dir"), _pg: Some(pg) },
+        Backend { store: sqlite, _dir: dir, _pg: None, _name: Named("SQLite") },
+        Backend { store: postgres, _dir: tempfile::tempdir().expect("dir"), _pg: Some(pg), _name: Named("PostgreSQL") },
     ];
     for b in &mut out {
         apply(&*b.store, BASE).await.expect("base applies");
@@ -419,5 +437,15 @@ async fn sparse_and_dense_windows_come_whole_and_in_order() {
                 "{device}: every reading, in order"
             );
         }
+    }
+}
+
+#[tokio::test]
+#[should_panic(expected = "fails on PostgreSQL only")]
+async fn a_failing_check_names_its_backend() {
+    for b in backends().await {
+        // PostgreSQL's pool holds 16 connections by default, SQLite's 4 + 1.
+        let on_pg = b.store.pool_status().max > 8;
+        assert!(!on_pg, "fails on PostgreSQL only");
     }
 }
