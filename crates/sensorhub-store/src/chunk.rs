@@ -1,234 +1,360 @@
-//! Readings of one device over one hour, stored as one row: the entries in
-//! time order, each the offset of its second within the hour (a varint)
-//! followed by its packed reading ([`crate::packed`]). A one-minute station
-//! takes 24 rows a day instead of 1,440, so a window reads few rows and the
-//! per-row cost of the database is paid once per hour of data.
+//! Readings of one device over one hour, stored as one row in a column
+//! format (format 1):
+//!
+//! ```text
+//! format  u8 = 1
+//! n       varint: readings, 1..=3600
+//! times   the first reading's second in the hour (varint), the step to the
+//!         second (varint), then the change of each next step
+//!         (delta-of-delta) as varint tokens: odd = a run of (t >> 1) + 1
+//!         unchanged steps, even = a change of zigzag(t >> 1)
+//! mask    varint: the bit set of sensor idx that have any value
+//! columns one per set bit, in idx order: a presence byte (0: every
+//!         reading has the sensor; 1: a bitmap of n bits follows), then
+//!         the present values coded as in [`crate::codec`]
+//! ```
+//!
+//! A one-minute station takes 24 rows a day, a window reads few rows, and a
+//! sensor's values sit together, so a decimal column of a slow-moving level
+//! costs about a byte per value and a flat line almost nothing.
 
 use crate::ReadingBatch;
-use crate::packed;
+use crate::StoredValue;
+use crate::codec::{self, Reader};
 
 /// Seconds covered by one row.
 pub const CHUNK_SECONDS: i64 = 3600;
+
+/// First byte of a stored hour in this format.
+const FORMAT: u8 = 1;
 
 /// The row (hour number) holding second `ts`.
 pub fn chunk_of(ts: i64) -> i64 {
     ts.div_euclid(CHUNK_SECONDS)
 }
 
-/// The entries of a chunk: (offset in seconds, packed reading), in order.
-fn entries(data: &[u8]) -> Option<Vec<(u16, &[u8])>> {
+/// A reading spelled out: its second within the hour and its (sensor idx,
+/// value) pairs in ascending idx order, each idx once.
+pub(crate) type Row = (u16, Vec<(u8, f64)>);
+
+/// Sorts a reading's pairs by idx; of pairs with the same idx the last wins.
+pub(crate) fn normalize(pairs: &mut Vec<(u8, f64)>) {
+    pairs.sort_by_key(|p| p.0);
+    pairs.dedup_by(|later, earlier| {
+        let same = later.0 == earlier.0;
+        if same {
+            *earlier = *later;
+        }
+        same
+    });
+}
+
+/// Encodes readings (ascending seconds below [`CHUNK_SECONDS`], pairs as
+/// [`normalize`] leaves them) as a stored hour; empty for no readings.
+pub(crate) fn encode(rows: &[Row]) -> Vec<u8> {
     let mut out = Vec::new();
-    let mut rest = data;
-    while !rest.is_empty() {
-        let (offset, after) = packed::read_varint(rest)?;
-        let len = packed::reading_len(after)?;
-        let offset = u16::try_from(offset).ok().filter(|o| i64::from(*o) < CHUNK_SECONDS)?;
-        out.push((offset, &after[..len]));
-        rest = &after[len..];
+    if rows.is_empty() {
+        return out;
     }
-    Some(out)
+    out.push(FORMAT);
+    codec::write_varint(rows.len() as u64, &mut out);
+    encode_times(rows, &mut out);
+    let mask = rows.iter().flat_map(|r| &r.1).fold(0u64, |m, p| m | 1 << (p.0 & 63));
+    codec::write_varint(mask, &mut out);
+    let mut cursor = vec![0usize; rows.len()];
+    let mut present = vec![false; rows.len()];
+    let mut values = Vec::with_capacity(rows.len());
+    let mut m = mask;
+    while m != 0 {
+        let idx = m.trailing_zeros() as u8;
+        m &= m - 1;
+        values.clear();
+        for (i, (_, pairs)) in rows.iter().enumerate() {
+            present[i] = pairs.get(cursor[i]).is_some_and(|p| p.0 == idx);
+            if present[i] {
+                values.push(pairs[cursor[i]].1);
+                cursor[i] += 1;
+            }
+        }
+        if values.len() == rows.len() {
+            out.push(0);
+        } else {
+            out.push(1);
+            let mut bitmap = vec![0u8; rows.len().div_ceil(8)];
+            for (i, _) in present.iter().enumerate().filter(|(_, p)| **p) {
+                bitmap[i / 8] |= 1 << (i % 8);
+            }
+            out.extend_from_slice(&bitmap);
+        }
+        codec::encode_column(&values, &mut out);
+    }
+    out
 }
 
-/// Appends one entry to a chunk being built (offsets must ascend).
-pub fn push_entry(out: &mut Vec<u8>, offset: u16, reading: &[u8]) {
-    packed::write_varint(u64::from(offset), out);
-    out.extend_from_slice(reading);
+fn encode_times(rows: &[Row], out: &mut Vec<u8>) {
+    codec::write_varint(u64::from(rows[0].0), out);
+    let Some(second) = rows.get(1) else { return };
+    let mut step = i64::from(second.0) - i64::from(rows[0].0);
+    codec::write_varint(step as u64, out);
+    let mut zeros = 0u64;
+    for w in rows[1..].windows(2) {
+        let next = i64::from(w[1].0) - i64::from(w[0].0);
+        if next == step {
+            zeros += 1;
+            continue;
+        }
+        if zeros > 0 {
+            codec::write_varint((zeros - 1) << 1 | 1, out);
+            zeros = 0;
+        }
+        codec::write_varint(codec::zigzag(next - step) << 1, out);
+        step = next;
+    }
+    if zeros > 0 {
+        codec::write_varint((zeros - 1) << 1 | 1, out);
+    }
 }
 
-/// Merges two chunks of the same hour: readings at the same second are
-/// merged sensor by sensor, `new`'s values winning. `None` if either is
-/// malformed (a stored row is never silently replaced).
-pub fn merge(old: &[u8], new: &[u8]) -> Option<Vec<u8>> {
-    let newer = entries(new)?;
-    let older = entries(old)?;
-    let mut out = Vec::with_capacity(old.len() + new.len());
-    let (mut i, mut j) = (0, 0);
-    while i < older.len() || j < newer.len() {
-        match (older.get(i), newer.get(j)) {
-            (Some(a), Some(b)) if a.0 == b.0 => {
-                push_entry(&mut out, a.0, &packed::merge(a.1, b.1)?);
-                i += 1;
-                j += 1;
+/// The seconds of a stored hour, leaving `r` at its sensor mask.
+fn decode_times(r: &mut Reader<'_>) -> Option<Vec<u16>> {
+    if r.byte()? != FORMAT {
+        return None;
+    }
+    let n = r.count(CHUNK_SECONDS as usize).filter(|n| *n > 0)?;
+    let mut times = Vec::with_capacity(n);
+    let mut t = i64::try_from(r.varint()?).ok()?;
+    let mut step = 0i64;
+    loop {
+        if !(0..CHUNK_SECONDS).contains(&t) {
+            return None;
+        }
+        times.push(t as u16);
+        if times.len() == n {
+            return Some(times);
+        }
+        if times.len() == 1 {
+            step = i64::try_from(r.varint()?).ok()?;
+        } else {
+            let token = r.varint()?;
+            if token & 1 == 1 {
+                // A run of unchanged steps; the first one is taken below.
+                let run = usize::try_from(token >> 1).ok()?.checked_add(1)?;
+                if times.len() + run > n || step <= 0 {
+                    return None;
+                }
+                for _ in 1..run {
+                    t += step;
+                    if t >= CHUNK_SECONDS {
+                        return None;
+                    }
+                    times.push(t as u16);
+                }
+            } else {
+                step = step.checked_add(codec::unzigzag(token >> 1))?;
             }
-            (Some(a), Some(b)) if a.0 < b.0 => {
-                push_entry(&mut out, a.0, a.1);
-                i += 1;
+        }
+        if step <= 0 {
+            return None;
+        }
+        t += step;
+    }
+}
+
+/// One sensor's column of a decoded hour.
+struct Column<'a> {
+    idx: u8,
+    /// Which readings have the sensor (`None`: all of them).
+    bitmap: Option<&'a [u8]>,
+    /// How many do.
+    present: usize,
+}
+
+impl Column<'_> {
+    fn has(&self, i: usize) -> bool {
+        self.bitmap.is_none_or(|b| b[i / 8] & (1 << (i % 8)) != 0)
+    }
+}
+
+/// A stored hour decoded: its seconds, its columns, and every column's
+/// values one after the other.
+struct Decoded<'a> {
+    times: Vec<u16>,
+    columns: Vec<Column<'a>>,
+}
+
+/// Decodes a stored hour, appending every column's values to `values`.
+fn decode<'a>(data: &'a [u8], values: &mut Vec<StoredValue>) -> Option<Decoded<'a>> {
+    let mut r = Reader::new(data);
+    let times = decode_times(&mut r)?;
+    let n = times.len();
+    let mask = r.varint()?;
+    let mut columns = Vec::with_capacity(mask.count_ones() as usize);
+    let mut m = mask;
+    while m != 0 {
+        let idx = m.trailing_zeros() as u8;
+        m &= m - 1;
+        let bitmap = match r.byte()? {
+            0 => None,
+            1 => Some(r.take(n.div_ceil(8))?),
+            _ => return None,
+        };
+        let present = match bitmap {
+            None => n,
+            // Bits past the last reading must be clear.
+            Some(b) if n % 8 != 0 && b[n / 8] >> (n % 8) != 0 => return None,
+            Some(b) => b.iter().map(|x| x.count_ones() as usize).sum(),
+        };
+        if present == 0 {
+            return None;
+        }
+        codec::decode_column(&mut r, present, values)?;
+        columns.push(Column { idx, bitmap, present });
+    }
+    r.is_done().then_some(Decoded { times, columns })
+}
+
+impl Decoded<'_> {
+    /// Walks the readings in time order, calling `f` with each one's index,
+    /// mask and values (in idx order) until it returns `false`.
+    fn walk(&self, values: &[StoredValue], mut f: impl FnMut(usize, u64, &[StoredValue]) -> bool) {
+        let mut cursor = Vec::with_capacity(self.columns.len());
+        let mut next = 0;
+        for c in &self.columns {
+            cursor.push(next);
+            next += c.present;
+        }
+        let mut picked = Vec::with_capacity(self.columns.len());
+        for i in 0..self.times.len() {
+            picked.clear();
+            let mut mask = 0u64;
+            for (c, at) in self.columns.iter().zip(cursor.iter_mut()) {
+                if c.has(i) {
+                    mask |= 1 << c.idx;
+                    picked.push(values[*at]);
+                    *at += 1;
+                }
             }
-            (Some(a), None) => {
-                push_entry(&mut out, a.0, a.1);
-                i += 1;
+            if !f(i, mask, &picked) {
+                return;
             }
-            (_, Some(b)) => {
-                push_entry(&mut out, b.0, b.1);
-                j += 1;
-            }
-            (None, None) => break,
         }
     }
+}
+
+/// Decodes a stored hour into rows.
+pub(crate) fn rows(data: &[u8]) -> Option<Vec<Row>> {
+    let mut values = Vec::new();
+    let d = decode(data, &mut values)?;
+    let mut out = Vec::with_capacity(d.times.len());
+    d.walk(&values, |i, mut mask, vals| {
+        let mut pairs = Vec::with_capacity(mask.count_ones() as usize);
+        for v in vals {
+            pairs.push((mask.trailing_zeros() as u8, v.to_f64()));
+            mask &= mask - 1;
+        }
+        out.push((d.times[i], pairs));
+        true
+    });
     Some(out)
+}
+
+/// Merges two stored hours: readings at the same second are merged sensor
+/// by sensor, `new`'s values winning. `None` if either is malformed (a
+/// stored row is never silently replaced).
+pub fn merge(old: &[u8], new: &[u8]) -> Option<Vec<u8>> {
+    let newer = rows(new)?;
+    let older = if old.is_empty() { Vec::new() } else { rows(old)? };
+    let mut out: Vec<Row> = Vec::with_capacity(older.len() + newer.len());
+    let (mut a, mut b) = (older.into_iter().peekable(), newer.into_iter().peekable());
+    loop {
+        let take_old = match (a.peek(), b.peek()) {
+            (Some(x), Some(y)) if x.0 == y.0 => {
+                let (Some((t, mut pairs)), Some((_, newer))) = (a.next(), b.next()) else { break };
+                pairs.extend(newer);
+                normalize(&mut pairs);
+                out.push((t, pairs));
+                continue;
+            }
+            (Some(x), Some(y)) => x.0 < y.0,
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (None, None) => break,
+        };
+        out.extend(if take_old { a.next() } else { b.next() });
+    }
+    Some(encode(&out))
+}
+
+/// Whether two readings hold the same values, bit for bit.
+fn same(a: &[(u8, f64)], b: &[(u8, f64)]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.0 == y.0 && x.1.to_bits() == y.1.to_bits())
 }
 
 /// How many seconds of `merged` are absent from `old` or differ from it.
 pub fn changed_seconds(old: &[u8], merged: &[u8]) -> Option<u64> {
-    let old = entries(old)?;
+    let old = if old.is_empty() { Vec::new() } else { rows(old)? };
     let mut changed = 0;
-    for (offset, reading) in entries(merged)? {
-        match old.binary_search_by_key(&offset, |(o, _)| *o) {
-            Ok(i) if old[i].1 == reading => {}
+    for (t, pairs) in rows(merged)? {
+        match old.binary_search_by_key(&t, |r| r.0) {
+            Ok(i) if same(&old[i].1, &pairs) => {}
             _ => changed += 1,
         }
     }
     Some(changed)
 }
 
-/// The last second of a chunk that holds a reading.
-pub fn last_second(chunk: i64, data: &[u8]) -> Option<i64> {
-    entries(data)?.last().map(|(o, _)| chunk * CHUNK_SECONDS + i64::from(*o))
+/// How many readings a stored hour holds (read from its header only).
+pub(crate) fn reading_count(data: &[u8]) -> Option<u64> {
+    let mut r = Reader::new(data);
+    (r.byte()? == FORMAT).then_some(())?;
+    r.count(CHUNK_SECONDS as usize).filter(|n| *n > 0).map(|n| n as u64)
 }
 
-/// Appends the readings of a chunk within `from..=end` to `batch`, up to
-/// `limit` readings in the batch. `None` if the chunk is malformed.
+/// The last second of a stored hour that holds a reading.
+pub fn last_second(chunk: i64, data: &[u8]) -> Option<i64> {
+    let times = decode_times(&mut Reader::new(data))?;
+    times.last().map(|t| chunk * CHUNK_SECONDS + i64::from(*t))
+}
+
+/// Appends the readings of a stored hour within `from..=end` to `batch`, up
+/// to `limit` readings in the batch. `None` if the hour is malformed.
 pub fn decode_into(chunk: i64, data: &[u8], from: i64, end: i64, batch: &mut ReadingBatch, limit: usize) -> Option<()> {
     let base = chunk * CHUNK_SECONDS;
-    let mut rest = data;
-    while !rest.is_empty() && batch.len() < limit {
-        let (offset, after) = packed::read_varint(rest)?;
-        let len = packed::reading_len(after)?;
-        let ts = base + i64::try_from(offset).ok().filter(|o| *o < CHUNK_SECONDS)?;
-        rest = &after[len..];
-        if ts < from {
-            continue;
+    let mut values = Vec::new();
+    let d = decode(data, &mut values)?;
+    d.walk(&values, |i, mask, vals| {
+        let ts = base + i64::from(d.times[i]);
+        if ts > end || batch.len() >= limit {
+            return false;
         }
-        if ts > end {
-            break;
+        if ts >= from {
+            batch.timestamps.push(ts);
+            batch.masks.push(mask);
+            batch.values.extend_from_slice(vals);
         }
-        let mask = packed::decode_into(&after[..len], &mut batch.values)?;
-        batch.timestamps.push(ts);
-        batch.masks.push(mask);
-    }
+        true
+    });
     Some(())
 }
 
-/// Removes the readings at seconds within `from..=end` from a chunk.
+/// Removes the readings at seconds within `from..=end` from a stored hour.
 /// Returns what remains (empty when nothing does), and how many readings
-/// and values were removed; `None` if the chunk is malformed.
+/// and values were removed; `None` if the hour is malformed.
 pub fn remove_range(chunk: i64, data: &[u8], from: i64, end: i64) -> Option<(Vec<u8>, u64, u64)> {
     let base = chunk * CHUNK_SECONDS;
-    let mut kept = Vec::with_capacity(data.len());
     let (mut readings, mut values) = (0, 0);
-    let mut scratch = Vec::new();
-    for (offset, reading) in entries(data)? {
-        let ts = base + i64::from(offset);
-        if (from..=end).contains(&ts) {
-            scratch.clear();
-            packed::decode_into(reading, &mut scratch)?;
+    let mut kept = rows(data)?;
+    kept.retain(|(t, pairs)| {
+        let gone = (from..=end).contains(&(base + i64::from(*t)));
+        if gone {
             readings += 1;
-            values += scratch.len() as u64;
-        } else {
-            push_entry(&mut kept, offset, reading);
+            values += pairs.len() as u64;
         }
-    }
-    Some((kept, readings, values))
-}
-
-/// A reading spelled out: its second and its (sensor idx, value) pairs.
-#[cfg(test)]
-pub type DecodedReading = (i64, Vec<(u8, crate::StoredValue)>);
-
-/// Decodes a whole chunk, for tests.
-#[cfg(test)]
-pub fn readings(chunk: i64, data: &[u8]) -> Option<Vec<DecodedReading>> {
-    let mut out = Vec::new();
-    for (offset, reading) in entries(data)? {
-        let mut values = Vec::new();
-        let mut m = packed::decode_into(reading, &mut values)?;
-        let mut pairs = Vec::new();
-        for v in values {
-            pairs.push((m.trailing_zeros() as u8, v));
-            m &= m - 1;
-        }
-        out.push((chunk * CHUNK_SECONDS + i64::from(offset), pairs));
-    }
-    Some(out)
+        !gone
+    });
+    Some((encode(&kept), readings, values))
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    proptest::proptest! {
-        /// A damaged chunk (any bytes) decodes or is refused, never panics,
-        /// and never yields a reading outside its hour or the window.
-        #[test]
-        fn fuzz_chunk_decoding_never_panics(data in proptest::collection::vec(proptest::num::u8::ANY, 0..512),
-                                            chunk in 0i64..10_000_000, from in 0i64..36_000_000_000, span in 0i64..10_000,
-                                            limit in 0usize..64) {
-            let mut batch = ReadingBatch::default();
-            let end = from + span;
-            if decode_into(chunk, &data, from, end, &mut batch, limit).is_some() {
-                proptest::prop_assert!(batch.len() <= limit.max(1));
-                for t in &batch.timestamps {
-                    proptest::prop_assert!((from..=end).contains(t));
-                    proptest::prop_assert!((chunk * CHUNK_SECONDS..(chunk + 1) * CHUNK_SECONDS).contains(t));
-                }
-            }
-            let _ = last_second(chunk, &data);
-            let mut values = Vec::new();
-            let _ = packed::decode_into(&data, &mut values);
-            let _ = packed::decode_pairs(&data);
-        }
-    }
-
-    fn chunk(entries: &[(u16, &[(u8, f64)])]) -> Vec<u8> {
-        let mut out = Vec::new();
-        for (offset, values) in entries {
-            let mut reading = Vec::new();
-            packed::encode(values, &mut reading);
-            push_entry(&mut out, *offset, &reading);
-        }
-        out
-    }
-
-    fn plain(data: &[u8]) -> Vec<(i64, Vec<(u8, f64)>)> {
-        readings(0, data)
-            .expect("valid")
-            .into_iter()
-            .map(|(ts, v)| (ts, v.into_iter().map(|(i, x)| (i, x.to_f64())).collect()))
-            .collect()
-    }
-
-    #[test]
-    fn merging_interleaves_and_merges_the_same_second() {
-        let old = chunk(&[(0, &[(0, 1.0)]), (120, &[(0, 3.0), (1, 4.0)])]);
-        let new = chunk(&[(60, &[(0, 2.0)]), (120, &[(1, 40.0)]), (3599, &[(2, 9.5)])]);
-        let merged = merge(&old, &new).expect("valid");
-        assert_eq!(
-            plain(&merged),
-            vec![(0, vec![(0, 1.0)]), (60, vec![(0, 2.0)]), (120, vec![(0, 3.0), (1, 40.0)]), (3599, vec![(2, 9.5)]),]
-        );
-        assert_eq!(merge(&merged, &new), Some(merged.clone()), "merging again changes nothing");
-        assert_eq!(changed_seconds(&old, &merged), Some(3), "60 and 3599 are new, 120 changed");
-        assert_eq!(changed_seconds(&merged, &merged), Some(0));
-        assert_eq!(last_second(10, &merged), Some(36_000 + 3599));
-    }
-
-    #[test]
-    fn decoding_honours_bounds_and_limits() {
-        let data = chunk(&[(0, &[(0, 1.0)]), (60, &[(0, 2.0)]), (120, &[(0, 3.0)]), (180, &[(0, 4.0)])]);
-        let mut batch = ReadingBatch::default();
-        decode_into(2, &data, 7200 + 60, 7200 + 180, &mut batch, 2).expect("valid");
-        assert_eq!(batch.timestamps, vec![7260, 7320]);
-        let mut rest = ReadingBatch::default();
-        decode_into(2, &data, 7321, 7200 + 120, &mut rest, 10).expect("valid");
-        assert!(rest.is_empty());
-    }
-
-    #[test]
-    fn malformed_chunks_are_refused() {
-        assert_eq!(entries(&[0x05]), None);
-        assert!(merge(&[], &[0xff, 0xff, 0x7f]).is_none(), "an offset past the hour");
-        assert!(merge(&[0x05], &[]).is_none(), "a malformed stored row is not replaced");
-        assert_eq!(chunk_of(-1), -1);
-        assert_eq!(chunk_of(3599), 0);
-    }
-}
+#[path = "chunk_tests.rs"]
+mod tests;

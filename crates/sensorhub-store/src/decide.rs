@@ -5,7 +5,7 @@
 //! PostgreSQL cannot drift apart in behaviour.
 
 use crate::chunk::{self, CHUNK_SECONDS, chunk_of};
-use crate::{Changes, StoreError, StoreResult, packed};
+use crate::{Changes, StoreError, StoreResult};
 use sensorhub_core::model::{MAX_SENSORS_PER_DEVICE, ReadingInput, SensorMeta};
 use sensorhub_core::provision::{AccountSpec, InputError};
 use sensorhub_core::secret::{hash_password, verify_password};
@@ -191,6 +191,43 @@ pub(crate) fn cut_hour(
     Ok((readings > 0).then_some((kept, readings, values)))
 }
 
+/// A stored hour of schema version 2 in the column format of version 3;
+/// a row that does not decode stops the upgrade (it is never dropped).
+pub(crate) fn upgrade_hour(device_pk: i64, chunk: i64, old: &[u8]) -> StoreResult<Vec<u8>> {
+    let rows = crate::legacy::rows(old).ok_or_else(|| malformed(device_pk, chunk))?;
+    Ok(chunk::encode(&rows))
+}
+
+/// Progress of an upgrade, logged after the first batch and then at most
+/// once a second.
+pub(crate) struct UpgradeLog {
+    total: u64,
+    done: u64,
+    last: Option<std::time::Instant>,
+}
+
+impl UpgradeLog {
+    /// Starts the log of an upgrade of `total` hours.
+    pub(crate) fn start(total: u64) -> Self {
+        tracing::info!(hours = total, "upgrading stored readings to the column format (schema version 3)");
+        Self { total, done: 0, last: None }
+    }
+
+    /// Counts a committed batch of `n` hours.
+    pub(crate) fn batch(&mut self, n: u64) {
+        self.done += n;
+        if self.last.is_none_or(|t| t.elapsed() >= std::time::Duration::from_secs(1)) {
+            tracing::info!(done = self.done, total = self.total, "upgraded hours");
+            self.last = Some(std::time::Instant::now());
+        }
+    }
+
+    /// Logs the end of the upgrade.
+    pub(crate) fn finish(&self) {
+        tracing::info!(hours = self.done, "upgrade of stored readings finished");
+    }
+}
+
 /// The hour rows that may hold readings of `range`, from first to last.
 pub(crate) fn chunks_of(range: sensorhub_core::time::TimeRange) -> (i64, i64) {
     (chunk_of(range.start), chunk_of(range.end))
@@ -352,18 +389,18 @@ impl Hours {
 
     /// The gathered hours, encoded, ordered by device and hour; empties the set.
     pub(crate) fn take(&mut self) -> Vec<HourRow> {
-        let mut reading = Vec::new();
         let mut rows: Vec<HourRow> = self
             .pending
             .drain()
             .map(|((device_pk, chunk), readings)| {
-                let mut data = Vec::new();
-                for (offset, pairs) in &readings {
-                    reading.clear();
-                    packed::encode(pairs, &mut reading);
-                    chunk::push_entry(&mut data, *offset, &reading);
-                }
-                HourRow { device_pk, chunk, data }
+                let readings: Vec<chunk::Row> = readings
+                    .into_iter()
+                    .map(|(offset, mut pairs)| {
+                        chunk::normalize(&mut pairs);
+                        (offset, pairs)
+                    })
+                    .collect();
+                HourRow { device_pk, chunk, data: chunk::encode(&readings) }
             })
             .collect();
         rows.sort_unstable_by_key(|r| (r.device_pk, r.chunk));
@@ -374,12 +411,18 @@ impl Hours {
 /// Merges a new hour into the stored one: the row to write and how many
 /// readings it changes, or `None` when nothing would change.
 pub(crate) fn merge_hour(row: HourRow, old: Option<&[u8]>) -> StoreResult<Option<(HourRow, u64)>> {
-    let merged = match old {
-        Some(old) => chunk::merge(old, &row.data).ok_or_else(|| malformed(row.device_pk, row.chunk))?,
-        None => row.data,
+    let bad = || malformed(row.device_pk, row.chunk);
+    let (merged, changed) = match old {
+        Some(old) => {
+            let merged = chunk::merge(old, &row.data).ok_or_else(bad)?;
+            let changed = chunk::changed_seconds(old, &merged).ok_or_else(bad)?;
+            (merged, changed)
+        }
+        None => {
+            let changed = chunk::reading_count(&row.data).ok_or_else(bad)?;
+            (row.data, changed)
+        }
     };
-    let changed =
-        chunk::changed_seconds(old.unwrap_or_default(), &merged).ok_or_else(|| malformed(row.device_pk, row.chunk))?;
     Ok((changed > 0).then_some((HourRow { data: merged, ..row }, changed)))
 }
 

@@ -4,8 +4,9 @@
 
 mod batches;
 mod chunk;
+mod codec;
 mod decide;
-mod packed;
+mod legacy;
 pub mod postgres;
 pub mod sqlite;
 mod types;
@@ -295,16 +296,39 @@ pub fn read_ahead(source: ReadingSource) -> ReadingSource {
     Box::new(items.flatten())
 }
 
+/// Hours of readings an upgrade converts per transaction, by default.
+pub const UPGRADE_BATCH_HOURS: usize = 1024;
+
+/// How a store is opened.
+#[derive(Debug, Clone, Copy)]
+pub struct OpenOptions {
+    /// Hours of readings converted per transaction when the stored format
+    /// is upgraded on open (each batch commits on its own, so a killed
+    /// upgrade resumes at the next open).
+    pub upgrade_batch_hours: usize,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        Self { upgrade_batch_hours: UPGRADE_BATCH_HOURS }
+    }
+}
+
 /// Opens the store named by `url`: a file path or `sqlite://PATH` (created
 /// when missing; `?synchronous=normal` trades durability on power loss for
 /// cheaper commits), or `postgres://…` (the database must exist). Either is
-/// migrated on open.
+/// migrated on open, and readings stored by an older schema are upgraded.
 pub async fn open(url: &str) -> StoreResult<Arc<dyn Store>> {
+    open_with(url, OpenOptions::default()).await
+}
+
+/// [`open`] with options.
+pub async fn open_with(url: &str, options: OpenOptions) -> StoreResult<Arc<dyn Store>> {
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        return Ok(Arc::new(postgres::PgStore::open(url).await?));
+        return Ok(Arc::new(postgres::PgStore::open_with(url, options).await?));
     }
     let (path, durability) = sqlite_target(url)?;
-    Ok(Arc::new(sqlite::SqliteStore::open(path, durability).await?))
+    Ok(Arc::new(sqlite::SqliteStore::open_with(path, durability, options).await?))
 }
 
 /// The file and durability a SQLite `url` names (a path or `sqlite://…`,

@@ -87,7 +87,8 @@ impl ReadingBatch {
 /// `n / 10^k` so that they can be printed without a float-to-decimal search.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum StoredValue {
-    /// Exactly `n / 10^k`, with `k` in 0..=2 and as small as possible.
+    /// Exactly `n / 10^k`, with `|n| < 10^15`, `k` at most 15 and as small
+    /// as possible (`n` has no trailing zero when `k > 0`).
     Decimal {
         /// The digits.
         n: i64,
@@ -99,10 +100,11 @@ pub enum StoredValue {
 }
 
 impl StoredValue {
-    /// The value as a double (bit for bit the one stored).
+    /// The value as a double (bit for bit the one stored): dividing by an
+    /// exact power of ten is correctly rounded.
     pub fn to_f64(self) -> f64 {
         match self {
-            StoredValue::Decimal { n, k } => n as f64 / [1.0, 10.0, 100.0][usize::from(k.min(2))],
+            StoredValue::Decimal { n, k } => n as f64 / crate::codec::pow10(k),
             StoredValue::Float(v) => v,
         }
     }
@@ -111,32 +113,42 @@ impl StoredValue {
 impl StoredValue {
     /// Appends the value exactly as serde_json writes the double (the
     /// shortest form that reads back the same). A stored decimal `n / 10^k`
-    /// is that shortest form already (`k` is minimal and the magnitude below
-    /// 1e15), so it is printed from its digits without a float-to-decimal
-    /// search: the readings endpoint's hot path.
+    /// with the fewest decimals and fewer than 16 digits is that shortest
+    /// form already, so it is printed from its digits without a
+    /// float-to-decimal search (the readings endpoint's hot path), unless
+    /// it is so small that serde_json writes an exponent (below 1e-5).
     pub fn write_json(self, out: &mut Vec<u8>) {
         match self {
-            StoredValue::Decimal { n, k } => {
+            StoredValue::Decimal { n, k }
+                if n == 0 || k == 0 || decimal_digits(n.unsigned_abs()) + 5 > u32::from(k) =>
+            {
                 if n < 0 {
                     out.push(b'-');
                 }
                 let abs = n.unsigned_abs();
-                let pow = [1, 10, 100][usize::from(k.min(2))];
+                let pow = 10u64.pow(u32::from(k.min(15)));
                 let mut int = itoa::Buffer::new();
                 out.extend_from_slice(int.format(abs / pow).as_bytes());
-                let frac = abs % pow;
-                match k {
-                    0 => out.extend_from_slice(b".0"),
-                    1 => out.extend_from_slice(&[b'.', b'0' + frac as u8]),
-                    _ => out.extend_from_slice(&[b'.', b'0' + (frac / 10) as u8, b'0' + (frac % 10) as u8]),
+                out.push(b'.');
+                if k == 0 {
+                    out.push(b'0');
+                } else {
+                    let frac = int.format(abs % pow).as_bytes();
+                    out.extend(std::iter::repeat_n(b'0', usize::from(k).saturating_sub(frac.len())));
+                    out.extend_from_slice(frac);
                 }
             }
             // Finite (checked on the way in), so this cannot fail.
-            StoredValue::Float(v) => {
-                let _ = serde_json::to_writer(out, &v);
+            v => {
+                let _ = serde_json::to_writer(out, &v.to_f64());
             }
         }
     }
+}
+
+/// How many decimal digits `x` has (1 for 0).
+fn decimal_digits(x: u64) -> u32 {
+    x.checked_ilog10().map_or(1, |d| d + 1)
 }
 
 impl From<f64> for StoredValue {
@@ -365,9 +377,9 @@ mod tests {
     /// `v` stored and read back as the store does, then written.
     fn as_ours(v: f64) -> String {
         let mut packed = Vec::new();
-        crate::packed::encode(&[(0, v)], &mut packed);
+        crate::codec::encode_column(&[v], &mut packed);
         let mut values = Vec::new();
-        crate::packed::decode_into(&packed, &mut values).expect("decodes");
+        crate::codec::decode_column(&mut crate::codec::Reader::new(&packed), 1, &mut values).expect("decodes");
         let mut out = Vec::new();
         values[0].write_json(&mut out);
         String::from_utf8(out).expect("utf-8")
@@ -375,9 +387,29 @@ mod tests {
 
     #[test]
     fn numbers_are_written_as_serde_writes_them() {
-        for v in
-            [0.0, -0.0, 92.5, -78.0, 120.4, 0.05, -0.07, 12.34, 1e-7, 0.1 + 0.2, 1e15, 9.99e14, 123456789.12, 1e300]
-        {
+        for v in [
+            0.0,
+            -0.0,
+            92.5,
+            -78.0,
+            120.4,
+            0.05,
+            -0.07,
+            12.34,
+            1e-7,
+            0.1 + 0.2,
+            1e15,
+            9.99e14,
+            123456789.12,
+            1e300,
+            12.347,
+            0.00001,
+            0.000012,
+            0.000001,
+            -0.0000123,
+            1.000001,
+            0.123456789012,
+        ] {
             assert_eq!(as_ours(v), as_serde(v), "{v}");
         }
     }
@@ -387,7 +419,7 @@ mod tests {
         fn any_number_is_written_as_serde_writes_it(
             v in proptest::num::f64::NORMAL | proptest::num::f64::ZERO | proptest::num::f64::SUBNORMAL,
             d in -10_000_000_000i64..10_000_000_000,
-            k in 0u32..4,
+            k in 0u32..13,
         ) {
             let decimal = d as f64 / 10f64.powi(k as i32);
             proptest::prop_assert_eq!(as_ours(v), as_serde(v));

@@ -97,7 +97,7 @@ pub(super) async fn export(c: &mut Client) -> StoreResult<Installation> {
 }
 
 pub(super) async fn export_hour_count(c: &impl GenericClient) -> StoreResult<u64> {
-    let row = c.query_one("SELECT count(*) FROM readings", &[]).await?;
+    let row = c.query_one("SELECT count(*) FROM hours", &[]).await?;
     Ok(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0))
 }
 
@@ -109,7 +109,7 @@ pub(super) async fn export_hours(
 ) -> StoreResult<Vec<StoredHour>> {
     let stmt = c
         .prepare_cached(
-            "SELECT r.chunk, r.data FROM readings r JOIN devices d ON d.id = r.device_pk
+            "SELECT r.chunk, r.data FROM hours r JOIN devices d ON d.id = r.device_pk
              WHERE d.device_id = $1 AND r.chunk > $2 ORDER BY r.chunk LIMIT $3",
         )
         .await?;
@@ -233,7 +233,7 @@ pub(super) async fn restore_hours(c: &mut Client, device_id: &str, hours: Vec<St
         .get(0);
     let rows: Vec<HourRow> =
         hours.into_iter().map(|h| HourRow { device_pk: pk, chunk: h.chunk, data: h.data }).collect();
-    copy_hours(&tx, "COPY readings (device_pk, chunk, data) FROM STDIN (FORMAT binary)", &rows).await?;
+    copy_hours(&tx, "COPY hours (device_pk, chunk, data) FROM STDIN (FORMAT binary)", &rows).await?;
     tx.commit().await?;
     Ok(())
 }

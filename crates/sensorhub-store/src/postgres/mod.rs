@@ -7,6 +7,7 @@
 mod copy;
 mod read;
 pub mod temp;
+mod upgrade;
 mod write;
 
 use crate::{
@@ -26,6 +27,7 @@ use tokio_postgres::NoTls;
 const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/postgres/0001_init.sql"),
     include_str!("../../migrations/postgres/0002_write_grants.sql"),
+    include_str!("../../migrations/postgres/0003_column_hours.sql"),
 ];
 
 /// Connections per process unless the URL says otherwise (`pool_max_size=N`).
@@ -115,6 +117,11 @@ impl PgStore {
     /// Connects to the database at `url` (`postgres://user:pass@host:port/db?options`)
     /// and migrates it.
     pub async fn open(url: &str) -> StoreResult<Self> {
+        Self::open_with(url, crate::OpenOptions::default()).await
+    }
+
+    /// [`PgStore::open`] with options.
+    pub async fn open_with(url: &str, open: crate::OpenOptions) -> StoreResult<Self> {
         let (url, size) = pool_option(url)?;
         let mut config: tokio_postgres::Config = url.parse().map_err(|e: tokio_postgres::Error| {
             StoreError::Unsupported(format!("PostgreSQL URL {}: {e}", crate::redact_url(&url)))
@@ -133,7 +140,7 @@ impl PgStore {
                 .map_err(|e| StoreError::Backend(Box::new(e)))
         };
         let store = Self { pool: build(size, 30)?, ping: build(1, 5)?, writers: tokio::sync::Semaphore::new(WRITERS) };
-        store.migrate().await?;
+        store.migrate(open).await?;
         Ok(store)
     }
 
@@ -146,9 +153,10 @@ impl PgStore {
     }
 
     /// Applies the migrations the database has not seen yet, under an
-    /// advisory lock, each in its own transaction. Refuses a database made
-    /// by a newer sensorhub.
-    async fn migrate(&self) -> StoreResult<()> {
+    /// advisory lock, each in its own transaction, then finishes any
+    /// upgrade of stored readings. Refuses a database made by a newer
+    /// sensorhub.
+    async fn migrate(&self, options: crate::OpenOptions) -> StoreResult<()> {
         let mut client = self.pool.get().await?;
         // Another instance may be migrating: wait for it however long it takes.
         client.batch_execute("SET lock_timeout = 0; SET statement_timeout = 0").await?;
@@ -167,7 +175,7 @@ impl PgStore {
                 tx.commit().await?;
                 tracing::info!(version = i + 1, "applied migration");
             }
-            Ok(())
+            upgrade::run(&mut client, options.upgrade_batch_hours).await
         }
         .await;
         client.execute("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK]).await?;

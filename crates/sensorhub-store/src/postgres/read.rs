@@ -96,7 +96,7 @@ pub(super) async fn list_devices(c: &impl GenericClient, scope: Scope) -> StoreR
         .prepare_cached(&format!(
             "SELECT d.id, d.device_id, d.name, d.type, d.lat, d.long, d.interval_seconds, r.chunk, r.data
              FROM devices d LEFT JOIN LATERAL (
-                 SELECT chunk, data FROM readings WHERE device_pk = d.id ORDER BY chunk DESC LIMIT 1
+                 SELECT chunk, data FROM hours WHERE device_pk = d.id ORDER BY chunk DESC LIMIT 1
              ) r ON true
              WHERE {SCOPE_FILTER} ORDER BY d.device_id"
         ))
@@ -184,7 +184,7 @@ pub(super) async fn window_head(
               FROM d LEFT JOIN sensors s ON s.device_pk = d.id)
              UNION ALL
              (SELECT d.id, NULL, NULL, NULL, NULL, NULL, r.chunk, r.data
-              FROM d JOIN readings r ON r.device_pk = d.id
+              FROM d JOIN hours r ON r.device_pk = d.id
               WHERE r.chunk >= $4 AND r.chunk <= $5 ORDER BY r.chunk LIMIT $6)"
         ))
         .await?;
@@ -247,7 +247,7 @@ pub(super) async fn read_into(
 ) -> StoreResult<()> {
     let stmt = c
         .prepare_cached(
-            "SELECT chunk, data FROM readings WHERE device_pk = $1 AND chunk >= $2 AND chunk <= $3
+            "SELECT chunk, data FROM hours WHERE device_pk = $1 AND chunk >= $2 AND chunk <= $3
              ORDER BY chunk LIMIT $4",
         )
         .await?;

@@ -397,7 +397,7 @@ impl ReadingWriter {
         let chunks: Vec<i64> = rows.iter().map(|r| r.chunk).collect();
         let stored = tx
             .query(
-                "SELECT r.device_pk, r.chunk, r.data FROM readings r
+                "SELECT r.device_pk, r.chunk, r.data FROM hours r
                  JOIN unnest($1::bigint[], $2::bigint[]) AS k(device_pk, chunk)
                    ON r.device_pk = k.device_pk AND r.chunk = k.chunk",
                 &[&devices, &chunks],
@@ -433,7 +433,7 @@ impl ReadingWriter {
         }
         copy_hours(tx, "COPY readings_in (device_pk, chunk, data) FROM STDIN (FORMAT binary)", rows).await?;
         tx.batch_execute(
-            "INSERT INTO readings (device_pk, chunk, data) SELECT device_pk, chunk, data FROM readings_in
+            "INSERT INTO hours (device_pk, chunk, data) SELECT device_pk, chunk, data FROM readings_in
              ON CONFLICT (device_pk, chunk) DO UPDATE SET data = excluded.data;
              TRUNCATE readings_in",
         )
@@ -550,7 +550,7 @@ pub(super) async fn delete_readings(c: &mut Client, device_id: &str, range: Time
     loop {
         let rows = tx
             .query(
-                "SELECT chunk, data FROM readings WHERE device_pk = $1 AND chunk >= $2 AND chunk <= $3
+                "SELECT chunk, data FROM hours WHERE device_pk = $1 AND chunk >= $2 AND chunk <= $3
                  ORDER BY chunk LIMIT $4",
                 &[&pk, &next, &last, &DELETE_BATCH],
             )
@@ -570,9 +570,9 @@ pub(super) async fn delete_readings(c: &mut Client, device_id: &str, range: Time
             report.values += values;
             report.hours += 1;
         }
-        tx.execute("DELETE FROM readings WHERE device_pk = $1 AND chunk = ANY($2)", &[&pk, &gone]).await?;
+        tx.execute("DELETE FROM hours WHERE device_pk = $1 AND chunk = ANY($2)", &[&pk, &gone]).await?;
         tx.execute(
-            "UPDATE readings r SET data = t.data FROM unnest($2::bigint[], $3::bytea[]) AS t(chunk, data)
+            "UPDATE hours r SET data = t.data FROM unnest($2::bigint[], $3::bytea[]) AS t(chunk, data)
              WHERE r.device_pk = $1 AND r.chunk = t.chunk",
             &[&pk, &trimmed, &data],
         )

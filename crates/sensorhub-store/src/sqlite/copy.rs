@@ -2,6 +2,7 @@
 //! `sensorhub copy`: rows by natural key, ids renumbered on the way in.
 
 use super::write::begin;
+use super::{hour_key, key_chunk};
 use crate::{
     AccountDeviceRow, AccountRow, DeviceRow, Installation, KeyRow, SensorRow, StoreError, StoreResult, StoredHour,
 };
@@ -98,7 +99,7 @@ pub(super) fn export(c: &mut Connection) -> StoreResult<Installation> {
 }
 
 pub(super) fn export_hour_count(c: &mut Connection) -> StoreResult<u64> {
-    let n: i64 = c.query_row("SELECT count(*) FROM readings", [], |r| r.get(0))?;
+    let n: i64 = c.query_row("SELECT count(*) FROM hours", [], |r| r.get(0))?;
     Ok(u64::try_from(n).unwrap_or(0))
 }
 
@@ -109,12 +110,15 @@ pub(super) fn export_hours(
     limit: usize,
 ) -> StoreResult<Vec<StoredHour>> {
     let mut stmt = c.prepare_cached(
-        "SELECT r.chunk, r.data FROM readings r JOIN devices d ON d.id = r.device_pk
-         WHERE d.device_id = ?1 AND r.chunk > ?2 ORDER BY r.chunk LIMIT ?3",
+        "SELECT h.key, h.data FROM devices d JOIN hours h
+           ON h.key BETWEEN (d.id << 32) + ?2 AND (d.id << 32) + 4294967295
+         WHERE d.device_id = ?1 ORDER BY h.key LIMIT ?3",
     )?;
+    // Hours after `after`: key offsets above its own.
+    let from = after.map_or(0, |c| hour_key(0, c) + 1);
     let out = stmt
-        .query_map(params![device_id, after.unwrap_or(i64::MIN), limit as i64], |r| {
-            Ok(StoredHour { chunk: r.get(0)?, data: r.get(1)? })
+        .query_map(params![device_id, from, limit as i64], |r| {
+            Ok(StoredHour { chunk: key_chunk(r.get(0)?), data: r.get(1)? })
         })?
         .collect::<Result<_, _>>()?;
     Ok(out)
@@ -216,9 +220,9 @@ pub(super) fn restore_hours(c: &mut Connection, device_id: &str, hours: Vec<Stor
         .optional()?
         .ok_or_else(|| StoreError::NotFound(format!("device {device_id:?} is not in the target")))?;
     {
-        let mut insert = tx.prepare_cached("INSERT INTO readings (device_pk, chunk, data) VALUES (?1, ?2, ?3)")?;
+        let mut insert = tx.prepare_cached("INSERT INTO hours (key, data) VALUES (?1, ?2)")?;
         for h in &hours {
-            insert.execute(params![pk, h.chunk, h.data])?;
+            insert.execute(params![super::checked_hour_key(pk, h.chunk)?, h.data])?;
         }
     }
     tx.commit()?;

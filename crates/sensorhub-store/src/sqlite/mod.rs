@@ -5,6 +5,7 @@ mod copy;
 mod group;
 mod pool;
 mod read;
+mod upgrade;
 mod write;
 
 use crate::{
@@ -25,7 +26,33 @@ use std::sync::Mutex;
 const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/sqlite/0001_init.sql"),
     include_str!("../../migrations/sqlite/0002_write_grants.sql"),
+    include_str!("../../migrations/sqlite/0003_column_hours.sql"),
 ];
+
+/// Offset added to an hour number in a key, so that every hour since
+/// jiff's earliest timestamp is a non-negative 32-bit number.
+const HOUR_BIAS: i64 = 1 << 31;
+
+/// The key (rowid) of device `pk`'s hour `chunk` in `hours`: a device's
+/// hours are one range of keys, in time order.
+pub(super) fn hour_key(pk: i64, chunk: i64) -> i64 {
+    (pk << 32) | (chunk + HOUR_BIAS)
+}
+
+/// [`hour_key`] for a write: refuses a device number or hour that would
+/// not fit (no device table reaches 2^31 rows; no timestamp is that far).
+pub(super) fn checked_hour_key(pk: i64, chunk: i64) -> StoreResult<i64> {
+    if (0..HOUR_BIAS).contains(&pk) && (-HOUR_BIAS..HOUR_BIAS).contains(&chunk) {
+        Ok(hour_key(pk, chunk))
+    } else {
+        Err(StoreError::Backend(format!("device #{pk}, hour {chunk}: outside the keys of the hours table").into()))
+    }
+}
+
+/// The hour number of a key of `hours`.
+pub(super) fn key_chunk(key: i64) -> i64 {
+    (key & 0xffff_ffff) - HOUR_BIAS
+}
 
 /// Read connections kept open at most: readers run side by side in WAL
 /// mode, and each query is short (a batch), so a few per core keep the
@@ -70,6 +97,12 @@ pub struct SqliteStore {
 impl SqliteStore {
     /// Opens (creating and migrating when needed) the database at `path`.
     pub async fn open(path: &str, durability: Durability) -> StoreResult<Self> {
+        Self::open_with(path, durability, crate::OpenOptions::default()).await
+    }
+
+    /// [`SqliteStore::open`] with options; readings stored by an older
+    /// schema are upgraded before it returns.
+    pub async fn open_with(path: &str, durability: Durability, options: crate::OpenOptions) -> StoreResult<Self> {
         let path = Path::new(path);
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty() && !d.exists()) {
             return Err(StoreError::NotFound(format!(
@@ -80,6 +113,7 @@ impl SqliteStore {
         let sync = durability.pragma();
         let writes = Pool::new(path, 1, Role::Write, sync);
         writes.run(migrate).await?;
+        writes.run(move |c| upgrade::run(c, options.upgrade_batch_hours)).await?;
         let reads = Pool::new(path, READ_POOL_SIZE, Role::Read, sync);
         let group = group::GroupCommit::start(writes.clone());
         Ok(Self { reads, writes, ping: Mutex::new(None), group, path: path.to_owned() })

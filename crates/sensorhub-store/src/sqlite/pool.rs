@@ -185,7 +185,7 @@ pub(crate) fn open_connection(path: &Path, role: Role, synchronous: &str) -> Sto
     }
     let flags = FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC;
     conn.create_scalar_function("sh_last_second", 2, flags, |ctx| {
-        let chunk: i64 = ctx.get(0)?;
+        let chunk = super::key_chunk(ctx.get(0)?);
         let data = ctx.get_raw(1).as_blob().map_err(|e| rusqlite::Error::UserFunctionError(Box::new(e)))?;
         Ok(crate::chunk::last_second(chunk, data))
     })?;

@@ -1,6 +1,7 @@
 //! Read queries of the SQLite backend.
 
 use super::pool::Pool;
+use super::{hour_key, key_chunk};
 use crate::batches;
 use crate::chunk::{self, chunk_of};
 use crate::{
@@ -88,8 +89,8 @@ pub(super) fn list_devices(c: &Connection, scope: Scope) -> StoreResult<Vec<Devi
     }
     let mut stmt = c.prepare_cached(&format!(
         "SELECT d.id, d.device_id, d.name, d.type, d.lat, d.long, d.interval_seconds,
-                (SELECT sh_last_second(r.chunk, r.data) FROM readings r WHERE r.device_pk = d.id
-                 ORDER BY r.chunk DESC LIMIT 1)
+                (SELECT sh_last_second(h.key, h.data) FROM hours h
+                 WHERE h.key BETWEEN d.id << 32 AND (d.id << 32) + 4294967295 ORDER BY h.key DESC LIMIT 1)
          FROM devices d WHERE {SCOPE_FILTER} ORDER BY d.device_id"
     ))?;
     let devices = stmt
@@ -177,14 +178,12 @@ pub(super) fn read_batch(
     end: i64,
     limit: usize,
 ) -> StoreResult<ReadingBatch> {
-    let mut stmt = c.prepare_cached(
-        "SELECT chunk, data FROM readings WHERE device_pk = ?1 AND chunk >= ?2 AND chunk <= ?3 ORDER BY chunk",
-    )?;
-    let mut rows = stmt.query(params![device_pk, chunk_of(from), chunk_of(end)])?;
+    let mut stmt = c.prepare_cached("SELECT key, data FROM hours WHERE key BETWEEN ?1 AND ?2 ORDER BY key")?;
+    let mut rows = stmt.query(params![hour_key(device_pk, chunk_of(from)), hour_key(device_pk, chunk_of(end))])?;
     let mut batch = ReadingBatch::default();
     while batch.len() < limit {
         let Some(r) = rows.next()? else { break };
-        let chunk: i64 = r.get(0)?;
+        let chunk = key_chunk(r.get(0)?);
         let bytes = r.get_ref(1)?.as_blob().map_err(rusqlite::Error::from)?;
         chunk::decode_into(chunk, bytes, from, end, &mut batch, limit)
             .ok_or_else(|| crate::decide::malformed(device_pk, chunk))?;

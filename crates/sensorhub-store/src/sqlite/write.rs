@@ -2,6 +2,7 @@
 //! Every entry point runs in one `IMMEDIATE` transaction: all or nothing.
 
 use super::read::device_sensors;
+use super::{hour_key, key_chunk};
 use crate::decide::{
     self, AccountWrite, Change, DeviceSensors, HourRow, Hours, KeyWrite, Links, ScopeRequest, SensorWrite,
     StoredAccount, StoredKey, invalid, now,
@@ -351,15 +352,15 @@ impl<'t, 'c> ReadingWriter<'t, 'c> {
     /// Merges every gathered hour into its row; rows that would not change
     /// are not written.
     fn flush(&mut self) -> StoreResult<()> {
-        let mut select = self.tx.prepare_cached("SELECT data FROM readings WHERE device_pk = ?1 AND chunk = ?2")?;
+        let mut select = self.tx.prepare_cached("SELECT data FROM hours WHERE key = ?1")?;
         let mut upsert = self.tx.prepare_cached(
-            "INSERT INTO readings (device_pk, chunk, data) VALUES (?1, ?2, ?3)
-             ON CONFLICT (device_pk, chunk) DO UPDATE SET data = excluded.data",
+            "INSERT INTO hours (key, data) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE SET data = excluded.data",
         )?;
         for row in self.hours.take() {
-            let old: Option<Vec<u8>> = select.query_row(params![row.device_pk, row.chunk], |r| r.get(0)).optional()?;
-            if let Some((HourRow { device_pk, chunk, data }, changed)) = decide::merge_hour(row, old.as_deref())? {
-                upsert.execute(params![device_pk, chunk, &data])?;
+            let key = super::checked_hour_key(row.device_pk, row.chunk)?;
+            let old: Option<Vec<u8>> = select.query_row(params![key], |r| r.get(0)).optional()?;
+            if let Some((HourRow { data, .. }, changed)) = decide::merge_hour(row, old.as_deref())? {
+                upsert.execute(params![key, &data])?;
                 self.changed += changed;
             }
         }
@@ -461,22 +462,23 @@ pub(super) fn delete_readings(c: &mut Connection, device_id: &str, range: TimeRa
     let (mut next, last) = decide::chunks_of(range);
     let mut report = DeleteReport::default();
     {
-        let mut select = tx.prepare_cached(
-            "SELECT chunk, data FROM readings WHERE device_pk = ?1 AND chunk >= ?2 AND chunk <= ?3 ORDER BY chunk LIMIT ?4",
-        )?;
-        let mut delete = tx.prepare_cached("DELETE FROM readings WHERE device_pk = ?1 AND chunk = ?2")?;
-        let mut update = tx.prepare_cached("UPDATE readings SET data = ?3 WHERE device_pk = ?1 AND chunk = ?2")?;
+        let mut select =
+            tx.prepare_cached("SELECT key, data FROM hours WHERE key BETWEEN ?1 AND ?2 ORDER BY key LIMIT ?3")?;
+        let mut delete = tx.prepare_cached("DELETE FROM hours WHERE key = ?1")?;
+        let mut update = tx.prepare_cached("UPDATE hours SET data = ?2 WHERE key = ?1")?;
         loop {
             let rows: Vec<(i64, Vec<u8>)> = select
-                .query_map(params![pk, next, last, DELETE_BATCH], |r| Ok((r.get(0)?, r.get(1)?)))?
+                .query_map(params![hour_key(pk, next), hour_key(pk, last), DELETE_BATCH], |r| {
+                    Ok((key_chunk(r.get(0)?), r.get(1)?))
+                })?
                 .collect::<Result<_, _>>()?;
             let Some(&(end, _)) = rows.last() else { break };
             for (chunk, data) in rows {
                 let Some((kept, readings, values)) = decide::cut_hour(pk, chunk, &data, range)? else { continue };
                 if kept.is_empty() {
-                    delete.execute(params![pk, chunk])?;
+                    delete.execute(params![hour_key(pk, chunk)])?;
                 } else {
-                    update.execute(params![pk, chunk, kept])?;
+                    update.execute(params![hour_key(pk, chunk), kept])?;
                 }
                 report.readings += readings;
                 report.values += values;

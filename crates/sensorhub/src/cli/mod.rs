@@ -79,6 +79,11 @@ struct MigrateArgs {
     /// before write grants existed (a choice made once, on upgrade)
     #[arg(long)]
     grant_write_to_viewers: bool,
+    /// Hours of stored readings converted per transaction while an older
+    /// schema's readings are upgraded (each batch commits on its own, so an
+    /// interrupted upgrade carries on at the next start)
+    #[arg(long, default_value_t = sensorhub_store::UPGRADE_BATCH_HOURS as u32, value_parser = clap::value_parser!(u32).range(1..))]
+    batch_hours: u32,
 }
 
 /// What every command gets: the config file and the database to open.
@@ -118,7 +123,8 @@ pub async fn run(cli: Cli) -> CliResult {
         Command::Import(args) => import::run(&ctx, args).await,
         Command::Copy(args) => copy::run(args).await,
         Command::Migrate(args) => {
-            let store = ctx.open().await?;
+            let options = sensorhub_store::OpenOptions { upgrade_batch_hours: args.batch_hours as usize };
+            let store = sensorhub_store::open_with(&ctx.database, options).await?;
             println!("database {} is migrated to the current schema", sensorhub_store::redact_url(&ctx.database));
             if args.grant_write_to_viewers {
                 let n = store.grant_write_to_viewers().await?;

@@ -54,8 +54,8 @@ async fn an_installation_moves_to_postgres_and_back_verified() {
     tokio::spawn(conn);
     let changed = client
         .execute(
-            "UPDATE readings SET data = data || '\\x00'::bytea
-             WHERE (device_pk, chunk) = (SELECT device_pk, chunk FROM readings ORDER BY device_pk, chunk LIMIT 1)",
+            "UPDATE hours SET data = data || '\\x00'::bytea
+             WHERE (device_pk, chunk) = (SELECT device_pk, chunk FROM hours ORDER BY device_pk, chunk LIMIT 1)",
             &[],
         )
         .await

@@ -135,8 +135,24 @@ impl TestApp {
         ConnectionLimits { shutdown_grace: std::time::Duration::from_secs(5), ..ConnectionLimits::default() }
     }
 
+    /// A server over an existing database (kept alive by `dir` and `pg`).
+    pub async fn over(db: String, dir: TempDir, pg: Option<TempDatabase>) -> Self {
+        Self::serve(db, dir, pg, ServerOptions::default(), Self::test_limits(), None).await
+    }
+
     async fn spawn(options: ServerOptions, limits: ConnectionLimits, provision: Option<&str>) -> Self {
         let (db, dir, pg) = fresh_database().await;
+        Self::serve(db, dir, pg, options, limits, provision).await
+    }
+
+    async fn serve(
+        db: String,
+        dir: TempDir,
+        pg: Option<TempDatabase>,
+        options: ServerOptions,
+        limits: ConnectionLimits,
+        provision: Option<&str>,
+    ) -> Self {
         let store = sensorhub_store::open(&db).await.expect("open store");
         if let Some(text) = provision {
             let mut doc: Provision = parse_json(text).expect("fixture parses");

@@ -18,4 +18,5 @@ mod ratelimit;
 mod readings;
 mod shared;
 mod slow;
+mod upgrade;
 mod webhook;

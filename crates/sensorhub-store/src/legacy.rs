@@ -1,27 +1,28 @@
-//! The packed form of the values measured by one device at one second:
-//! a LEB128 bit set of sensor idx, then one code per set bit in idx order.
-//! Sensor values are mostly decimals with few digits (`92.5`, `-78`,
-//! `120.4`), so a value that is exactly `n / 10^k` for k in 0..=2 is stored
-//! as the LEB128 varint `zigzag(n) << 2 | k` (one to three bytes); any
-//! other value as the code `3` and its eight little-endian bytes. Decoding
-//! hands out the decimal itself ([`StoredValue`]), so the reader can print
-//! it without a float-to-decimal search. Decoding
-//! divides by the exact power of ten, which is correctly rounded, and a
-//! value is only stored scaled if that gives back the same bits.
+//! The stored hour of schema version 2 and before, read only to upgrade it
+//! to the column format ([`crate::chunk`]): the hour's readings in time
+//! order, each the offset of its second within the hour (a varint) and its
+//! packed values: a LEB128 bit set of sensor idx, then one code per set bit
+//! in idx order, `zigzag(n) << 2 | k` for a value that is exactly
+//! `n / 10^k` with k in 0..=2, else the code `3` and the eight
+//! little-endian bytes of the double.
 
 use crate::StoredValue;
+use crate::chunk::{CHUNK_SECONDS, Row};
 
 /// Decimal scales tried, in order: 1, 10, 100.
+#[cfg(test)]
 const SCALES: [f64; 3] = [1.0, 10.0, 100.0];
 /// Code of a raw `f64`.
 const RAW: u64 = 3;
 /// Largest |n| stored scaled: exact in an `f64`, and below the magnitude
 /// (1e16) where JSON printers switch to an exponent.
+#[cfg(test)]
 const MAX_SCALED: f64 = 1.0e15;
 
 /// Appends the packed form of `values` (pairs of idx and value, any order,
 /// idx below 64; a later pair for the same idx wins) to `out`.
-pub fn encode(values: &[(u8, f64)], out: &mut Vec<u8>) {
+#[cfg(test)]
+fn encode(values: &[(u8, f64)], out: &mut Vec<u8>) {
     let mut slots = [0f64; 64];
     let mut mask = 0u64;
     for &(idx, v) in values {
@@ -38,6 +39,7 @@ pub fn encode(values: &[(u8, f64)], out: &mut Vec<u8>) {
     }
 }
 
+#[cfg(test)]
 fn write_value(v: f64, out: &mut Vec<u8>) {
     for (k, scale) in SCALES.iter().enumerate() {
         let n = (v * scale).round();
@@ -54,7 +56,8 @@ fn write_value(v: f64, out: &mut Vec<u8>) {
 }
 
 /// Appends `x` as a LEB128 varint.
-pub(crate) fn write_varint(mut x: u64, out: &mut Vec<u8>) {
+#[cfg(test)]
+fn write_varint(mut x: u64, out: &mut Vec<u8>) {
     loop {
         let byte = (x & 0x7f) as u8;
         x >>= 7;
@@ -67,7 +70,7 @@ pub(crate) fn write_varint(mut x: u64, out: &mut Vec<u8>) {
 }
 
 /// Reads a varint at the start of `bytes`; returns it and the rest.
-pub(crate) fn read_varint(bytes: &[u8]) -> Option<(u64, &[u8])> {
+fn read_varint(bytes: &[u8]) -> Option<(u64, &[u8])> {
     let mut x = 0u64;
     for (i, &b) in bytes.iter().enumerate().take(10) {
         x |= u64::from(b & 0x7f) << (7 * i);
@@ -94,7 +97,7 @@ fn read_value(bytes: &[u8]) -> Option<(StoredValue, &[u8])> {
 }
 
 /// The length of the packed reading at the start of `bytes`.
-pub(crate) fn reading_len(bytes: &[u8]) -> Option<usize> {
+fn reading_len(bytes: &[u8]) -> Option<usize> {
     let (mask, mut rest) = read_varint(bytes)?;
     for _ in 0..mask.count_ones() {
         let (code, next) = read_varint(rest)?;
@@ -105,7 +108,7 @@ pub(crate) fn reading_len(bytes: &[u8]) -> Option<usize> {
 
 /// Decodes a packed reading: its bit set, and its values appended to `out`
 /// in idx order. `None` if the bytes are not a packed reading.
-pub fn decode_into(bytes: &[u8], out: &mut Vec<StoredValue>) -> Option<u64> {
+fn decode_into(bytes: &[u8], out: &mut Vec<StoredValue>) -> Option<u64> {
     let (mask, mut rest) = read_varint(bytes)?;
     for _ in 0..mask.count_ones() {
         let (v, next) = read_value(rest)?;
@@ -116,7 +119,7 @@ pub fn decode_into(bytes: &[u8], out: &mut Vec<StoredValue>) -> Option<u64> {
 }
 
 /// Decodes a packed reading into (idx, value) pairs in idx order.
-pub fn decode_pairs(bytes: &[u8]) -> Option<Vec<(u8, f64)>> {
+fn decode_pairs(bytes: &[u8]) -> Option<Vec<(u8, f64)>> {
     let mut values = Vec::new();
     let mask = decode_into(bytes, &mut values)?;
     let mut m = mask;
@@ -128,15 +131,32 @@ pub fn decode_pairs(bytes: &[u8]) -> Option<Vec<(u8, f64)>> {
     Some(pairs)
 }
 
-/// Merges two packed readings: the values of `new` replace those of `old`
-/// for the same sensor; the others are kept. Malformed `old` is replaced.
-pub fn merge(old: &[u8], new: &[u8]) -> Option<Vec<u8>> {
-    let newer = decode_pairs(new)?;
-    let mut all = decode_pairs(old).unwrap_or_default();
-    all.extend(newer);
-    let mut out = Vec::with_capacity(old.len().max(new.len()) + 8);
-    encode(&all, &mut out);
+/// The readings of a stored hour in the old format.
+pub(crate) fn rows(data: &[u8]) -> Option<Vec<Row>> {
+    let mut out: Vec<Row> = Vec::new();
+    let mut rest = data;
+    while !rest.is_empty() {
+        let (offset, after) = read_varint(rest)?;
+        let len = reading_len(after)?;
+        let offset = u16::try_from(offset).ok().filter(|o| i64::from(*o) < CHUNK_SECONDS)?;
+        if out.last().is_some_and(|r| r.0 >= offset) {
+            return None;
+        }
+        out.push((offset, decode_pairs(&after[..len])?));
+        rest = &after[len..];
+    }
     Some(out)
+}
+
+/// An hour in the old format, as schema version 2 wrote it (for tests).
+#[cfg(test)]
+pub(crate) fn encode_hour(rows: &[Row]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (offset, pairs) in rows {
+        write_varint(u64::from(*offset), &mut out);
+        encode(pairs, &mut out);
+    }
+    out
 }
 
 #[cfg(test)]
@@ -167,15 +187,6 @@ mod tests {
             let got = decode_pairs(&buf).expect("decodes")[0].1;
             assert_eq!(got.to_bits(), v.to_bits(), "{v}");
         }
-    }
-
-    #[test]
-    fn merge_replaces_same_sensor_and_keeps_others() {
-        let (mut a, mut b) = (Vec::new(), Vec::new());
-        encode(&[(0, 1.0), (1, 2.0)], &mut a);
-        encode(&[(1, 20.0), (2, 30.0)], &mut b);
-        let m = merge(&a, &b).expect("valid");
-        assert_eq!(decode_pairs(&m), Some(vec![(0, 1.0), (1, 20.0), (2, 30.0)]));
     }
 
     proptest::proptest! {

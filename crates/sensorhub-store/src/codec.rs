@@ -1,0 +1,369 @@
+//! Column coding for stored hours ([`crate::chunk`]): varints, zigzag, bit
+//! packing, the decimal form of a column of doubles and XOR coding of the
+//! doubles that have none. Every decoder takes arbitrary bytes and returns
+//! `None` instead of panicking; every double comes back bit for bit.
+//!
+//! A column of values is coded in one of two ways, chosen per column:
+//! - **decimal**: when every value is exactly `n / 10^k` for one `k` in
+//!   `0..=MAX_K` with `|n| < 10^15`, the integers `n` are stored as the
+//!   first one and then the differences, each zigzag-coded, either as
+//!   LEB128 varints or bit-packed at one width, whichever is smaller (or
+//!   nothing at all when every difference is zero);
+//! - **XOR**: otherwise the first double's 8 bytes, then for each next one
+//!   its XOR with the one before, as a control byte naming its leading and
+//!   trailing zero bytes and the bytes in between (Gorilla's idea, on byte
+//!   boundaries so that decoding stays a few shifts per value).
+
+use crate::StoredValue;
+
+/// Powers of ten that are exact doubles, by exponent.
+const POW10: [f64; 16] = [1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15];
+/// Largest number of decimals a decimal column has.
+pub(crate) const MAX_K: u8 = 12;
+/// Largest |n| of a decimal: exact in a double, and below the magnitude
+/// (1e16) where JSON printers switch to an exponent.
+const MAX_DIGITS: f64 = 1.0e15;
+
+/// Mode byte of a column: decimal columns carry `k` in the low nibble and
+/// the coding of their differences in the high one; `XOR` is a column of
+/// raw doubles.
+const CONSTANT: u8 = 0x00;
+const VARINT: u8 = 0x10;
+const PACKED: u8 = 0x20;
+const XOR: u8 = 0xF0;
+
+/// Appends `x` as a LEB128 varint.
+pub(crate) fn write_varint(mut x: u64, out: &mut Vec<u8>) {
+    while x >= 0x80 {
+        out.push((x as u8) | 0x80);
+        x >>= 7;
+    }
+    out.push(x as u8);
+}
+
+/// Bytes that [`write_varint`] takes for `x`.
+fn varint_len(x: u64) -> usize {
+    (64 - (x | 1).leading_zeros() as usize).div_ceil(7)
+}
+
+pub(crate) fn zigzag(n: i64) -> u64 {
+    ((n << 1) ^ (n >> 63)) as u64
+}
+
+pub(crate) fn unzigzag(z: u64) -> i64 {
+    ((z >> 1) as i64) ^ -((z & 1) as i64)
+}
+
+/// A cursor over bytes being decoded.
+pub(crate) struct Reader<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    pub(crate) fn new(bytes: &'a [u8]) -> Self {
+        Self { bytes, pos: 0 }
+    }
+
+    /// Whether every byte was read.
+    pub(crate) fn is_done(&self) -> bool {
+        self.pos == self.bytes.len()
+    }
+
+    pub(crate) fn byte(&mut self) -> Option<u8> {
+        let b = *self.bytes.get(self.pos)?;
+        self.pos += 1;
+        Some(b)
+    }
+
+    pub(crate) fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        let end = self.pos.checked_add(n)?;
+        let s = self.bytes.get(self.pos..end)?;
+        self.pos = end;
+        Some(s)
+    }
+
+    /// A LEB128 varint of at most ten bytes.
+    pub(crate) fn varint(&mut self) -> Option<u64> {
+        let mut x = 0u64;
+        for i in 0..10 {
+            let b = self.byte()?;
+            x |= u64::from(b & 0x7f) << (7 * i);
+            if b & 0x80 == 0 {
+                return Some(x);
+            }
+        }
+        None
+    }
+
+    /// A varint that must fit in `usize` and be at most `max`.
+    pub(crate) fn count(&mut self, max: usize) -> Option<usize> {
+        usize::try_from(self.varint()?).ok().filter(|n| *n <= max)
+    }
+}
+
+/// `v` as `n / 10^k` with `|n| < 10^15`, if that gives back `v` bit for bit.
+fn scaled(v: f64, k: u8) -> Option<i64> {
+    let n = (v * POW10[usize::from(k)]).round();
+    // Decode from the integer as the reader will (so -0.0 has no decimal form).
+    (n.abs() < MAX_DIGITS && ((n as i64) as f64 / POW10[usize::from(k)]).to_bits() == v.to_bits()).then_some(n as i64)
+}
+
+/// The integers of `values` at the fewest decimals that hold them all, or
+/// `None` if some value has no decimal form.
+fn decimal_column(values: &[f64]) -> Option<(u8, Vec<i64>)> {
+    let mut k = 0u8;
+    for &v in values {
+        while scaled(v, k).is_none() {
+            k += 1;
+            if k > MAX_K {
+                return None;
+            }
+        }
+    }
+    let ints: Option<Vec<i64>> = values.iter().map(|&v| scaled(v, k)).collect();
+    Some((k, ints?))
+}
+
+/// Appends a column of values (at least one).
+pub(crate) fn encode_column(values: &[f64], out: &mut Vec<u8>) {
+    match decimal_column(values) {
+        Some((k, ints)) => encode_ints(k, &ints, out),
+        None => encode_xor(values, out),
+    }
+}
+
+fn encode_ints(k: u8, ints: &[i64], out: &mut Vec<u8>) {
+    let deltas: Vec<u64> = ints.windows(2).map(|w| zigzag(w[1] - w[0])).collect();
+    let first = zigzag(ints.first().copied().unwrap_or(0));
+    let widest = deltas.iter().fold(0, |a, d| a | d);
+    if widest == 0 {
+        out.push(CONSTANT | k);
+        write_varint(first, out);
+        return;
+    }
+    let width = 64 - widest.leading_zeros() as usize;
+    let packed_len = 1 + (deltas.len() * width).div_ceil(8);
+    let varint_total: usize = deltas.iter().map(|d| varint_len(*d)).sum();
+    if packed_len < varint_total {
+        out.push(PACKED | k);
+        write_varint(first, out);
+        out.push(width as u8);
+        pack(&deltas, width, out);
+    } else {
+        out.push(VARINT | k);
+        write_varint(first, out);
+        for d in deltas {
+            write_varint(d, out);
+        }
+    }
+}
+
+/// Appends `values` at `width` bits each, least significant bits first.
+fn pack(values: &[u64], width: usize, out: &mut Vec<u8>) {
+    let (mut acc, mut bits) = (0u128, 0usize);
+    for &v in values {
+        acc |= u128::from(v) << bits;
+        bits += width;
+        while bits >= 8 {
+            out.push(acc as u8);
+            acc >>= 8;
+            bits -= 8;
+        }
+    }
+    if bits > 0 {
+        out.push(acc as u8);
+    }
+}
+
+fn encode_xor(values: &[f64], out: &mut Vec<u8>) {
+    out.push(XOR);
+    let mut prev = 0u64;
+    for (i, v) in values.iter().enumerate() {
+        let bits = v.to_bits();
+        if i == 0 {
+            out.extend_from_slice(&bits.to_le_bytes());
+        } else {
+            let x = bits ^ prev;
+            if x == 0 {
+                out.push(0);
+            } else {
+                let lead = (x.leading_zeros() / 8) as usize;
+                let trail = (x.trailing_zeros() / 8) as usize;
+                out.push((1 + lead * 8 + trail) as u8);
+                out.extend_from_slice(&(x >> (trail * 8)).to_le_bytes()[..8 - lead - trail]);
+            }
+        }
+        prev = bits;
+    }
+}
+
+/// Decodes a column of `m` values (at least one), appending them to `out`.
+pub(crate) fn decode_column(r: &mut Reader<'_>, m: usize, out: &mut Vec<StoredValue>) -> Option<()> {
+    let mode = r.byte()?;
+    if mode == XOR {
+        return decode_xor(r, m, out);
+    }
+    let k = mode & 0x0f;
+    if k > MAX_K {
+        return None;
+    }
+    let mut n = unzigzag(r.varint()?);
+    let mut push = |n: i64| {
+        // Digits beyond 15 or an overflow mean damage, not a value.
+        (n.unsigned_abs() < 1_000_000_000_000_000).then(|| out.push(decimal(n, k)))
+    };
+    push(n)?;
+    match mode & 0xf0 {
+        CONSTANT => {
+            for _ in 1..m {
+                push(n)?;
+            }
+        }
+        VARINT => {
+            for _ in 1..m {
+                n = n.checked_add(unzigzag(r.varint()?))?;
+                push(n)?;
+            }
+        }
+        PACKED => {
+            let width = usize::from(r.byte()?);
+            if width == 0 || width > 64 {
+                return None;
+            }
+            let bytes = r.take(((m - 1) * width).div_ceil(8))?;
+            let mask = if width == 64 { u64::MAX } else { (1u64 << width) - 1 };
+            let (mut acc, mut bits, mut next) = (0u128, 0usize, 0usize);
+            for _ in 1..m {
+                while bits < width {
+                    acc |= u128::from(*bytes.get(next)?) << bits;
+                    next += 1;
+                    bits += 8;
+                }
+                n = n.checked_add(unzigzag(acc as u64 & mask))?;
+                acc >>= width;
+                bits -= width;
+                push(n)?;
+            }
+        }
+        _ => return None,
+    }
+    Some(())
+}
+
+/// `n / 10^k` with trailing zero digits dropped, so that `k` is the fewest
+/// decimals of the value (what [`StoredValue::write_json`] expects).
+fn decimal(mut n: i64, mut k: u8) -> StoredValue {
+    while k > 0 && n % 10 == 0 {
+        n /= 10;
+        k -= 1;
+    }
+    StoredValue::Decimal { n, k }
+}
+
+/// `10^k` as a double, for `k` in `0..=15`.
+pub(crate) fn pow10(k: u8) -> f64 {
+    POW10[usize::from(k.min(15))]
+}
+
+fn decode_xor(r: &mut Reader<'_>, m: usize, out: &mut Vec<StoredValue>) -> Option<()> {
+    let mut bits = u64::from_le_bytes(*r.take(8)?.first_chunk::<8>()?);
+    for i in 0..m {
+        if i > 0 {
+            let control = usize::from(r.byte()?);
+            if control > 0 {
+                let (lead, trail) = ((control - 1) / 8, (control - 1) % 8);
+                let len = 8usize.checked_sub(lead + trail).filter(|l| *l > 0)?;
+                let mut word = [0u8; 8];
+                word[..len].copy_from_slice(r.take(len)?);
+                bits ^= u64::from_le_bytes(word) << (trail * 8);
+            }
+        }
+        let v = f64::from_bits(bits);
+        if !v.is_finite() {
+            return None;
+        }
+        out.push(StoredValue::Float(v));
+    }
+    Some(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn round_trip(values: &[f64]) -> Vec<u8> {
+        let mut buf = Vec::new();
+        encode_column(values, &mut buf);
+        let mut r = Reader::new(&buf);
+        let mut out = Vec::new();
+        decode_column(&mut r, values.len(), &mut out).expect("decodes");
+        assert!(r.is_done(), "every byte read");
+        for (v, got) in values.iter().zip(&out) {
+            assert_eq!(got.to_f64().to_bits(), v.to_bits(), "{v} came back as {got:?}");
+            let mut json = Vec::new();
+            got.write_json(&mut json);
+            assert_eq!(String::from_utf8(json).expect("utf-8"), serde_json::to_string(v).expect("finite"), "{v}");
+        }
+        buf
+    }
+
+    #[test]
+    fn awkward_doubles_come_back_bit_for_bit() {
+        round_trip(&[-0.0, 0.0, 1e-7, 0.1 + 0.2, f64::MAX, f64::MIN, f64::MIN_POSITIVE, 5e-324, 1e300, -123456.789]);
+        round_trip(&[24.15, 9.0e15, 9.1e15, 1e15, 999_999_999_999_999.0, 0.000_001, 1.234_567_8]);
+        round_trip(&[f64::MAX]);
+        round_trip(&[-0.0, -0.0]);
+    }
+
+    #[test]
+    fn decimals_of_any_scale_pack_small() {
+        let level: Vec<f64> = (0..60).map(|i| f64::from(1200 + i % 7) / 1000.0).collect();
+        assert!(round_trip(&level).len() <= 36, "three decimals, deltas of a few millimetres: 4 bits each");
+        let micro: Vec<f64> = (0..60).map(|i| f64::from(i) / 1e6).collect();
+        assert!(round_trip(&micro).len() < 70, "six decimals");
+        assert_eq!(round_trip(&[12.5; 60]).len(), 3, "a flat line is its first value");
+    }
+
+    #[test]
+    fn garbage_is_refused_not_panicked_on() {
+        let mut out = Vec::new();
+        for bytes in [&[][..], &[0x2f], &[0x21, 0x02, 0x00], &[0x21, 0x02, 65, 0], &[XOR, 1, 2], &[0x1d, 0]] {
+            assert!(decode_column(&mut Reader::new(bytes), 3, &mut out).is_none(), "{bytes:?}");
+        }
+    }
+
+    fn any_double() -> impl Strategy<Value = f64> {
+        prop_oneof![
+            proptest::num::f64::NORMAL | proptest::num::f64::SUBNORMAL | proptest::num::f64::ZERO,
+            (-10_000_000i64..10_000_000, 0u32..8).prop_map(|(n, k)| n as f64 / 10f64.powi(k as i32)),
+            Just(f64::MAX),
+            Just(f64::MIN),
+            Just(-0.0),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn any_column_round_trips(values in proptest::collection::vec(any_double(), 1..200)) {
+            round_trip(&values);
+        }
+
+        #[test]
+        fn random_walks_round_trip(start in -1e6f64..1e6, steps in proptest::collection::vec(-500i64..500, 1..300), k in 0u8..7) {
+            let mut n = (start * pow10(k)).round() as i64;
+            let values: Vec<f64> = steps.iter().map(|s| { n += s; n as f64 / pow10(k) }).collect();
+            round_trip(&values);
+        }
+
+        #[test]
+        fn any_bytes_decode_or_are_refused(bytes in proptest::collection::vec(any::<u8>(), 0..64), m in 1usize..40) {
+            let mut out = Vec::new();
+            if decode_column(&mut Reader::new(&bytes), m, &mut out).is_some() {
+                prop_assert_eq!(out.len(), m);
+                for v in out { prop_assert!(v.to_f64().is_finite()); }
+            }
+        }
+    }
+}

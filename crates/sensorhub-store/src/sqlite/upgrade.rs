@@ -1,0 +1,56 @@
+//! The upgrade of readings stored by schema version 2 (the `readings`
+//! table, in the format of `legacy.rs`) to `hours` in the column format: a
+//! batch of hours per transaction, each moved (converted, inserted, deleted
+//! from the old table) atomically, so that a kill at any moment loses
+//! nothing and the next open carries on where it stopped. The old table is
+//! dropped in the transaction that finds it empty.
+
+use super::{checked_hour_key, write::begin};
+use crate::StoreResult;
+use crate::decide::{UpgradeLog, upgrade_hour};
+use rusqlite::{Connection, params};
+
+fn old_table_exists(c: &Connection) -> rusqlite::Result<bool> {
+    c.query_row("SELECT EXISTS (SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'readings')", [], |r| {
+        r.get(0)
+    })
+}
+
+/// Moves every hour of `readings` to `hours`, `batch` hours per transaction.
+pub(super) fn run(c: &mut Connection, batch: usize) -> StoreResult<()> {
+    if !old_table_exists(c)? {
+        return Ok(());
+    }
+    let total: i64 = c.query_row("SELECT count(*) FROM readings", [], |r| r.get(0))?;
+    let mut log = UpgradeLog::start(u64::try_from(total).unwrap_or(0));
+    loop {
+        let tx = begin(c)?;
+        // Another process may have finished the upgrade meanwhile.
+        if !old_table_exists(&tx)? {
+            return Ok(());
+        }
+        let rows: Vec<(i64, i64, Vec<u8>)> = tx
+            .prepare_cached("SELECT device_pk, chunk, data FROM readings ORDER BY device_pk, chunk LIMIT ?1")?
+            .query_map([batch.max(1) as i64], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+            .collect::<Result<_, _>>()?;
+        if rows.is_empty() {
+            tx.execute_batch("DROP TABLE readings")?;
+            tx.commit()?;
+            log.finish();
+            return Ok(());
+        }
+        {
+            let mut insert = tx.prepare_cached("INSERT INTO hours (key, data) VALUES (?1, ?2)")?;
+            let mut delete = tx.prepare_cached("DELETE FROM readings WHERE device_pk = ?1 AND chunk = ?2")?;
+            for (pk, chunk, old) in &rows {
+                let data = upgrade_hour(*pk, *chunk, old)?;
+                if !data.is_empty() {
+                    insert.execute(params![checked_hour_key(*pk, *chunk)?, data])?;
+                }
+                delete.execute(params![pk, chunk])?;
+            }
+        }
+        tx.commit()?;
+        log.batch(rows.len() as u64);
+    }
+}
