@@ -1,6 +1,7 @@
 //! `sensorhub-bench`: generate datasets and run the benchmark scenarios.
 #![forbid(unsafe_code)]
 
+mod codecs;
 mod dataset;
 mod hostile;
 mod profiles;
@@ -26,6 +27,8 @@ struct Cli {
 enum Cmd {
     /// Run every scenario against a release build and print the figures
     Run(run::Args),
+    /// Compare the stored hour format with pco on every data profile (payload bytes and speed)
+    Codecs(codecs::Args),
     /// Soak a release server with mixed reads and webhook ingest, sampling RSS and file descriptors
     Soak(soak::Args),
     /// Write a dataset: provision.json and readings as CSV, NDJSON and InfluxDB line protocol
@@ -85,6 +88,7 @@ fn generate(scale: &str, seed: u64, out: &std::path::Path, formats: &str) -> Res
 fn main() -> ExitCode {
     let result = match Cli::parse().command {
         Cmd::Gen { scale, seed, out, formats } => generate(&scale, seed, &out, &formats),
+        Cmd::Codecs(args) => codecs::run(args),
         Cmd::Soak(args) => soak::run(args).map(|(s, path)| {
             println!("{}", soak::report(&s));
             println!("results written to {}", path.display());

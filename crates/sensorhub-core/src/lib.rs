@@ -4,6 +4,7 @@
 
 pub mod model;
 pub mod provision;
+pub mod retention;
 pub mod secret;
 pub mod simulate;
 pub mod time;

@@ -78,6 +78,10 @@ pub struct DeviceSpec {
     /// and may write its readings. Omitted leaves the owner as it is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
+    /// How long the device's readings are kept (`90d`, `forever`, or
+    /// `inherit`: its owner's setting). Omitted leaves it as it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention: Option<crate::retention::Retention>,
 }
 
 /// One reading to store: values measured by a device at one instant.

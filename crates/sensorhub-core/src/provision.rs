@@ -71,6 +71,11 @@ pub struct AccountSpec {
     /// Webhook keys (`X-API-KEY`); keys not listed are left alone.
     #[serde(default)]
     pub webhook_keys: Vec<WebhookKeySpec>,
+    /// How long the readings of the devices the account owns are kept
+    /// (`90d`, `forever`, or `inherit`: the server's `--retention`), unless
+    /// a device says otherwise. Omitted leaves it as it is.
+    #[serde(default)]
+    pub retention: Option<crate::retention::Retention>,
 }
 
 /// An API key of an account.

@@ -49,56 +49,96 @@ pub(crate) fn normalize(pairs: &mut Vec<(u8, f64)>) {
     });
 }
 
+/// One sensor's column of an hour being written: which readings have it
+/// (empty: all of them) and their values in time order.
+struct ColumnIn {
+    idx: u8,
+    present: Vec<bool>,
+    values: Vec<f64>,
+}
+
+/// An hour being written, as columns.
+#[derive(Default)]
+struct Columns {
+    times: Vec<u16>,
+    /// In ascending idx order.
+    columns: Vec<ColumnIn>,
+}
+
+impl Columns {
+    /// Appends a reading later than every one held (pairs in idx order).
+    fn push(&mut self, t: u16, pairs: &[(u8, f64)]) {
+        let n = self.times.len();
+        self.times.push(t);
+        let mut p = pairs.iter().peekable();
+        for c in &mut self.columns {
+            while p.next_if(|x| x.0 < c.idx).is_some() {}
+            let value = p.next_if(|x| x.0 == c.idx).map(|x| x.1);
+            if value.is_none() && c.present.is_empty() {
+                c.present = vec![true; n];
+            }
+            if !c.present.is_empty() {
+                c.present.push(value.is_some());
+            }
+            c.values.extend(value);
+        }
+        // Sensors this hour has not seen yet.
+        for &(idx, v) in pairs {
+            if let Err(at) = self.columns.binary_search_by_key(&idx, |c| c.idx) {
+                let mut present = vec![false; n + 1];
+                present[n] = true;
+                self.columns
+                    .insert(at, ColumnIn { idx, present: if n == 0 { Vec::new() } else { present }, values: vec![v] });
+            }
+        }
+    }
+
+    fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        let n = self.times.len();
+        if n == 0 {
+            return out;
+        }
+        out.push(FORMAT);
+        codec::write_varint(n as u64, &mut out);
+        encode_times(&self.times, &mut out);
+        let mask = self.columns.iter().filter(|c| !c.values.is_empty()).fold(0u64, |m, c| m | 1 << (c.idx & 63));
+        codec::write_varint(mask, &mut out);
+        for c in self.columns.iter().filter(|c| !c.values.is_empty()) {
+            if c.values.len() == n {
+                out.push(0);
+            } else {
+                out.push(1);
+                let mut bitmap = vec![0u8; n.div_ceil(8)];
+                for (i, _) in c.present.iter().enumerate().filter(|(_, p)| **p) {
+                    bitmap[i / 8] |= 1 << (i % 8);
+                }
+                out.extend_from_slice(&bitmap);
+            }
+            codec::encode_column(&c.values, &mut out);
+        }
+        out
+    }
+}
+
 /// Encodes readings (ascending seconds below [`CHUNK_SECONDS`], pairs as
 /// [`normalize`] leaves them) as a stored hour; empty for no readings.
 pub(crate) fn encode(rows: &[Row]) -> Vec<u8> {
-    let mut out = Vec::new();
-    if rows.is_empty() {
-        return out;
+    let mut columns = Columns::default();
+    for (t, pairs) in rows {
+        columns.push(*t, pairs);
     }
-    out.push(FORMAT);
-    codec::write_varint(rows.len() as u64, &mut out);
-    encode_times(rows, &mut out);
-    let mask = rows.iter().flat_map(|r| &r.1).fold(0u64, |m, p| m | 1 << (p.0 & 63));
-    codec::write_varint(mask, &mut out);
-    let mut cursor = vec![0usize; rows.len()];
-    let mut present = vec![false; rows.len()];
-    let mut values = Vec::with_capacity(rows.len());
-    let mut m = mask;
-    while m != 0 {
-        let idx = m.trailing_zeros() as u8;
-        m &= m - 1;
-        values.clear();
-        for (i, (_, pairs)) in rows.iter().enumerate() {
-            present[i] = pairs.get(cursor[i]).is_some_and(|p| p.0 == idx);
-            if present[i] {
-                values.push(pairs[cursor[i]].1);
-                cursor[i] += 1;
-            }
-        }
-        if values.len() == rows.len() {
-            out.push(0);
-        } else {
-            out.push(1);
-            let mut bitmap = vec![0u8; rows.len().div_ceil(8)];
-            for (i, _) in present.iter().enumerate().filter(|(_, p)| **p) {
-                bitmap[i / 8] |= 1 << (i % 8);
-            }
-            out.extend_from_slice(&bitmap);
-        }
-        codec::encode_column(&values, &mut out);
-    }
-    out
+    columns.encode()
 }
 
-fn encode_times(rows: &[Row], out: &mut Vec<u8>) {
-    codec::write_varint(u64::from(rows[0].0), out);
-    let Some(second) = rows.get(1) else { return };
-    let mut step = i64::from(second.0) - i64::from(rows[0].0);
+fn encode_times(times: &[u16], out: &mut Vec<u8>) {
+    codec::write_varint(u64::from(times[0]), out);
+    let Some(second) = times.get(1) else { return };
+    let mut step = i64::from(*second) - i64::from(times[0]);
     codec::write_varint(step as u64, out);
     let mut zeros = 0u64;
-    for w in rows[1..].windows(2) {
-        let next = i64::from(w[1].0) - i64::from(w[0].0);
+    for w in times[1..].windows(2) {
+        let next = i64::from(w[1]) - i64::from(w[0]);
         if next == step {
             zeros += 1;
             continue;
@@ -258,20 +298,58 @@ pub(crate) fn rows(data: &[u8]) -> Option<Vec<Row>> {
     Some(out)
 }
 
-/// Merges two stored hours: readings at the same second are merged sensor
-/// by sensor, `new`'s values winning. `None` if either is malformed (a
-/// stored row is never silently replaced).
-pub fn merge(old: &[u8], new: &[u8]) -> Option<Vec<u8>> {
+/// A stored hour as columns of doubles, to append to.
+fn columns(data: &[u8]) -> Option<Columns> {
+    let mut values = Vec::new();
+    let d = decode(data, &mut values)?;
+    let n = d.times.len();
+    let mut at = 0;
+    let mut columns = Vec::with_capacity(d.columns.len());
+    for c in &d.columns {
+        let present = match c.bitmap {
+            None => Vec::new(),
+            Some(_) => (0..n).map(|i| c.has(i)).collect(),
+        };
+        columns.push(ColumnIn {
+            idx: c.idx,
+            present,
+            values: values[at..at + c.present].iter().map(|v| v.to_f64()).collect(),
+        });
+        at += c.present;
+    }
+    Some(Columns { times: d.times, columns })
+}
+
+/// Merges a new hour into a stored one: readings at the same second are
+/// merged sensor by sensor, `new`'s values winning. Returns the merged hour
+/// and how many of its seconds are new or changed; `None` if either is
+/// malformed (a stored row is never silently replaced). Readings later than
+/// every stored one (live data) are appended without spelling out the rest.
+pub fn merge(old: &[u8], new: &[u8]) -> Option<(Vec<u8>, u64)> {
     let newer = rows(new)?;
-    let older = if old.is_empty() { Vec::new() } else { rows(old)? };
+    if old.is_empty() {
+        return Some((encode(&newer), newer.len() as u64));
+    }
+    let last = decode_times(&mut Reader::new(old))?.last().copied();
+    if newer.first().is_some_and(|r| last.is_some_and(|l| r.0 > l)) {
+        let mut columns = columns(old)?;
+        for (t, pairs) in &newer {
+            columns.push(*t, pairs);
+        }
+        return Some((columns.encode(), newer.len() as u64));
+    }
+    let older = rows(old)?;
     let mut out: Vec<Row> = Vec::with_capacity(older.len() + newer.len());
+    let mut changed = 0;
     let (mut a, mut b) = (older.into_iter().peekable(), newer.into_iter().peekable());
     loop {
         let take_old = match (a.peek(), b.peek()) {
             (Some(x), Some(y)) if x.0 == y.0 => {
-                let (Some((t, mut pairs)), Some((_, newer))) = (a.next(), b.next()) else { break };
+                let (Some((t, before)), Some((_, newer))) = (a.next(), b.next()) else { break };
+                let mut pairs = before.clone();
                 pairs.extend(newer);
                 normalize(&mut pairs);
+                changed += u64::from(!same(&before, &pairs));
                 out.push((t, pairs));
                 continue;
             }
@@ -280,27 +358,15 @@ pub fn merge(old: &[u8], new: &[u8]) -> Option<Vec<u8>> {
             (None, Some(_)) => false,
             (None, None) => break,
         };
+        changed += u64::from(!take_old);
         out.extend(if take_old { a.next() } else { b.next() });
     }
-    Some(encode(&out))
+    Some((encode(&out), changed))
 }
 
 /// Whether two readings hold the same values, bit for bit.
 fn same(a: &[(u8, f64)], b: &[(u8, f64)]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.0 == y.0 && x.1.to_bits() == y.1.to_bits())
-}
-
-/// How many seconds of `merged` are absent from `old` or differ from it.
-pub fn changed_seconds(old: &[u8], merged: &[u8]) -> Option<u64> {
-    let old = if old.is_empty() { Vec::new() } else { rows(old)? };
-    let mut changed = 0;
-    for (t, pairs) in rows(merged)? {
-        match old.binary_search_by_key(&t, |r| r.0) {
-            Ok(i) if same(&old[i].1, &pairs) => {}
-            _ => changed += 1,
-        }
-    }
-    Some(changed)
 }
 
 /// How many readings a stored hour holds (read from its header only).
@@ -317,23 +383,39 @@ pub fn last_second(chunk: i64, data: &[u8]) -> Option<i64> {
 }
 
 /// Appends the readings of a stored hour within `from..=end` to `batch`, up
-/// to `limit` readings in the batch. `None` if the hour is malformed.
+/// to `limit` readings in the batch. `None` if the hour is malformed. (The
+/// window's hot path: values go straight from the columns to the batch.)
 pub fn decode_into(chunk: i64, data: &[u8], from: i64, end: i64, batch: &mut ReadingBatch, limit: usize) -> Option<()> {
     let base = chunk * CHUNK_SECONDS;
     let mut values = Vec::new();
     let d = decode(data, &mut values)?;
-    d.walk(&values, |i, mask, vals| {
-        let ts = base + i64::from(d.times[i]);
+    let mut cursor = Vec::with_capacity(d.columns.len());
+    let mut next = 0;
+    for c in &d.columns {
+        cursor.push(next);
+        next += c.present;
+    }
+    for (i, t) in d.times.iter().enumerate() {
+        let ts = base + i64::from(*t);
         if ts > end || batch.len() >= limit {
-            return false;
+            break;
         }
-        if ts >= from {
+        let keep = ts >= from;
+        let mut mask = 0u64;
+        for (c, at) in d.columns.iter().zip(cursor.iter_mut()) {
+            if c.has(i) {
+                if keep {
+                    mask |= 1 << c.idx;
+                    batch.values.push(values[*at]);
+                }
+                *at += 1;
+            }
+        }
+        if keep {
             batch.timestamps.push(ts);
             batch.masks.push(mask);
-            batch.values.extend_from_slice(vals);
         }
-        true
-    });
+    }
     Some(())
 }
 

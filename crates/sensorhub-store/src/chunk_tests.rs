@@ -71,6 +71,7 @@ proptest! {
         let _ = last_second(chunk, &data);
         let _ = rows(&data);
         let _ = merge(&data, &data);
+        let _ = merge(&data, &encode(&[(3599, vec![(1, 1.0)])]));
         let _ = crate::legacy::rows(&data);
     }
 
@@ -90,15 +91,30 @@ proptest! {
 fn merging_interleaves_and_merges_the_same_second() {
     let old = hour(&[(0, &[(0, 1.0)]), (120, &[(0, 3.0), (1, 4.0)])]);
     let new = hour(&[(60, &[(0, 2.0)]), (120, &[(1, 40.0)]), (3599, &[(2, 9.5)])]);
-    let merged = merge(&old, &new).expect("valid");
+    let (merged, changed) = merge(&old, &new).expect("valid");
     assert_eq!(
         rows(&merged).expect("valid"),
         vec![(0, vec![(0, 1.0)]), (60, vec![(0, 2.0)]), (120, vec![(0, 3.0), (1, 40.0)]), (3599, vec![(2, 9.5)])]
     );
-    assert_eq!(merge(&merged, &new), Some(merged.clone()), "merging again changes nothing");
-    assert_eq!(changed_seconds(&old, &merged), Some(3), "60 and 3599 are new, 120 changed");
-    assert_eq!(changed_seconds(&merged, &merged), Some(0));
+    assert_eq!(changed, 3, "60 and 3599 are new, 120 changed");
+    assert_eq!(merge(&merged, &new), Some((merged.clone(), 0)), "merging again changes nothing");
     assert_eq!(last_second(10, &merged), Some(36_000 + 3599));
+}
+
+proptest! {
+    /// Live data: readings appended one at a time, some sensors missing,
+    /// new sensors appearing, give the hour encoded from all of them.
+    #[test]
+    fn appending_is_encoding_the_whole(input in any_rows()) {
+        let mut stored = Vec::new();
+        for (i, row) in input.iter().enumerate() {
+            let (merged, changed) = merge(&stored, &encode(std::slice::from_ref(row))).expect("valid");
+            prop_assert_eq!(changed, 1);
+            prop_assert_eq!(bits(&rows(&merged).expect("decodes")), bits(&input[..=i]));
+            stored = merged;
+        }
+        prop_assert_eq!(stored, encode(&input));
+    }
 }
 
 #[test]

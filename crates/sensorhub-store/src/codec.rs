@@ -9,10 +9,12 @@
 //!   first one and then the differences, each zigzag-coded, either as
 //!   LEB128 varints or bit-packed at one width, whichever is smaller (or
 //!   nothing at all when every difference is zero);
-//! - **XOR**: otherwise the first double's 8 bytes, then for each next one
-//!   its XOR with the one before, as a control byte naming its leading and
-//!   trailing zero bytes and the bytes in between (Gorilla's idea, on byte
-//!   boundaries so that decoding stays a few shifts per value).
+//! - otherwise, whichever is smaller of **XOR** (the first double's 8
+//!   bytes, then for each next one its XOR with the one before, as a
+//!   control byte naming its leading and trailing zero bytes and the bytes
+//!   in between: Gorilla's idea, on byte boundaries so that decoding stays
+//!   a few shifts per value) and **bits** (the first double's 8 bytes, then
+//!   the differences of the bit patterns, zigzag-coded and bit-packed).
 
 use crate::StoredValue;
 
@@ -31,6 +33,11 @@ const CONSTANT: u8 = 0x00;
 const VARINT: u8 = 0x10;
 const PACKED: u8 = 0x20;
 const XOR: u8 = 0xF0;
+/// A column of raw doubles as the differences of their bit patterns,
+/// zigzag-coded and bit-packed: a walk of doubles without a decimal form
+/// (`x / 3`) changes only its low mantissa bits, which XOR leaves in whole
+/// bytes but a difference packs to the bit.
+const BITS: u8 = 0xF1;
 
 /// Appends `x` as a LEB128 varint.
 pub(crate) fn write_varint(mut x: u64, out: &mut Vec<u8>) {
@@ -129,7 +136,20 @@ fn decimal_column(values: &[f64]) -> Option<(u8, Vec<i64>)> {
 pub(crate) fn encode_column(values: &[f64], out: &mut Vec<u8>) {
     match decimal_column(values) {
         Some((k, ints)) => encode_ints(k, &ints, out),
-        None => encode_xor(values, out),
+        None => {
+            let start = out.len();
+            encode_xor(values, out);
+            let bits: Vec<u64> = values.iter().map(|v| v.to_bits()).collect();
+            let deltas: Vec<u64> = bits.windows(2).map(|w| zigzag(w[1].wrapping_sub(w[0]) as i64)).collect();
+            let width = 64 - deltas.iter().fold(0, |a, d| a | d).leading_zeros() as usize;
+            if 1 + 8 + 1 + (deltas.len() * width).div_ceil(8) < out.len() - start {
+                out.truncate(start);
+                out.push(BITS);
+                out.extend_from_slice(&bits[0].to_le_bytes());
+                out.push(width as u8);
+                pack(&deltas, width, out);
+            }
+        }
     }
 }
 
@@ -204,6 +224,9 @@ pub(crate) fn decode_column(r: &mut Reader<'_>, m: usize, out: &mut Vec<StoredVa
     if mode == XOR {
         return decode_xor(r, m, out);
     }
+    if mode == BITS {
+        return decode_bits(r, m, out);
+    }
     let k = mode & 0x0f;
     if k > MAX_K {
         return None;
@@ -227,26 +250,64 @@ pub(crate) fn decode_column(r: &mut Reader<'_>, m: usize, out: &mut Vec<StoredVa
             }
         }
         PACKED => {
-            let width = usize::from(r.byte()?);
-            if width == 0 || width > 64 {
-                return None;
-            }
-            let bytes = r.take(((m - 1) * width).div_ceil(8))?;
-            let mask = if width == 64 { u64::MAX } else { (1u64 << width) - 1 };
-            let (mut acc, mut bits, mut next) = (0u128, 0usize, 0usize);
+            let mut deltas = Unpacked::new(r, m - 1)?;
             for _ in 1..m {
-                while bits < width {
-                    acc |= u128::from(*bytes.get(next)?) << bits;
-                    next += 1;
-                    bits += 8;
-                }
-                n = n.checked_add(unzigzag(acc as u64 & mask))?;
-                acc >>= width;
-                bits -= width;
+                n = n.checked_add(unzigzag(deltas.next()?))?;
                 push(n)?;
             }
         }
         _ => return None,
+    }
+    Some(())
+}
+
+/// Values packed at one width (a byte, then the bits), read one by one.
+struct Unpacked<'a> {
+    bytes: &'a [u8],
+    width: usize,
+    acc: u128,
+    bits: usize,
+    next: usize,
+}
+
+impl<'a> Unpacked<'a> {
+    /// The `count` values that follow in `r`.
+    fn new(r: &mut Reader<'a>, count: usize) -> Option<Self> {
+        // Width 0: every value is zero.
+        let width = usize::from(r.byte()?);
+        if width > 64 {
+            return None;
+        }
+        let bytes = r.take(count.checked_mul(width)?.div_ceil(8))?;
+        Some(Self { bytes, width, acc: 0, bits: 0, next: 0 })
+    }
+
+    fn next(&mut self) -> Option<u64> {
+        while self.bits < self.width {
+            self.acc |= u128::from(*self.bytes.get(self.next)?) << self.bits;
+            self.next += 1;
+            self.bits += 8;
+        }
+        let mask = if self.width == 64 { u64::MAX } else { (1u64 << self.width) - 1 };
+        let v = self.acc as u64 & mask;
+        self.acc >>= self.width;
+        self.bits -= self.width;
+        Some(v)
+    }
+}
+
+fn decode_bits(r: &mut Reader<'_>, m: usize, out: &mut Vec<StoredValue>) -> Option<()> {
+    let mut bits = u64::from_le_bytes(*r.take(8)?.first_chunk::<8>()?);
+    let mut deltas = if m > 1 { Some(Unpacked::new(r, m - 1)?) } else { None };
+    for i in 0..m {
+        if i > 0 {
+            bits = bits.wrapping_add(unzigzag(deltas.as_mut()?.next()?) as u64);
+        }
+        let v = f64::from_bits(bits);
+        if !v.is_finite() {
+            return None;
+        }
+        out.push(StoredValue::Float(v));
     }
     Some(())
 }
@@ -315,6 +376,8 @@ mod tests {
         round_trip(&[24.15, 9.0e15, 9.1e15, 1e15, 999_999_999_999_999.0, 0.000_001, 1.234_567_8]);
         round_trip(&[f64::MAX]);
         round_trip(&[-0.0, -0.0]);
+        round_trip(&[-0.0; 40]);
+        round_trip(&[f64::MAX, f64::MIN, f64::MAX, 5e-324, -5e-324]);
     }
 
     #[test]
@@ -324,12 +387,19 @@ mod tests {
         let micro: Vec<f64> = (0..60).map(|i| f64::from(i) / 1e6).collect();
         assert!(round_trip(&micro).len() < 70, "six decimals");
         assert_eq!(round_trip(&[12.5; 60]).len(), 3, "a flat line is its first value");
+        // A walk of thirds: no decimal form, only the low mantissa bits move.
+        let thirds: Vec<f64> = (0..60).map(|i| f64::from(3000 + i % 9) / 3.0).collect();
+        let raw = round_trip(&thirds);
+        assert_eq!(raw[0], BITS);
+        assert!(raw.len() < 60 * 6, "{} bytes for 60 raw doubles", raw.len());
     }
 
     #[test]
     fn garbage_is_refused_not_panicked_on() {
         let mut out = Vec::new();
-        for bytes in [&[][..], &[0x2f], &[0x21, 0x02, 0x00], &[0x21, 0x02, 65, 0], &[XOR, 1, 2], &[0x1d, 0]] {
+        for bytes in
+            [&[][..], &[0x2f], &[0x21, 0x02, 0x01], &[0x21, 0x02, 65, 0], &[XOR, 1, 2], &[BITS, 0, 0], &[0x1d, 0]]
+        {
             assert!(decode_column(&mut Reader::new(bytes), 3, &mut out).is_none(), "{bytes:?}");
         }
     }

@@ -228,6 +228,66 @@ impl UpgradeLog {
     }
 }
 
+/// Hours dropped or trimmed per transaction by retention, so that other
+/// writers get their turn.
+pub(crate) const RETENTION_BATCH: usize = 256;
+
+/// A device's number with its own and its owner's stored retention.
+pub(crate) type RetentionSettings = (i64, Option<i64>, Option<i64>);
+
+/// The first second device readings are kept from, given the device's and
+/// its owner's stored settings and the server's default; `None` keeps all.
+pub(crate) fn retention_cutoff(
+    device: Option<i64>,
+    owner: Option<i64>,
+    default: sensorhub_core::retention::Retention,
+    now: i64,
+) -> Option<i64> {
+    use sensorhub_core::retention::Retention;
+    Retention::effective(Retention::from_column(device), Retention::from_column(owner), default)
+        .map(|keep| now.saturating_sub(keep))
+}
+
+/// What retention does to stored hours of a device before second `cutoff`:
+/// an hour entirely before it is dropped; the hour it falls in is trimmed.
+pub(crate) struct Expiry {
+    pub report: crate::RetentionReport,
+}
+
+impl Expiry {
+    pub(crate) fn new() -> Self {
+        Self { report: crate::RetentionReport::default() }
+    }
+
+    /// The last hour dropped whole, and the hour to trim.
+    pub(crate) fn hours(cutoff: i64) -> (i64, i64) {
+        (chunk_of(cutoff) - 1, chunk_of(cutoff))
+    }
+
+    /// Counts an hour dropped whole.
+    pub(crate) fn dropped(&mut self, device_pk: i64, chunk: i64, data: &[u8]) -> StoreResult<()> {
+        self.report.readings += chunk::reading_count(data).ok_or_else(|| malformed(device_pk, chunk))?;
+        self.report.bytes += data.len() as u64;
+        self.report.hours_dropped += 1;
+        Ok(())
+    }
+
+    /// Trims the hour `cutoff` falls in: what remains of it (empty: delete
+    /// the row), or `None` when nothing in it is expired.
+    pub(crate) fn trim(&mut self, device_pk: i64, data: &[u8], cutoff: i64) -> StoreResult<Option<Vec<u8>>> {
+        let chunk = chunk_of(cutoff);
+        if cutoff == chunk * CHUNK_SECONDS {
+            return Ok(None);
+        }
+        let range = sensorhub_core::time::TimeRange { start: chunk * CHUNK_SECONDS, end: cutoff - 1 };
+        let Some((kept, readings, _)) = cut_hour(device_pk, chunk, data, range)? else { return Ok(None) };
+        self.report.readings += readings;
+        self.report.bytes += (data.len() - kept.len().min(data.len())) as u64;
+        self.report.hours_trimmed += 1;
+        Ok(Some(kept))
+    }
+}
+
 /// The hour rows that may hold readings of `range`, from first to last.
 pub(crate) fn chunks_of(range: sensorhub_core::time::TimeRange) -> (i64, i64) {
     (chunk_of(range.start), chunk_of(range.end))
@@ -413,11 +473,7 @@ impl Hours {
 pub(crate) fn merge_hour(row: HourRow, old: Option<&[u8]>) -> StoreResult<Option<(HourRow, u64)>> {
     let bad = || malformed(row.device_pk, row.chunk);
     let (merged, changed) = match old {
-        Some(old) => {
-            let merged = chunk::merge(old, &row.data).ok_or_else(bad)?;
-            let changed = chunk::changed_seconds(old, &merged).ok_or_else(bad)?;
-            (merged, changed)
-        }
+        Some(old) => chunk::merge(old, &row.data).ok_or_else(bad)?,
         None => {
             let changed = chunk::reading_count(&row.data).ok_or_else(bad)?;
             (row.data, changed)

@@ -17,6 +17,7 @@ use async_trait::async_trait;
 use futures_util::stream::BoxStream;
 use sensorhub_core::model::{Device, ReadingInput};
 use sensorhub_core::provision::{InputError, Provision};
+use sensorhub_core::retention::Retention;
 use sensorhub_core::secret::KeyDigest;
 use sensorhub_core::time::TimeRange;
 use std::sync::Arc;
@@ -141,6 +142,12 @@ pub trait Store: Send + Sync {
     /// Removes the readings of device `device_id` within `range`
     /// (inclusive), atomically, and says what was removed.
     async fn delete_readings(&self, device_id: &str, range: TimeRange) -> StoreResult<DeleteReport>;
+
+    /// Removes the readings that are past their device's retention at
+    /// `now` (seconds): the device's own setting, else its owner's, else
+    /// `default`. Whole stored hours are dropped and the hour the cutoff
+    /// falls in is trimmed, a batch per transaction.
+    async fn expire_readings(&self, default: Retention, now: i64) -> StoreResult<RetentionReport>;
 
     /// Streams the readings of `device` within `range` (inclusive), oldest first.
     fn read_readings(&self, device: &DeviceHandle, range: TimeRange) -> ReadingStream;
@@ -294,6 +301,32 @@ pub fn read_ahead(source: ReadingSource) -> ReadingSource {
         }
     });
     Box::new(items.flatten())
+}
+
+/// The stored hour format, open to the benchmark's codec comparison
+/// (`bench/src/codecs.rs`); the store itself goes through [`Store`].
+pub mod format {
+    /// The stored form of one hour of a device's readings: each reading its
+    /// second within the hour (ascending, below 3600) and its (sensor idx,
+    /// value) pairs.
+    pub fn encode_hour(readings: &[(u16, Vec<(u8, f64)>)]) -> Vec<u8> {
+        let rows: Vec<crate::chunk::Row> = readings
+            .iter()
+            .map(|(t, pairs)| {
+                let mut pairs = pairs.clone();
+                crate::chunk::normalize(&mut pairs);
+                (*t, pairs)
+            })
+            .collect();
+        crate::chunk::encode(&rows)
+    }
+
+    /// Decodes a stored hour as a window read does; `None` if malformed.
+    pub fn decode_hour(data: &[u8]) -> Option<crate::ReadingBatch> {
+        let mut batch = crate::ReadingBatch::default();
+        crate::chunk::decode_into(0, data, 0, crate::chunk::CHUNK_SECONDS, &mut batch, usize::MAX)?;
+        Some(batch)
+    }
 }
 
 /// Hours of readings an upgrade converts per transaction, by default.

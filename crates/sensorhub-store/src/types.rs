@@ -331,6 +331,42 @@ pub struct DeleteReport {
     pub hours: u64,
 }
 
+/// What one pass of retention removed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RetentionReport {
+    /// Devices with readings past their retention.
+    pub devices: u64,
+    /// Stored hours dropped whole.
+    pub hours_dropped: u64,
+    /// Stored hours trimmed (the hour the cutoff falls in).
+    pub hours_trimmed: u64,
+    /// Readings (device and second) removed.
+    pub readings: u64,
+    /// Stored bytes removed (the hours' encoded size; the database's own
+    /// overhead comes on top).
+    pub bytes: u64,
+    /// Bytes the database file shrank by (SQLite files with incremental
+    /// auto-vacuum; elsewhere the freed space is reused by later writes).
+    pub returned: u64,
+}
+
+impl RetentionReport {
+    /// Adds another report's counts.
+    pub fn add(&mut self, other: &RetentionReport) {
+        self.devices += other.devices;
+        self.hours_dropped += other.hours_dropped;
+        self.hours_trimmed += other.hours_trimmed;
+        self.readings += other.readings;
+        self.bytes += other.bytes;
+        self.returned += other.returned;
+    }
+
+    /// Whether nothing was removed.
+    pub fn is_empty(&self) -> bool {
+        self.hours_dropped + self.hours_trimmed == 0
+    }
+}
+
 /// A sensor row: stored readings refer to it by `idx`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SensorRow {

@@ -7,4 +7,5 @@ pub mod config;
 pub mod http;
 pub mod metrics;
 pub mod ratelimit;
+pub mod retention;
 pub mod shared;

@@ -62,6 +62,9 @@ pub struct Metrics {
     redis_unavailable: Family<OutcomeLabels, Counter>,
     connections: Gauge,
     connections_closed: Family<ReasonLabels, Counter>,
+    retention_readings: Counter,
+    retention_bytes: Counter,
+    retention_returned: Counter,
 }
 
 /// Why the server closed a connection (the `reason` label).
@@ -108,6 +111,24 @@ impl Default for Metrics {
              memory (failed login limited by this instance alone), received (webhook list not kept or read)",
             redis_unavailable.clone(),
         );
+        let retention_readings = Counter::default();
+        let retention_bytes = Counter::default();
+        let retention_returned = Counter::default();
+        registry.register(
+            "retention_removed_readings",
+            "Readings removed because they were past their retention",
+            retention_readings.clone(),
+        );
+        registry.register(
+            "retention_removed_bytes",
+            "Stored bytes of readings removed by retention (encoded hours; the database's overhead comes on top)",
+            retention_bytes.clone(),
+        );
+        registry.register(
+            "retention_returned_bytes",
+            "Bytes the database file shrank by after retention (SQLite with incremental auto-vacuum)",
+            retention_returned.clone(),
+        );
         // Series that exist from the start, so that rates over them are defined.
         for kind in ["basic", "public", "webhook", "ip"] {
             let _ = rate_limited.get_or_create(&KindLabels { kind });
@@ -127,6 +148,9 @@ impl Default for Metrics {
             redis_unavailable,
             connections,
             connections_closed,
+            retention_readings,
+            retention_bytes,
+            retention_returned,
         }
     }
 }
@@ -171,6 +195,13 @@ impl Metrics {
     /// (`served`, `memory`, `received`).
     pub fn redis_unavailable(&self, outcome: &'static str) -> Counter {
         self.redis_unavailable.get_or_create(&OutcomeLabels { outcome }).clone()
+    }
+
+    /// Counts what a retention pass removed.
+    pub fn retention(&self, report: &sensorhub_store::RetentionReport) {
+        self.retention_readings.inc_by(report.readings);
+        self.retention_bytes.inc_by(report.bytes);
+        self.retention_returned.inc_by(report.returned);
     }
 
     /// Counts readings stored through the webhook.

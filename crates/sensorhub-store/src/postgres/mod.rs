@@ -6,19 +6,21 @@
 
 mod copy;
 mod read;
+mod retention;
 pub mod temp;
 mod upgrade;
 mod write;
 
 use crate::{
     AccountAuth, AccountSummary, ApiKeyAuth, ApiKeySummary, ApplyReport, DeleteReport, DeviceHandle,
-    IMPORT_COMMIT_EVERY, ImportReport, Installation, PartialImport, PoolStatus, ReadingSource, ReadingStream, Scope,
-    Store, StoreError, StoreResult, StoredHour, WebhookKeyAuth, Window, batches,
+    IMPORT_COMMIT_EVERY, ImportReport, Installation, PartialImport, PoolStatus, ReadingSource, ReadingStream,
+    RetentionReport, Scope, Store, StoreError, StoreResult, StoredHour, WebhookKeyAuth, Window, batches,
 };
 use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use sensorhub_core::model::{Device, ReadingInput};
 use sensorhub_core::provision::Provision;
+use sensorhub_core::retention::Retention;
 use sensorhub_core::secret::KeyDigest;
 use sensorhub_core::time::TimeRange;
 use tokio_postgres::NoTls;
@@ -28,6 +30,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/postgres/0001_init.sql"),
     include_str!("../../migrations/postgres/0002_write_grants.sql"),
     include_str!("../../migrations/postgres/0003_column_hours.sql"),
+    include_str!("../../migrations/postgres/0004_retention.sql"),
 ];
 
 /// Connections per process unless the URL says otherwise (`pool_max_size=N`).
@@ -228,6 +231,28 @@ impl Store for PgStore {
     async fn delete_readings(&self, device_id: &str, range: TimeRange) -> StoreResult<DeleteReport> {
         let _writer = self.writer().await?;
         write::delete_readings(&mut self.pool.get().await?, device_id, range).await
+    }
+
+    async fn expire_readings(&self, default: Retention, now: i64) -> StoreResult<RetentionReport> {
+        let mut total = RetentionReport::default();
+        for (pk, device, owner) in retention::settings(&self.pool.get().await?).await? {
+            let Some(cutoff) = crate::decide::retention_cutoff(device, owner, default, now) else { continue };
+            let mut this = RetentionReport::default();
+            loop {
+                let (report, done) = {
+                    let _writer = self.writer().await?;
+                    retention::expire_batch(&mut self.pool.get().await?, pk, cutoff).await?
+                };
+                this.add(&report);
+                if done {
+                    break;
+                }
+                tokio::time::sleep(crate::IMPORT_PAUSE).await;
+            }
+            this.devices = u64::from(!this.is_empty());
+            total.add(&this);
+        }
+        Ok(total)
     }
 
     fn read_readings(&self, device: &DeviceHandle, range: TimeRange) -> ReadingStream {

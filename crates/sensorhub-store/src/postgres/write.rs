@@ -14,6 +14,7 @@ use crate::{ApplyReport, DeleteReport, ImportReport, ReadingSource, StoreError, 
 use deadpool_postgres::{Client, GenericClient, Transaction};
 use sensorhub_core::model::{DeviceSpec, ReadingInput};
 use sensorhub_core::provision::{AccountSpec, KeyDevices, Provision};
+use sensorhub_core::retention::Retention;
 use sensorhub_core::secret::{key_digest, key_prefix};
 use sensorhub_core::time::TimeRange;
 use std::collections::{BTreeSet, HashMap};
@@ -102,6 +103,11 @@ async fn upsert_device(tx: &Transaction<'_>, d: &DeviceSpec, at: &str) -> StoreR
             }
         }
     };
+    if let Some(r) = d.retention
+        && set_retention(tx, "devices", pk, r).await?
+    {
+        change.touch();
+    }
     let current = device_sensors(tx, pk).await?;
     for write in decide::sensor_writes(&current, &d.sensors, at)? {
         let (sql, idx, s) = match write {
@@ -120,6 +126,14 @@ async fn upsert_device(tx: &Transaction<'_>, d: &DeviceSpec, at: &str) -> StoreR
         change.touch();
     }
     Ok(change)
+}
+
+/// Sets the retention of row `id` of `table` (accounts or devices);
+/// whether it changed.
+async fn set_retention(tx: &Transaction<'_>, table: &str, id: i64, r: Retention) -> StoreResult<bool> {
+    let sql =
+        format!("UPDATE {table} SET retention_seconds = $2 WHERE id = $1 AND retention_seconds IS DISTINCT FROM $2");
+    Ok(tx.execute(&sql, &[&id, &r.to_column()]).await? > 0)
 }
 
 async fn device_pk(tx: &Transaction<'_>, device_id: &str) -> StoreResult<Option<i64>> {
@@ -232,6 +246,11 @@ async fn apply_account(tx: &Transaction<'_>, a: AccountSpec, at: &str, report: &
         }
         AccountWrite::Unchanged { id } => (id, Change::Unchanged),
     };
+    if let Some(r) = a.retention
+        && set_retention(tx, "accounts", account_id, r).await?
+    {
+        change.touch();
+    }
     let stored = links_of(tx, account_id).await?;
     let owned = pk_set(tx, "SELECT id FROM devices WHERE owner_id = $1", account_id).await?;
     let listed = match &a.devices {

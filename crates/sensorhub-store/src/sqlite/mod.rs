@@ -5,18 +5,20 @@ mod copy;
 mod group;
 mod pool;
 mod read;
+mod retention;
 mod upgrade;
 mod write;
 
 use crate::{
     AccountAuth, AccountSummary, ApiKeyAuth, ApiKeySummary, ApplyReport, DeleteReport, DeviceHandle,
-    IMPORT_COMMIT_EVERY, ImportReport, Installation, PartialImport, PoolStatus, ReadingSource, ReadingStream, Scope,
-    Store, StoreError, StoreResult, StoredHour, WebhookKeyAuth, Window,
+    IMPORT_COMMIT_EVERY, ImportReport, Installation, PartialImport, PoolStatus, ReadingSource, ReadingStream,
+    RetentionReport, Scope, Store, StoreError, StoreResult, StoredHour, WebhookKeyAuth, Window,
 };
 use async_trait::async_trait;
 use pool::{Pool, Role};
 use sensorhub_core::model::{Device, ReadingInput};
 use sensorhub_core::provision::Provision;
+use sensorhub_core::retention::Retention;
 use sensorhub_core::secret::KeyDigest;
 use sensorhub_core::time::TimeRange;
 use std::path::Path;
@@ -27,16 +29,18 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/sqlite/0001_init.sql"),
     include_str!("../../migrations/sqlite/0002_write_grants.sql"),
     include_str!("../../migrations/sqlite/0003_column_hours.sql"),
+    include_str!("../../migrations/sqlite/0004_retention.sql"),
 ];
 
 /// Offset added to an hour number in a key, so that every hour since
 /// jiff's earliest timestamp is a non-negative 32-bit number.
-const HOUR_BIAS: i64 = 1 << 31;
+pub(super) const HOUR_BIAS: i64 = 1 << 31;
 
 /// The key (rowid) of device `pk`'s hour `chunk` in `hours`: a device's
-/// hours are one range of keys, in time order.
+/// hours are one range of keys, in time order. An hour beyond the keys
+/// (only a range bound can be) is taken as the nearest one that fits.
 pub(super) fn hour_key(pk: i64, chunk: i64) -> i64 {
-    (pk << 32) | (chunk + HOUR_BIAS)
+    (pk << 32) | (chunk.clamp(-HOUR_BIAS, HOUR_BIAS - 1) + HOUR_BIAS)
 }
 
 /// [`hour_key`] for a write: refuses a device number or hour that would
@@ -200,6 +204,28 @@ impl Store for SqliteStore {
         self.writes.run(move |c| write::delete_readings(c, &id, range)).await
     }
 
+    async fn expire_readings(&self, default: Retention, now: i64) -> StoreResult<RetentionReport> {
+        let mut total = RetentionReport::default();
+        for (pk, device, owner) in self.reads.run(retention::settings).await? {
+            let Some(cutoff) = crate::decide::retention_cutoff(device, owner, default, now) else { continue };
+            let mut this = RetentionReport::default();
+            loop {
+                let (report, done) = self.writes.run(move |c| retention::expire_batch(c, pk, cutoff)).await?;
+                this.add(&report);
+                if done {
+                    break;
+                }
+                tokio::time::sleep(crate::IMPORT_PAUSE).await;
+            }
+            this.devices = u64::from(!this.is_empty());
+            total.add(&this);
+        }
+        if !total.is_empty() {
+            total.returned = self.writes.run(retention::return_free_pages).await?;
+        }
+        Ok(total)
+    }
+
     fn read_readings(&self, device: &DeviceHandle, range: TimeRange) -> ReadingStream {
         read::stream_from(self.reads.clone(), device.pk, Some(range.start), range.end)
     }
@@ -287,6 +313,8 @@ mod tests {
         drop(store);
         SqliteStore::open(path, Durability::Full).await.expect("reopen is a no-op");
         let conn = rusqlite::Connection::open(path).expect("open");
+        let auto_vacuum: i64 = conn.query_row("PRAGMA auto_vacuum", [], |r| r.get(0)).expect("pragma");
+        assert_eq!(auto_vacuum, 2, "a new file returns freed pages on incremental_vacuum");
         conn.pragma_update(None, "user_version", 99i64).expect("bump");
         drop(conn);
         let err = SqliteStore::open(path, Durability::Full).await.err().expect("refused");

@@ -164,7 +164,15 @@ fn poll_for_write_lock(attempts: i32) -> bool {
 
 /// Opens one connection with sensorhub's settings and SQL functions.
 pub(crate) fn open_connection(path: &Path, role: Role, synchronous: &str) -> StoreResult<Connection> {
+    let new_file = std::fs::metadata(path).map_or(true, |m| m.len() == 0);
     let conn = Connection::open(path)?;
+    if new_file {
+        // Before the file turns to WAL and has tables: pages that retention
+        // frees are then returned by `PRAGMA incremental_vacuum`. (On a file
+        // with tables the pragma changes nothing but would wait for the
+        // write lock.)
+        conn.execute_batch("PRAGMA auto_vacuum = INCREMENTAL")?;
+    }
     // Switching a new file to WAL takes a lock that does not wait on the busy
     // handler; when several processes open a new file at once, retry briefly.
     let mut tries = 0;

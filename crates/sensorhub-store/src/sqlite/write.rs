@@ -11,6 +11,7 @@ use crate::{ApplyReport, DeleteReport, ImportReport, ReadingSource, StoreError, 
 use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
 use sensorhub_core::model::{DeviceSpec, ReadingInput};
 use sensorhub_core::provision::{AccountSpec, KeyDevices, Provision};
+use sensorhub_core::retention::Retention;
 use sensorhub_core::secret::{key_digest, key_prefix};
 use sensorhub_core::time::TimeRange;
 use std::collections::{BTreeSet, HashMap};
@@ -86,6 +87,11 @@ fn upsert_device(tx: &Transaction<'_>, d: &DeviceSpec, at: &str) -> StoreResult<
             }
         }
     };
+    if let Some(r) = d.retention
+        && set_retention(tx, "devices", pk, r)?
+    {
+        change.touch();
+    }
     let current = device_sensors(tx, pk)?;
     for write in decide::sensor_writes(&current, &d.sensors, at)? {
         let (sql, idx, sensor) = match write {
@@ -102,6 +108,13 @@ fn upsert_device(tx: &Transaction<'_>, d: &DeviceSpec, at: &str) -> StoreResult<
         change.touch();
     }
     Ok(change)
+}
+
+/// Sets the retention of row `id` of `table` (accounts or devices);
+/// whether it changed.
+fn set_retention(tx: &Transaction<'_>, table: &str, id: i64, r: Retention) -> StoreResult<bool> {
+    let sql = format!("UPDATE {table} SET retention_seconds = ?2 WHERE id = ?1 AND retention_seconds IS NOT ?2");
+    Ok(tx.prepare_cached(&sql)?.execute(params![id, r.to_column()])? > 0)
 }
 
 fn device_pk(tx: &Transaction<'_>, device_id: &str) -> StoreResult<Option<i64>> {
@@ -194,6 +207,11 @@ fn apply_account(tx: &Transaction<'_>, a: AccountSpec, at: &str, report: &mut Ap
         }
         AccountWrite::Unchanged { id } => (id, Change::Unchanged),
     };
+    if let Some(r) = a.retention
+        && set_retention(tx, "accounts", account_id, r)?
+    {
+        change.touch();
+    }
     let stored = links_of(tx, account_id)?;
     let owned = pk_set(tx, "SELECT id FROM devices WHERE owner_id = ?1", account_id)?;
     let listed = a.devices.as_ref().map(|l| device_pks(tx, l, &format!("{at}.devices"))).transpose()?;

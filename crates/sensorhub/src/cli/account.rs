@@ -1,5 +1,5 @@
 //! `sensorhub account …`: create accounts, change passwords, disable and
-//! enable them, list them. Every change goes through the same atomic path
+//! enable them, list them, set their retention. Every change goes through the same atomic path
 //! as `apply`.
 
 use super::{CliResult, Context, split_list};
@@ -38,6 +38,14 @@ pub enum Command {
     Enable {
         /// Login name
         name: String,
+    },
+    /// Set how long the readings of the devices an account owns are kept
+    Retention {
+        /// Login name
+        name: String,
+        /// forever, inherit (the server's --retention), or 36h, 90d, 8w, 2y
+        #[arg(value_parser = sensorhub_core::retention::Retention::parse)]
+        retention: sensorhub_core::retention::Retention,
     },
     /// List accounts and the devices they may see
     List,
@@ -94,6 +102,17 @@ pub async fn run(ctx: &Context, cmd: Command) -> CliResult {
                     a.devices.iter().map(|d| if a.writes.contains(d) { format!("{d}*") } else { d.clone() }).collect();
                 println!("{:<20} {:<9} {}", a.username, state, devices.join(","));
             }
+        }
+        Command::Retention { name, retention } => {
+            let store = ctx.open().await?;
+            require(&*store, &name).await?;
+            let report = change(
+                &*store,
+                AccountSpec { username: name.clone(), retention: Some(retention), ..AccountSpec::default() },
+            )
+            .await?;
+            let verb = if report.is_noop() { "already keeps" } else { "now keeps" };
+            println!("account {name} {verb} its devices' readings: {retention} (unless a device says otherwise)");
         }
         Command::HashPassword { password_stdin } => {
             let password = read_password(password_stdin, true)?;

@@ -114,6 +114,7 @@ fn device(s: &Station, kind: &str) -> DeviceSpec {
         sensors,
         // alice runs the stations (and may write their readings); budi only reads two of them.
         owner: Some("alice".into()),
+        retention: None,
     }
 }
 

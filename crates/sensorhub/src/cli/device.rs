@@ -1,10 +1,11 @@
-//! `sensorhub device …`: add and list devices.
+//! `sensorhub device …`: add and list devices, set their retention.
 
 use super::account::apply_doc;
 use super::{CliResult, Context};
 use jiff::tz::Offset;
 use sensorhub_core::model::{DeviceSpec, SensorMeta};
 use sensorhub_core::provision::{AccountSpec, Provision, check_device};
+use sensorhub_core::retention::Retention;
 use sensorhub_core::time::format_rfc3339;
 use sensorhub_store::Scope;
 
@@ -39,6 +40,17 @@ pub enum Command {
         /// The account that owns the device: it sees it and may write its readings
         #[arg(long)]
         owner: Option<String>,
+        /// How long its readings are kept: forever, inherit (its owner's setting), or 36h, 90d, 8w, 2y
+        #[arg(long, value_parser = Retention::parse)]
+        retention: Option<Retention>,
+    },
+    /// Set how long a device's readings are kept
+    Retention {
+        /// Device id
+        device_id: String,
+        /// forever, inherit (its owner's setting, else the server's --retention), or 36h, 90d, 8w, 2y
+        #[arg(value_parser = Retention::parse)]
+        retention: Retention,
     },
     /// List all devices
     List,
@@ -47,7 +59,7 @@ pub enum Command {
 /// Runs a device subcommand.
 pub async fn run(ctx: &Context, cmd: Command) -> CliResult {
     match cmd {
-        Command::Add { device_id, name, kind, lat, long, interval, sensors, mut accounts, owner } => {
+        Command::Add { device_id, name, kind, lat, long, interval, sensors, mut accounts, owner, retention } => {
             let sensors = sensors.iter().map(|s| parse_sensor(s)).collect::<Result<Vec<_>, _>>()?;
             let spec = DeviceSpec {
                 device_id: device_id.clone(),
@@ -58,6 +70,7 @@ pub async fn run(ctx: &Context, cmd: Command) -> CliResult {
                 interval_seconds: interval,
                 sensors,
                 owner,
+                retention,
             };
             check_device(&spec, "device").map_err(|e| e.message)?;
             let store = ctx.open().await?;
@@ -78,6 +91,29 @@ pub async fn run(ctx: &Context, cmd: Command) -> CliResult {
             let n = spec.sensors.len();
             apply_doc(&*store, Provision { devices: vec![spec], accounts: grants, readings: Vec::new() }).await?;
             println!("added device {device_id} with {n} sensors");
+        }
+        Command::Retention { device_id, retention } => {
+            let store = ctx.open().await?;
+            let d = store
+                .list_devices(Scope::All)
+                .await?
+                .into_iter()
+                .find(|d| d.device_id == device_id)
+                .ok_or(format!("no device {device_id:?}"))?;
+            let spec = DeviceSpec {
+                device_id: d.device_id,
+                name: d.name,
+                kind: d.kind,
+                lat: d.lat,
+                long: d.long,
+                interval_seconds: d.interval_seconds,
+                sensors: Vec::new(),
+                owner: None,
+                retention: Some(retention),
+            };
+            let report = apply_doc(&*store, Provision { devices: vec![spec], ..Provision::default() }).await?;
+            let verb = if report.is_noop() { "already keeps" } else { "now keeps" };
+            println!("device {device_id} {verb} its readings: {retention}");
         }
         Command::List => {
             let devices = ctx.open().await?.list_devices(Scope::All).await?;

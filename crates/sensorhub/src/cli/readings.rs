@@ -1,7 +1,9 @@
 //! `sensorhub readings …`: remove stored readings (a device's bad data, a
-//! clock error from the future) by device and time range.
+//! clock error from the future) by device and time range, or those past
+//! their retention now.
 
 use super::{CliResult, Context};
+use sensorhub_core::retention::Retention;
 use sensorhub_core::time::{TimeRange, format_rfc3339, parse_rfc3339};
 
 /// Readings subcommands.
@@ -18,6 +20,12 @@ pub enum Command {
         /// Last second to delete, RFC 3339 with Z or an offset (e.g. 9999-12-29T23:59:59Z)
         #[arg(long)]
         end: String,
+    },
+    /// Remove the readings past their retention now (what `serve` does every --retention-every)
+    Expire {
+        /// The server's default retention, as `serve --retention` [default: forever]
+        #[arg(long, env = "SENSORHUB_RETENTION", value_parser = Retention::parse)]
+        retention: Option<Retention>,
     },
 }
 
@@ -45,6 +53,19 @@ pub async fn run(ctx: &Context, cmd: Command) -> CliResult {
                 utc(range.start),
                 utc(range.end),
                 report.hours
+            );
+        }
+        Command::Expire { retention } => {
+            let default = match retention.or(ctx.file.retention.as_deref().map(Retention::parse).transpose()?) {
+                Some(Retention::Inherit) => return Err("--retention: the server's default cannot inherit".into()),
+                r => r.unwrap_or(Retention::Forever),
+            };
+            let store = ctx.open().await?;
+            let metrics = crate::metrics::Metrics::default();
+            let r = crate::retention::pass(&*store, default, &metrics).await?;
+            println!(
+                "removed {} readings of {} devices past their retention: {} stored hours dropped, {} trimmed, {} bytes",
+                r.readings, r.devices, r.hours_dropped, r.hours_trimmed, r.bytes
             );
         }
     }

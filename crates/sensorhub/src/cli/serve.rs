@@ -55,9 +55,10 @@ pub async fn run(ctx: &Context, args: Args) -> CliResult {
         login_failure_limit: settings.login_failure_limit,
         ..ServerOptions::default()
     };
-    tracing::info!(rate_limit = %options.rate_limit, rate_limit_store = %store_name, webhook_mode = ?options.webhook.mode, "settings");
-    let state = AppState::new(store, options);
+    tracing::info!(rate_limit = %options.rate_limit, rate_limit_store = %store_name, webhook_mode = ?options.webhook.mode, retention = %settings.retention, "settings");
+    let state = AppState::new(store.clone(), options);
     let metrics = state.metrics.clone();
+    crate::retention::spawn(store, settings.retention, settings.retention_every, metrics.clone());
     if let Some(addr) = settings.metrics_listen {
         let ops = tokio::net::TcpListener::bind(addr).await.map_err(|e| format!("cannot listen on {addr}: {e}"))?;
         tracing::info!(address = %ops.local_addr()?, "metrics, /healthz and /readyz served on their own listener");

@@ -89,6 +89,10 @@ pub struct FileConfig {
     pub max_body_bytes: Option<usize>,
     /// `--max-future-skew` (seconds).
     pub max_future_skew: Option<u64>,
+    /// `--retention`: how long readings are kept by default.
+    pub retention: Option<String>,
+    /// `--retention-every` (minutes).
+    pub retention_every: Option<u64>,
     /// Header with the client address set by a trusted proxy.
     pub client_ip_header: Option<String>,
     /// Proxies whose header is believed, comma-separated.
@@ -179,6 +183,8 @@ pub const KNOWN_ENV: &[&str] = &[
     "SENSORHUB_REQUEST_TIMEOUT",
     "SENSORHUB_WRITE_TIMEOUT",
     "SENSORHUB_MAX_CONNECTIONS",
+    "SENSORHUB_RETENTION",
+    "SENSORHUB_RETENTION_EVERY",
     "SENSORHUB_LOG",
 ];
 

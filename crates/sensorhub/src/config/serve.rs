@@ -10,6 +10,7 @@ use crate::http::{ConnectionLimits, MetricsAccess, RateLimitFail, WebhookSetting
 use crate::ratelimit::RateLimitSetting;
 use axum::http::HeaderName;
 use jiff::tz::Offset;
+use sensorhub_core::retention::Retention;
 use sensorhub_core::time::{RangeRules, parse_tz};
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -106,6 +107,12 @@ pub struct ServeFlags {
     /// Connections served at once; more wait in the listen backlog [default: 4096]
     #[arg(long, env = "SENSORHUB_MAX_CONNECTIONS")]
     pub max_connections: Option<usize>,
+    /// How long readings are kept unless their device or its owner says otherwise: forever, or 36h, 90d, 8w, 2y [default: forever]
+    #[arg(long, env = "SENSORHUB_RETENTION")]
+    pub retention: Option<String>,
+    /// Minutes between passes that remove readings past their retention [default: 60]
+    #[arg(long, env = "SENSORHUB_RETENTION_EVERY")]
+    pub retention_every: Option<u64>,
 }
 
 /// Where rate-limit counters and the webhook's received list live.
@@ -151,6 +158,10 @@ pub struct ServeSettings {
     pub request_timeout: Duration,
     /// Timeouts and the cap of connections (and the shutdown grace).
     pub connections: ConnectionLimits,
+    /// How long readings are kept by default (never `inherit`).
+    pub retention: Retention,
+    /// Time between retention passes.
+    pub retention_every: Duration,
 }
 
 impl ServeSettings {
@@ -260,6 +271,17 @@ impl ServeSettings {
         };
         let request_timeout =
             seconds("request-timeout", flags.request_timeout, file.request_timeout, DEFAULT_REQUEST_TIMEOUT)?;
+        let retention = match flags.retention.as_ref().or(file.retention.as_ref()) {
+            None => Retention::Forever,
+            Some(text) => match Retention::parse(text).map_err(|e| format!("--retention: {e}"))? {
+                Retention::Inherit => return Err("--retention: the server's default cannot inherit".into()),
+                r => r,
+            },
+        };
+        let retention_every = match flags.retention_every.or(file.retention_every).unwrap_or(60) {
+            0 => return Err("--retention-every must be at least 1 minute".into()),
+            m => Duration::from_secs(m.saturating_mul(60)),
+        };
         Ok(Self {
             listen,
             rules: RangeRules { default_tz, max_range_days },
@@ -274,6 +296,8 @@ impl ServeSettings {
             rate_limit_fail: flags.rate_limit_fail.or(file.rate_limit_fail).unwrap_or_default(),
             request_timeout,
             connections,
+            retention,
+            retention_every,
         })
     }
 }

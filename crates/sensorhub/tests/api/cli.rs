@@ -550,3 +550,47 @@ on_each_backend! {
         assert!(list.lines().any(|l| l.starts_with("bob") && l.ends_with(" AWS-002*")), "{list}");
     }
 }
+
+on_each_backend! {
+    async fn retention_is_set_per_device_and_account_and_applied_by_expire() {
+        let app = TestApp::start().await;
+        let now = jiff::Timestamp::now().as_second();
+        let (old, recent) = (now - 3 * 86_400, now - 3600);
+        let at = |s: i64| jiff::Timestamp::from_second(s).expect("time").to_string();
+        app.add_readings(vec![
+            crate::harness::reading("AWLR-001", old, "AWLR1-wl", 1.0),
+            crate::harness::reading("AWLR-001", recent, "AWLR1-wl", 2.0),
+            crate::harness::reading("AWS-002", old, "AWS2-temp", 3.0),
+        ])
+        .await;
+        let count = |device: &'static str| {
+            let path = format!("/devices/{device}/data?start={}&end={}", at(old - 60), at(now));
+            let app = &app;
+            async move { app.alice(&path).await.data().as_array().map_or(0, Vec::len) }
+        };
+        assert_eq!((count("AWLR-001").await, count("AWS-002").await), (2, 1));
+
+        let out = ok(&run(&app.db, &["device", "retention", "AWLR-001", "2d"], ""));
+        assert_eq!(out.trim(), "device AWLR-001 now keeps its readings: 2d");
+        let out = ok(&run(&app.db, &["device", "retention", "AWLR-001", "48h"], ""));
+        assert_eq!(out.trim(), "device AWLR-001 already keeps its readings: 2d", "48h is 2d");
+        // The fixture's own readings of AWLR-001 are older still: they go too.
+        let out = ok(&run(&app.db, &["readings", "expire"], ""));
+        assert!(out.starts_with("removed ") && out.contains(" readings of 1 devices past their retention"), "{out}");
+        assert_eq!((count("AWLR-001").await, count("AWS-002").await), (1, 1), "AWS-002 keeps everything");
+
+        // alice owns AWS-002: her retention applies to it; AWLR-001 keeps its own.
+        let out = ok(&run(&app.db, &["account", "retention", "alice", "1d"], ""));
+        assert!(out.starts_with("account alice now keeps its devices' readings: 1d"), "{out}");
+        let out = ok(&run(&app.db, &["readings", "expire"], ""));
+        assert!(out.contains(" readings of 1 devices past their retention"), "{out}");
+        assert_eq!((count("AWLR-001").await, count("AWS-002").await), (1, 0));
+
+        let err = failed(&run(&app.db, &["device", "retention", "AWLR-001", "30m"], ""));
+        assert!(err.contains("is not a retention"), "{err}");
+        let err = failed(&run(&app.db, &["readings", "expire", "--retention", "inherit"], ""));
+        assert!(err.contains("cannot inherit"), "{err}");
+        let err = failed(&run(&app.db, &["device", "retention", "NOPE", "1d"], ""));
+        assert!(err.contains("no device \"NOPE\""), "{err}");
+    }
+}

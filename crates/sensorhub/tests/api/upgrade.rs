@@ -94,7 +94,7 @@ async fn a_sqlite_file_of_schema_2_upgrades_through_a_kill() {
             .query_row("SELECT count(*) FROM sqlite_schema WHERE name = 'readings'", [], |r| r.get(0))
             .expect("schema");
         let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).expect("version");
-        assert_eq!((old, version), (0, 3), "the old table is gone, the schema is version 3");
+        assert_eq!((old, version), (0, 4), "the old table is gone, the schema is the newest (4)");
     }
     assert!(!migrate(&db).contains("upgrading"), "a second run has nothing to upgrade");
     assert_same_answers(&TestApp::over(db, dir, None).await).await;
@@ -121,7 +121,14 @@ async fn a_postgres_database_of_schema_2_upgrades_through_a_kill() {
     let log = migrate(&url);
     assert!(log.contains("upgrade of stored readings finished"), "{log}");
     assert_eq!(count("SELECT count(*) FROM pg_tables WHERE tablename = 'readings'").await, 0);
-    assert_eq!(count("SELECT max(version)::bigint FROM sensorhub_schema").await, 3);
+    assert_eq!(count("SELECT max(version)::bigint FROM sensorhub_schema").await, 4, "the newest schema");
+    // A schema newer than this binary knows is refused, not written to.
+    client.batch_execute("INSERT INTO sensorhub_schema (version) VALUES (99)").await.expect("bump");
+    let out =
+        Command::new(env!("CARGO_BIN_EXE_sensorhub")).args(["migrate", "--database", &url]).output().expect("run");
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && text.contains("schema version 99, newer than this sensorhub knows"), "{text}");
+    client.batch_execute("DELETE FROM sensorhub_schema WHERE version = 99").await.expect("unbump");
     drop(client);
     let _ = connection.await;
     let dir = tempfile::tempdir().expect("dir");
