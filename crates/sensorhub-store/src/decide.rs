@@ -9,7 +9,12 @@ use crate::{Changes, StoreError, StoreResult};
 use sensorhub_core::model::{MAX_SENSORS_PER_DEVICE, ReadingInput, SensorMeta};
 use sensorhub_core::provision::{AccountSpec, InputError};
 use sensorhub_core::secret::{hash_password, verify_password};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// The write path's maps: keyed by device numbers, hours and the ids of
+/// the caller's own devices and sensors, hashed fast (an import looks them
+/// up for every value).
+pub(crate) type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 
 /// Seconds since the epoch, for `created_at` columns.
 pub(crate) fn now() -> i64 {
@@ -368,10 +373,28 @@ pub(crate) fn key_write(
     }
 }
 
+/// A device's sensors placed by idx, from (idx, sensor) rows in idx order:
+/// a missing idx (a row removed by hand) holds an empty sensor, so that
+/// every sensor keeps its idx and stored values stay with their sensor.
+pub(crate) fn sensors_by_idx(rows: impl IntoIterator<Item = (i64, SensorMeta)>) -> Vec<SensorMeta> {
+    let mut out: Vec<SensorMeta> = Vec::new();
+    for (idx, s) in rows {
+        let idx = usize::try_from(idx).unwrap_or(0);
+        out.resize_with(idx, || SensorMeta {
+            sensor_id: String::new(),
+            name: String::new(),
+            kind: String::new(),
+            unit: String::new(),
+        });
+        out.push(s);
+    }
+    out
+}
+
 /// A device as the reading writer needs it: its number and sensors by id.
 pub(crate) struct DeviceSensors {
     pub pk: i64,
-    sensors: HashMap<String, (u8, String)>,
+    sensors: FastMap<String, (u8, String)>,
 }
 
 impl DeviceSensors {
@@ -426,7 +449,7 @@ type HourReadings = BTreeMap<u16, Vec<(u8, f64)>>;
 /// merged and written once however the input interleaves devices.
 #[derive(Default)]
 pub(crate) struct Hours {
-    pending: HashMap<(i64, i64), HourReadings>,
+    pending: FastMap<(i64, i64), HourReadings>,
 }
 
 impl Hours {
@@ -514,6 +537,21 @@ mod tests {
         let full: Vec<_> = (0..64).map(|i| sensor(&format!("s{i}"), "u")).collect();
         let err = sensor_writes(&full, &[sensor("new", "u")], "devices[3]").expect_err("65th");
         assert!(err.to_string().contains("devices[3].sensors[0]"), "{err}");
+    }
+
+    #[test]
+    fn sensors_keep_their_idx_across_a_gap() {
+        let got = sensors_by_idx([(0, sensor("a", "%")), (2, sensor("c", "cm"))]);
+        let ids: Vec<&str> = got.iter().map(|s| s.sensor_id.as_str()).collect();
+        assert_eq!(ids, ["a", "", "c"]);
+        let device = DeviceSensors::new(1, got);
+        let r = ReadingInput {
+            device_id: "D".into(),
+            timestamp: 0,
+            values: vec![sensorhub_core::model::ValueInput { sensor_id: "c".into(), value: 1.0, unit: None }],
+            origin: sensorhub_core::model::Origin::Item("t".into()),
+        };
+        assert_eq!(device.values(&r).expect("known").first().map(|p| p.0), Some(2), "c keeps idx 2");
     }
 
     #[test]

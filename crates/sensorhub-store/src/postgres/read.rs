@@ -223,9 +223,11 @@ pub(super) async fn window_head(
 
 /// The sensors of device `pk`, by idx.
 pub(super) async fn device_sensors(c: &impl GenericClient, pk: i64) -> StoreResult<Vec<SensorMeta>> {
-    let stmt =
-        c.prepare_cached("SELECT sensor_id, name, type, unit FROM sensors WHERE device_pk = $1 ORDER BY idx").await?;
-    Ok(c.query(&stmt, &[&pk]).await?.iter().map(|r| sensor(r, 0)).collect())
+    let stmt = c
+        .prepare_cached("SELECT idx, sensor_id, name, type, unit FROM sensors WHERE device_pk = $1 ORDER BY idx")
+        .await?;
+    let rows = c.query(&stmt, &[&pk]).await?;
+    Ok(crate::decide::sensors_by_idx(rows.iter().map(|r| (i64::from(r.get::<_, i16>(0)), sensor(r, 1)))))
 }
 
 /// Hour rows asked for first when reading a batch: a one-minute station's

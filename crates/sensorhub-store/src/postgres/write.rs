@@ -374,7 +374,7 @@ async fn upsert_webhook_key(
 /// once per device and gathering them by hour ([`Hours`]).
 #[derive(Default)]
 struct ReadingWriter {
-    devices: HashMap<String, Option<DeviceSensors>>,
+    devices: crate::decide::FastMap<String, Option<DeviceSensors>>,
     hours: Hours,
     /// Readings that were new or different from what was stored.
     changed: u64,

@@ -135,19 +135,12 @@ pub(super) fn may_write(c: &Connection, account_id: i64, pk: i64) -> StoreResult
 pub(super) fn device_sensors(c: &Connection, pk: i64) -> StoreResult<Vec<SensorMeta>> {
     let mut stmt =
         c.prepare_cached("SELECT idx, sensor_id, name, type, unit FROM sensors WHERE device_pk = ?1 ORDER BY idx")?;
-    let mut out: Vec<SensorMeta> = Vec::new();
-    let mut rows = stmt.query([pk])?;
-    while let Some(r) = rows.next()? {
-        let idx = usize::try_from(r.get::<_, i64>(0)?).unwrap_or(0);
-        out.resize_with(idx, || SensorMeta {
-            sensor_id: String::new(),
-            name: String::new(),
-            kind: String::new(),
-            unit: String::new(),
-        });
-        out.push(SensorMeta { sensor_id: r.get(1)?, name: r.get(2)?, kind: r.get(3)?, unit: r.get(4)? });
-    }
-    Ok(out)
+    let rows = stmt
+        .query_map([pk], |r| {
+            Ok((r.get(0)?, SensorMeta { sensor_id: r.get(1)?, name: r.get(2)?, kind: r.get(3)?, unit: r.get(4)? }))
+        })?
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(crate::decide::sensors_by_idx(rows))
 }
 
 /// Streams readings of `device_pk` from `next` to `end` in batches ([`crate::batches`]).

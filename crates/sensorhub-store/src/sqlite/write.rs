@@ -14,7 +14,7 @@ use sensorhub_core::provision::{AccountSpec, KeyDevices, Provision};
 use sensorhub_core::retention::Retention;
 use sensorhub_core::secret::{key_digest, key_prefix};
 use sensorhub_core::time::TimeRange;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 
 pub(super) fn begin(c: &mut Connection) -> StoreResult<Transaction<'_>> {
     Ok(c.transaction_with_behavior(TransactionBehavior::Immediate)?)
@@ -334,7 +334,7 @@ fn upsert_webhook_key(
 /// existing second and sensor is replaced, the others at that second are kept.
 struct ReadingWriter<'t, 'c> {
     tx: &'t Transaction<'c>,
-    devices: HashMap<String, Option<DeviceSensors>>,
+    devices: crate::decide::FastMap<String, Option<DeviceSensors>>,
     hours: Hours,
     /// Readings that were new or different from what was stored.
     changed: u64,
@@ -342,7 +342,7 @@ struct ReadingWriter<'t, 'c> {
 
 impl<'t, 'c> ReadingWriter<'t, 'c> {
     fn new(tx: &'t Transaction<'c>) -> Self {
-        Self { tx, devices: HashMap::new(), hours: Hours::default(), changed: 0 }
+        Self { tx, devices: Default::default(), hours: Hours::default(), changed: 0 }
     }
 
     fn device(&mut self, device_id: &str) -> StoreResult<Option<&DeviceSensors>> {
