@@ -6,6 +6,7 @@ mod batches;
 mod chunk;
 mod codec;
 mod decide;
+mod group;
 mod legacy;
 pub mod postgres;
 pub mod sqlite;

@@ -80,6 +80,14 @@ impl From<deadpool_postgres::PoolError> for StoreError {
     }
 }
 
+/// A place among this process's writers, within [`WRITE_WAIT`].
+async fn writer_place(writers: &tokio::sync::Semaphore) -> StoreResult<tokio::sync::SemaphorePermit<'_>> {
+    match tokio::time::timeout(WRITE_WAIT, writers.acquire()).await {
+        Ok(permit) => permit.map_err(|e| StoreError::Backend(Box::new(e))),
+        Err(_) => Err(StoreError::Busy(format!("other writes held the database for {} s", WRITE_WAIT.as_secs()))),
+    }
+}
+
 /// A PostgreSQL database.
 pub struct PgStore {
     pool: Pool,
@@ -87,7 +95,9 @@ pub struct PgStore {
     /// answers while the pool is busy.
     ping: Pool,
     /// Places for this process's writers ([`WRITERS`]).
-    writers: tokio::sync::Semaphore,
+    writers: std::sync::Arc<tokio::sync::Semaphore>,
+    /// Single readings, committed in groups.
+    group: crate::group::GroupCommit,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -142,17 +152,24 @@ impl PgStore {
                 .build()
                 .map_err(|e| StoreError::Backend(Box::new(e)))
         };
-        let store = Self { pool: build(size, 30)?, ping: build(1, 5)?, writers: tokio::sync::Semaphore::new(WRITERS) };
+        let pool = build(size, 30)?;
+        let writers = std::sync::Arc::new(tokio::sync::Semaphore::new(WRITERS));
+        let (group_pool, group_writers) = (pool.clone(), writers.clone());
+        let group = crate::group::GroupCommit::start(move |readings| {
+            let (pool, writers) = (group_pool.clone(), group_writers.clone());
+            async move {
+                let _writer = writer_place(&writers).await?;
+                write::ingest_group(&mut pool.get().await?, &readings).await
+            }
+        });
+        let store = Self { pool, ping: build(1, 5)?, writers, group };
         store.migrate(open).await?;
         Ok(store)
     }
 
     /// A writer's place in this process, within [`WRITE_WAIT`].
     async fn writer(&self) -> StoreResult<tokio::sync::SemaphorePermit<'_>> {
-        match tokio::time::timeout(WRITE_WAIT, self.writers.acquire()).await {
-            Ok(permit) => permit.map_err(|e| StoreError::Backend(Box::new(e))),
-            Err(_) => Err(StoreError::Busy(format!("other writes held the database for {} s", WRITE_WAIT.as_secs()))),
-        }
+        writer_place(&self.writers).await
     }
 
     /// Applies the migrations the database has not seen yet, under an
@@ -276,6 +293,10 @@ impl Store for PgStore {
     async fn import(&self, source: ReadingSource) -> StoreResult<ImportReport> {
         let _writer = self.writer().await?;
         Ok(write::import(&mut self.pool.get().await?, source, None).await?.0)
+    }
+
+    async fn ingest(&self, reading: ReadingInput) -> StoreResult<()> {
+        self.group.write(reading).await
     }
 
     async fn import_batched(&self, source: ReadingSource) -> Result<ImportReport, PartialImport> {

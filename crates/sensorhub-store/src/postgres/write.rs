@@ -523,6 +523,22 @@ pub(super) async fn import(
     Ok((report, rest))
 }
 
+/// Stores single readings in one transaction; each gets its own outcome
+/// (a refused one leaves the others: it is checked before anything of it is
+/// gathered). An error of the transaction itself (a lock wait past its
+/// limit, a lost connection) is everyone's: nothing is written then.
+pub(super) async fn ingest_group(c: &mut Client, readings: &[ReadingInput]) -> StoreResult<Vec<StoreResult<()>>> {
+    let tx = begin(c).await?;
+    let mut writer = ReadingWriter::default();
+    let mut outcomes = Vec::with_capacity(readings.len());
+    for r in readings {
+        outcomes.push(writer.write(&tx, r).await);
+    }
+    writer.finish(&tx).await?;
+    tx.commit().await?;
+    Ok(outcomes)
+}
+
 pub(super) async fn revoke_api_key(c: &mut Client, id_or_prefix: &str) -> StoreResult<String> {
     let tx = begin(c).await?;
     let digest = key_digest(id_or_prefix);

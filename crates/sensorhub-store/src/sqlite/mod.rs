@@ -2,7 +2,6 @@
 //! `migrations/sqlite/` applied on open.
 
 mod copy;
-mod group;
 mod pool;
 mod read;
 mod retention;
@@ -94,7 +93,7 @@ pub struct SqliteStore {
     /// answers while every read and write connection is busy.
     ping: Mutex<Option<rusqlite::Connection>>,
     /// Single readings, committed in groups.
-    group: group::GroupCommit,
+    group: crate::group::GroupCommit,
     path: std::path::PathBuf,
 }
 
@@ -119,7 +118,11 @@ impl SqliteStore {
         writes.run(migrate).await?;
         writes.run(move |c| upgrade::run(c, options.upgrade_batch_hours)).await?;
         let reads = Pool::new(path, READ_POOL_SIZE, Role::Read, sync);
-        let group = group::GroupCommit::start(writes.clone());
+        let group_writes = writes.clone();
+        let group = crate::group::GroupCommit::start(move |readings| {
+            let writes = group_writes.clone();
+            async move { writes.run(move |c| write::ingest_group(c, &readings)).await }
+        });
         Ok(Self { reads, writes, ping: Mutex::new(None), group, path: path.to_owned() })
     }
 

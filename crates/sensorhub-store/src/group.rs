@@ -1,15 +1,17 @@
-//! Group commit for single readings (webhook ingest): readings that arrive
-//! while a transaction is being written wait for the next one, and each
-//! transaction takes every reading waiting then (up to [`MAX_GROUP`]). A
-//! durable commit costs an fsync; shared by the readings of a group, it
-//! costs each of them a fraction. Every reading is answered only after the
-//! transaction that holds it has committed, and a reading that is refused
-//! (an unknown sensor) is refused alone: the others of its group are stored.
+//! Group commit for single readings (webhook ingest), on both backends:
+//! readings that arrive while a transaction is being written wait for the
+//! next one, and each transaction takes every reading waiting then (up to
+//! [`MAX_GROUP`]). A durable commit costs an fsync (and on PostgreSQL a
+//! round trip); shared by the readings of a group, it costs each of them a
+//! fraction. Every reading is answered only after the transaction that
+//! holds it has committed, and a reading that is refused (an unknown
+//! sensor) is refused alone: the others of its group are stored. The
+//! backend gives the function that writes a group, through the same
+//! reading writer as `import`.
 
-use super::pool::Pool;
-use super::write;
 use crate::{StoreError, StoreResult};
 use sensorhub_core::model::ReadingInput;
+use std::future::Future;
 use tokio::sync::{mpsc, oneshot};
 
 /// Readings committed in one transaction at most.
@@ -22,13 +24,19 @@ struct Job {
 }
 
 /// The committer's queue; the committer stops when this is dropped.
-pub(super) struct GroupCommit {
+pub(crate) struct GroupCommit {
     queue: mpsc::Sender<Job>,
 }
 
 impl GroupCommit {
-    /// Starts the committer, which writes through `writes`.
-    pub(super) fn start(writes: Pool) -> Self {
+    /// Starts the committer. `write_group` stores readings in one
+    /// transaction and gives each its outcome, or fails as a whole (then
+    /// nothing of the group was written).
+    pub(crate) fn start<F, Fut>(write_group: F) -> Self
+    where
+        F: Fn(Vec<ReadingInput>) -> Fut + Send + 'static,
+        Fut: Future<Output = StoreResult<Vec<StoreResult<()>>>> + Send,
+    {
         let (queue, mut jobs) = mpsc::channel::<Job>(4 * MAX_GROUP);
         tokio::spawn(async move {
             while let Some(first) = jobs.recv().await {
@@ -40,7 +48,7 @@ impl GroupCommit {
                     }
                 }
                 let (readings, answers): (Vec<_>, Vec<_>) = group.into_iter().map(|j| (j.reading, j.done)).unzip();
-                match writes.run(move |c| write::ingest_group(c, &readings)).await {
+                match write_group(readings).await {
                     Ok(each) => {
                         for (answer, outcome) in answers.into_iter().zip(each) {
                             let _ = answer.send(outcome);
@@ -59,7 +67,7 @@ impl GroupCommit {
     }
 
     /// Stores `reading` in the next group; returns once it is committed.
-    pub(super) async fn write(&self, reading: ReadingInput) -> StoreResult<()> {
+    pub(crate) async fn write(&self, reading: ReadingInput) -> StoreResult<()> {
         let (done, outcome) = oneshot::channel();
         let gone = || StoreError::Backend("the group committer stopped".into());
         self.queue.send(Job { reading, done }).await.map_err(|_| gone())?;
