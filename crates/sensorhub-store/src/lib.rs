@@ -89,6 +89,38 @@ pub const IMPORT_COMMIT_EVERY: std::time::Duration = std::time::Duration::from_m
 /// The pause after each commit of a batched import: other writers' turn.
 pub const IMPORT_PAUSE: std::time::Duration = std::time::Duration::from_millis(5);
 
+/// One retention pass over `settings` (each device with its own and its
+/// owner's stored retention), shared by the backends: `batch(pk, cutoff)`
+/// runs one transaction of a device's expiry and says whether the device
+/// is done; between transactions other writers get [`IMPORT_PAUSE`].
+pub(crate) async fn expire_in_steps<F, Fut>(
+    settings: Vec<decide::RetentionSettings>,
+    default: Retention,
+    now: i64,
+    mut batch: F,
+) -> StoreResult<RetentionReport>
+where
+    F: FnMut(i64, i64) -> Fut,
+    Fut: std::future::Future<Output = StoreResult<(RetentionReport, bool)>>,
+{
+    let mut total = RetentionReport::default();
+    for (pk, device, owner) in settings {
+        let Some(cutoff) = decide::retention_cutoff(device, owner, default, now) else { continue };
+        let mut this = RetentionReport::default();
+        loop {
+            let (report, done) = batch(pk, cutoff).await?;
+            this.add(&report);
+            if done {
+                break;
+            }
+            tokio::time::sleep(IMPORT_PAUSE).await;
+        }
+        this.devices = u64::from(!this.is_empty());
+        total.add(&this);
+    }
+    Ok(total)
+}
+
 /// A batched import that an error stopped: what was committed before it.
 #[derive(Debug, thiserror::Error)]
 #[error("{error}")]

@@ -251,25 +251,12 @@ impl Store for PgStore {
     }
 
     async fn expire_readings(&self, default: Retention, now: i64) -> StoreResult<RetentionReport> {
-        let mut total = RetentionReport::default();
-        for (pk, device, owner) in retention::settings(&self.pool.get().await?).await? {
-            let Some(cutoff) = crate::decide::retention_cutoff(device, owner, default, now) else { continue };
-            let mut this = RetentionReport::default();
-            loop {
-                let (report, done) = {
-                    let _writer = self.writer().await?;
-                    retention::expire_batch(&mut self.pool.get().await?, pk, cutoff).await?
-                };
-                this.add(&report);
-                if done {
-                    break;
-                }
-                tokio::time::sleep(crate::IMPORT_PAUSE).await;
-            }
-            this.devices = u64::from(!this.is_empty());
-            total.add(&this);
-        }
-        Ok(total)
+        let settings = retention::settings(&self.pool.get().await?).await?;
+        crate::expire_in_steps(settings, default, now, |pk, cutoff| async move {
+            let _writer = self.writer().await?;
+            retention::expire_batch(&mut self.pool.get().await?, pk, cutoff).await
+        })
+        .await
     }
 
     fn read_readings(&self, device: &DeviceHandle, range: TimeRange) -> ReadingStream {

@@ -208,21 +208,11 @@ impl Store for SqliteStore {
     }
 
     async fn expire_readings(&self, default: Retention, now: i64) -> StoreResult<RetentionReport> {
-        let mut total = RetentionReport::default();
-        for (pk, device, owner) in self.reads.run(retention::settings).await? {
-            let Some(cutoff) = crate::decide::retention_cutoff(device, owner, default, now) else { continue };
-            let mut this = RetentionReport::default();
-            loop {
-                let (report, done) = self.writes.run(move |c| retention::expire_batch(c, pk, cutoff)).await?;
-                this.add(&report);
-                if done {
-                    break;
-                }
-                tokio::time::sleep(crate::IMPORT_PAUSE).await;
-            }
-            this.devices = u64::from(!this.is_empty());
-            total.add(&this);
-        }
+        let settings = self.reads.run(retention::settings).await?;
+        let mut total = crate::expire_in_steps(settings, default, now, |pk, cutoff| {
+            self.writes.run(move |c| retention::expire_batch(c, pk, cutoff))
+        })
+        .await?;
         if !total.is_empty() {
             total.returned = self.writes.run(retention::return_free_pages).await?;
         }
