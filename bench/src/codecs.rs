@@ -30,6 +30,12 @@ pub struct Args {
 /// One hour: readings by second within the hour, each (sensor idx, value).
 type Hour = BTreeMap<u16, Vec<(u8, f64)>>;
 
+/// An hour's readings as the store's format takes them.
+type HourReadings = Vec<(u16, Vec<(u8, f64)>)>;
+
+/// Columns: the seconds, and each sensor's values by idx.
+type Columns = (Vec<i64>, BTreeMap<u8, Vec<f64>>);
+
 /// A profile's readings: hours by (device, hour number).
 struct Grouped {
     hours: BTreeMap<(String, i64), Hour>,
@@ -60,7 +66,7 @@ fn group(csv: &[u8]) -> Result<Grouped, String> {
 }
 
 /// The columns of an hour: its seconds, and each sensor's values.
-fn columns(hour: &Hour) -> (Vec<i64>, BTreeMap<u8, Vec<f64>>) {
+fn columns(hour: &Hour) -> Columns {
     let mut cols: BTreeMap<u8, Vec<f64>> = BTreeMap::new();
     for pairs in hour.values() {
         for (idx, v) in pairs {
@@ -98,7 +104,7 @@ fn compare(profile: &'static str, days: i64) -> Result<Row, String> {
     let g = group(&csv)?;
     let values = g.values.max(1) as f64;
 
-    let readings: Vec<Vec<(u16, Vec<(u8, f64)>)>> =
+    let readings: Vec<HourReadings> =
         g.hours.values().map(|h| h.iter().map(|(t, p)| (*t, p.clone())).collect()).collect();
     let started = Instant::now();
     let encoded: Vec<Vec<u8>> = readings.iter().map(|r| sensorhub_store::format::encode_hour(r)).collect();
@@ -134,7 +140,7 @@ fn compare(profile: &'static str, days: i64) -> Result<Row, String> {
     let pco_decode = values / started.elapsed().as_secs_f64();
     let pco_hour = pco_hours.iter().flatten().map(Vec::len).sum();
 
-    let mut devices: BTreeMap<&str, (Vec<i64>, BTreeMap<u8, Vec<f64>>)> = BTreeMap::new();
+    let mut devices: BTreeMap<&str, Columns> = BTreeMap::new();
     for ((device, chunk), hour) in &g.hours {
         let (times, cols) = devices.entry(device.as_str()).or_default();
         let (t, c) = columns(hour);
