@@ -1,8 +1,9 @@
-//! Time rules of the read API: the `tz` offset, `start`/`end` bounds, the
-//! default range and its limits, and allocation-free RFC 3339 rendering.
+//! Time rules of the read API: the `tz` offset or zone, `start`/`end`
+//! bounds, the default range and its limits, and allocation-free RFC 3339
+//! rendering.
 
 use jiff::civil::{DateTime, Time};
-use jiff::tz::Offset;
+use jiff::tz::{Offset, TimeZone};
 use jiff::{SignedDuration, Timestamp};
 
 /// Why a time parameter was refused; rendered as the `detail` of a 400.
@@ -11,6 +12,12 @@ pub enum TimeError {
     /// `tz` is neither whole hours nor `±HH:MM`.
     #[error("tz {0:?} is not a UTC offset: use whole hours (-12 to 14) or ±HH:MM")]
     BadTz(String),
+    /// `tz` looks like a zone name (it has a `/`) that the time-zone
+    /// database does not hold.
+    #[error(
+        "tz {0:?} is not a time zone: use an IANA name such as Asia/Jakarta or Europe/Berlin, whole hours (-12 to 14) or ±HH:MM"
+    )]
+    UnknownZone(String),
     /// `tz` parsed but lies outside -12:00..=+14:00.
     #[error("tz {0:?} is out of range: the offset must lie between -12 and +14 hours")]
     TzOutOfRange(String),
@@ -120,6 +127,40 @@ pub fn parse_tz(raw: &str) -> Result<Offset, TimeError> {
     Offset::from_seconds(seconds).map_err(|_| bad())
 }
 
+/// What a `tz` names: a fixed offset, or a zone whose offset follows its
+/// rules (daylight saving time), from the bundled IANA time-zone database.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Zone {
+    /// Whole hours or `±HH:MM`.
+    Fixed(Offset),
+    /// An IANA name such as `Europe/Berlin`.
+    Named(TimeZone),
+}
+
+impl Zone {
+    /// The zone as jiff's time zone.
+    pub fn time_zone(&self) -> TimeZone {
+        match self {
+            Zone::Fixed(offset) => TimeZone::fixed(*offset),
+            Zone::Named(tz) => tz.clone(),
+        }
+    }
+}
+
+/// Parses a `tz` value: what [`parse_tz`] takes, or an IANA time-zone name
+/// (`Asia/Jakarta`, `America/New_York`). The messages of malformed offsets
+/// are those of [`parse_tz`]; a name the database lacks says so.
+pub fn parse_zone(raw: &str) -> Result<Zone, TimeError> {
+    match parse_tz(raw) {
+        Ok(offset) => Ok(Zone::Fixed(offset)),
+        Err(e) => match jiff::tz::db().get(raw.trim()) {
+            Ok(tz) => Ok(Zone::Named(tz)),
+            Err(_) if raw.contains('/') => Err(TimeError::UnknownZone(raw.to_owned())),
+            Err(_) => Err(e),
+        },
+    }
+}
+
 /// The shape of an RFC 3339 date-time, checked byte by byte before jiff
 /// parses it, so that looser ISO 8601 forms (basic format, missing seconds)
 /// are refused. Returns the index where the offset part starts.
@@ -166,7 +207,7 @@ fn offset_kind(rest: &[u8]) -> Result<Option<()>, ()> {
 /// Parses a query bound (`start`, `end`): RFC 3339 with `Z` or an offset,
 /// or without an offset, in which case it is read in `tz`. A space where the
 /// offset sign belongs is read as `+`.
-pub fn parse_bound(name: &'static str, raw: &str, tz: Offset) -> Result<Timestamp, TimeError> {
+pub fn parse_bound(name: &'static str, raw: &str, tz: &TimeZone) -> Result<Timestamp, TimeError> {
     let bad = || TimeError::BadTimestamp { name, value: raw.to_owned() };
     let out_of_range = || TimeError::OutOfRange { name, value: raw.to_owned() };
     let bytes = raw.as_bytes();
@@ -269,12 +310,15 @@ pub struct RangeRules {
 }
 
 /// A validated request: the range to read and the offset to render in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResolvedRange {
     /// Inclusive range of seconds.
     pub range: TimeRange,
-    /// Offset of the rendered timestamps.
+    /// Offset of the rendered timestamps (for a named zone, its offset at
+    /// the start of the range).
     pub offset: Offset,
+    /// A named zone: each timestamp is rendered in its offset at that instant.
+    pub zone: Option<TimeZone>,
 }
 
 fn non_empty(v: Option<&str>) -> Option<&str> {
@@ -286,16 +330,17 @@ impl RangeRules {
     /// now), inclusive bounds rounded inward to whole seconds, `start <= end`
     /// and the maximum length.
     pub fn resolve(&self, q: RangeQuery<'_>, now: Timestamp) -> Result<ResolvedRange, TimeError> {
-        let offset = match non_empty(q.tz) {
-            Some(tz) => parse_tz(tz)?,
-            None => self.default_tz,
+        let zone = match non_empty(q.tz) {
+            Some(tz) => parse_zone(tz)?,
+            None => Zone::Fixed(self.default_tz),
         };
+        let tz = zone.time_zone();
         let start = match non_empty(q.start) {
-            Some(s) => parse_bound("start", s, offset)?,
-            None => start_of_day(now, offset),
+            Some(s) => parse_bound("start", s, &tz)?,
+            None => start_of_day(now, &tz),
         };
         let end = match non_empty(q.end) {
-            Some(s) => parse_bound("end", s, offset)?,
+            Some(s) => parse_bound("end", s, &tz)?,
             None => now,
         };
         if start > end {
@@ -308,16 +353,20 @@ impl RangeRules {
         // Readings are whole seconds: round the start up and the end down.
         let ceil = |t: Timestamp| t.as_second() + i64::from(t.subsec_nanosecond() > 0);
         let range = TimeRange { start: ceil(start), end: end.as_second() };
-        Ok(ResolvedRange { range, offset })
+        let (offset, zone) = match zone {
+            Zone::Fixed(offset) => (offset, None),
+            Zone::Named(tz) => (tz.to_offset(start), Some(tz)),
+        };
+        Ok(ResolvedRange { range, offset, zone })
     }
 }
 
-/// Midnight of `now`'s calendar day in `offset`.
-fn start_of_day(now: Timestamp, offset: Offset) -> Timestamp {
-    let day = offset.to_datetime(now).date();
-    // A fixed offset has no gaps, so this conversion cannot fail in practice;
-    // fall back to `now` rather than panic.
-    offset.to_timestamp(day.to_datetime(Time::midnight())).unwrap_or(now)
+/// The start of `now`'s calendar day in `tz`: midnight, or the first
+/// instant of the day where a zone skips midnight (a DST change at 00:00).
+fn start_of_day(now: Timestamp, tz: &TimeZone) -> Timestamp {
+    let day = tz.to_datetime(now).date();
+    // Cannot fail for dates of stored times; fall back to `now` rather than panic.
+    tz.to_ambiguous_timestamp(day.to_datetime(Time::midnight())).compatible().unwrap_or(now)
 }
 
 /// Appends `second` rendered as RFC 3339 in `offset` (`Z` for offset zero),
@@ -369,6 +418,8 @@ pub struct Rfc3339Writer {
     suffix: Vec<u8>,
     day: i64,
     date: [u8; 11],
+    /// A named zone: the offset is looked up for every timestamp.
+    zone: Option<TimeZone>,
 }
 
 impl Rfc3339Writer {
@@ -376,11 +427,26 @@ impl Rfc3339Writer {
     pub fn new(offset: Offset) -> Self {
         let mut suffix = Vec::with_capacity(6);
         write_offset(&mut suffix, offset);
-        Self { offset_secs: i64::from(offset.seconds()), suffix, day: i64::MIN, date: [0; 11] }
+        Self { offset_secs: i64::from(offset.seconds()), suffix, day: i64::MIN, date: [0; 11], zone: None }
+    }
+
+    /// A writer for a named zone: each timestamp carries the zone's offset
+    /// at that instant (so the offset changes across a DST change).
+    pub fn in_zone(zone: TimeZone) -> Self {
+        Self { zone: Some(zone), ..Self::new(Offset::UTC) }
     }
 
     /// Appends `second` as [`write_rfc3339`] would.
     pub fn write(&mut self, out: &mut Vec<u8>, second: i64) {
+        if let Some(zone) = &self.zone {
+            let offset = Timestamp::from_second(second).map_or(Offset::UTC, |t| zone.to_offset(t));
+            if i64::from(offset.seconds()) != self.offset_secs {
+                self.offset_secs = i64::from(offset.seconds());
+                self.suffix.clear();
+                write_offset(&mut self.suffix, offset);
+                self.day = i64::MIN;
+            }
+        }
         let local = second + self.offset_secs;
         let day = local.div_euclid(86_400);
         if day != self.day {

@@ -42,15 +42,13 @@ fn tz_refuses_garbage_and_out_of_range() {
 #[test]
 fn bounds_accept_z_offset_space_and_local() {
     let want = ts("2026-05-05T00:00:00Z");
-    assert_eq!(parse_bound("start", "2026-05-05T00:00:00Z", off(9)), Ok(want));
-    assert_eq!(parse_bound("start", "2026-05-05T07:00:00+07:00", Offset::UTC), Ok(want));
-    assert_eq!(parse_bound("start", "2026-05-05T07:00:00 07:00", Offset::UTC), Ok(want));
-    assert_eq!(parse_bound("start", "2026-05-05T07:00:00", off(7)), Ok(want));
-    assert_eq!(parse_bound("start", "2026-05-04T21:00:00-03:00", off(7)), Ok(want));
-    assert_eq!(
-        parse_bound("end", "2026-05-05T00:00:00.5Z", Offset::UTC).map(|t| t.subsec_nanosecond()),
-        Ok(500_000_000)
-    );
+    let (utc, plus9, plus7) = (TimeZone::UTC, TimeZone::fixed(off(9)), TimeZone::fixed(off(7)));
+    assert_eq!(parse_bound("start", "2026-05-05T00:00:00Z", &plus9), Ok(want));
+    assert_eq!(parse_bound("start", "2026-05-05T07:00:00+07:00", &utc), Ok(want));
+    assert_eq!(parse_bound("start", "2026-05-05T07:00:00 07:00", &utc), Ok(want));
+    assert_eq!(parse_bound("start", "2026-05-05T07:00:00", &plus7), Ok(want));
+    assert_eq!(parse_bound("start", "2026-05-04T21:00:00-03:00", &plus7), Ok(want));
+    assert_eq!(parse_bound("end", "2026-05-05T00:00:00.5Z", &utc).map(|t| t.subsec_nanosecond()), Ok(500_000_000));
 }
 
 #[test]
@@ -70,7 +68,7 @@ fn bounds_refuse_non_rfc3339() {
         "2026-05-05T07:00:00+07:60",
         "2026-05-05T23:59:60Z",
     ] {
-        assert!(parse_bound("start", bad, Offset::UTC).is_err(), "{bad:?}");
+        assert!(parse_bound("start", bad, &TimeZone::UTC).is_err(), "{bad:?}");
     }
 }
 
@@ -96,6 +94,45 @@ fn defaults_are_midnight_in_the_offset_and_now() {
     let utc = rules().resolve(RangeQuery::default(), now).expect("valid");
     assert_eq!(utc.range.start, ts("2026-05-05T00:00:00Z").as_second());
     assert_eq!(utc.offset, Offset::UTC);
+}
+
+#[test]
+fn zones_are_iana_names_with_their_rules() {
+    let berlin = parse_zone("Europe/Berlin").expect("a known zone");
+    assert!(matches!(berlin, Zone::Named(_)));
+    assert_eq!(parse_zone("7"), Ok(Zone::Fixed(off(7))), "hours stay fixed offsets");
+    assert_eq!(parse_zone("+05:30"), Ok(Zone::Fixed(Offset::from_seconds(19_800).expect("offset"))));
+    assert!(matches!(parse_zone("Mars/Olympus_Mons"), Err(TimeError::UnknownZone(_))));
+    assert_eq!(parse_zone("abc"), Err(TimeError::BadTz("abc".into())), "the seed's message stays");
+    assert_eq!(parse_zone("99"), Err(TimeError::TzOutOfRange("99".into())));
+    // Local bounds are read in the zone's offset of that date: +01:00 in
+    // winter, +02:00 in summer; "today" starts at local midnight.
+    let q = |start| RangeQuery { start: Some(start), end: Some("2026-07-01T12:00:00"), tz: Some("Europe/Berlin") };
+    let now = ts("2026-07-01T12:00:00Z");
+    let winter = rules().resolve(q("2026-01-15T00:00:00"), now).expect("valid");
+    assert_eq!(winter.range.start, ts("2026-01-14T23:00:00Z").as_second());
+    assert_eq!(winter.range.end, ts("2026-07-01T10:00:00Z").as_second());
+    assert_eq!(winter.offset, off(1), "the offset at the start");
+    let today = rules().resolve(RangeQuery { tz: Some("Europe/Berlin"), ..Default::default() }, now).expect("valid");
+    assert_eq!(today.range.start, ts("2026-06-30T22:00:00Z").as_second());
+    let jakarta = rules().resolve(RangeQuery { tz: Some("Asia/Jakarta"), ..Default::default() }, now).expect("valid");
+    let seven = rules().resolve(RangeQuery { tz: Some("7"), ..Default::default() }, now).expect("valid");
+    assert_eq!(jakarta.range, seven.range, "a named zone and its fixed offset give the same instants");
+}
+
+#[test]
+fn a_named_zone_renders_each_time_in_its_offset_then() {
+    let mut w = Rfc3339Writer::in_zone(jiff::tz::db().get("Europe/Berlin").expect("zone"));
+    let mut out = Vec::new();
+    // Summer time starts on 2026-03-29 at 01:00Z: 02:00 local becomes 03:00.
+    for t in ["2026-03-29T00:30:00Z", "2026-03-29T01:30:00Z", "2026-10-25T00:30:00Z", "2026-10-25T01:30:00Z"] {
+        w.write(&mut out, ts(t).as_second());
+        out.push(b' ');
+    }
+    assert_eq!(
+        String::from_utf8(out).expect("utf-8"),
+        "2026-03-29T01:30:00+01:00 2026-03-29T03:30:00+02:00 2026-10-25T02:30:00+02:00 2026-10-25T02:30:00+01:00 "
+    );
 }
 
 #[test]
@@ -146,7 +183,7 @@ proptest! {
             .to_string();
         let jiff_text = if hours == 0 { jiff_text.replace("+00:00", "Z") } else { jiff_text };
         prop_assert_eq!(&text, &jiff_text);
-        prop_assert_eq!(parse_bound("start", &text, Offset::UTC).map(|t| t.as_second()), Ok(second));
+        prop_assert_eq!(parse_bound("start", &text, &TimeZone::UTC).map(|t| t.as_second()), Ok(second));
         prop_assert_eq!(parse_reading_timestamp(&text).map(|t| t.as_second()), Ok(second));
     }
 
@@ -156,7 +193,7 @@ proptest! {
         let mut text = format_rfc3339(second, offset);
         // Strip the offset: the bound is then read in `tz`.
         text.truncate(19);
-        prop_assert_eq!(parse_bound("end", &text, offset).map(|t| t.as_second()), Ok(second));
+        prop_assert_eq!(parse_bound("end", &text, &TimeZone::fixed(offset)).map(|t| t.as_second()), Ok(second));
     }
 
     #[test]

@@ -28,7 +28,7 @@ pub struct RangeParams {
     /// End, inclusive, same forms. Default: now.
     #[param(example = "2026-05-05T23:59:59Z")]
     end: Option<String>,
-    /// UTC offset of rendered times: whole hours -12..14, or ±HH:MM. Default: the server's --default-tz.
+    /// Time zone of rendered times and of bounds without an offset: whole hours -12..14, ±HH:MM, or an IANA name (Asia/Jakarta, Europe/Berlin), with which each time carries the zone's offset at that instant. Default: the server's --default-tz.
     #[param(example = "7")]
     tz: Option<String>,
 }
@@ -116,7 +116,7 @@ async fn read<C: Into<Caller>>(
         state.store.read_window(caller.scope, &device_id, resolved.range).await?.ok_or(ApiError::DeviceNotFound)?;
     let metrics = state.metrics.clone();
     metrics.readings_served(window.first.len());
-    let mut encoder = ReadingEncoder::new(&window.device.sensors, resolved.offset);
+    let mut encoder = ReadingEncoder::new(&window.device.sensors, resolved.offset, resolved.zone);
     if window.complete {
         // Everything is in the first batch: one body with a length, no chunks.
         let mut body = encoder.begin(&window.first);
@@ -151,8 +151,9 @@ pub struct ReadingEncoder {
 }
 
 impl ReadingEncoder {
-    /// An encoder for a device's sensors, rendering times in `offset`.
-    pub fn new(sensors: &[SensorMeta], offset: Offset) -> Self {
+    /// An encoder for a device's sensors, rendering times in `offset`, or
+    /// in a named `zone`'s offset at each instant.
+    pub fn new(sensors: &[SensorMeta], offset: Offset, zone: Option<jiff::tz::TimeZone>) -> Self {
         let json = |s: &str| serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into());
         Self {
             before: sensors
@@ -160,7 +161,7 @@ impl ReadingEncoder {
                 .map(|s| format!("{{\"id\":{},\"value\":", json(&s.sensor_id)).into_bytes())
                 .collect(),
             after: sensors.iter().map(|s| format!(",\"unit\":{}}}", json(&s.unit)).into_bytes()).collect(),
-            time: Rfc3339Writer::new(offset),
+            time: zone.map_or_else(|| Rfc3339Writer::new(offset), Rfc3339Writer::in_zone),
             first: true,
         }
     }
@@ -243,7 +244,7 @@ mod tests {
             SensorMeta { sensor_id: "A-b\"q".into(), name: "n".into(), kind: "BATTERY".into(), unit: "%".into() },
             SensorMeta { sensor_id: "A-x".into(), name: "n".into(), kind: "X".into(), unit: ".".into() },
         ];
-        let mut enc = ReadingEncoder::new(&sensors, Offset::constant(7));
+        let mut enc = ReadingEncoder::new(&sensors, Offset::constant(7), None);
         let values = vec![
             StoredValue::Decimal { n: 925, k: 1 },
             StoredValue::Decimal { n: 100, k: 0 },

@@ -192,3 +192,35 @@ on_each_backend! {
         assert_eq!(data[4999]["timestamp"], "2026-01-04T11:19:00Z");
     }
 }
+
+on_each_backend! {
+    async fn named_zones_render_each_time_in_its_offset() {
+        let app = TestApp::start().await;
+        // Around the start of summer time in Berlin (2026-03-29, 01:00Z).
+        app.add_readings(vec![
+            crate::harness::reading("AWLR-001", crate::harness::secs("2026-03-29T00:30:00Z"), "AWLR1-wl", 101.5),
+            crate::harness::reading("AWLR-001", crate::harness::secs("2026-03-29T01:30:00Z"), "AWLR1-wl", 102.5),
+        ])
+        .await;
+        // Bounds without an offset are Berlin's local time: 01:00 (+01:00) to 04:00 (+02:00).
+        let a = app.alice("/devices/AWLR-001/data?start=2026-03-29T01:00:00&end=2026-03-29T04:00:00&tz=Europe/Berlin").await;
+        assert_eq!(
+            a.text,
+            concat!(
+                r#"{"message":"Success","data":["#,
+                r#"{"timestamp":"2026-03-29T01:30:00+01:00","sensors":[{"id":"AWLR1-wl","value":101.5,"unit":"cm"}]},"#,
+                r#"{"timestamp":"2026-03-29T03:30:00+02:00","sensors":[{"id":"AWLR1-wl","value":102.5,"unit":"cm"}]}]}"#
+            )
+        );
+        let key = app.get("/pk-alice-all/devices/AWLR-001/data?start=2026-03-29T01:00:00&end=2026-03-29T04:00:00&tz=Europe/Berlin").await;
+        assert_eq!(key.text, a.text);
+        // A named zone without DST and its fixed offset give the same answer.
+        let jakarta = app.alice(&format!("/devices/AWLR-001/data?{WINDOW}&tz=Asia/Jakarta")).await;
+        let seven = app.alice(&format!("/devices/AWLR-001/data?{WINDOW}&tz=7")).await;
+        assert_eq!(jakarta.status, 200);
+        assert_eq!(jakarta.text, seven.text);
+        let a = app.alice(&format!("/devices/AWLR-001/data?{WINDOW}&tz=Mars/Olympus_Mons")).await;
+        assert_error(&a, 400, "Bad Request");
+        assert!(a.body["detail"].as_str().is_some_and(|d| d.starts_with("tz \"Mars/Olympus_Mons\" is not a time zone")), "{}", a.text);
+    }
+}
