@@ -5,6 +5,7 @@ pub mod auth;
 pub mod client_ip;
 mod deadline;
 pub mod devices;
+pub mod encode;
 pub mod error;
 mod log;
 pub mod logins;
