@@ -1,6 +1,9 @@
 //! Readings rendered for the wire: the spec's `{"message","data"}`
-//! envelope, with the sensor fragments escaped once per request and
-//! timestamps formatted without allocation.
+//! envelope, CSV (RFC 4180: a header row of sensor ids, a row per time,
+//! empty cells for missing values) or NDJSON (one `{"timestamp","sensors"}`
+//! object per line), with the sensor fragments escaped once per request and
+//! timestamps formatted without allocation. Values are written as the JSON
+//! answer writes them, in every format.
 
 use bytes::Bytes;
 use jiff::tz::Offset;
@@ -8,9 +11,73 @@ use sensorhub_core::model::SensorMeta;
 use sensorhub_core::time::Rfc3339Writer;
 use sensorhub_store::ReadingBatch;
 
-/// Renders readings as JSON with the sensor fragments escaped once per
-/// request and timestamps formatted without allocation.
+/// The format of a readings answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// The spec's envelope (the default).
+    Json,
+    /// `text/csv`, RFC 4180.
+    Csv,
+    /// `application/x-ndjson`.
+    Ndjson,
+}
+
+impl Format {
+    /// The format a request asks for: its `format` parameter (`json`,
+    /// `csv`, `ndjson`), else its `Accept` header (`text/csv`,
+    /// `application/x-ndjson`), else JSON.
+    pub fn chosen(param: Option<&str>, accept: Option<&str>) -> Result<Format, String> {
+        match param.filter(|p| !p.is_empty()) {
+            Some("json") => Ok(Format::Json),
+            Some("csv") => Ok(Format::Csv),
+            Some("ndjson") => Ok(Format::Ndjson),
+            Some(other) => Err(format!("format {other:?} is not one of json, csv, ndjson")),
+            None => {
+                let accepts = |media: &str| {
+                    accept.is_some_and(|a| {
+                        a.split(',').any(|m| m.split(';').next().is_some_and(|t| t.trim().eq_ignore_ascii_case(media)))
+                    })
+                };
+                Ok(if accepts("text/csv") {
+                    Format::Csv
+                } else if accepts("application/x-ndjson") {
+                    Format::Ndjson
+                } else {
+                    Format::Json
+                })
+            }
+        }
+    }
+
+    /// The answer's `Content-Type`.
+    pub fn content_type(self) -> axum::http::HeaderValue {
+        match self {
+            Format::Json => super::error::JSON,
+            Format::Csv => axum::http::HeaderValue::from_static("text/csv; charset=utf-8"),
+            Format::Ndjson => axum::http::HeaderValue::from_static("application/x-ndjson"),
+        }
+    }
+}
+
+/// A CSV field: as it is, or quoted with its quotes doubled when it holds a
+/// comma, a quote or a line break (RFC 4180).
+fn csv_field(text: &str, out: &mut Vec<u8>) {
+    if text.contains([',', '"', '\r', '\n']) {
+        out.push(b'"');
+        out.extend_from_slice(text.replace('"', "\"\"").as_bytes());
+        out.push(b'"');
+    } else {
+        out.extend_from_slice(text.as_bytes());
+    }
+}
+
+/// Renders readings in a [`Format`].
 pub struct ReadingEncoder {
+    format: Format,
+    /// The CSV header row.
+    header: Vec<u8>,
+    /// The sensor idx of each CSV column.
+    columns: Vec<usize>,
     /// `{"id":"…","value":` per sensor idx.
     before: Vec<Vec<u8>>,
     /// `,"unit":"…"}` per sensor idx.
@@ -23,8 +90,30 @@ impl ReadingEncoder {
     /// An encoder for a device's sensors, rendering times in `offset`, or
     /// in a named `zone`'s offset at each instant.
     pub fn new(sensors: &[SensorMeta], offset: Offset, zone: Option<jiff::tz::TimeZone>) -> Self {
+        Self::with_format(Format::Json, sensors, offset, zone)
+    }
+
+    /// [`ReadingEncoder::new`] for any format.
+    pub fn with_format(
+        format: Format,
+        sensors: &[SensorMeta],
+        offset: Offset,
+        zone: Option<jiff::tz::TimeZone>,
+    ) -> Self {
         let json = |s: &str| serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into());
+        // CSV columns: every sensor of the device, in its order (an idx
+        // left empty by a removed sensor row has none).
+        let columns: Vec<usize> = (0..sensors.len()).filter(|i| !sensors[*i].sensor_id.is_empty()).collect();
+        let mut header = b"timestamp".to_vec();
+        for &i in &columns {
+            header.push(b',');
+            csv_field(&sensors[i].sensor_id, &mut header);
+        }
+        header.extend_from_slice(b"\r\n");
         Self {
+            format,
+            header,
+            columns,
             before: sensors
                 .iter()
                 .map(|s| format!("{{\"id\":{},\"value\":", json(&s.sensor_id)).into_bytes())
@@ -35,12 +124,25 @@ impl ReadingEncoder {
         }
     }
 
-    /// The start of the envelope with the first batch.
+    /// The start of the answer with the first batch: the envelope's head
+    /// (JSON) or the header row (CSV).
     pub fn begin(&mut self, first: &ReadingBatch) -> Vec<u8> {
-        let mut out = Vec::with_capacity(32 + self.size_hint(first));
-        out.extend_from_slice(b"{\"message\":\"Success\",\"data\":[");
+        let mut out = Vec::with_capacity(32 + self.header.len() + self.size_hint(first));
+        match self.format {
+            Format::Json => out.extend_from_slice(b"{\"message\":\"Success\",\"data\":["),
+            Format::Csv => out.extend_from_slice(&self.header),
+            Format::Ndjson => {}
+        }
         self.write_batch(first, &mut out);
         out
+    }
+
+    /// The end of the answer: the envelope's tail (JSON), else nothing.
+    pub fn end(&self) -> &'static [u8] {
+        match self.format {
+            Format::Json => b"]}",
+            Format::Csv | Format::Ndjson => b"",
+        }
     }
 
     /// One batch of readings, comma-separated from the previous ones.
@@ -52,15 +154,21 @@ impl ReadingEncoder {
 
     /// Bytes `batch` will take, a little over, so that the buffer never grows.
     fn size_hint(&self, batch: &ReadingBatch) -> usize {
-        let widest = self.before.iter().zip(&self.after).map(|(b, a)| b.len() + a.len()).max().unwrap_or(0);
+        let widest = match self.format {
+            Format::Csv => 1,
+            _ => self.before.iter().zip(&self.after).map(|(b, a)| b.len() + a.len()).max().unwrap_or(0),
+        };
         // {"timestamp":"…+07:00","sensors":[…]}, and per value its fragments and up to 24 digits.
         batch.len() * 56 + batch.values.len() * (widest + 25) + 2
     }
 
     fn write_batch(&mut self, batch: &ReadingBatch, out: &mut Vec<u8>) {
+        if self.format == Format::Csv {
+            return self.write_csv(batch, out);
+        }
         let mut values = batch.values.iter();
         for (&ts, &mask) in batch.timestamps.iter().zip(&batch.masks) {
-            if !self.first {
+            if !self.first && self.format == Format::Json {
                 out.push(b',');
             }
             self.first = false;
@@ -83,6 +191,34 @@ impl ReadingEncoder {
                 out.extend_from_slice(after);
             }
             out.extend_from_slice(b"]}");
+            if self.format == Format::Ndjson {
+                out.push(b'\n');
+            }
+        }
+    }
+
+    fn write_csv(&mut self, batch: &ReadingBatch, out: &mut Vec<u8>) {
+        let mut values = batch.values.iter();
+        let mut row: Vec<Option<sensorhub_store::StoredValue>> = vec![None; self.before.len()];
+        for (&ts, &mask) in batch.timestamps.iter().zip(&batch.masks) {
+            row.iter_mut().for_each(|cell| *cell = None);
+            let mut m = mask;
+            while m != 0 {
+                let idx = m.trailing_zeros() as usize;
+                m &= m - 1;
+                let Some(value) = values.next() else { break };
+                if let Some(cell) = row.get_mut(idx) {
+                    *cell = Some(*value);
+                }
+            }
+            self.time.write(out, ts);
+            for &i in &self.columns {
+                out.push(b',');
+                if let Some(v) = row[i] {
+                    v.write_json(out);
+                }
+            }
+            out.extend_from_slice(b"\r\n");
         }
     }
 }
@@ -117,5 +253,32 @@ mod tests {
             ]})
         );
         assert!(String::from_utf8_lossy(&text).contains("\"value\":100.0,"));
+
+        let mut csv = ReadingEncoder::with_format(Format::Csv, &sensors, Offset::constant(7), None);
+        let text = String::from_utf8(csv.begin(&batch)).expect("utf-8");
+        assert_eq!(
+            text,
+            "timestamp,\"A-b\"\"q\",A-x\r\n1970-01-01T07:00:00+07:00,92.5,100.0\r\n1970-01-01T07:01:00+07:00,,-1e-7\r\n"
+        );
+        let mut nd = ReadingEncoder::with_format(Format::Ndjson, &sensors, Offset::constant(7), None);
+        let text = String::from_utf8(nd.begin(&batch)).expect("utf-8");
+        let lines: Vec<serde_json::Value> =
+            text.lines().map(|l| serde_json::from_str(l).expect("a JSON object per line")).collect();
+        assert_eq!(lines.len(), 2);
+        assert_eq!(
+            lines[1],
+            serde_json::json!({"timestamp": "1970-01-01T07:01:00+07:00", "sensors": [{"id": "A-x", "value": -1e-7, "unit": "."}]})
+        );
+    }
+
+    #[test]
+    fn formats_come_from_the_parameter_then_accept() {
+        assert_eq!(Format::chosen(None, None), Ok(Format::Json));
+        assert_eq!(Format::chosen(Some("csv"), Some("application/json")), Ok(Format::Csv));
+        assert_eq!(Format::chosen(None, Some("text/html, text/CSV;q=0.9")), Ok(Format::Csv));
+        assert_eq!(Format::chosen(None, Some("application/x-ndjson")), Ok(Format::Ndjson));
+        assert_eq!(Format::chosen(None, Some("*/*")), Ok(Format::Json));
+        assert_eq!(Format::chosen(Some(""), None), Ok(Format::Json));
+        assert!(Format::chosen(Some("xml"), None).is_err_and(|e| e.starts_with("format \"xml\"")));
     }
 }

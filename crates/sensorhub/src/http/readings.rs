@@ -3,8 +3,8 @@
 
 use super::AppState;
 use super::auth::{BasicCaller, Caller, PublicCaller, path_param};
-use super::encode::ReadingEncoder;
-use super::error::{ApiError, JSON};
+use super::encode::{Format, ReadingEncoder};
+use super::error::ApiError;
 use super::schema::{ErrorBody, ReadingList};
 use axum::body::Body;
 use axum::extract::{FromRequestParts, State};
@@ -29,14 +29,22 @@ pub struct RangeParams {
     /// Time zone of rendered times and of bounds without an offset: whole hours -12..14, ±HH:MM, or an IANA name (Asia/Jakarta, Europe/Berlin), with which each time carries the zone's offset at that instant. Default: the server's --default-tz.
     #[param(example = "7")]
     tz: Option<String>,
+    /// json (the default), csv (RFC 4180: a header row timestamp,<sensor id>,… and a row per time, empty cells where a sensor has no value) or ndjson (one {"timestamp","sensors"} object per line). Without it, an Accept of text/csv or application/x-ndjson chooses. Errors are JSON whatever the format.
+    #[param(example = "csv")]
+    format: Option<String>,
+    /// The request's `Accept` header, read with the query.
+    #[serde(skip)]
+    accept: Option<String>,
 }
 
 impl<S: Send + Sync> FromRequestParts<S> for RangeParams {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
-        serde_urlencoded::from_str(parts.uri.query().unwrap_or_default())
-            .map_err(|e| ApiError::BadRequest(format!("malformed query string: {e}")))
+        let mut params: RangeParams = serde_urlencoded::from_str(parts.uri.query().unwrap_or_default())
+            .map_err(|e| ApiError::BadRequest(format!("malformed query string: {e}")))?;
+        params.accept = parts.headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        Ok(params)
     }
 }
 
@@ -105,6 +113,7 @@ async fn read<C: Into<Caller>>(
     params: RangeParams,
 ) -> Result<Response, ApiError> {
     let caller: Caller = caller.into();
+    let format = Format::chosen(params.format.as_deref(), params.accept.as_deref()).map_err(ApiError::BadRequest)?;
     let query = RangeQuery { start: params.start.as_deref(), end: params.end.as_deref(), tz: params.tz.as_deref() };
     let resolved =
         state.rules.resolve(query, jiff::Timestamp::now()).map_err(|e| ApiError::BadRequest(e.to_string()))?;
@@ -114,12 +123,13 @@ async fn read<C: Into<Caller>>(
         state.store.read_window(caller.scope, &device_id, resolved.range).await?.ok_or(ApiError::DeviceNotFound)?;
     let metrics = state.metrics.clone();
     metrics.readings_served(window.first.len());
-    let mut encoder = ReadingEncoder::new(&window.device.sensors, resolved.offset, resolved.zone);
+    let mut encoder = ReadingEncoder::with_format(format, &window.device.sensors, resolved.offset, resolved.zone);
+    let (content_type, tail) = (format.content_type(), encoder.end());
     if window.complete {
         // Everything is in the first batch: one body with a length, no chunks.
         let mut body = encoder.begin(&window.first);
-        body.extend_from_slice(b"]}");
-        return Ok(([(header::CONTENT_TYPE, JSON)], body).into_response());
+        body.extend_from_slice(tail);
+        return Ok(([(header::CONTENT_TYPE, content_type.clone())], body).into_response());
     }
     let head = Bytes::from(encoder.begin(&window.first));
     let body = stream::once(async move { Ok::<_, std::io::Error>(head) })
@@ -133,8 +143,8 @@ async fn read<C: Into<Caller>>(
                 Err(std::io::Error::other(e.to_string()))
             }
         }))
-        .chain(stream::once(async { Ok(Bytes::from_static(b"]}")) }));
-    Ok(([(header::CONTENT_TYPE, JSON)], Body::from_stream(body)).into_response())
+        .chain(stream::once(async move { Ok(Bytes::from_static(tail)) }));
+    Ok(([(header::CONTENT_TYPE, content_type)], Body::from_stream(body)).into_response())
 }
 
 #[cfg(test)]

@@ -224,3 +224,57 @@ on_each_backend! {
         assert!(a.body["detail"].as_str().is_some_and(|d| d.starts_with("tz \"Mars/Olympus_Mons\" is not a time zone")), "{}", a.text);
     }
 }
+
+on_each_backend! {
+    async fn csv_and_ndjson_answer_the_same_readings() {
+        let app = TestApp::start().await;
+        let csv = app.alice(&format!("/devices/AWLR-001/data?{WINDOW}&format=csv")).await;
+        assert_eq!(csv.status, 200);
+        assert_eq!(csv.headers["content-type"], "text/csv; charset=utf-8");
+        assert_eq!(
+            csv.text,
+            concat!(
+                "timestamp,AWLR1-batt,AWLR1-wl,AWLR1-sig,AWLR1-status\r\n",
+                "2026-05-05T00:00:00Z,92.5,120.0,-71.0,0.0\r\n",
+                "2026-05-05T00:15:00Z,92.4,121.5,,\r\n",
+                "2026-05-05T00:30:00Z,92.3,123.0,-73.0,1.0\r\n"
+            )
+        );
+        let accept = app
+            .request(
+                reqwest::Method::GET,
+                &format!("{}/pk-alice-all/devices/AWLR-001/data?{WINDOW}", app.base),
+                &[("Accept", "text/csv")],
+                None,
+            )
+            .await;
+        assert_eq!(accept.text, csv.text, "Accept: text/csv on the public path");
+        let nd = app.alice(&format!("/devices/AWLR-001/data?{WINDOW}&format=ndjson&tz=7")).await;
+        assert_eq!(nd.headers["content-type"], "application/x-ndjson");
+        let json = app.alice(&format!("/devices/AWLR-001/data?{WINDOW}&tz=7")).await;
+        let lines: Vec<serde_json::Value> =
+            nd.text.lines().map(|l| serde_json::from_str(l).expect("one object per line")).collect();
+        assert_eq!(serde_json::Value::Array(lines), json.body["data"], "the envelope's data, a line each");
+        let empty = app.alice("/devices/AWLR-001/data?start=2026-05-06T00:00:00Z&end=2026-05-06T01:00:00Z&format=csv").await;
+        assert_eq!(empty.text, "timestamp,AWLR1-batt,AWLR1-wl,AWLR1-sig,AWLR1-status\r\n");
+        let bad = app.alice(&format!("/devices/AWLR-001/data?{WINDOW}&format=xml")).await;
+        assert_error(&bad, 400, "Bad Request");
+        assert!(bad.text.contains("format \\\"xml\\\" is not one of json, csv, ndjson"), "{}", bad.text);
+        let missing = app.alice(&format!("/devices/NOPE/data?{WINDOW}&format=csv")).await;
+        assert_error(&missing, 404, "Device not found");
+    }
+}
+
+on_each_backend! {
+    async fn a_long_csv_window_streams_every_row() {
+        let app = TestApp::start().await;
+        let start = secs("2026-06-01T00:00:00Z");
+        app.add_readings((0..5000).map(|i| reading("AWLR-001", start + i * 60, "AWLR1-wl", f64::from(i as u32) / 10.0)).collect()).await;
+        let csv = app.alice("/devices/AWLR-001/data?start=2026-06-01T00:00:00Z&end=2026-06-10T00:00:00Z&format=csv").await;
+        assert_eq!(csv.status, 200);
+        let rows: Vec<&str> = csv.text.split("\r\n").filter(|l| !l.is_empty()).collect();
+        assert_eq!(rows.len(), 5001, "the header and one row per reading, across batches");
+        assert_eq!(rows[1], "2026-06-01T00:00:00Z,,0.0,,");
+        assert_eq!(rows[5000], "2026-06-04T11:19:00Z,,499.9,,");
+    }
+}
