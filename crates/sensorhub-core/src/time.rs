@@ -330,6 +330,17 @@ impl RangeRules {
     /// now), inclusive bounds rounded inward to whole seconds, `start <= end`
     /// and the maximum length.
     pub fn resolve(&self, q: RangeQuery<'_>, now: Timestamp) -> Result<ResolvedRange, TimeError> {
+        self.resolve_within(q, now, self.max_range_days)
+    }
+
+    /// [`RangeRules::resolve`] with a longest range of `max_range_days`
+    /// (an aggregated request may span more than a raw one).
+    pub fn resolve_within(
+        &self,
+        q: RangeQuery<'_>,
+        now: Timestamp,
+        max_range_days: u32,
+    ) -> Result<ResolvedRange, TimeError> {
         let zone = match non_empty(q.tz) {
             Some(tz) => parse_zone(tz)?,
             None => Zone::Fixed(self.default_tz),
@@ -346,9 +357,9 @@ impl RangeRules {
         if start > end {
             return Err(TimeError::StartAfterEnd { start, end });
         }
-        let max = SignedDuration::from_hours(24 * i64::from(self.max_range_days));
+        let max = SignedDuration::from_hours(24 * i64::from(max_range_days));
         if end.duration_since(start) > max {
-            return Err(TimeError::RangeTooLong { max_days: self.max_range_days });
+            return Err(TimeError::RangeTooLong { max_days: max_range_days });
         }
         // Readings are whole seconds: round the start up and the end down.
         let ceil = |t: Timestamp| t.as_second() + i64::from(t.subsec_nanosecond() > 0);

@@ -2,6 +2,7 @@
 //! The trait holds no SQL; each backend keeps its SQL in its own module.
 #![forbid(unsafe_code)]
 
+pub mod aggregate;
 mod batches;
 mod chunk;
 mod codec;

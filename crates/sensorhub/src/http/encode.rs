@@ -9,7 +9,7 @@ use bytes::Bytes;
 use jiff::tz::Offset;
 use sensorhub_core::model::SensorMeta;
 use sensorhub_core::time::Rfc3339Writer;
-use sensorhub_store::ReadingBatch;
+use sensorhub_store::{ReadingBatch, StoredValue};
 
 /// The format of a readings answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,6 +84,8 @@ pub struct ReadingEncoder {
     after: Vec<Vec<u8>>,
     time: Rfc3339Writer,
     first: bool,
+    /// Values are counts, written as integers (`5`, not `5.0`).
+    integers: bool,
 }
 
 impl ReadingEncoder {
@@ -121,6 +123,23 @@ impl ReadingEncoder {
             after: sensors.iter().map(|s| format!(",\"unit\":{}}}", json(&s.unit)).into_bytes()).collect(),
             time: zone.map_or_else(|| Rfc3339Writer::new(offset), Rfc3339Writer::in_zone),
             first: true,
+            integers: false,
+        }
+    }
+
+    /// The encoder writing its values as integers: counts (`agg=count`).
+    pub fn with_integers(mut self, integers: bool) -> Self {
+        self.integers = integers;
+        self
+    }
+
+    /// Appends `value` as the answer writes it.
+    fn write_value(&self, value: StoredValue, out: &mut Vec<u8>) {
+        match value {
+            StoredValue::Decimal { n, k: 0 } if self.integers => {
+                out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+            }
+            v => v.write_json(out),
         }
     }
 
@@ -187,7 +206,7 @@ impl ReadingEncoder {
                 }
                 comma = true;
                 out.extend_from_slice(before);
-                value.write_json(out);
+                self.write_value(*value, out);
                 out.extend_from_slice(after);
             }
             out.extend_from_slice(b"]}");
@@ -199,7 +218,7 @@ impl ReadingEncoder {
 
     fn write_csv(&mut self, batch: &ReadingBatch, out: &mut Vec<u8>) {
         let mut values = batch.values.iter();
-        let mut row: Vec<Option<sensorhub_store::StoredValue>> = vec![None; self.before.len()];
+        let mut row: Vec<Option<StoredValue>> = vec![None; self.before.len()];
         for (&ts, &mask) in batch.timestamps.iter().zip(&batch.masks) {
             row.iter_mut().for_each(|cell| *cell = None);
             let mut m = mask;
@@ -215,7 +234,7 @@ impl ReadingEncoder {
             for &i in &self.columns {
                 out.push(b',');
                 if let Some(v) = row[i] {
-                    v.write_json(out);
+                    self.write_value(v, out);
                 }
             }
             out.extend_from_slice(b"\r\n");
@@ -229,7 +248,6 @@ mod tests {
 
     #[test]
     fn encodes_readings_like_serde_would() {
-        use sensorhub_store::StoredValue;
         let sensors = vec![
             SensorMeta { sensor_id: "A-b\"q".into(), name: "n".into(), kind: "BATTERY".into(), unit: "%".into() },
             SensorMeta { sensor_id: "A-x".into(), name: "n".into(), kind: "X".into(), unit: ".".into() },

@@ -13,7 +13,10 @@ use axum::http::request::Parts;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures_util::{StreamExt, stream};
+use jiff::tz::TimeZone;
+use sensorhub_core::bucket::{Agg, Aggregation, Buckets, LONG_RANGE_DAYS};
 use sensorhub_core::time::RangeQuery;
+use sensorhub_store::aggregate::Aggregator;
 use serde::Deserialize;
 
 /// The query of a readings request, as received.
@@ -32,6 +35,12 @@ pub struct RangeParams {
     /// json (the default), csv (RFC 4180: a header row timestamp,<sensor id>,… and a row per time, empty cells where a sensor has no value) or ndjson (one {"timestamp","sensors"} object per line). Without it, an Accept of text/csv or application/x-ndjson chooses. Errors are JSON whatever the format.
     #[param(example = "csv")]
     format: Option<String>,
+    /// Aggregate the readings into buckets of this length: a positive whole number and m, h, d, w or mo (15m, 1h, 6h, 1d, 1w, 1mo). Buckets follow the calendar in tz: minutes and hours count from local midnight, days start at local midnight, weeks on Monday, months on the 1st. Each bucket is one element of data, its timestamp the bucket's start, with each sensor measured in it. With an interval of 1d or longer the range may span 3,660 days. At most 100,000 buckets.
+    #[param(example = "1h")]
+    interval: Option<String>,
+    /// The aggregate of each sensor in a bucket (needs interval): mean (the default), min, max, sum, count (an integer), first or last.
+    #[param(example = "mean")]
+    agg: Option<String>,
     /// The request's `Accept` header, read with the query.
     #[serde(skip)]
     accept: Option<String>,
@@ -114,16 +123,36 @@ async fn read<C: Into<Caller>>(
 ) -> Result<Response, ApiError> {
     let caller: Caller = caller.into();
     let format = Format::chosen(params.format.as_deref(), params.accept.as_deref()).map_err(ApiError::BadRequest)?;
+    let aggregation = Aggregation::from_params(params.interval.as_deref(), params.agg.as_deref())
+        .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    let max_days = match aggregation {
+        Some(a) if a.interval.is_daily_or_longer() => state.rules.max_range_days.max(LONG_RANGE_DAYS),
+        _ => state.rules.max_range_days,
+    };
     let query = RangeQuery { start: params.start.as_deref(), end: params.end.as_deref(), tz: params.tz.as_deref() };
-    let resolved =
-        state.rules.resolve(query, jiff::Timestamp::now()).map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    let resolved = state
+        .rules
+        .resolve_within(query, jiff::Timestamp::now(), max_days)
+        .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    let zone = resolved.zone.clone().unwrap_or_else(|| TimeZone::fixed(resolved.offset));
+    if let (Some(a), Some(raw)) = (aggregation, params.interval.as_deref()) {
+        a.interval
+            .check_buckets(resolved.range.start, resolved.range.end, &zone, raw)
+            .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    }
     // The device and the first readings come together, so that a failing
     // store still gets a 500 rather than a cut-off 200.
     let window =
         state.store.read_window(caller.scope, &device_id, resolved.range).await?.ok_or(ApiError::DeviceNotFound)?;
+    let window = match aggregation {
+        Some(a) => window.aggregated(Aggregator::new(Buckets::new(a.interval, zone), a.agg)),
+        None => window,
+    };
     let metrics = state.metrics.clone();
     metrics.readings_served(window.first.len());
-    let mut encoder = ReadingEncoder::with_format(format, &window.device.sensors, resolved.offset, resolved.zone);
+    let counts = aggregation.is_some_and(|a| a.agg == Agg::Count);
+    let mut encoder = ReadingEncoder::with_format(format, &window.device.sensors, resolved.offset, resolved.zone)
+        .with_integers(counts);
     let (content_type, tail) = (format.content_type(), encoder.end());
     if window.complete {
         // Everything is in the first batch: one body with a length, no chunks.

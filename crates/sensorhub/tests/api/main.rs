@@ -4,6 +4,7 @@
 #[macro_use]
 mod harness;
 
+mod aggregate;
 mod auth;
 mod backends;
 mod busy;
