@@ -301,10 +301,10 @@ pub struct RangeQuery<'a> {
 }
 
 /// The limits and defaults a server applies to every readings request.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct RangeRules {
-    /// Offset used when `tz` is omitted.
-    pub default_tz: Offset,
+    /// The zone used when `tz` is omitted: an offset or a named zone.
+    pub default_tz: Zone,
     /// Longest allowed range, in days.
     pub max_range_days: u32,
 }
@@ -326,6 +326,15 @@ fn non_empty(v: Option<&str>) -> Option<&str> {
 }
 
 impl RangeRules {
+    /// The zone a request's `tz` names (empty counts as missing), else the
+    /// default.
+    pub fn zone(&self, tz: Option<&str>) -> Result<Zone, TimeError> {
+        match non_empty(tz) {
+            Some(tz) => parse_zone(tz),
+            None => Ok(self.default_tz.clone()),
+        }
+    }
+
     /// Applies the API's rules: defaults (today 00:00:00 in the offset, and
     /// now), inclusive bounds rounded inward to whole seconds, `start <= end`
     /// and the maximum length.
@@ -341,10 +350,7 @@ impl RangeRules {
         now: Timestamp,
         max_range_days: u32,
     ) -> Result<ResolvedRange, TimeError> {
-        let zone = match non_empty(q.tz) {
-            Some(tz) => parse_zone(tz)?,
-            None => Zone::Fixed(self.default_tz),
-        };
+        let zone = self.zone(q.tz)?;
         let tz = zone.time_zone();
         let start = match non_empty(q.start) {
             Some(s) => parse_bound("start", s, &tz)?,

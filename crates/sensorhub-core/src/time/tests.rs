@@ -12,7 +12,7 @@ fn ts(s: &str) -> Timestamp {
 }
 
 fn rules() -> RangeRules {
-    RangeRules { default_tz: Offset::UTC, max_range_days: 366 }
+    RangeRules { default_tz: super::Zone::Fixed(Offset::UTC), max_range_days: 366 }
 }
 
 #[test]

@@ -11,7 +11,7 @@ use crate::ratelimit::RateLimitSetting;
 use axum::http::HeaderName;
 use jiff::tz::Offset;
 use sensorhub_core::retention::Retention;
-use sensorhub_core::time::{RangeRules, parse_tz};
+use sensorhub_core::time::{RangeRules, Zone, parse_zone};
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -173,8 +173,8 @@ impl ServeSettings {
             None => DEFAULT_LISTEN.parse().map_err(|e| format!("{DEFAULT_LISTEN}: {e}"))?,
         };
         let default_tz = match flags.default_tz.as_ref().or(file.default_tz.as_ref()) {
-            Some(tz) => parse_tz(tz).map_err(|e| format!("--default-tz: {e}"))?,
-            None => Offset::UTC,
+            Some(tz) => parse_zone(tz).map_err(|e| format!("--default-tz: {e}"))?,
+            None => Zone::Fixed(Offset::UTC),
         };
         let max_range_days = flags.max_range_days.or(file.max_range_days).unwrap_or(DEFAULT_MAX_RANGE_DAYS);
         if max_range_days == 0 {
@@ -314,7 +314,7 @@ mod tests {
     fn defaults_when_nothing_is_given() {
         let s = ServeSettings::resolve(&ServeFlags::default(), &FileConfig::default()).expect("defaults");
         assert_eq!(s.listen.to_string(), "127.0.0.1:8080");
-        assert_eq!(s.rules.default_tz, Offset::UTC);
+        assert_eq!(s.rules.default_tz, Zone::Fixed(Offset::UTC));
         assert_eq!(s.rules.max_range_days, 366);
         assert_eq!(s.connections, ConnectionLimits::default(), "the server's defaults are the README's");
         assert_eq!(s.request_timeout, Duration::from_secs(30));
@@ -348,7 +348,7 @@ mod tests {
         );
         let s = ServeSettings::resolve(&ServeFlags::default(), &f).expect("file");
         assert_eq!(s.listen.to_string(), "0.0.0.0:9000");
-        assert_eq!(s.rules.default_tz, Offset::constant(7));
+        assert_eq!(s.rules.default_tz, Zone::Fixed(Offset::constant(7)));
         assert_eq!(s.rules.max_range_days, 31);
         assert_eq!(s.rate_limit.to_string(), "10/second");
         assert_eq!(
@@ -371,7 +371,7 @@ mod tests {
         let s = ServeSettings::resolve(&flags, &f).expect("flags");
         assert_eq!(s.listen.to_string(), "127.0.0.1:1");
         assert_eq!(s.rules.max_range_days, 2);
-        assert_eq!(s.rules.default_tz, Offset::constant(7), "what flags do not give comes from the file");
+        assert_eq!(s.rules.default_tz, Zone::Fixed(Offset::constant(7)), "what flags do not give comes from the file");
         assert_eq!(s.counters, CounterStore::Memory);
     }
 
@@ -382,6 +382,13 @@ mod tests {
         assert!(
             bad(ServeFlags { default_tz: Some("+25:00".into()), ..ServeFlags::default() }).contains("--default-tz")
         );
+        assert!(
+            bad(ServeFlags { default_tz: Some("Mars/Olympus_Mons".into()), ..ServeFlags::default() })
+                .contains("--default-tz: tz \"Mars/Olympus_Mons\" is not a time zone")
+        );
+        let named = ServeFlags { default_tz: Some("Asia/Jakarta".into()), ..ServeFlags::default() };
+        let s = ServeSettings::resolve(&named, &FileConfig::default()).expect("a zone name is a valid default");
+        assert!(matches!(s.rules.default_tz, Zone::Named(_)));
         let e = bad(ServeFlags { rate_limit_store: Some(Url("mysql://x".into())), ..ServeFlags::default() });
         assert!(e.contains("--rate-limit-store"), "{e}");
         let e = bad(ServeFlags { write_timeout: Some(0), ..ServeFlags::default() });

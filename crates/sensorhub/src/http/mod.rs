@@ -143,7 +143,10 @@ pub enum RateLimitFail {
 impl Default for ServerOptions {
     fn default() -> Self {
         Self {
-            rules: RangeRules { default_tz: jiff::tz::Offset::UTC, max_range_days: 366 },
+            rules: RangeRules {
+                default_tz: sensorhub_core::time::Zone::Fixed(jiff::tz::Offset::UTC),
+                max_range_days: 366,
+            },
             rate_limit: RateLimitSetting::On(Quota { count: 600, period: Duration::from_secs(60) }),
             client_ip_header: None,
             trusted_proxies: client_ip::loopback(),
@@ -305,11 +308,27 @@ pub fn ops_app(state: AppState) -> Router {
         .with_state(state)
 }
 
+/// Answers smaller than this go uncompressed: the encoding's framing would
+/// outweigh what it saves.
+pub const COMPRESS_ABOVE_BYTES: u16 = 1024;
+
+/// gzip, br or zstd as the client's `Accept-Encoding` asks (identity
+/// otherwise), for answers above [`COMPRESS_ABOVE_BYTES`] and streamed ones,
+/// at level 4 of each: fast enough that a year-long stream is not a CPU
+/// sink, and a readings answer still shrinks tenfold.
+fn compression() -> tower_http::compression::CompressionLayer<impl tower_http::compression::Predicate> {
+    use tower_http::compression::predicate::{NotForContentType, Predicate, SizeAbove};
+    tower_http::compression::CompressionLayer::new()
+        .quality(tower_http::CompressionLevel::Precise(4))
+        .compress_when(SizeAbove::new(COMPRESS_ABOVE_BYTES).and(NotForContentType::SSE))
+}
+
 /// The application router.
 pub fn app(state: AppState) -> Router {
     routes()
         .router
         .fallback(|| async { ApiError::NotFound })
+        .layer(compression())
         .layer(axum::middleware::from_fn(ratelimit::headers))
         .layer(axum::middleware::from_fn_with_state(state.clone(), deadline::limit))
         .layer(axum::middleware::from_fn_with_state(state.clone(), log::access_log))

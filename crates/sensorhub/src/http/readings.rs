@@ -186,7 +186,7 @@ mod tests {
         #[test]
         fn fuzz_query_strings_never_panic(query in "\\PC{0,80}", start in "[0-9T:Z +.-]{0,26}",
                                           end in "[0-9T:Z +.-]{0,26}", tz in "[0-9:+ Z-]{0,7}") {
-            let rules = sensorhub_core::time::RangeRules { default_tz: jiff::tz::Offset::UTC, max_range_days: 366 };
+            let rules = sensorhub_core::time::RangeRules { default_tz: sensorhub_core::time::Zone::Fixed(jiff::tz::Offset::UTC), max_range_days: 366 };
             let _ = serde_urlencoded::from_str::<RangeParams>(&query);
             let q = sensorhub_core::time::RangeQuery { start: Some(&start), end: Some(&end), tz: Some(&tz) };
             if let Err(e) = rules.resolve(q, jiff::Timestamp::now()) {

@@ -9,6 +9,7 @@ mod auth;
 mod backends;
 mod busy;
 mod cli;
+mod compression;
 mod copy;
 mod corpus;
 mod devices;

@@ -76,7 +76,7 @@ on_each_backend! {
 
 on_each_backend! {
     async fn the_configured_default_tz_applies_without_tz() {
-        let app = TestApp::with_rules(RangeRules { default_tz: Offset::constant(7), max_range_days: 366 }).await;
+        let app = TestApp::with_rules(RangeRules { default_tz: sensorhub_core::time::Zone::Fixed(Offset::constant(7)), max_range_days: 366 }).await;
         let a = app.alice(&format!("/devices/AWLR-001/data?{WINDOW}")).await;
         assert_eq!(a.data()[0]["timestamp"], "2026-05-05T07:00:00+07:00");
         let a = app.alice(&format!("/devices/AWLR-001/data?{WINDOW}&tz=0")).await;
@@ -84,6 +84,17 @@ on_each_backend! {
         // last_update_at stays in UTC whatever the default.
         let a = app.alice("/devices").await;
         assert_eq!(a.data()[0]["last_update_at"], "2026-05-05T00:30:00Z");
+    }
+}
+
+on_each_backend! {
+    async fn a_named_default_tz_applies_without_tz() {
+        let zone = sensorhub_core::time::parse_zone("Europe/Berlin").expect("zone");
+        let app = TestApp::with_rules(RangeRules { default_tz: zone, max_range_days: 366 }).await;
+        let a = app.alice(&format!("/devices/AWLR-001/data?{WINDOW}")).await;
+        assert_eq!(a.data()[0]["timestamp"], "2026-05-05T02:00:00+02:00", "summer time in Berlin");
+        let a = app.alice("/devices/AWLR-001/data?start=2026-05-05T02:15:00&end=2026-05-05T02:15:00").await;
+        assert_eq!(a.data()[0]["timestamp"], "2026-05-05T02:15:00+02:00", "bounds without an offset are Berlin's");
     }
 }
 
@@ -156,7 +167,7 @@ on_each_backend! {
 
 on_each_backend! {
     async fn max_range_days_is_configurable() {
-        let app = TestApp::with_rules(RangeRules { default_tz: Offset::UTC, max_range_days: 1 }).await;
+        let app = TestApp::with_rules(RangeRules { default_tz: sensorhub_core::time::Zone::Fixed(Offset::UTC), max_range_days: 1 }).await;
         let a = app.alice("/devices/AWLR-001/data?start=2026-05-01T00:00:00Z&end=2026-05-05T00:00:00Z").await;
         assert_error(&a, 400, "Bad Request");
         assert!(a.body["detail"].as_str().is_some_and(|d| d.contains("1 days")), "{}", a.text);
