@@ -366,7 +366,7 @@ fn load(
     connections: u32,
     secs: u64,
 ) -> Result<Load, String> {
-    load_with(server, what, path, auth, None, connections, secs)
+    load_with(server, what, path, &wrk::auth_header(auth), None, connections, secs)
 }
 
 /// [`load`], with the requests made by a wrk Lua `script`.
@@ -374,16 +374,16 @@ fn load_with(
     server: &Server,
     what: &str,
     path: &str,
-    auth: Option<&str>,
+    headers: &[String],
     script: Option<&Path>,
     connections: u32,
     secs: u64,
 ) -> Result<Load, String> {
     let url = format!("http://127.0.0.1:{}{path}", server.port);
     // A second of warm-up (connections, caches, the first Argon2 check), not counted.
-    wrk::run_with(&url, auth, script, connections, 1)?;
+    wrk::run_with(&url, headers, script, connections, 1)?;
     server.reset_peak();
-    let wrk = wrk::run_with(&url, auth, script, connections, secs)?;
+    let wrk = wrk::run_with(&url, headers, script, connections, secs)?;
     let peak = server.rss("VmHWM:");
     eprintln!("  {what}: {:.0} req/s, p50 {:.2} ms, p99 {:.2} ms", wrk.requests_per_s, wrk.p50_ms, wrk.p99_ms);
     Ok(Load { what: what.into(), connections, wrk, peak_rss_mib: peak })
@@ -444,6 +444,16 @@ pub fn run(args: Args) -> Result<Results, String> {
     let s7 = Load { what: "data-365d x 8 clients (memory)".into(), connections: 8, wrk: s7, peak_rss_mib: s7_peak };
     let s1_body = get(port, &s1_path, Some(&bench_auth))?;
     loads.push(("S1".into(), load(&server, "data-1d (1,440 readings, Basic)", &s1_path, Some(&bench_auth), 16, secs)?));
+    // Issue 13: S1 compressed, S1 as CSV, a year of daily means, latest values.
+    for encoding in ["zstd", "gzip"] {
+        let headers = [wrk::auth_header(Some(&bench_auth)), vec![format!("Accept-Encoding: {encoding}")]].concat();
+        let what = format!("data-1d, Accept-Encoding: {encoding}");
+        loads.push((format!("S1-{encoding}"), load_with(&server, &what, &s1_path, &headers, None, 16, secs)?));
+    }
+    let csv_path = format!("{s1_path}&format=csv");
+    loads.push(("S10".into(), load(&server, "csv-1d (1,440 rows, Basic)", &csv_path, Some(&bench_auth), 16, secs)?));
+    let daily_path = format!("{s7_path}&interval=1d&agg=mean");
+    loads.push(("S8-agg".into(), load(&server, "year-daily (365 daily means, key)", &daily_path, None, 8, secs)?));
     // S8: S1 again while 2,000 slow connections are held (re-opened as they are shed).
     let hostile = crate::hostile::Slowloris::hold(port, SLOW_CONNECTIONS)?;
     let what = "data-1d while 2,000 slowloris connections are held";
@@ -491,7 +501,7 @@ pub fn run(args: Args) -> Result<Results, String> {
             let server = Server::start(&mut cmd, port)?;
             let sync = if options.is_empty() { "FULL" } else { "NORMAL" };
             let what = format!("webhook ingest, synchronous={sync}");
-            let l = load_with(&server, &what, "/external/v1/webhook/sensor-data", None, Some(&script), 8, secs)?;
+            let l = load_with(&server, &what, "/external/v1/webhook/sensor-data", &[], Some(&script), 8, secs)?;
             rates.push((l.wrk.requests_per_s, store.ingest.values_per_s));
             eprintln!("  import with synchronous={sync}: {:.0} values/s", store.ingest.values_per_s);
             loads.push((name.into(), l));
@@ -580,6 +590,23 @@ pub fn run(args: Args) -> Result<Results, String> {
     if let (Some(b), Some(k)) = (&s3, &s3k) {
         let r = b.wrk.requests_per_s / k.wrk.requests_per_s;
         target("S3 Basic req/s / S3 key req/s", r, ">= 0.9", r >= 0.9);
+    }
+    if let (Some(year), Some(s7)) = (find("S8-agg"), &s7) {
+        let r = year.wrk.requests_per_s / s7.wrk.requests_per_s;
+        target("year-daily (S8-agg) req/s / S7 req/s", r, ">= 20", r >= 20.0);
+    }
+    if let (Some(s1), Some(csv)) = (&s1, find("S10")) {
+        let r = csv.wrk.requests_per_s / s1.wrk.requests_per_s;
+        target("csv-1d (S10) req/s / S1 req/s", r, "1/1.2 ..= 1.2", (1.0 / 1.2..=1.2).contains(&r));
+    }
+    for encoding in ["zstd", "gzip"] {
+        if let (Some(s1), Some(z)) = (&s1, find(&format!("S1-{encoding}"))) {
+            let per_answer = |l: &Load| l.wrk.mb_per_s * 1e6 / l.wrk.requests_per_s;
+            let r = per_answer(&z) / per_answer(s1);
+            target(&format!("S1 {encoding} wire bytes / identity"), r, "<= 0.15", r <= 0.15);
+            let cost = z.wrk.requests_per_s / s1.wrk.requests_per_s;
+            target(&format!("S1 {encoding} req/s / identity (reported)"), cost, "reported", true);
+        }
     }
     let (min_ingest, min_text) = if pg.is_some() { (5e5, ">= 500,000") } else { (1e6, ">= 1,000,000") };
     target("S5 values/s", ingest.values_per_s, min_text, ingest.values_per_s >= min_ingest);

@@ -100,9 +100,9 @@ pub fn run(args: Args) -> Result<(Soak, PathBuf), String> {
     let ingest_url = format!("http://127.0.0.1:{port}/external/v1/webhook/sensor-data");
     eprintln!("soak: {secs} s of reads and webhook ingest, sampling every {} s", args.every);
     let started = Instant::now();
-    let reads = std::thread::spawn(move || wrk::run_with(&read_url, Some(&auth), None, 8, secs));
+    let reads = std::thread::spawn(move || wrk::run_with(&read_url, &wrk::auth_header(Some(&auth)), None, 8, secs));
     let ingest_script = script.clone();
-    let ingest = std::thread::spawn(move || wrk::run_with(&ingest_url, None, Some(&ingest_script), 4, secs));
+    let ingest = std::thread::spawn(move || wrk::run_with(&ingest_url, &[], Some(&ingest_script), 4, secs));
     let mut samples = vec![sample(pid, &server, started)];
     while !(reads.is_finished() && ingest.is_finished()) {
         std::thread::sleep(

@@ -44,21 +44,27 @@ pub(crate) fn write_ingest_script(path: &std::path::Path) -> Result<(), String> 
 
 /// Loads `url` for `secs` seconds with `connections` connections on two threads.
 pub fn run(url: &str, auth: Option<&str>, connections: u32, secs: u64) -> Result<WrkResult, String> {
-    run_with(url, auth, None, connections, secs)
+    run_with(url, &auth_header(auth), None, connections, secs)
 }
 
-/// [`run`], with the requests made by the Lua `script` when one is given.
+/// The `Authorization` header line of `auth`, if any.
+pub fn auth_header(auth: Option<&str>) -> Vec<String> {
+    auth.map(|a| format!("Authorization: {a}")).into_iter().collect()
+}
+
+/// [`run`] with `headers` (`Name: value` lines), and the requests made by
+/// the Lua `script` when one is given.
 pub fn run_with(
     url: &str,
-    auth: Option<&str>,
+    headers: &[String],
     script: Option<&std::path::Path>,
     connections: u32,
     secs: u64,
 ) -> Result<WrkResult, String> {
     let mut cmd = Command::new("wrk");
     cmd.args(["-t2", &format!("-c{connections}"), &format!("-d{secs}s"), "--latency", "--timeout", "30s"]);
-    if let Some(a) = auth {
-        cmd.args(["-H", &format!("Authorization: {a}")]);
+    for h in headers {
+        cmd.args(["-H", h]);
     }
     if let Some(s) = script {
         cmd.arg("-s").arg(s);

@@ -5,9 +5,12 @@
 //! `max`, `first` and `last` are stored values, printed as the raw answer
 //! prints them.
 
-use crate::{ReadingBatch, ReadingStream, StoredValue, Window};
-use futures_util::StreamExt;
+use crate::chunk::{CHUNK_SECONDS, chunk_of};
+use crate::stats::{SensorStats, Sum};
+use crate::{ReadingBatch, Scope, Store, StoreResult, StoredHour, StoredValue, Window};
 use sensorhub_core::bucket::{Agg, Buckets};
+use sensorhub_core::time::TimeRange;
+use std::sync::Arc;
 
 /// One sensor's running aggregate within the current bucket.
 #[derive(Debug, Clone, Copy)]
@@ -40,28 +43,44 @@ impl Running {
     };
 
     fn add_to_sum(&mut self, value: StoredValue) {
-        if let StoredValue::Decimal { n, k } = value
-            && self.exact
-        {
-            if k > self.k {
-                match self.decimal_sum.checked_mul(pow10_i128(k - self.k)) {
-                    Some(rescaled) => (self.decimal_sum, self.k) = (rescaled, k),
-                    None => return self.lose_exactness(value),
-                }
-            }
-            match i128::from(n).checked_mul(pow10_i128(self.k - k)).and_then(|v| self.decimal_sum.checked_add(v)) {
+        match value {
+            StoredValue::Decimal { n, k } => self.add_decimal(n, k),
+            StoredValue::Float(v) => self.add_float(v),
+        }
+    }
+
+    /// Adds `n / 10^k`, exactly while the sum fits.
+    fn add_decimal(&mut self, n: i64, k: u8) {
+        if !self.exact {
+            return self.add_float(n as f64 / crate::codec::pow10(k));
+        }
+        if k == self.k {
+            match self.decimal_sum.checked_add(i128::from(n)) {
                 Some(sum) => self.decimal_sum = sum,
-                None => self.lose_exactness(value),
+                None => self.lose_exactness(n, k),
             }
             return;
         }
-        self.float_sum += value.to_f64();
+        if k > self.k {
+            match self.decimal_sum.checked_mul(pow10_i128(k - self.k)) {
+                Some(rescaled) => (self.decimal_sum, self.k) = (rescaled, k),
+                None => return self.lose_exactness(n, k),
+            }
+        }
+        match i128::from(n).checked_mul(pow10_i128(self.k - k)).and_then(|v| self.decimal_sum.checked_add(v)) {
+            Some(sum) => self.decimal_sum = sum,
+            None => self.lose_exactness(n, k),
+        }
+    }
+
+    fn add_float(&mut self, v: f64) {
+        self.float_sum += v;
         self.floats += 1;
     }
 
-    /// The exact sum overflowed: it and `value` go on as doubles.
-    fn lose_exactness(&mut self, value: StoredValue) {
-        self.float_sum += self.decimal_sum as f64 / crate::codec::pow10(self.k) + value.to_f64();
+    /// The exact sum overflowed: it and `n / 10^k` go on as doubles.
+    fn lose_exactness(&mut self, n: i64, k: u8) {
+        self.float_sum += self.decimal_sum as f64 / crate::codec::pow10(self.k) + n as f64 / crate::codec::pow10(k);
         self.floats += 1;
         (self.decimal_sum, self.exact) = (0, false);
     }
@@ -145,6 +164,51 @@ impl Aggregator {
         }
     }
 
+    /// Whether seconds `first..=last` lie in one bucket.
+    pub fn one_bucket(&mut self, first: i64, last: i64) -> bool {
+        self.buckets.start_of(last) == self.buckets.start_of(first)
+    }
+
+    /// Folds in an hour's summaries, for an hour starting at `start` that
+    /// lies wholly in one bucket ([`Aggregator::one_bucket`]) and in the
+    /// range: the same result as its readings one by one.
+    pub fn push_stats(&mut self, start: i64, stats: &[SensorStats], out: &mut ReadingBatch) {
+        let bucket = self.buckets.start_of(start);
+        if self.current != Some(bucket) {
+            self.emit(out);
+            self.current = Some(bucket);
+        }
+        for s in stats {
+            let idx = usize::from(s.idx & 63);
+            let bit = 1u64 << idx;
+            let fresh = self.mask & bit == 0;
+            self.mask |= bit;
+            let r = &mut self.running[idx];
+            if fresh {
+                *r = Running::EMPTY;
+            }
+            r.count += s.count;
+            match self.agg {
+                Agg::Count => {}
+                Agg::Mean | Agg::Sum => match s.sum {
+                    Sum::Decimal { n, k } => r.add_decimal(n, k),
+                    Sum::Float(v) => r.add_float(v),
+                },
+                Agg::First if fresh => r.kept = s.first,
+                Agg::First => {}
+                Agg::Last => r.kept = s.last,
+                Agg::Min | Agg::Max => {
+                    let candidate = if self.agg == Agg::Min { s.min } else { s.max };
+                    let v = candidate.to_f64();
+                    let better = if self.agg == Agg::Min { v < r.kept_f64 } else { v > r.kept_f64 };
+                    if fresh || better {
+                        (r.kept, r.kept_f64) = (candidate, v);
+                    }
+                }
+            }
+        }
+    }
+
     /// Ends the last bucket: it goes to `out`.
     pub fn finish(&mut self, out: &mut ReadingBatch) {
         self.emit(out);
@@ -193,38 +257,94 @@ impl Aggregator {
     }
 }
 
-impl Window {
-    /// The window with its readings folded by `aggregator`: the first batch
-    /// holds the buckets the first readings complete, the rest streams the
-    /// others (never an empty batch), the last bucket at the end.
-    pub fn aggregated(self, mut aggregator: Aggregator) -> Window {
-        let mut first = ReadingBatch::default();
-        aggregator.push(&self.first, &mut first);
-        if self.complete {
-            aggregator.finish(&mut first);
-            let rest: ReadingStream = Box::pin(futures_util::stream::empty());
-            return Window { device: self.device, first, rest, complete: true };
+/// Stored hours an aggregated read fetches per round trip.
+const HOURS_PER_FETCH: usize = 512;
+
+/// The device `device_id` visible in `scope` with its readings in `range`
+/// folded by `aggregator`, read hour by hour: an hour wholly inside one
+/// bucket and the range is folded from its summaries, any other hour from
+/// its readings. The first batch is read before this returns (so a failing
+/// store is a 500, not a cut-off 200); `None` if the device is not visible.
+pub async fn aggregated_window(
+    store: Arc<dyn Store>,
+    scope: Scope,
+    device_id: &str,
+    range: TimeRange,
+    aggregator: Aggregator,
+) -> StoreResult<Option<Window>> {
+    let Some(device) = store.find_device(scope, device_id).await? else { return Ok(None) };
+    let mut fold = HourFold {
+        store,
+        device_pk: device.pk,
+        next: chunk_of(range.start),
+        last: chunk_of(range.end),
+        range,
+        aggregator,
+        done: false,
+    };
+    let first = fold.next_batch().await?;
+    let complete = fold.done;
+    let rest = futures_util::stream::unfold(fold, |mut fold| async move {
+        if fold.done {
+            return None;
         }
-        let rest = futures_util::stream::unfold(Some((self.rest, aggregator)), |state| async move {
-            let (mut rest, mut aggregator) = state?;
-            let mut out = ReadingBatch::default();
-            loop {
-                match rest.next().await {
-                    Some(Ok(batch)) => {
-                        aggregator.push(&batch, &mut out);
-                        if !out.is_empty() {
-                            return Some((Ok(out), Some((rest, aggregator))));
-                        }
-                    }
-                    Some(Err(e)) => return Some((Err(e), None)),
-                    None => {
-                        aggregator.finish(&mut out);
-                        return (!out.is_empty()).then_some((Ok(out), None));
-                    }
+        let batch = fold.next_batch().await;
+        if batch.is_err() {
+            fold.done = true;
+        }
+        Some((batch, fold))
+    });
+    Ok(Some(Window { device, first, rest: Box::pin(rest), complete }))
+}
+
+/// The state of an aggregated read between fetches.
+struct HourFold {
+    store: Arc<dyn Store>,
+    device_pk: i64,
+    /// The next hour to fetch, and the last one.
+    next: i64,
+    last: i64,
+    range: TimeRange,
+    aggregator: Aggregator,
+    done: bool,
+}
+
+impl HourFold {
+    /// The buckets completed by the next fetches (at least one bucket, or
+    /// the end); the last bucket when the hours run out.
+    async fn next_batch(&mut self) -> StoreResult<ReadingBatch> {
+        let mut out = ReadingBatch::default();
+        while out.is_empty() && !self.done {
+            let hours = self.store.read_hours(self.device_pk, self.next, self.last, HOURS_PER_FETCH).await?;
+            for hour in &hours {
+                self.fold_hour(hour, &mut out)?;
+            }
+            match hours.last() {
+                Some(h) if hours.len() == HOURS_PER_FETCH && h.chunk < self.last => self.next = h.chunk + 1,
+                _ => {
+                    self.aggregator.finish(&mut out);
+                    self.done = true;
                 }
             }
-        });
-        Window { device: self.device, first, rest: Box::pin(rest), complete: false }
+        }
+        Ok(out)
+    }
+
+    fn fold_hour(&mut self, hour: &StoredHour, out: &mut ReadingBatch) -> StoreResult<()> {
+        let (first, last) = (hour.chunk * CHUNK_SECONDS, hour.chunk * CHUNK_SECONDS + CHUNK_SECONDS - 1);
+        let inside = first >= self.range.start && last <= self.range.end;
+        if inside
+            && self.aggregator.one_bucket(first, last)
+            && let Some(stats) = crate::stats::decode(&hour.data)
+        {
+            self.aggregator.push_stats(first, &stats, out);
+            return Ok(());
+        }
+        let mut batch = ReadingBatch::default();
+        crate::chunk::decode_into(hour.chunk, &hour.data, self.range.start, self.range.end, &mut batch, usize::MAX)
+            .ok_or_else(|| crate::decide::malformed(self.device_pk, hour.chunk))?;
+        self.aggregator.push(&batch, out);
+        Ok(())
     }
 }
 
@@ -280,6 +400,71 @@ mod tests {
             assert_eq!(json(&out.values), want, "{agg:?}");
         }
         assert_eq!(fold(Agg::Count, &batch).values, vec![dec(2, 0), dec(1, 0), dec(2, 0)]);
+    }
+
+    proptest::proptest! {
+        /// Folding hours from their summaries gives what folding their
+        /// readings gives: the same bytes for decimals, the same doubles
+        /// up to rounding of sums for other values.
+        #[test]
+        fn summaries_fold_like_readings(
+            hours in proptest::collection::vec(
+                (proptest::collection::btree_set(0u16..3600, 16..80), 0u8..4, proptest::bool::ANY, proptest::prelude::any::<u64>()),
+                1..6,
+            ),
+            interval in proptest::sample::select(vec!["1h", "2h", "1d", "30m"]),
+            agg in proptest::sample::select(vec![Agg::Mean, Agg::Min, Agg::Max, Agg::Sum, Agg::Count, Agg::First, Agg::Last]),
+        ) {
+            let interval = Interval::parse(interval).unwrap_or_else(|e| panic!("{e}"));
+            let new = || Aggregator::new(Buckets::new(interval, jiff::tz::TimeZone::UTC), agg);
+            let (mut by_readings, mut by_stats) = (new(), new());
+            let (mut a, mut b) = (ReadingBatch::default(), ReadingBatch::default());
+            let mut used_stats = false;
+            for (chunk, (seconds, k, floats, seed)) in hours.iter().enumerate() {
+                let mut rng = fastrand::Rng::with_seed(*seed);
+                let rows: Vec<crate::chunk::Row> = seconds.iter().map(|&t| {
+                    let mut pairs = Vec::new();
+                        for idx in 0u8..3 {
+                            if rng.u8(..4) == 0 {
+                                continue;
+                            }
+                            let v = if *floats {
+                                rng.f64() * 1e3 - 500.0
+                            } else {
+                                f64::from(rng.i32(-99_999..99_999)) / 10f64.powi(i32::from(*k))
+                            };
+                            pairs.push((idx, v));
+                        }
+                    (t, pairs)
+                }).filter(|(_, p): &(u16, Vec<(u8, f64)>)| !p.is_empty()).collect();
+                let data = crate::chunk::encode(&rows);
+                let chunk = chunk as i64 * 2 + 400_000;
+                let mut batch = ReadingBatch::default();
+                crate::chunk::decode_into(chunk, &data, i64::MIN, i64::MAX, &mut batch, usize::MAX).expect("valid");
+                by_readings.push(&batch, &mut a);
+                let (first, last) = (chunk * 3600, chunk * 3600 + 3599);
+                match crate::stats::decode(&data) {
+                    Some(stats) if by_stats.one_bucket(first, last) => {
+                        used_stats = true;
+                        by_stats.push_stats(first, &stats, &mut b);
+                    }
+                    _ => by_stats.push(&batch, &mut b),
+                }
+            }
+            by_readings.finish(&mut a);
+            by_stats.finish(&mut b);
+            proptest::prop_assert_eq!(&a.timestamps, &b.timestamps);
+            proptest::prop_assert_eq!(&a.masks, &b.masks);
+            let exact = hours.iter().all(|h| !h.2) || !matches!(agg, Agg::Mean | Agg::Sum);
+            for (x, y) in a.values.iter().zip(&b.values) {
+                if exact {
+                    proptest::prop_assert_eq!(json(&[*x]), json(&[*y]), "used summaries: {}", used_stats);
+                } else {
+                    let (x, y) = (x.to_f64(), y.to_f64());
+                    proptest::prop_assert!((x - y).abs() <= 1e-9 * x.abs().max(1.0), "{} vs {}", x, y);
+                }
+            }
+        }
     }
 
     #[test]

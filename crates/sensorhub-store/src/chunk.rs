@@ -14,6 +14,10 @@
 //!         the present values coded as in [`crate::codec`]
 //! ```
 //!
+//! Hours of at least [`crate::stats::MIN_READINGS`] readings are stored with
+//! per-sensor summaries in front (format 2, [`crate::stats`]), for
+//! aggregated reads; every reader here takes either format.
+//!
 //! A one-minute station takes 24 rows a day, a window reads few rows, and a
 //! sensor's values sit together, so a decimal column of a slow-moving level
 //! costs about a byte per value and a flat line almost nothing.
@@ -98,6 +102,11 @@ impl Columns {
         let n = self.times.len();
         if n == 0 {
             return out;
+        }
+        if n >= crate::stats::MIN_READINGS {
+            let columns: Vec<(u8, &[f64])> =
+                self.columns.iter().filter(|c| !c.values.is_empty()).map(|c| (c.idx, &c.values[..])).collect();
+            crate::stats::encode(&columns, &mut out);
         }
         out.push(FORMAT);
         codec::write_varint(n as u64, &mut out);
@@ -224,7 +233,7 @@ struct Decoded<'a> {
 
 /// Decodes a stored hour, appending every column's values to `values`.
 fn decode<'a>(data: &'a [u8], values: &mut Vec<StoredValue>) -> Option<Decoded<'a>> {
-    let mut r = Reader::new(data);
+    let mut r = Reader::new(crate::stats::body(data)?);
     let times = decode_times(&mut r)?;
     let n = times.len();
     let mask = r.varint()?;
@@ -330,7 +339,7 @@ pub fn merge(old: &[u8], new: &[u8]) -> Option<(Vec<u8>, u64)> {
     if old.is_empty() {
         return Some((encode(&newer), newer.len() as u64));
     }
-    let last = decode_times(&mut Reader::new(old))?.last().copied();
+    let last = decode_times(&mut Reader::new(crate::stats::body(old)?))?.last().copied();
     if newer.first().is_some_and(|r| last.is_some_and(|l| r.0 > l)) {
         let mut columns = columns(old)?;
         for (t, pairs) in &newer {
@@ -371,14 +380,14 @@ fn same(a: &[(u8, f64)], b: &[(u8, f64)]) -> bool {
 
 /// How many readings a stored hour holds (read from its header only).
 pub(crate) fn reading_count(data: &[u8]) -> Option<u64> {
-    let mut r = Reader::new(data);
+    let mut r = Reader::new(crate::stats::body(data)?);
     (r.byte()? == FORMAT).then_some(())?;
     r.count(CHUNK_SECONDS as usize).filter(|n| *n > 0).map(|n| n as u64)
 }
 
 /// The last second of a stored hour that holds a reading.
 pub fn last_second(chunk: i64, data: &[u8]) -> Option<i64> {
-    let times = decode_times(&mut Reader::new(data))?;
+    let times = decode_times(&mut Reader::new(crate::stats::body(data)?))?;
     times.last().map(|t| chunk * CHUNK_SECONDS + i64::from(*t))
 }
 

@@ -143,8 +143,44 @@ fn a_regular_hour_is_small() {
     // A one-minute station with a slow level (three decimals) and a flat battery.
     let rows: Vec<Row> = (0..60u16).map(|i| (i * 60, vec![(0, f64::from(1200 + i % 5) / 1000.0), (1, 12.6)])).collect();
     let data = encode(&rows);
-    assert!(data.len() < 60, "{} bytes for 120 values", data.len());
+    let body = crate::stats::body(&data).expect("valid");
+    assert!(body.len() < 60, "{} bytes for 120 values", body.len());
+    // The summaries in front: 2 sensors of slow decimals.
+    assert!(data.len() - body.len() <= 3 + 2 * 10, "{} bytes of summaries", data.len() - body.len());
     assert_eq!(bits(&super::rows(&data).expect("valid")), bits(&rows));
+}
+
+#[test]
+fn dense_hours_carry_summaries_sparse_ones_do_not() {
+    let dense: Vec<Row> =
+        (0..16u16).map(|i| (i * 60, vec![(0, f64::from(i) * 0.5 - 2.0), (3, 1e300 / f64::from(i + 1))])).collect();
+    let data = encode(&dense);
+    let stats = crate::stats::decode(&data).expect("summaries");
+    assert_eq!(stats.len(), 2);
+    let (level, big) = (&stats[0], &stats[1]);
+    assert_eq!((level.idx, level.count), (0, 16));
+    assert_eq!([level.first, level.min, level.max, level.last].map(crate::StoredValue::to_f64), [-2.0, -2.0, 5.5, 5.5]);
+    assert_eq!(level.sum, crate::stats::Sum::Decimal { n: 280, k: 1 }, "28.0 exactly");
+    assert_eq!((big.idx, big.first.to_f64(), big.max.to_f64(), big.min.to_f64()), (3, 1e300, 1e300, 1e300 / 16.0));
+    assert!(matches!(big.sum, crate::stats::Sum::Float(_)));
+    assert_eq!(bits(&rows(&data).expect("valid")), bits(&dense), "the readings behind them are intact");
+    let sparse = encode(&dense[..15]);
+    assert_eq!(crate::stats::decode(&sparse), None);
+    assert_eq!(sparse[0], FORMAT);
+    // Summaries whose length runs past the end, or garbage inside them.
+    assert_eq!(rows(&[2, 9, 0]), None);
+    assert_eq!(crate::stats::decode(&[2, 3, 1, 1, 7]), None);
+}
+
+proptest::proptest! {
+    /// Any bytes after a format-2 byte: refused or read, never a panic.
+    #[test]
+    fn fuzz_summaries_never_panic(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..80)) {
+        let mut data = vec![crate::stats::FORMAT];
+        data.extend_from_slice(&bytes);
+        let _ = crate::stats::decode(&data);
+        let _ = rows(&data);
+    }
 }
 
 #[test]

@@ -83,6 +83,11 @@ impl<'a> Reader<'a> {
         Some(b)
     }
 
+    /// Bytes not read yet.
+    pub(crate) fn remaining(&self) -> usize {
+        self.bytes.len() - self.pos
+    }
+
     pub(crate) fn take(&mut self, n: usize) -> Option<&'a [u8]> {
         let end = self.pos.checked_add(n)?;
         let s = self.bytes.get(self.pos..end)?;
@@ -118,7 +123,7 @@ fn scaled(v: f64, k: u8) -> Option<i64> {
 
 /// The integers of `values` at the fewest decimals that hold them all, or
 /// `None` if some value has no decimal form.
-fn decimal_column(values: &[f64]) -> Option<(u8, Vec<i64>)> {
+pub(crate) fn decimal_column(values: &[f64]) -> Option<(u8, Vec<i64>)> {
     let mut k = 0u8;
     for &v in values {
         while scaled(v, k).is_none() {

@@ -11,6 +11,7 @@ mod group;
 mod legacy;
 pub mod postgres;
 pub mod sqlite;
+pub mod stats;
 mod types;
 
 pub use types::*;
@@ -182,6 +183,10 @@ pub trait Store: Send + Sync {
     /// `default`. Whole stored hours are dropped and the hour the cutoff
     /// falls in is trimmed, a batch per transaction.
     async fn expire_readings(&self, default: Retention, now: i64) -> StoreResult<RetentionReport>;
+
+    /// Up to `limit` stored hours of device `device_pk` from hour `from` to
+    /// hour `to` (inclusive), in order, as stored (aggregated reads).
+    async fn read_hours(&self, device_pk: i64, from: i64, to: i64, limit: usize) -> StoreResult<Vec<StoredHour>>;
 
     /// Streams the readings of `device` within `range` (inclusive), oldest first.
     fn read_readings(&self, device: &DeviceHandle, range: TimeRange) -> ReadingStream;

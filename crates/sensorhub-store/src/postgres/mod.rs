@@ -259,6 +259,10 @@ impl Store for PgStore {
         .await
     }
 
+    async fn read_hours(&self, device_pk: i64, from: i64, to: i64, limit: usize) -> StoreResult<Vec<StoredHour>> {
+        read::read_hours(&self.pool.get().await?, device_pk, from, to, limit).await
+    }
+
     fn read_readings(&self, device: &DeviceHandle, range: TimeRange) -> ReadingStream {
         stream_from(self.pool.clone(), device.pk, Some(range.start), range.end)
     }

@@ -1,6 +1,7 @@
 //! Read queries of the PostgreSQL backend. Statements are prepared once per
 //! pooled connection (`prepare_cached`).
 
+use crate::StoredHour;
 use crate::chunk::{self, chunk_of};
 use crate::decide::malformed;
 use crate::{
@@ -236,6 +237,25 @@ pub(super) async fn device_sensors(c: &impl GenericClient, pk: i64) -> StoreResu
 /// rows (every hour row holds at least one reading, so `limit` rows are
 /// always enough, but for dense data they are ~60 times too many).
 const FIRST_ROWS: usize = 16;
+
+/// Up to `limit` stored hours of a device from hour `from` to hour `to`.
+pub(super) async fn read_hours(
+    c: &impl GenericClient,
+    device_pk: i64,
+    from: i64,
+    to: i64,
+    limit: usize,
+) -> StoreResult<Vec<StoredHour>> {
+    let stmt = c
+        .prepare_cached(
+            "SELECT chunk, data FROM hours WHERE device_pk = $1 AND chunk >= $2 AND chunk <= $3
+             ORDER BY chunk LIMIT $4",
+        )
+        .await?;
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let rows = c.query(&stmt, &[&device_pk, &from, &to, &limit]).await?;
+    Ok(rows.iter().map(|r| StoredHour { chunk: r.get(0), data: r.get(1) }).collect())
+}
 
 /// Appends up to `limit` readings (in all) of a device from `from` to
 /// `end`, inclusive, to `batch`, from hour rows asked for in growing steps.

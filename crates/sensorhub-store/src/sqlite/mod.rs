@@ -219,6 +219,10 @@ impl Store for SqliteStore {
         Ok(total)
     }
 
+    async fn read_hours(&self, device_pk: i64, from: i64, to: i64, limit: usize) -> StoreResult<Vec<StoredHour>> {
+        self.reads.run_short(move |c| read::read_hours(c, device_pk, from, to, limit)).await
+    }
+
     fn read_readings(&self, device: &DeviceHandle, range: TimeRange) -> ReadingStream {
         read::stream_from(self.reads.clone(), device.pk, Some(range.start), range.end)
     }

@@ -6,7 +6,7 @@ use crate::batches;
 use crate::chunk::{self, chunk_of};
 use crate::{
     AccountAuth, AccountSummary, ApiKeyAuth, ApiKeySummary, DeviceHandle, ReadingBatch, ReadingStream, Scope,
-    StoreResult, WebhookKeyAuth,
+    StoreResult, StoredHour, WebhookKeyAuth,
 };
 use rusqlite::{Connection, OptionalExtension, params};
 use sensorhub_core::model::{Device, SensorMeta};
@@ -182,6 +182,22 @@ pub(super) fn read_batch(
             .ok_or_else(|| crate::decide::malformed(device_pk, chunk))?;
     }
     Ok(batch)
+}
+
+/// Up to `limit` stored hours of a device from hour `from` to hour `to`.
+pub(super) fn read_hours(
+    c: &mut Connection,
+    device_pk: i64,
+    from: i64,
+    to: i64,
+    limit: usize,
+) -> StoreResult<Vec<StoredHour>> {
+    let mut stmt = c.prepare_cached("SELECT key, data FROM hours WHERE key BETWEEN ?1 AND ?2 ORDER BY key LIMIT ?3")?;
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let rows = stmt.query_map(params![hour_key(device_pk, from), hour_key(device_pk, to), limit], |r| {
+        Ok(StoredHour { chunk: key_chunk(r.get(0)?), data: r.get(1)? })
+    })?;
+    Ok(rows.collect::<Result<_, _>>()?)
 }
 
 pub(super) fn is_empty(c: &mut Connection) -> StoreResult<bool> {

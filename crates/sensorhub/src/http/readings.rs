@@ -16,7 +16,7 @@ use futures_util::{StreamExt, stream};
 use jiff::tz::TimeZone;
 use sensorhub_core::bucket::{Agg, Aggregation, Buckets, LONG_RANGE_DAYS};
 use sensorhub_core::time::RangeQuery;
-use sensorhub_store::aggregate::Aggregator;
+use sensorhub_store::aggregate::{Aggregator, aggregated_window};
 use serde::Deserialize;
 
 /// The query of a readings request, as received.
@@ -142,12 +142,14 @@ async fn read<C: Into<Caller>>(
     }
     // The device and the first readings come together, so that a failing
     // store still gets a 500 rather than a cut-off 200.
-    let window =
-        state.store.read_window(caller.scope, &device_id, resolved.range).await?.ok_or(ApiError::DeviceNotFound)?;
     let window = match aggregation {
-        Some(a) => window.aggregated(Aggregator::new(Buckets::new(a.interval, zone), a.agg)),
-        None => window,
-    };
+        Some(a) => {
+            let aggregator = Aggregator::new(Buckets::new(a.interval, zone), a.agg);
+            aggregated_window(state.store.clone(), caller.scope, &device_id, resolved.range, aggregator).await?
+        }
+        None => state.store.read_window(caller.scope, &device_id, resolved.range).await?,
+    }
+    .ok_or(ApiError::DeviceNotFound)?;
     let metrics = state.metrics.clone();
     metrics.readings_served(window.first.len());
     let counts = aggregation.is_some_and(|a| a.agg == Agg::Count);
