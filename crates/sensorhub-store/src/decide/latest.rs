@@ -17,14 +17,13 @@ pub(crate) struct LatestRow {
     pub value: i64,
 }
 
-impl LatestRow {
-    /// An entry read back from the index.
-    pub(crate) fn value(idx: i64, second: i64, bits: i64) -> LatestValue {
-        LatestValue {
-            idx: usize::try_from(idx).unwrap_or(usize::MAX),
-            timestamp: second,
-            value: StoredValue::Float(f64::from_bits(bits as u64)),
-        }
+/// An entry as read back from the index: sensor `idx`, `second`, and the
+/// value's `bits`.
+pub(crate) fn entry(idx: i64, second: i64, bits: i64) -> LatestValue {
+    LatestValue {
+        idx: usize::try_from(idx).unwrap_or(usize::MAX),
+        timestamp: second,
+        value: StoredValue::Float(f64::from_bits(bits as u64)),
     }
 }
 
@@ -191,7 +190,7 @@ mod tests {
                 let mut newest = Newest::default();
                 newest.add(1, 0, &[(0, x)]);
                 let row = newest.take()[0];
-                let back = LatestRow::value(i64::from(row.idx), row.second, row.value).value;
+                let back = entry(i64::from(row.idx), row.second, row.value).value;
                 proptest::prop_assert_eq!(back.to_f64().to_bits(), x.to_bits());
                 let stored = crate::format::decode_hour(&hour(&[(0, vec![(0, x)])])).expect("decodes").values[0];
                 let (mut ours, mut theirs) = (Vec::new(), Vec::new());

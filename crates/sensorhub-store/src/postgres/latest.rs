@@ -4,14 +4,13 @@
 //! [`crate::decide::latest`].
 
 use super::read::{SCOPE_FILTER, scope_params, sensor};
-use crate::decide::latest::{LatestRow, SEARCH_BATCH, Search, idx_of, mask_of};
+use crate::decide::latest::{LatestRow, SEARCH_BATCH, Search, entry, idx_of, mask_of};
 use crate::decide::sensors_by_idx;
 use crate::{DeviceHandle, LatestValue, Scope, StoreResult};
-use deadpool_postgres::GenericClient;
-use tokio_postgres::Transaction;
+use deadpool_postgres::{GenericClient, Transaction};
 
-/// Stores a transaction's newest values, in one statement: each replaces
-/// its entry unless the entry is newer.
+/// Stores a transaction's newest values, in one statement (prepared once
+/// per connection): each replaces its entry unless the entry is newer.
 pub(super) async fn upsert(tx: &Transaction<'_>, rows: &[LatestRow]) -> StoreResult<()> {
     if rows.is_empty() {
         return Ok(());
@@ -20,14 +19,15 @@ pub(super) async fn upsert(tx: &Transaction<'_>, rows: &[LatestRow]) -> StoreRes
     let idx: Vec<i16> = rows.iter().map(|r| r.idx).collect();
     let seconds: Vec<i64> = rows.iter().map(|r| r.second).collect();
     let values: Vec<i64> = rows.iter().map(|r| r.value).collect();
-    tx.execute(
-        "INSERT INTO latest (device_pk, idx, second, value)
-         SELECT * FROM unnest($1::bigint[], $2::smallint[], $3::bigint[], $4::bigint[])
-         ON CONFLICT (device_pk, idx) DO UPDATE SET second = excluded.second, value = excluded.value
-         WHERE excluded.second >= latest.second",
-        &[&devices, &idx, &seconds, &values],
-    )
-    .await?;
+    let stmt = tx
+        .prepare_cached(
+            "INSERT INTO latest (device_pk, idx, second, value)
+             SELECT * FROM unnest($1::bigint[], $2::smallint[], $3::bigint[], $4::bigint[])
+             ON CONFLICT (device_pk, idx) DO UPDATE SET second = excluded.second, value = excluded.value
+             WHERE excluded.second >= latest.second",
+        )
+        .await?;
+    tx.execute(&stmt, &[&devices, &idx, &seconds, &values]).await?;
     Ok(())
 }
 
@@ -111,7 +111,7 @@ pub(super) async fn read(
     let (mut sensors, mut values) = (Vec::new(), Vec::new());
     for r in &rows {
         match (r.get::<_, Option<i16>>(1), r.get::<_, Option<i64>>(6)) {
-            (Some(idx), Some(second)) => values.push(LatestRow::value(i64::from(idx), second, r.get(7))),
+            (Some(idx), Some(second)) => values.push(entry(i64::from(idx), second, r.get(7))),
             (Some(idx), None) => sensors.push((i64::from(idx), sensor(r, 2))),
             (None, _) => {} // a device without sensors
         }

@@ -9,7 +9,7 @@
 use crate::StoreResult;
 use crate::decide::latest::Newest;
 use crate::decide::{UpgradeLog, upgrade_hour};
-use tokio_postgres::Client;
+use deadpool_postgres::Client;
 
 /// Moves every hour of `readings` to `hours`, `batch` hours per transaction.
 pub(super) async fn run(client: &mut Client, batch: usize) -> StoreResult<()> {

@@ -5,7 +5,7 @@
 
 use super::read::find_device;
 use super::{HOUR_BIAS, hour_key, key_chunk};
-use crate::decide::latest::{LatestRow, SEARCH_BATCH, Search, idx_of, mask_of};
+use crate::decide::latest::{LatestRow, SEARCH_BATCH, Search, entry, idx_of, mask_of};
 use crate::{DeviceHandle, LatestValue, Scope, StoreResult};
 use rusqlite::{Connection, params};
 
@@ -99,8 +99,7 @@ pub(super) fn read(
 ) -> StoreResult<Option<(DeviceHandle, Vec<LatestValue>)>> {
     let Some(device) = find_device(c, scope, device_id)? else { return Ok(None) };
     let mut stmt = c.prepare_cached("SELECT idx, second, value FROM latest WHERE device_pk = ?1 ORDER BY idx")?;
-    let values = stmt
-        .query_map([device.pk], |r| Ok(LatestRow::value(r.get(0)?, r.get(1)?, r.get(2)?)))?
-        .collect::<Result<_, _>>()?;
+    let values =
+        stmt.query_map([device.pk], |r| Ok(entry(r.get(0)?, r.get(1)?, r.get(2)?)))?.collect::<Result<_, _>>()?;
     Ok(Some((device, values)))
 }
