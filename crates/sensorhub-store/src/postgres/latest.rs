@@ -32,19 +32,20 @@ pub(super) async fn upsert(tx: &Transaction<'_>, rows: &[LatestRow]) -> StoreRes
 }
 
 /// Recomputes the entries of device `pk`'s sensors in bit set `wanted`
-/// from its stored hours, newest first, until each is found or the hours
-/// run out (a sensor without readings then has no entry).
-pub(super) async fn recompute(tx: &Transaction<'_>, pk: i64, wanted: u64) -> StoreResult<()> {
+/// from its stored hours, walking back from hour `from` (the newest that
+/// may hold them) until each is found or the hours run out (a sensor
+/// without readings then has no entry).
+pub(super) async fn recompute(tx: &Transaction<'_>, pk: i64, wanted: u64, from: i64) -> StoreResult<()> {
     if wanted == 0 {
         return Ok(());
     }
     let mut search = Search::new(pk, wanted);
-    let mut before = i64::MAX;
+    let mut newest = from;
     while !search.is_done() {
         let rows = tx
             .query(
-                "SELECT chunk, data FROM hours WHERE device_pk = $1 AND chunk < $2 ORDER BY chunk DESC LIMIT $3",
-                &[&pk, &before, &SEARCH_BATCH],
+                "SELECT chunk, data FROM hours WHERE device_pk = $1 AND chunk <= $2 ORDER BY chunk DESC LIMIT $3",
+                &[&pk, &newest, &SEARCH_BATCH],
             )
             .await?;
         for r in &rows {
@@ -54,7 +55,7 @@ pub(super) async fn recompute(tx: &Transaction<'_>, pk: i64, wanted: u64) -> Sto
             }
         }
         match rows.last() {
-            Some(r) if rows.len() as i64 == SEARCH_BATCH => before = r.get(0),
+            Some(r) if rows.len() as i64 == SEARCH_BATCH => newest = r.get::<_, i64>(0) - 1,
             _ => break,
         }
     }
@@ -83,7 +84,7 @@ pub(super) async fn expire(tx: &Transaction<'_>, pk: i64, cutoff: i64) -> StoreR
 pub(super) async fn fill(tx: &Transaction<'_>) -> StoreResult<()> {
     let rows = tx.query("SELECT device_pk, bit_or(1::bigint << idx) FROM sensors GROUP BY device_pk", &[]).await?;
     for r in &rows {
-        recompute(tx, r.get(0), r.get::<_, i64>(1) as u64).await?;
+        recompute(tx, r.get(0), r.get::<_, i64>(1) as u64, i64::MAX).await?;
     }
     Ok(())
 }

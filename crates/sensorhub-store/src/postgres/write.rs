@@ -623,7 +623,8 @@ pub(super) async fn delete_readings(c: &mut Client, device_id: &str, range: Time
         .await?;
         next = end + 1;
     }
-    super::latest::recompute(&tx, pk, stale).await?;
+    // Their readings after the range are none (each was the newest).
+    super::latest::recompute(&tx, pk, stale, last).await?;
     tx.commit().await?;
     Ok(report)
 }

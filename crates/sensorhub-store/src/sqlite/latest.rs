@@ -24,16 +24,17 @@ pub(super) fn upsert(c: &Connection, rows: &[LatestRow]) -> StoreResult<()> {
 }
 
 /// Recomputes the entries of device `pk`'s sensors in bit set `wanted`
-/// from its stored hours, newest first, until each is found or the hours
-/// run out (a sensor without readings then has no entry).
-pub(super) fn recompute(c: &Connection, pk: i64, wanted: u64) -> StoreResult<()> {
+/// from its stored hours, walking back from hour `from` (the newest that
+/// may hold them) until each is found or the hours run out (a sensor
+/// without readings then has no entry).
+pub(super) fn recompute(c: &Connection, pk: i64, wanted: u64, from: i64) -> StoreResult<()> {
     if wanted == 0 {
         return Ok(());
     }
     let mut search = Search::new(pk, wanted);
     let mut stmt =
         c.prepare_cached("SELECT key, data FROM hours WHERE key BETWEEN ?1 AND ?2 ORDER BY key DESC LIMIT ?3")?;
-    let mut before = hour_key(pk, HOUR_BIAS - 1);
+    let mut before = hour_key(pk, from);
     while !search.is_done() {
         let rows: Vec<(i64, Vec<u8>)> = stmt
             .query_map(params![hour_key(pk, -HOUR_BIAS), before, SEARCH_BATCH], |r| Ok((r.get(0)?, r.get(1)?)))?
@@ -86,7 +87,7 @@ pub(super) fn fill(c: &Connection) -> StoreResult<()> {
         }
     }
     for (pk, wanted) in devices {
-        recompute(c, pk, wanted)?;
+        recompute(c, pk, wanted, HOUR_BIAS - 1)?;
     }
     Ok(())
 }

@@ -512,7 +512,8 @@ pub(super) fn delete_readings(c: &mut Connection, device_id: &str, range: TimeRa
             next = end + 1;
         }
     }
-    super::latest::recompute(&tx, pk, stale)?;
+    // Their readings after the range are none (each was the newest).
+    super::latest::recompute(&tx, pk, stale, last)?;
     tx.commit()?;
     Ok(report)
 }

@@ -76,8 +76,8 @@ async fn deleting_the_newest_readings_falls_back_to_older_ones() {
     for b in backends().await {
         let s = &*b.store;
         // a every hour for 300 hours (more than one search batch of hours);
-        // b only in the first hour.
-        let mut readings = vec![Ok(reading("D1", T - 3600, &[("b", 9.5)]))];
+        // b only in the two hours before.
+        let mut readings = vec![Ok(reading("D1", T - 7200, &[("b", 8.5)])), Ok(reading("D1", T - 3600, &[("b", 9.5)]))];
         readings.extend((0..300).map(|h| Ok(reading("D1", T + h * 3600 + 5, &[("a", h as f64)]))));
         import(s, readings).await.expect("import");
         assert_eq!(latest(s, "D1").await, [entry("a", T + 299 * 3600 + 5, "299.0"), entry("b", T - 3600, "9.5")]);
@@ -90,8 +90,11 @@ async fn deleting_the_newest_readings_falls_back_to_older_ones() {
         s.delete_readings("D1", TimeRange { start: T + 50 * 3600, end: T + 400 * 3600 }).await.expect("newest");
         assert_eq!(latest(s, "D1").await, [entry("a", T + 49 * 3600 + 5, "49.0"), entry("b", T - 3600, "9.5")]);
 
-        // Removing b's only reading removes its entry; then everything.
+        // An older range that holds b's newest reading: b falls back, a stays.
         s.delete_readings("D1", TimeRange { start: T - 3600, end: T - 3600 }).await.expect("b");
+        assert_eq!(latest(s, "D1").await, [entry("a", T + 49 * 3600 + 5, "49.0"), entry("b", T - 7200, "8.5")]);
+        // Removing b's last reading removes its entry; then everything.
+        s.delete_readings("D1", TimeRange { start: T - 7200, end: T - 7200 }).await.expect("b again");
         assert_eq!(latest(s, "D1").await, [entry("a", T + 49 * 3600 + 5, "49.0")]);
         s.delete_readings("D1", TimeRange { start: 0, end: 253_402_214_399 }).await.expect("all");
         assert_eq!(latest(s, "D1").await, [], "no readings left: no entries");
