@@ -391,6 +391,22 @@ pub fn last_second(chunk: i64, data: &[u8]) -> Option<i64> {
     times.last().map(|t| chunk * CHUNK_SECONDS + i64::from(*t))
 }
 
+/// Each sensor's newest value in a stored hour: (idx, second, value) in idx
+/// order. `None` if the hour is malformed.
+pub(crate) fn last_values(chunk: i64, data: &[u8]) -> Option<Vec<(u8, i64, StoredValue)>> {
+    let base = chunk * CHUNK_SECONDS;
+    let mut values = Vec::new();
+    let d = decode(data, &mut values)?;
+    let mut out = Vec::with_capacity(d.columns.len());
+    let mut end = 0;
+    for c in &d.columns {
+        end += c.present;
+        let i = (0..d.times.len()).rev().find(|&i| c.has(i))?;
+        out.push((c.idx, base + i64::from(d.times[i]), values[end - 1]));
+    }
+    Some(out)
+}
+
 /// Appends the readings of a stored hour within `from..=end` to `batch`, up
 /// to `limit` readings in the batch. `None` if the hour is malformed. (The
 /// window's hot path: values go straight from the columns to the batch.)

@@ -4,6 +4,8 @@
 //! stored. Backends only run the SQL these decisions call for, so SQLite and
 //! PostgreSQL cannot drift apart in behaviour.
 
+pub(crate) mod latest;
+
 use crate::chunk::{self, CHUNK_SECONDS, chunk_of};
 use crate::{Changes, StoreError, StoreResult};
 use sensorhub_core::model::{MAX_SENSORS_PER_DEVICE, ReadingInput, SensorMeta};

@@ -188,6 +188,12 @@ pub trait Store: Send + Sync {
     /// hour `to` (inclusive), in order, as stored (aggregated reads).
     async fn read_hours(&self, device_pk: i64, from: i64, to: i64, limit: usize) -> StoreResult<Vec<StoredHour>>;
 
+    /// The device `device_id` visible in `scope` with the newest reading of
+    /// each of its sensors that ever reported, by idx; `None` if the device
+    /// is not visible. Read from an index kept by every write (a few rows
+    /// whatever the history's length), in one round trip.
+    async fn latest(&self, scope: Scope, device_id: &str) -> StoreResult<Option<(DeviceHandle, Vec<LatestValue>)>>;
+
     /// Streams the readings of `device` within `range` (inclusive), oldest first.
     fn read_readings(&self, device: &DeviceHandle, range: TimeRange) -> ReadingStream;
 

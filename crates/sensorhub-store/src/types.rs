@@ -83,6 +83,17 @@ impl ReadingBatch {
     }
 }
 
+/// A sensor's newest reading, as `latest` answers it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LatestValue {
+    /// The sensor's idx within its device ([`DeviceHandle::sensors`]).
+    pub idx: usize,
+    /// Seconds since the epoch of the sensor's newest reading.
+    pub timestamp: i64,
+    /// Its value, bit for bit as stored.
+    pub value: StoredValue,
+}
+
 /// A value as stored: most sensor values are short decimals, kept as
 /// `n / 10^k` so that they can be printed without a float-to-decimal search.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -5,6 +5,9 @@
 //! (default `postgres://postgres@127.0.0.1:5432/test`); a test fails, never
 //! skips, when it is not there.
 
+#[path = "contract/latest.rs"]
+mod latest;
+
 use futures_util::StreamExt;
 use sensorhub_core::model::{Origin, ReadingInput, ValueInput};
 use sensorhub_core::provision::{InputError, Provision, parse_json};

@@ -234,6 +234,11 @@ pub(super) async fn restore_hours(c: &mut Client, device_id: &str, hours: Vec<St
     let rows: Vec<HourRow> =
         hours.into_iter().map(|h| HourRow { device_pk: pk, chunk: h.chunk, data: h.data }).collect();
     copy_hours(&tx, "COPY hours (device_pk, chunk, data) FROM STDIN (FORMAT binary)", &rows).await?;
+    let mut newest = crate::decide::latest::Newest::default();
+    for r in &rows {
+        newest.add_hour(pk, r.chunk, &r.data)?;
+    }
+    super::latest::upsert(&tx, &newest.take()).await?;
     tx.commit().await?;
     Ok(())
 }

@@ -5,6 +5,7 @@
 //! byte. Several sensorhub processes may share one database.
 
 mod copy;
+mod latest;
 mod read;
 mod retention;
 pub mod temp;
@@ -13,8 +14,8 @@ mod write;
 
 use crate::{
     AccountAuth, AccountSummary, ApiKeyAuth, ApiKeySummary, ApplyReport, DeleteReport, DeviceHandle,
-    IMPORT_COMMIT_EVERY, ImportReport, Installation, PartialImport, PoolStatus, ReadingSource, ReadingStream,
-    RetentionReport, Scope, Store, StoreError, StoreResult, StoredHour, WebhookKeyAuth, Window, batches,
+    IMPORT_COMMIT_EVERY, ImportReport, Installation, LatestValue, PartialImport, PoolStatus, ReadingSource,
+    ReadingStream, RetentionReport, Scope, Store, StoreError, StoreResult, StoredHour, WebhookKeyAuth, Window, batches,
 };
 use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
@@ -31,7 +32,12 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/postgres/0002_write_grants.sql"),
     include_str!("../../migrations/postgres/0003_column_hours.sql"),
     include_str!("../../migrations/postgres/0004_retention.sql"),
+    include_str!("../../migrations/postgres/0005_latest.sql"),
 ];
+
+/// The schema version that adds the `latest` index, filled from the stored
+/// hours in the migration's transaction.
+const LATEST_VERSION: usize = 5;
 
 /// Connections per process unless the URL says otherwise (`pool_max_size=N`).
 pub const DEFAULT_POOL_SIZE: usize = 16;
@@ -191,6 +197,9 @@ impl PgStore {
             for (i, sql) in MIGRATIONS.iter().enumerate().skip(version) {
                 let tx = client.transaction().await?;
                 tx.batch_execute(sql).await?;
+                if i + 1 == LATEST_VERSION {
+                    latest::fill(&tx).await?;
+                }
                 tx.execute("INSERT INTO sensorhub_schema (version) VALUES ($1)", &[&((i + 1) as i32)]).await?;
                 tx.commit().await?;
                 tracing::info!(version = i + 1, "applied migration");
@@ -261,6 +270,10 @@ impl Store for PgStore {
 
     async fn read_hours(&self, device_pk: i64, from: i64, to: i64, limit: usize) -> StoreResult<Vec<StoredHour>> {
         read::read_hours(&self.pool.get().await?, device_pk, from, to, limit).await
+    }
+
+    async fn latest(&self, scope: Scope, device_id: &str) -> StoreResult<Option<(DeviceHandle, Vec<LatestValue>)>> {
+        latest::read(&self.pool.get().await?, scope, device_id).await
     }
 
     fn read_readings(&self, device: &DeviceHandle, range: TimeRange) -> ReadingStream {

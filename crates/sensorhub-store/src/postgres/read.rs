@@ -65,18 +65,18 @@ pub(super) async fn webhook_key_auth(
 
 /// The `WHERE` clause selecting the devices `d` of a scope, with
 /// parameters `$1` (account, or NULL for all) and `$2` (scoped key or NULL).
-const SCOPE_FILTER: &str =
+pub(super) const SCOPE_FILTER: &str =
     "($1::bigint IS NULL OR d.id IN (SELECT device_pk FROM account_devices WHERE account_id = $1))
      AND ($2::bigint IS NULL OR d.id IN (SELECT device_pk FROM api_key_devices WHERE key_id = $2))";
 
-fn scope_params(scope: Scope) -> (Option<i64>, Option<i64>) {
+pub(super) fn scope_params(scope: Scope) -> (Option<i64>, Option<i64>) {
     match scope {
         Scope::All => (None, None),
         Scope::Account { account_id, key } => (Some(account_id), key),
     }
 }
 
-fn sensor(r: &tokio_postgres::Row, from: usize) -> SensorMeta {
+pub(super) fn sensor(r: &tokio_postgres::Row, from: usize) -> SensorMeta {
     SensorMeta { sensor_id: r.get(from), name: r.get(from + 1), kind: r.get(from + 2), unit: r.get(from + 3) }
 }
 

@@ -38,6 +38,9 @@ pub(super) async fn expire_batch(c: &mut Client, pk: i64, cutoff: i64) -> StoreR
         expiry.dropped(pk, r.get(0), r.get(1))?;
     }
     let done = rows.len() < RETENTION_BATCH;
+    // Sensors whose newest reading is past retention have no reading left
+    // once this pass is through.
+    super::latest::expire(&tx, pk, cutoff).await?;
     if done {
         let row = tx
             .query_opt("SELECT data FROM hours WHERE device_pk = $1 AND chunk = $2 FOR UPDATE", &[&pk, &boundary])

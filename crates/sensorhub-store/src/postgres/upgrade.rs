@@ -7,8 +7,9 @@
 //! old table is dropped in the transaction that finds it empty.
 
 use crate::StoreResult;
+use crate::decide::latest::Newest;
 use crate::decide::{UpgradeLog, upgrade_hour};
-use tokio_postgres::Client;
+use deadpool_postgres::Client;
 
 /// Moves every hour of `readings` to `hours`, `batch` hours per transaction.
 pub(super) async fn run(client: &mut Client, batch: usize) -> StoreResult<()> {
@@ -35,10 +36,13 @@ pub(super) async fn run(client: &mut Client, batch: usize) -> StoreResult<()> {
             return Ok(());
         }
         let (mut pks, mut chunks, mut datas) = (Vec::new(), Vec::new(), Vec::new());
+        // Upgraded hours are readings written: the `latest` index learns them.
+        let mut newest = Newest::default();
         for r in &rows {
             let (pk, chunk): (i64, i64) = (r.get(0), r.get(1));
             let data = upgrade_hour(pk, chunk, r.get(2))?;
             if !data.is_empty() {
+                newest.add_hour(pk, chunk, &data)?;
                 pks.push(pk);
                 chunks.push(chunk);
                 datas.push(data);
@@ -49,6 +53,7 @@ pub(super) async fn run(client: &mut Client, batch: usize) -> StoreResult<()> {
             &[&pks, &chunks, &datas],
         )
         .await?;
+        super::latest::upsert(&tx, &newest.take()).await?;
         tx.commit().await?;
         log.batch(rows.len() as u64);
     }

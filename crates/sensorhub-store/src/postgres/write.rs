@@ -6,6 +6,7 @@
 //! table, then one `INSERT … ON CONFLICT` moves them into place.
 
 use super::read::device_sensors;
+use crate::decide::latest::Newest;
 use crate::decide::{
     self, AccountWrite, Change, DeviceSensors, HourRow, Hours, KeyWrite, Links, ScopeRequest, SensorWrite,
     StoredAccount, StoredKey, invalid, now,
@@ -376,6 +377,8 @@ async fn upsert_webhook_key(
 struct ReadingWriter {
     devices: crate::decide::FastMap<String, Option<DeviceSensors>>,
     hours: Hours,
+    /// The newest value of each sensor written, for the `latest` index.
+    newest: Newest,
     /// Readings that were new or different from what was stored.
     changed: u64,
     /// Whether this transaction's connection has the staging table.
@@ -401,6 +404,7 @@ impl ReadingWriter {
         if self.hours.is_full_for(pk, r.timestamp) {
             self.flush(tx).await?;
         }
+        self.newest.add(pk, r.timestamp, &pairs);
         self.hours.add(pk, r.timestamp, pairs);
         Ok(())
     }
@@ -462,7 +466,10 @@ impl ReadingWriter {
 
     /// Writes what is gathered; returns how many readings were new or different.
     async fn finish(mut self, tx: &Transaction<'_>) -> StoreResult<u64> {
-        self.flush(tx).await?;
+        // The index's upsert is pipelined with the hours' statements: a
+        // group commit waits for no extra round trip.
+        let newest = self.newest.take();
+        futures_util::future::try_join(self.flush(tx), super::latest::upsert(tx, &newest)).await?;
         Ok(self.changed)
     }
 }
@@ -582,6 +589,8 @@ pub(super) async fn delete_readings(c: &mut Client, device_id: &str, range: Time
         device_pk(&tx, device_id).await?.ok_or_else(|| StoreError::NotFound(format!("no device {device_id:?}")))?;
     let (mut next, last) = decide::chunks_of(range);
     let mut report = DeleteReport::default();
+    // The sensors whose newest reading goes: their entries are recomputed.
+    let stale = super::latest::within(&tx, pk, range.start, range.end).await?;
     loop {
         let rows = tx
             .query(
@@ -614,6 +623,8 @@ pub(super) async fn delete_readings(c: &mut Client, device_id: &str, range: Time
         .await?;
         next = end + 1;
     }
+    // Their readings after the range are none (each was the newest).
+    super::latest::recompute(&tx, pk, stale, last).await?;
     tx.commit().await?;
     Ok(report)
 }

@@ -219,12 +219,15 @@ pub(super) fn restore_hours(c: &mut Connection, device_id: &str, hours: Vec<Stor
         .query_row("SELECT id FROM devices WHERE device_id = ?1", [device_id], |r| r.get(0))
         .optional()?
         .ok_or_else(|| StoreError::NotFound(format!("device {device_id:?} is not in the target")))?;
+    let mut newest = crate::decide::latest::Newest::default();
     {
         let mut insert = tx.prepare_cached("INSERT INTO hours (key, data) VALUES (?1, ?2)")?;
         for h in &hours {
             insert.execute(params![super::checked_hour_key(pk, h.chunk)?, h.data])?;
+            newest.add_hour(pk, h.chunk, &h.data)?;
         }
     }
+    super::latest::upsert(&tx, &newest.take())?;
     tx.commit()?;
     Ok(())
 }

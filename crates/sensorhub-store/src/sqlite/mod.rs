@@ -2,6 +2,7 @@
 //! `migrations/sqlite/` applied on open.
 
 mod copy;
+mod latest;
 mod pool;
 mod read;
 mod retention;
@@ -10,8 +11,8 @@ mod write;
 
 use crate::{
     AccountAuth, AccountSummary, ApiKeyAuth, ApiKeySummary, ApplyReport, DeleteReport, DeviceHandle,
-    IMPORT_COMMIT_EVERY, ImportReport, Installation, PartialImport, PoolStatus, ReadingSource, ReadingStream,
-    RetentionReport, Scope, Store, StoreError, StoreResult, StoredHour, WebhookKeyAuth, Window,
+    IMPORT_COMMIT_EVERY, ImportReport, Installation, LatestValue, PartialImport, PoolStatus, ReadingSource,
+    ReadingStream, RetentionReport, Scope, Store, StoreError, StoreResult, StoredHour, WebhookKeyAuth, Window,
 };
 use async_trait::async_trait;
 use pool::{Pool, Role};
@@ -29,7 +30,12 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/sqlite/0002_write_grants.sql"),
     include_str!("../../migrations/sqlite/0003_column_hours.sql"),
     include_str!("../../migrations/sqlite/0004_retention.sql"),
+    include_str!("../../migrations/sqlite/0005_latest.sql"),
 ];
+
+/// The schema version that adds the `latest` index, filled from the stored
+/// hours in the migration's transaction.
+const LATEST_VERSION: usize = 5;
 
 /// Offset added to an hour number in a key, so that every hour since
 /// jiff's earliest timestamp is a non-negative 32-bit number.
@@ -152,6 +158,9 @@ fn migrate(conn: &mut rusqlite::Connection) -> StoreResult<()> {
     crate::check_schema_version(version, MIGRATIONS.len())?;
     for (i, sql) in MIGRATIONS.iter().enumerate().skip(version) {
         tx.execute_batch(sql)?;
+        if i + 1 == LATEST_VERSION {
+            latest::fill(&tx)?;
+        }
         tx.pragma_update(None, "user_version", (i + 1) as i64)?;
         tracing::info!(version = i + 1, "applied migration");
     }
@@ -221,6 +230,11 @@ impl Store for SqliteStore {
 
     async fn read_hours(&self, device_pk: i64, from: i64, to: i64, limit: usize) -> StoreResult<Vec<StoredHour>> {
         self.reads.run_short(move |c| read::read_hours(c, device_pk, from, to, limit)).await
+    }
+
+    async fn latest(&self, scope: Scope, device_id: &str) -> StoreResult<Option<(DeviceHandle, Vec<LatestValue>)>> {
+        let device_id = device_id.to_owned();
+        self.reads.run_short(move |c| latest::read(c, scope, &device_id)).await
     }
 
     fn read_readings(&self, device: &DeviceHandle, range: TimeRange) -> ReadingStream {

@@ -39,6 +39,9 @@ pub(super) fn expire_batch(c: &mut Connection, pk: i64, cutoff: i64) -> StoreRes
             delete.execute([key])?;
         }
     }
+    // Sensors whose newest reading is past retention have no reading left
+    // once this pass is through.
+    super::latest::expire(&tx, pk, cutoff)?;
     if done {
         let key = hour_key(pk, boundary);
         let data: Option<Vec<u8>> =

@@ -7,6 +7,7 @@
 
 use super::{checked_hour_key, write::begin};
 use crate::StoreResult;
+use crate::decide::latest::Newest;
 use crate::decide::{UpgradeLog, upgrade_hour};
 use rusqlite::{Connection, params};
 
@@ -39,6 +40,8 @@ pub(super) fn run(c: &mut Connection, batch: usize) -> StoreResult<()> {
             log.finish();
             return Ok(());
         }
+        // Upgraded hours are readings written: the `latest` index learns them.
+        let mut newest = Newest::default();
         {
             let mut insert = tx.prepare_cached("INSERT INTO hours (key, data) VALUES (?1, ?2)")?;
             let mut delete = tx.prepare_cached("DELETE FROM readings WHERE device_pk = ?1 AND chunk = ?2")?;
@@ -46,10 +49,12 @@ pub(super) fn run(c: &mut Connection, batch: usize) -> StoreResult<()> {
                 let data = upgrade_hour(*pk, *chunk, old)?;
                 if !data.is_empty() {
                     insert.execute(params![checked_hour_key(*pk, *chunk)?, data])?;
+                    newest.add_hour(*pk, *chunk, &data)?;
                 }
                 delete.execute(params![pk, chunk])?;
             }
         }
+        super::latest::upsert(&tx, &newest.take())?;
         tx.commit()?;
         log.batch(rows.len() as u64);
     }

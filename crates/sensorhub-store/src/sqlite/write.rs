@@ -3,6 +3,7 @@
 
 use super::read::device_sensors;
 use super::{hour_key, key_chunk};
+use crate::decide::latest::Newest;
 use crate::decide::{
     self, AccountWrite, Change, DeviceSensors, HourRow, Hours, KeyWrite, Links, ScopeRequest, SensorWrite,
     StoredAccount, StoredKey, invalid, now,
@@ -336,13 +337,15 @@ struct ReadingWriter<'t, 'c> {
     tx: &'t Transaction<'c>,
     devices: crate::decide::FastMap<String, Option<DeviceSensors>>,
     hours: Hours,
+    /// The newest value of each sensor written, for the `latest` index.
+    newest: Newest,
     /// Readings that were new or different from what was stored.
     changed: u64,
 }
 
 impl<'t, 'c> ReadingWriter<'t, 'c> {
     fn new(tx: &'t Transaction<'c>) -> Self {
-        Self { tx, devices: Default::default(), hours: Hours::default(), changed: 0 }
+        Self { tx, devices: Default::default(), hours: Hours::default(), newest: Newest::default(), changed: 0 }
     }
 
     fn device(&mut self, device_id: &str) -> StoreResult<Option<&DeviceSensors>> {
@@ -363,6 +366,7 @@ impl<'t, 'c> ReadingWriter<'t, 'c> {
         if self.hours.is_full_for(pk, r.timestamp) {
             self.flush()?;
         }
+        self.newest.add(pk, r.timestamp, &pairs);
         self.hours.add(pk, r.timestamp, pairs);
         Ok(())
     }
@@ -389,6 +393,7 @@ impl<'t, 'c> ReadingWriter<'t, 'c> {
     /// different (0 when everything was stored already).
     fn finish(mut self) -> StoreResult<u64> {
         self.flush()?;
+        super::latest::upsert(self.tx, &self.newest.take())?;
         Ok(self.changed)
     }
 }
@@ -479,6 +484,8 @@ pub(super) fn delete_readings(c: &mut Connection, device_id: &str, range: TimeRa
     let pk = device_pk(&tx, device_id)?.ok_or_else(|| StoreError::NotFound(format!("no device {device_id:?}")))?;
     let (mut next, last) = decide::chunks_of(range);
     let mut report = DeleteReport::default();
+    // The sensors whose newest reading goes: their entries are recomputed.
+    let stale = super::latest::within(&tx, pk, range.start, range.end)?;
     {
         let mut select =
             tx.prepare_cached("SELECT key, data FROM hours WHERE key BETWEEN ?1 AND ?2 ORDER BY key LIMIT ?3")?;
@@ -505,6 +512,8 @@ pub(super) fn delete_readings(c: &mut Connection, device_id: &str, range: TimeRa
             next = end + 1;
         }
     }
+    // Their readings after the range are none (each was the newest).
+    super::latest::recompute(&tx, pk, stale, last)?;
     tx.commit()?;
     Ok(report)
 }

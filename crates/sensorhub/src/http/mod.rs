@@ -1,4 +1,4 @@
-//! The HTTP API: the router of the four read endpoints under
+//! The HTTP API: the router of the read endpoints under
 //! `/external/v1`, its state, and a server with graceful shutdown.
 
 pub mod auth;
@@ -7,6 +7,7 @@ mod deadline;
 pub mod devices;
 pub mod encode;
 pub mod error;
+pub mod latest;
 mod log;
 pub mod logins;
 pub mod openapi;
@@ -262,6 +263,8 @@ pub fn routes() -> Routes {
         .route("/external/v1/devices/{device_id}/data", read_route(readings::read_basic))
         .route("/external/v1/{api_key_id}/devices", read_route(devices::list_public))
         .route("/external/v1/{api_key_id}/devices/{device_id}/data", read_route(readings::read_public))
+        .route("/external/v1/devices/{device_id}/latest", read_route(latest::latest_basic))
+        .route("/external/v1/{api_key_id}/devices/{device_id}/latest", read_route(latest::latest_public))
         .route(
             "/external/v1/webhook/sensor-data",
             post(webhook::receive).fallback(|| async { WebhookError(ApiError::WebhookMethodNotAllowed) }),

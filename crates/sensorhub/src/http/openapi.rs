@@ -4,7 +4,7 @@
 
 use super::error::{JSON, WebhookReply};
 use super::received::Received;
-use super::schema::{ErrorBody, Reading, SensorValue, WebhookEnvelope};
+use super::schema::{ErrorBody, LatestValue, Reading, SensorValue, WebhookEnvelope};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use sensorhub_core::model::{Device, SensorMeta};
@@ -72,6 +72,8 @@ impl Modify for RateLimitHeaders {
         super::readings::read_basic,
         super::devices::list_public,
         super::readings::read_public,
+        super::latest::latest_basic,
+        super::latest::latest_public,
         super::webhook::receive,
         super::webhook::received,
         super::ops::healthz,
@@ -79,7 +81,7 @@ impl Modify for RateLimitHeaders {
         super::ops::metrics,
         document,
     ),
-    components(schemas(Device, SensorMeta, Reading, SensorValue, ErrorBody, WebhookEnvelope, WebhookReply, Received)),
+    components(schemas(Device, SensorMeta, Reading, SensorValue, LatestValue, ErrorBody, WebhookEnvelope, WebhookReply, Received)),
     modifiers(&Security, &RateLimitHeaders)
 )]
 struct ApiDoc;

@@ -58,7 +58,7 @@ impl<S: Send + Sync> FromRequestParts<S> for RangeParams {
 }
 
 /// The `{device_id}` of the path.
-pub struct DevicePath(String);
+pub struct DevicePath(pub(super) String);
 
 impl<S: Send + Sync> FromRequestParts<S> for DevicePath {
     type Rejection = ApiError;

@@ -29,6 +29,29 @@ pub struct Reading {
     sensors: Vec<SensorValue>,
 }
 
+/// A sensor's newest reading, with its own time.
+#[derive(Serialize, ToSchema)]
+pub struct LatestValue {
+    /// Sensor identifier.
+    id: String,
+    /// The value.
+    value: f64,
+    /// Unit; `.` for a dimensionless value.
+    unit: String,
+    /// RFC 3339 time of this sensor's newest reading, in the requested zone (`Z` for 0).
+    #[schema(format = DateTime, example = "2026-05-05T07:00:00+07:00")]
+    timestamp: String,
+}
+
+/// `{"message": "Success", "data": [LatestValue]}`: one element per sensor
+/// that has ever reported, in sensor order; empty for a device without readings.
+#[derive(Serialize, ToSchema)]
+pub struct LatestList {
+    #[schema(example = "Success")]
+    message: String,
+    data: Vec<LatestValue>,
+}
+
 /// `{"message": "Success", "data": [Device]}`
 #[derive(Serialize, ToSchema)]
 pub struct DeviceList {

@@ -15,6 +15,7 @@ mod corpus;
 mod devices;
 mod faults;
 mod instances;
+mod latest;
 mod ops;
 mod ratelimit;
 mod readings;

@@ -72,6 +72,39 @@ async fn assert_same_answers(app: &TestApp) {
     assert!(checked >= 30, "{checked} answers");
 }
 
+/// The `latest` index of the upgraded database (filled while the hours
+/// were converted, through a kill) agrees with a scan of every reading.
+async fn assert_latest_is_the_newest_of_each_sensor(database: &str) {
+    use futures_util::StreamExt;
+    use sensorhub_store::Scope;
+    let store = sensorhub_store::open(database).await.expect("open");
+    let mut sensors = 0;
+    for device in store.list_devices(Scope::All).await.expect("devices") {
+        let (handle, latest) = store.latest(Scope::All, &device.device_id).await.expect("latest").expect("visible");
+        let range = sensorhub_core::time::TimeRange { start: 0, end: 253_402_214_399 };
+        let mut newest = std::collections::BTreeMap::new();
+        let mut batches = store.read_readings(&handle, range);
+        while let Some(batch) = batches.next().await {
+            let batch = batch.expect("batch");
+            let mut values = batch.values.iter();
+            for (&ts, &mask) in batch.timestamps.iter().zip(&batch.masks) {
+                let mut m = mask;
+                while m != 0 {
+                    let idx = m.trailing_zeros() as usize;
+                    m &= m - 1;
+                    let value = values.next().expect("a value per bit").to_f64();
+                    newest.insert(idx, (ts, value.to_bits()));
+                }
+            }
+        }
+        let got: std::collections::BTreeMap<_, _> =
+            latest.iter().map(|v| (v.idx, (v.timestamp, v.value.to_f64().to_bits()))).collect();
+        assert_eq!(got, newest, "{}", device.device_id);
+        sensors += got.len();
+    }
+    assert!(sensors > 0, "the fixture has readings");
+}
+
 #[tokio::test]
 async fn a_sqlite_file_of_schema_2_upgrades_through_a_kill() {
     let dir = tempfile::tempdir().expect("dir");
@@ -94,9 +127,10 @@ async fn a_sqlite_file_of_schema_2_upgrades_through_a_kill() {
             .query_row("SELECT count(*) FROM sqlite_schema WHERE name = 'readings'", [], |r| r.get(0))
             .expect("schema");
         let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).expect("version");
-        assert_eq!((old, version), (0, 4), "the old table is gone, the schema is the newest (4)");
+        assert_eq!((old, version), (0, 5), "the old table is gone, the schema is the newest (5)");
     }
     assert!(!migrate(&db).contains("upgrading"), "a second run has nothing to upgrade");
+    assert_latest_is_the_newest_of_each_sensor(&db).await;
     assert_same_answers(&TestApp::over(db, dir, None).await).await;
 }
 
@@ -121,7 +155,7 @@ async fn a_postgres_database_of_schema_2_upgrades_through_a_kill() {
     let log = migrate(&url);
     assert!(log.contains("upgrade of stored readings finished"), "{log}");
     assert_eq!(count("SELECT count(*) FROM pg_tables WHERE tablename = 'readings'").await, 0);
-    assert_eq!(count("SELECT max(version)::bigint FROM sensorhub_schema").await, 4, "the newest schema");
+    assert_eq!(count("SELECT max(version)::bigint FROM sensorhub_schema").await, 5, "the newest schema");
     // A schema newer than this binary knows is refused, not written to.
     client.batch_execute("INSERT INTO sensorhub_schema (version) VALUES (99)").await.expect("bump");
     let out =
@@ -131,6 +165,7 @@ async fn a_postgres_database_of_schema_2_upgrades_through_a_kill() {
     client.batch_execute("DELETE FROM sensorhub_schema WHERE version = 99").await.expect("unbump");
     drop(client);
     let _ = connection.await;
+    assert_latest_is_the_newest_of_each_sensor(&url).await;
     let dir = tempfile::tempdir().expect("dir");
     assert_same_answers(&TestApp::over(url, dir, Some(pg)).await).await;
 }
