@@ -452,6 +452,11 @@ pub fn run(args: Args) -> Result<Results, String> {
     }
     let csv_path = format!("{s1_path}&format=csv");
     loads.push(("S10".into(), load(&server, "csv-1d (1,440 rows, Basic)", &csv_path, Some(&bench_auth), 16, secs)?));
+    let latest_path = format!("/external/v1/devices/{}/latest", dataset::REF_DEVICE);
+    loads.push((
+        "latest".into(),
+        load(&server, "latest (4 sensors, Basic)", &latest_path, Some(&bench_auth), 16, secs)?,
+    ));
     let daily_path = format!("{s7_path}&interval=1d&agg=mean");
     loads.push(("S8-agg".into(), load(&server, "year-daily (365 daily means, key)", &daily_path, None, 8, secs)?));
     // S8: S1 again while 2,000 slow connections are held (re-opened as they are shed).
@@ -594,6 +599,10 @@ pub fn run(args: Args) -> Result<Results, String> {
     if let (Some(year), Some(s7)) = (find("S8-agg"), &s7) {
         let r = year.wrk.requests_per_s / s7.wrk.requests_per_s;
         target("year-daily (S8-agg) req/s / S7 req/s", r, ">= 20", r >= 20.0);
+    }
+    if let (Some(latest), Some(s3)) = (find("latest"), &s3) {
+        let r = latest.wrk.requests_per_s / s3.wrk.requests_per_s;
+        target("latest req/s / S3 req/s", r, ">= 1", r >= 1.0);
     }
     if let (Some(s1), Some(csv)) = (&s1, find("S10")) {
         let r = csv.wrk.requests_per_s / s1.wrk.requests_per_s;
