@@ -6,6 +6,7 @@ pub mod cli;
 pub mod config;
 pub mod http;
 pub mod metrics;
+pub mod mqtt;
 pub mod ratelimit;
 pub mod retention;
 pub mod shared;

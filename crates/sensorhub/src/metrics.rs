@@ -65,7 +65,14 @@ pub struct Metrics {
     retention_readings: Counter,
     retention_bytes: Counter,
     retention_returned: Counter,
+    mqtt_messages: Family<OutcomeLabels, Counter>,
+    mqtt_readings: Counter,
+    mqtt_connected: Gauge,
 }
+
+/// What became of an MQTT message (the `outcome` label).
+pub const MQTT_OUTCOMES: [&str; 6] =
+    ["stored", "bad_json", "bad_time", "bad_reading", "unknown_device", "unknown_sensor"];
 
 /// Why the server closed a connection (the `reason` label).
 pub const CLOSE_REASONS: [&str; 5] = ["client", "header_timeout", "idle", "write_stall", "error"];
@@ -129,6 +136,20 @@ impl Default for Metrics {
             "Bytes the database file shrank by after retention (SQLite with incremental auto-vacuum)",
             retention_returned.clone(),
         );
+        let mqtt_messages = Family::<OutcomeLabels, Counter>::default();
+        let mqtt_readings = Counter::default();
+        let mqtt_connected = Gauge::default();
+        registry.register(
+            "mqtt_messages",
+            "MQTT messages by outcome: stored, or refused (acknowledged and dropped) for bad_json, bad_time, \
+             bad_reading, unknown_device or unknown_sensor",
+            mqtt_messages.clone(),
+        );
+        registry.register("mqtt_readings_stored", "Readings stored from MQTT messages", mqtt_readings.clone());
+        registry.register("mqtt_connected", "1 while connected to the MQTT broker", mqtt_connected.clone());
+        for outcome in MQTT_OUTCOMES {
+            let _ = mqtt_messages.get_or_create(&OutcomeLabels { outcome });
+        }
         // Series that exist from the start, so that rates over them are defined.
         for kind in ["basic", "public", "webhook", "ip"] {
             let _ = rate_limited.get_or_create(&KindLabels { kind });
@@ -151,6 +172,9 @@ impl Default for Metrics {
             retention_readings,
             retention_bytes,
             retention_returned,
+            mqtt_messages,
+            mqtt_readings,
+            mqtt_connected,
         }
     }
 }
@@ -202,6 +226,21 @@ impl Metrics {
         self.retention_readings.inc_by(report.readings);
         self.retention_bytes.inc_by(report.bytes);
         self.retention_returned.inc_by(report.returned);
+    }
+
+    /// Counts an MQTT message by outcome (one of [`MQTT_OUTCOMES`]).
+    pub fn mqtt_message(&self, outcome: &'static str) {
+        self.mqtt_messages.get_or_create(&OutcomeLabels { outcome }).inc();
+    }
+
+    /// Counts readings stored from MQTT.
+    pub fn mqtt_readings(&self, n: usize) {
+        self.mqtt_readings.inc_by(n as u64);
+    }
+
+    /// Whether the MQTT link is up.
+    pub fn mqtt_connected(&self, up: bool) {
+        self.mqtt_connected.set(i64::from(up));
     }
 
     /// Counts readings stored through the webhook.

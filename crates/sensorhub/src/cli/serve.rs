@@ -3,8 +3,10 @@
 //! write the demo, connect Redis, bind, serve.
 
 use super::{CliResult, Context};
+use crate::config::mqtt::MqttFlags;
 use crate::config::serve::{CounterStore, ServeFlags, ServeSettings};
 use crate::http::{AppState, ServerOptions, app, serve, shutdown_signal};
+use crate::mqtt::MqttSettings;
 use crate::shared::SharedRedis;
 use std::sync::Arc;
 
@@ -13,6 +15,8 @@ use std::sync::Arc;
 pub struct Args {
     #[command(flatten)]
     settings: ServeFlags,
+    #[command(flatten)]
+    mqtt: MqttFlags,
     /// Fill the database with demo data first when it is empty
     #[arg(long)]
     demo: bool,
@@ -21,6 +25,7 @@ pub struct Args {
 /// Runs the server until SIGTERM or Ctrl-C.
 pub async fn run(ctx: &Context, args: Args) -> CliResult {
     let settings = ServeSettings::resolve(&args.settings, &ctx.file)?;
+    let mqtt = MqttSettings::resolve(&args.mqtt, ctx.file.mqtt.as_ref(), settings.webhook.max_future_skew)?;
     let listen = settings.listen;
     let store = ctx.open().await?;
     if args.demo {
@@ -56,8 +61,11 @@ pub async fn run(ctx: &Context, args: Args) -> CliResult {
         ..ServerOptions::default()
     };
     tracing::info!(rate_limit = %options.rate_limit, rate_limit_store = %store_name, webhook_mode = ?options.webhook.mode, retention = %settings.retention, "settings");
-    let state = AppState::new(store.clone(), options);
+    let mut state = AppState::new(store.clone(), options);
     let metrics = state.metrics.clone();
+    if let Some(mqtt) = mqtt {
+        state.mqtt = Some(crate::mqtt::spawn(mqtt, store.clone(), metrics.clone()));
+    }
     crate::retention::spawn(store, settings.retention, settings.retention_every, metrics.clone());
     if let Some(addr) = settings.metrics_listen {
         let ops = tokio::net::TcpListener::bind(addr).await.map_err(|e| format!("cannot listen on {addr}: {e}"))?;

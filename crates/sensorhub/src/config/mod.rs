@@ -4,6 +4,7 @@
 //! one pure function per command ([`serve::ServeSettings::resolve`]), which
 //! holds every default once.
 
+pub mod mqtt;
 pub mod serve;
 
 use serde::Deserialize;
@@ -119,6 +120,8 @@ pub struct FileConfig {
     pub write_timeout: Option<u64>,
     /// Connections served at once.
     pub max_connections: Option<usize>,
+    /// MQTT ingestion (`[mqtt]`).
+    pub mqtt: Option<mqtt::MqttFile>,
 }
 
 /// `default_tz` may be a number of hours or a string.

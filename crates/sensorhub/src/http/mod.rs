@@ -70,6 +70,8 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     /// Time a handler has to begin its answer.
     pub request_timeout: Duration,
+    /// The MQTT link, when ingesting from a broker.
+    pub mqtt: Option<Arc<crate::mqtt::MqttStatus>>,
 }
 
 /// How the webhook treats envelopes.
@@ -222,6 +224,7 @@ impl AppState {
             received: Arc::new(received),
             metrics,
             request_timeout: options.request_timeout,
+            mqtt: None,
         }
     }
 }

@@ -37,12 +37,18 @@ impl FromRequestParts<AppState> for OpsCaller {
 
 /// GET /readyz: the database answers.
 #[utoipa::path(get, path = "/readyz", tag = "operations", responses(
-    (status = 200, description = "The database answers", content_type = "application/json", example = json!({"status": "ready"})),
+    (status = 200, description = "The database answers; with MQTT ingestion, `mqtt` says whether the broker is connected", content_type = "application/json", example = json!({"status": "ready"})),
     (status = 503, description = "The database does not answer", body = ErrorBody),
 ))]
 pub async fn readyz(State(state): State<AppState>, _: OpsCaller) -> Result<Response, ApiError> {
     state.store.ping().await.map_err(|e| ApiError::Unavailable(e.to_string()))?;
-    Ok(([(header::CONTENT_TYPE, JSON)], json!({"status": "ready"}).to_string()).into_response())
+    // The MQTT link is reported, not required: reads and the webhook work
+    // while the broker is away, and the link comes back by itself.
+    let body = match &state.mqtt {
+        None => json!({"status": "ready"}),
+        Some(link) => json!({"status": "ready", "mqtt": if link.connected() { "connected" } else { "disconnected" }}),
+    };
+    Ok(([(header::CONTENT_TYPE, JSON)], body.to_string()).into_response())
 }
 
 /// GET /metrics: OpenMetrics text; on the API's listener only when there

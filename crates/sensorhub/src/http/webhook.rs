@@ -40,7 +40,8 @@ struct Envelope {
     warnings: Vec<String>,
 }
 
-fn kind(v: &Value) -> &'static str {
+/// The JSON type of `v`, for messages (`a string`).
+pub(crate) fn kind(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",
@@ -253,30 +254,70 @@ fn reading_of(
     now: jiff::Timestamp,
     max_future_skew: jiff::SignedDuration,
 ) -> Result<ReadingInput, ApiError> {
-    if envelope.values.is_empty() {
-        return Err(ApiError::BadRequest("data holds no values".into()));
+    let values = std::mem::take(&mut envelope.values)
+        .into_iter()
+        .map(|(at, sensor_id, value)| ValueAt { at, sensor_id, value })
+        .collect();
+    reading_from_values(
+        &envelope.device_id,
+        envelope.timestamp,
+        values,
+        sensors,
+        now,
+        max_future_skew,
+        "webhook".into(),
+    )
+    .map_err(ApiError::BadRequest)
+}
+
+/// A sensor's value as received, with where it was (for messages).
+#[derive(Debug, Clone)]
+pub struct ValueAt {
+    /// Where the value is (`data.sensors[0].value`).
+    pub at: String,
+    /// The sensor id given.
+    pub sensor_id: String,
+    /// The value given (it must be a finite number).
+    pub value: Value,
+}
+
+/// One reading of `device_id` at `timestamp` from received values: all of
+/// them or, on the first empty list, unknown sensor, non-number, repeated
+/// sensor or time out of bounds, a message naming the field. The rules of
+/// webhook ingest, shared with MQTT.
+pub fn reading_from_values(
+    device_id: &str,
+    timestamp: jiff::Timestamp,
+    received: Vec<ValueAt>,
+    sensors: &[sensorhub_core::model::SensorMeta],
+    now: jiff::Timestamp,
+    max_future_skew: jiff::SignedDuration,
+    origin: String,
+) -> Result<ReadingInput, String> {
+    if received.is_empty() {
+        return Err("data holds no values".into());
     }
-    check_reading_time(envelope.timestamp).map_err(|e| ApiError::BadRequest(e.to_string()))?;
-    check_not_future(envelope.timestamp, now, max_future_skew).map_err(|e| ApiError::BadRequest(e.to_string()))?;
-    let mut values: Vec<ValueInput> = Vec::with_capacity(envelope.values.len());
-    for (at, id, value) in std::mem::take(&mut envelope.values) {
+    check_reading_time(timestamp).map_err(|e| e.to_string())?;
+    check_not_future(timestamp, now, max_future_skew).map_err(|e| e.to_string())?;
+    let mut values: Vec<ValueInput> = Vec::with_capacity(received.len());
+    for ValueAt { at, sensor_id: id, value } in received {
         if values.iter().any(|v| v.sensor_id == id) {
-            return Err(ApiError::BadRequest(format!("{at}: sensor {id:?} is given more than once")));
+            return Err(format!("{at}: sensor {id:?} is given more than once"));
         }
         if !sensors.iter().any(|s| s.sensor_id == id) {
-            return Err(ApiError::BadRequest(format!("{at}: sensor {id:?} is not registered for this device")));
+            return Err(format!("{at}: sensor {id:?} is not registered for this device"));
         }
         let Some(v) = value.as_f64().filter(|v| v.is_finite()) else {
-            return Err(ApiError::BadRequest(format!("{at} must be a number, not {}", kind(&value))));
+            return Err(format!("{at} must be a number, not {}", kind(&value)));
         };
         values.push(ValueInput { sensor_id: id, value: v, unit: None });
     }
     Ok(ReadingInput {
-        device_id: envelope.device_id.clone(),
+        device_id: device_id.to_owned(),
         // Readings are kept to the second: a fraction is dropped (and warned about).
-        timestamp: envelope.timestamp.as_second(),
+        timestamp: timestamp.as_second(),
         values,
-        origin: Origin::Item("webhook".into()),
+        origin: Origin::Item(origin),
     })
 }
 

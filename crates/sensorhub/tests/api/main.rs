@@ -16,6 +16,7 @@ mod devices;
 mod faults;
 mod instances;
 mod latest;
+mod mqtt;
 mod ops;
 mod ratelimit;
 mod readings;

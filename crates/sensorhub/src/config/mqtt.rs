@@ -1,0 +1,213 @@
+//! The MQTT settings of `sensorhub serve`: flags (each also an environment
+//! variable) over the config file's `[mqtt]` table, resolved once into
+//! [`MqttSettings`]; no `--mqtt-url` (and no `url` in the file) means no
+//! MQTT.
+
+use super::Secret;
+use crate::mqtt::MqttSettings;
+use serde::Deserialize;
+use std::path::PathBuf;
+
+/// Default first topic level.
+const DEFAULT_PREFIX: &str = "sensorhub";
+
+/// The MQTT flags of `serve`; `None` means "not given here".
+#[derive(Debug, Default, clap::Args)]
+pub struct MqttFlags {
+    /// Ingest readings from this MQTT broker: mqtt://host[:1883] or mqtts://host[:8883] (TLS, with --mqtt-ca-file)
+    #[arg(long, env = "SENSORHUB_MQTT_URL")]
+    pub mqtt_url: Option<String>,
+    /// First topic level: stations publish to PREFIX/DEVICE_ID/readings [default: sensorhub]
+    #[arg(long, env = "SENSORHUB_MQTT_PREFIX")]
+    pub mqtt_prefix: Option<String>,
+    /// Share the ingest load with other instances: subscribe as $share/GROUP/… (each message goes to one instance)
+    #[arg(long, env = "SENSORHUB_MQTT_GROUP")]
+    pub mqtt_group: Option<String>,
+    /// Client id, stable across restarts so the broker keeps the session; each instance needs its own [default: sensorhub-HOSTNAME]
+    #[arg(long, env = "SENSORHUB_MQTT_CLIENT_ID")]
+    pub mqtt_client_id: Option<String>,
+    /// Username at the broker
+    #[arg(long, env = "SENSORHUB_MQTT_USERNAME")]
+    pub mqtt_username: Option<String>,
+    /// Password at the broker (prefer the environment variable: arguments are visible to other users)
+    #[arg(long, env = "SENSORHUB_MQTT_PASSWORD", hide_env_values = true)]
+    pub mqtt_password: Option<Secret>,
+    /// PEM file of the CA that signed the broker's certificate (mqtts://)
+    #[arg(long, env = "SENSORHUB_MQTT_CA_FILE")]
+    pub mqtt_ca_file: Option<PathBuf>,
+    /// Publish each refused message's reason and detail to PREFIX/DEVICE_ID/errors
+    #[arg(long, env = "SENSORHUB_MQTT_ERRORS")]
+    pub mqtt_errors: bool,
+}
+
+/// The `[mqtt]` table of the config file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MqttFile {
+    /// `--mqtt-url`.
+    pub url: Option<String>,
+    /// `--mqtt-prefix`.
+    pub prefix: Option<String>,
+    /// `--mqtt-group`.
+    pub group: Option<String>,
+    /// `--mqtt-client-id`.
+    pub client_id: Option<String>,
+    /// `--mqtt-username`.
+    pub username: Option<String>,
+    /// `--mqtt-password`.
+    pub password: Option<String>,
+    /// `--mqtt-ca-file`.
+    pub ca_file: Option<PathBuf>,
+    /// `--mqtt-errors`.
+    pub errors: Option<bool>,
+}
+
+/// A topic level given as a setting: no wildcard, separator or `$` start.
+fn topic_level(name: &str, value: &str) -> Result<(), String> {
+    if value.is_empty() || value.contains(['+', '#', '/', '\0']) || value.starts_with('$') {
+        return Err(format!("{name} {value:?} must be one topic level without +, #, / or a leading $"));
+    }
+    Ok(())
+}
+
+/// The host, port and TLS of an `mqtt://` or `mqtts://` URL.
+fn parse_url(url: &str) -> Result<(String, u16, bool), String> {
+    let bad = || format!("--mqtt-url {url:?} is not mqtt://host[:port] or mqtts://host[:port]");
+    let (rest, tls, default_port) = match url.split_once("://") {
+        Some(("mqtt", rest)) => (rest, false, 1883),
+        Some(("mqtts", rest)) => (rest, true, 8883),
+        _ => return Err(bad()),
+    };
+    let authority = rest.trim_end_matches('/');
+    if authority.is_empty() || authority.contains(['/', '@', '?']) {
+        return Err(bad());
+    }
+    let (host, port) = match authority.rsplit_once(':') {
+        Some((host, port)) if !host.ends_with(']') || authority.starts_with('[') => {
+            (host, port.parse::<u16>().map_err(|_| bad())?)
+        }
+        _ => (authority, default_port),
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    if host.is_empty() {
+        return Err(bad());
+    }
+    Ok((host.to_owned(), port, tls))
+}
+
+/// This machine's name, for the default client id.
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".into())
+}
+
+impl MqttSettings {
+    /// Layers `flags` over `file`; `None` when no broker is named. Reads
+    /// the CA file.
+    pub fn resolve(
+        flags: &MqttFlags,
+        file: Option<&MqttFile>,
+        max_future_skew: jiff::SignedDuration,
+    ) -> Result<Option<MqttSettings>, String> {
+        let empty = MqttFile::default();
+        let file = file.unwrap_or(&empty);
+        let Some(url) = flags.mqtt_url.as_ref().or(file.url.as_ref()) else { return Ok(None) };
+        let (host, port, tls) = parse_url(url)?;
+        let prefix = flags.mqtt_prefix.clone().or_else(|| file.prefix.clone()).unwrap_or_else(|| DEFAULT_PREFIX.into());
+        topic_level("--mqtt-prefix", &prefix)?;
+        let group = flags.mqtt_group.clone().or_else(|| file.group.clone());
+        if let Some(g) = &group {
+            topic_level("--mqtt-group", g)?;
+        }
+        let client_id = flags
+            .mqtt_client_id
+            .clone()
+            .or_else(|| file.client_id.clone())
+            .unwrap_or_else(|| format!("sensorhub-{}", hostname()));
+        if client_id.is_empty() || client_id.len() > 128 {
+            return Err("--mqtt-client-id must be 1 to 128 bytes".into());
+        }
+        let username = flags.mqtt_username.clone().or_else(|| file.username.clone());
+        let password = flags.mqtt_password.as_ref().map(|s| s.0.clone()).or_else(|| file.password.clone());
+        let credentials = match (username, password) {
+            (Some(u), p) => Some((u, p.unwrap_or_default())),
+            (None, Some(_)) => return Err("--mqtt-password needs --mqtt-username".into()),
+            (None, None) => None,
+        };
+        let ca_file = flags.mqtt_ca_file.clone().or_else(|| file.ca_file.clone());
+        let tls_ca = match (tls, ca_file) {
+            (true, Some(path)) => {
+                Some(std::fs::read(&path).map_err(|e| format!("--mqtt-ca-file {}: {e}", path.display()))?)
+            }
+            (true, None) => {
+                return Err("mqtts:// needs --mqtt-ca-file, the CA that signed the broker's certificate".into());
+            }
+            (false, Some(_)) => return Err("--mqtt-ca-file is for mqtts:// URLs".into()),
+            (false, None) => None,
+        };
+        Ok(Some(MqttSettings {
+            host,
+            port,
+            tls_ca,
+            credentials,
+            prefix,
+            group,
+            client_id,
+            publish_errors: flags.mqtt_errors || file.errors.unwrap_or(false),
+            max_future_skew,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resolve(flags: MqttFlags) -> Result<Option<MqttSettings>, String> {
+        MqttSettings::resolve(&flags, None, jiff::SignedDuration::from_secs(600))
+    }
+
+    #[test]
+    fn urls_name_host_port_and_tls() {
+        assert_eq!(parse_url("mqtt://127.0.0.1"), Ok(("127.0.0.1".into(), 1883, false)));
+        assert_eq!(parse_url("mqtt://broker:1884/"), Ok(("broker".into(), 1884, false)));
+        assert_eq!(parse_url("mqtts://broker"), Ok(("broker".into(), 8883, true)));
+        assert_eq!(parse_url("mqtt://[::1]:1883"), Ok(("::1".into(), 1883, false)));
+        for bad in ["http://x", "mqtt://", "mqtt://u:p@x", "mqtt://x:99999", "x:1883", "mqtt://x/topic"] {
+            assert!(parse_url(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn settings_layer_and_check() {
+        assert!(matches!(resolve(MqttFlags::default()), Ok(None)), "no URL, no MQTT");
+        let s = resolve(MqttFlags { mqtt_url: Some("mqtt://127.0.0.1:1883".into()), ..MqttFlags::default() })
+            .ok()
+            .flatten()
+            .expect("settings");
+        assert_eq!((s.prefix.as_str(), s.filter().as_str()), ("sensorhub", "sensorhub/+/readings"));
+        assert!(s.client_id.starts_with("sensorhub-"));
+        let file = MqttFile { url: Some("mqtt://h".into()), group: Some("ingest".into()), ..MqttFile::default() };
+        let s = MqttSettings::resolve(&MqttFlags::default(), Some(&file), jiff::SignedDuration::ZERO)
+            .ok()
+            .flatten()
+            .expect("from the file");
+        assert_eq!(s.filter(), "$share/ingest/sensorhub/+/readings");
+        let e = |flags: MqttFlags| resolve(flags).expect_err("refused");
+        let url = || Some("mqtt://h".to_owned());
+        assert!(
+            e(MqttFlags { mqtt_url: url(), mqtt_prefix: Some("a/b".into()), ..MqttFlags::default() })
+                .contains("--mqtt-prefix")
+        );
+        assert!(
+            e(MqttFlags { mqtt_url: url(), mqtt_group: Some("#".into()), ..MqttFlags::default() })
+                .contains("--mqtt-group")
+        );
+        assert!(e(MqttFlags { mqtt_url: Some("mqtts://h".into()), ..MqttFlags::default() }).contains("--mqtt-ca-file"));
+        let no_user = MqttFlags { mqtt_url: url(), mqtt_password: Some(Secret("x".into())), ..MqttFlags::default() };
+        assert!(e(no_user).contains("--mqtt-username"));
+    }
+}
