@@ -4,6 +4,7 @@
 mod codecs;
 mod dataset;
 mod hostile;
+mod mqtt;
 mod profiles;
 mod run;
 mod soak;
@@ -29,6 +30,8 @@ enum Cmd {
     Run(run::Args),
     /// Compare the stored hour format with pco on every data profile (payload bytes and speed)
     Codecs(codecs::Args),
+    /// MQTT ingestion: values stored per second and publish-to-stored latency from a local publisher
+    Mqtt(mqtt::Args),
     /// Soak a release server with mixed reads and webhook ingest, sampling RSS and file descriptors
     Soak(soak::Args),
     /// Write a dataset: provision.json and readings as CSV, NDJSON and InfluxDB line protocol
@@ -89,6 +92,7 @@ fn main() -> ExitCode {
     let result = match Cli::parse().command {
         Cmd::Gen { scale, seed, out, formats } => generate(&scale, seed, &out, &formats),
         Cmd::Codecs(args) => codecs::run(args),
+        Cmd::Mqtt(args) => mqtt::run(args),
         Cmd::Soak(args) => soak::run(args).map(|(s, path)| {
             println!("{}", soak::report(&s));
             println!("results written to {}", path.display());

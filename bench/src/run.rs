@@ -333,7 +333,7 @@ impl Drop for Server {
 }
 
 /// A plain HTTP/1.0 GET (the body ends with the connection); returns the body.
-fn get(port: u16, path: &str, auth: Option<&str>) -> Result<Vec<u8>, String> {
+pub(crate) fn get(port: u16, path: &str, auth: Option<&str>) -> Result<Vec<u8>, String> {
     let mut s = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
     let auth = auth.map(|a| format!("Authorization: {a}\r\n")).unwrap_or_default();
     write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n{auth}\r\n").map_err(|e| e.to_string())?;

@@ -107,8 +107,12 @@ pub fn spawn(settings: MqttSettings, store: Arc<dyn Store>, metrics: Arc<Metrics
             client_auth: None,
         }));
     }
-    let (client, mut eventloop) = AsyncClient::new(options, usize::from(RECEIVE_MAXIMUM));
-    let (tx, rx) = mpsc::channel::<Publish>(usize::from(RECEIVE_MAXIMUM) + 16);
+    // The link never waits on the writer: it must keep polling to send the
+    // writer's acknowledgements, or each would wait for the other. The
+    // broker's in-flight window (Receive Maximum) bounds what queues here;
+    // the request queue holds more acknowledgements than that window.
+    let (client, mut eventloop) = AsyncClient::new(options, 4 * usize::from(RECEIVE_MAXIMUM));
+    let (tx, rx) = mpsc::unbounded_channel::<Publish>();
     let writer = Writer { client: client.clone(), store, metrics: metrics.clone(), settings: settings.clone() };
     tokio::spawn(writer.run(rx));
     let link = status.clone();
@@ -128,7 +132,7 @@ pub fn spawn(settings: MqttSettings, store: Arc<dyn Store>, metrics: Arc<Metrics
                     }
                 }
                 Ok(Event::Incoming(Packet::Publish(publish))) => {
-                    if tx.send(publish).await.is_err() {
+                    if tx.send(publish).is_err() {
                         return;
                     }
                 }
@@ -161,7 +165,7 @@ struct Writer {
 type CachedDevice = (Instant, Option<Arc<Vec<SensorMeta>>>);
 
 impl Writer {
-    async fn run(self, mut rx: mpsc::Receiver<Publish>) {
+    async fn run(self, mut rx: mpsc::UnboundedReceiver<Publish>) {
         let mut devices: HashMap<String, CachedDevice> = HashMap::new();
         let mut logged: HashMap<String, Instant> = HashMap::new();
         let mut batch = Vec::with_capacity(MAX_BATCH);
