@@ -71,6 +71,12 @@ pub async fn run(ctx: &Context, args: Args) -> CliResult {
             }
         });
     }
+    // Open live streams end at shutdown rather than hold it for the grace period.
+    let live = state.live.clone();
+    let shutdown = async move {
+        shutdown.await;
+        live.close()
+    };
     tracing::info!(
         listen = %listener.local_addr()?,
         database = %sensorhub_store::redact_url(&ctx.database),

@@ -21,5 +21,6 @@ mod ratelimit;
 mod readings;
 mod shared;
 mod slow;
+mod stream;
 mod upgrade;
 mod webhook;
