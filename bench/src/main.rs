@@ -4,6 +4,7 @@
 mod codecs;
 mod dataset;
 mod hostile;
+mod live;
 mod profiles;
 mod run;
 mod soak;
@@ -31,6 +32,8 @@ enum Cmd {
     Codecs(codecs::Args),
     /// Soak a release server with mixed reads and webhook ingest, sampling RSS and file descriptors
     Soak(soak::Args),
+    /// Hold idle live streams (2,000 by default) and measure RSS per stream and ingest-to-event latency
+    Live(live::Args),
     /// Write a dataset: provision.json and readings as CSV, NDJSON and InfluxDB line protocol
     Gen {
         /// small, medium or large
@@ -91,6 +94,10 @@ fn main() -> ExitCode {
         Cmd::Codecs(args) => codecs::run(args),
         Cmd::Soak(args) => soak::run(args).map(|(s, path)| {
             println!("{}", soak::report(&s));
+            println!("results written to {}", path.display());
+        }),
+        Cmd::Live(args) => live::run(args).map(|(l, path)| {
+            println!("{}", live::report(&l));
             println!("results written to {}", path.display());
         }),
         Cmd::Run(args) => {
