@@ -208,7 +208,7 @@ impl LiveHub {
                 }
             }
             Err(e) => {
-                tracing::warn!(error = %e, "cannot publish readings to Redis; only streams on this instance see them");
+                tracing::warn!(error = %e, "cannot publish readings to Redis: streams on other instances do not see them");
                 self.metrics.live_unshared(readings.len());
                 self.dispatch_local(readings);
             }

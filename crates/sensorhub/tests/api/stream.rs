@@ -1,7 +1,9 @@
 //! Live streams (Server-Sent Events): a webhook-ingested reading arrives
 //! with the data endpoint's exact bytes, a client resumes with
-//! `Last-Event-ID`, a stalled reader is cut, the read endpoints' errors,
-//! and a reading written through one instance reaches a stream on another.
+//! `Last-Event-ID`, a stalled reader is cut, heartbeats keep a quiet stream
+//! past the server's timeouts, the read endpoints' errors, streams go on
+//! while Redis is down, and a reading written through one instance (or the
+//! `import` command) reaches a stream on another.
 
 use crate::harness::{
     ALICE_PASSWORD, FIXTURE, RedisPrefix, ServeProcess, TestApp, assert_error, basic, postgres_admin_url, reading,
@@ -35,7 +37,8 @@ struct Sse {
 impl Sse {
     /// Opens `url` with `headers`: the stream once its headers (and retry hint) arrived.
     async fn open(url: &str, headers: &[(&str, &str)]) -> Sse {
-        let mut req = reqwest::Client::new().get(url);
+        // Asked for gzip: a stream must go plain all the same.
+        let mut req = reqwest::Client::new().get(url).header("Accept-Encoding", "gzip, br");
         for (name, value) in headers {
             req = req.header(*name, *value);
         }
@@ -51,13 +54,18 @@ impl Sse {
 
     /// The next block (the text up to a blank line).
     async fn block(&mut self) -> String {
+        self.block_within(WAIT).await
+    }
+
+    /// The next block, waiting at most `limit` for each chunk.
+    async fn block_within(&mut self, limit: Duration) -> String {
         loop {
             if let Some(end) = self.buf.windows(2).position(|w| w == b"\n\n") {
                 let block = String::from_utf8(self.buf[..end].to_vec()).expect("utf-8");
                 self.buf.drain(..end + 2);
                 return block;
             }
-            let chunk = tokio::time::timeout(WAIT, self.body.next()).await.expect("a block in time");
+            let chunk = tokio::time::timeout(limit, self.body.next()).await.expect("a block in time");
             self.buf.extend_from_slice(&chunk.expect("the stream goes on").expect("bytes"));
         }
     }
@@ -220,16 +228,33 @@ async fn a_stalled_reader_is_cut_and_its_queue_freed() {
 }
 
 #[tokio::test]
-async fn a_quiet_stream_outlives_the_request_and_keep_alive_timeouts() {
+async fn a_quiet_stream_gets_heartbeats_and_outlives_the_request_and_keep_alive_timeouts() {
     let limits = ConnectionLimits { keep_alive_timeout: Duration::from_secs(1), ..ConnectionLimits::default() };
     let options = ServerOptions { request_timeout: Duration::from_secs(1), ..ingest() };
     let app = TestApp::with_limits(options, limits).await;
     let mut quiet = Sse::open(&format!("{}/pk-alice-all/devices/AWLR-001/stream", app.base), &[]).await;
-    // Not a synchronisation: the point is that both limits pass with nothing sent.
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let opened = tokio::time::Instant::now();
+    let heartbeat = quiet.block_within(Duration::from_secs(20)).await;
+    assert_eq!(heartbeat, ":", "a comment line");
+    let after = opened.elapsed();
+    assert!(after >= Duration::from_secs(14), "the first heartbeat came after {after:?}, not 15 s");
     app.add_readings(vec![reading("AWLR-001", 1_780_000_000, "AWLR1-wl", 7.25)]).await;
     let (_, data) = quiet.event().await;
-    assert!(data.contains(r#""value":7.25"#), "{data}");
+    assert!(data.contains(r#""value":7.25"#), "15 s past both 1 s limits the stream still serves: {data}");
+}
+
+#[tokio::test]
+async fn without_redis_answering_readings_still_reach_this_instances_streams() {
+    // Nothing listens on port 1: every Redis call fails.
+    let down = std::sync::Arc::new(sensorhub::shared::SharedRedis::new("redis://127.0.0.1:1", "x").expect("url"));
+    let app = TestApp::with(ServerOptions { redis: Some(down), ..ingest() }).await;
+    let mut stream = Sse::open(&format!("{}/pk-alice-all/devices/AWLR-001/stream", app.base), &[]).await;
+    let posted = app.webhook(Some("wh-alice-secret"), &envelope("2026-06-03T00:00:00Z", r#"{"AWLR1-wl":5}"#)).await;
+    assert_eq!(posted.status, 200, "{}", posted.text);
+    let (_, data) = stream.event().await;
+    assert!(data.contains(r#""value":5.0"#), "{data}");
+    assert_eq!(metric(&app, "sensorhub_live_events_unshared_total").await, "1");
+    assert_eq!(metric(&app, "sensorhub_live_redis_linked").await, "0");
 }
 
 #[tokio::test]
