@@ -4,6 +4,7 @@
 mod codecs;
 mod dataset;
 mod hostile;
+mod live;
 mod mqtt;
 mod profiles;
 mod run;
@@ -34,6 +35,8 @@ enum Cmd {
     Mqtt(mqtt::Args),
     /// Soak a release server with mixed reads and webhook ingest, sampling RSS and file descriptors
     Soak(soak::Args),
+    /// Hold idle live streams (2,000 by default) and measure RSS per stream and ingest-to-event latency
+    Live(live::Args),
     /// Write a dataset: provision.json and readings as CSV, NDJSON and InfluxDB line protocol
     Gen {
         /// small, medium or large
@@ -95,6 +98,10 @@ fn main() -> ExitCode {
         Cmd::Mqtt(args) => mqtt::run(args),
         Cmd::Soak(args) => soak::run(args).map(|(s, path)| {
             println!("{}", soak::report(&s));
+            println!("results written to {}", path.display());
+        }),
+        Cmd::Live(args) => live::run(args).map(|(l, path)| {
+            println!("{}", live::report(&l));
             println!("results written to {}", path.display());
         }),
         Cmd::Run(args) => {

@@ -5,6 +5,7 @@
 pub mod cli;
 pub mod config;
 pub mod http;
+pub mod live;
 pub mod metrics;
 pub mod mqtt;
 pub mod ratelimit;

@@ -1,7 +1,7 @@
 //! Prometheus metrics (OpenMetrics text at `GET /metrics`): requests and
 //! latency by route template and status, rate-limited requests, webhook
-//! envelopes, readings served and ingested, the database pool, and work
-//! done without Redis while it did not answer.
+//! envelopes, readings served and ingested, the database pool, work done
+//! without Redis while it did not answer, and live streams.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -68,6 +68,45 @@ pub struct Metrics {
     mqtt_messages: Family<OutcomeLabels, Counter>,
     mqtt_readings: Counter,
     mqtt_connected: Gauge,
+    live: LiveMetrics,
+}
+
+/// The metrics of live streams.
+#[derive(Default)]
+struct LiveMetrics {
+    streams: Gauge,
+    events_sent: Counter,
+    cut: Counter,
+    unshared: Counter,
+    unpublished: Counter,
+    linked: Gauge,
+}
+
+impl LiveMetrics {
+    fn register(&self, registry: &mut Registry) {
+        registry.register("live_streams", "Live streams (Server-Sent Events) open now", self.streams.clone());
+        registry.register("live_events_sent", "Reading events written to live streams", self.events_sent.clone());
+        registry.register(
+            "live_streams_cut",
+            "Live streams cut because their client fell too far behind (its queue was full)",
+            self.cut.clone(),
+        );
+        registry.register(
+            "live_events_unshared",
+            "Readings published to this instance's streams only, because Redis did not answer",
+            self.unshared.clone(),
+        );
+        registry.register(
+            "live_readings_unpublished",
+            "Readings stored by a large import or apply beyond the ones it publishes to live streams",
+            self.unpublished.clone(),
+        );
+        registry.register(
+            "live_redis_linked",
+            "1 while this instance receives other instances' readings through Redis",
+            self.linked.clone(),
+        );
+    }
 }
 
 /// What became of an MQTT message (the `outcome` label).
@@ -150,6 +189,8 @@ impl Default for Metrics {
         for outcome in MQTT_OUTCOMES {
             let _ = mqtt_messages.get_or_create(&OutcomeLabels { outcome });
         }
+        let live = LiveMetrics::default();
+        live.register(&mut registry);
         // Series that exist from the start, so that rates over them are defined.
         for kind in ["basic", "public", "webhook", "ip"] {
             let _ = rate_limited.get_or_create(&KindLabels { kind });
@@ -175,6 +216,7 @@ impl Default for Metrics {
             mqtt_messages,
             mqtt_readings,
             mqtt_connected,
+            live,
         }
     }
 }
@@ -246,6 +288,41 @@ impl Metrics {
     /// Counts readings stored through the webhook.
     pub fn readings_ingested(&self, n: usize) {
         self.readings_ingested.inc_by(n as u64);
+    }
+
+    /// Counts a live stream opened.
+    pub fn live_stream_opened(&self) {
+        self.live.streams.inc();
+    }
+
+    /// Counts a live stream closed.
+    pub fn live_stream_closed(&self) {
+        self.live.streams.dec();
+    }
+
+    /// Counts a live stream cut for lagging.
+    pub fn live_stream_cut(&self) {
+        self.live.cut.inc();
+    }
+
+    /// Counts an event written to a live stream.
+    pub fn live_event_sent(&self) {
+        self.live.events_sent.inc();
+    }
+
+    /// Counts readings published without Redis.
+    pub fn live_unshared(&self, n: usize) {
+        self.live.unshared.inc_by(n as u64);
+    }
+
+    /// Counts readings stored but not published (past a write's cap).
+    pub fn live_unpublished(&self, n: usize) {
+        self.live.unpublished.inc_by(n as u64);
+    }
+
+    /// Whether this instance is subscribed to the other instances' readings.
+    pub fn live_linked(&self, linked: bool) {
+        self.live.linked.set(i64::from(linked));
     }
 
     /// The OpenMetrics text, with the pool's state as of now.

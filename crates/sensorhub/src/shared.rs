@@ -88,6 +88,14 @@ impl SharedRedis {
         Ok(conn)
     }
 
+    /// A connection of its own for pub/sub (a subscribed connection takes
+    /// no other command), with the connect timeout of the shared one.
+    pub async fn pubsub(&self) -> redis::RedisResult<redis::aio::PubSub> {
+        tokio::time::timeout(TIMEOUT, self.client.get_async_pubsub())
+            .await
+            .map_err(|_| redis::RedisError::from((redis::ErrorKind::IoError, "Redis did not answer in time")))?
+    }
+
     /// Checks that Redis answers, for `serve` at start.
     pub async fn ping(&self) -> redis::RedisResult<()> {
         let mut conn = self.connection().await?;

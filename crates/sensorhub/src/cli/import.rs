@@ -36,6 +36,30 @@ pub struct Args {
     /// get their turn, and an error keeps what was committed before it.
     #[arg(long)]
     atomic: bool,
+    /// The Redis the serving instances share (their --rate-limit-store):
+    /// the imported readings are sent to their open live streams
+    #[arg(long, env = "SENSORHUB_RATE_LIMIT_STORE")]
+    rate_limit_store: Option<crate::config::Url>,
+    /// Prefix of sensorhub's Redis keys, as the servers have it [default: sensorhub]
+    #[arg(long, env = "SENSORHUB_REDIS_PREFIX")]
+    redis_prefix: Option<String>,
+}
+
+/// `store`, publishing what it imports to the servers' live streams when
+/// they share a Redis (flag, environment or config file); without one, a
+/// server's streams do not see this process's writes.
+fn publishing(
+    store: std::sync::Arc<dyn sensorhub_store::Store>,
+    ctx: &Context,
+    args: &Args,
+) -> CliResult<std::sync::Arc<dyn sensorhub_store::Store>> {
+    let url = args.rate_limit_store.as_ref().map(|u| u.0.clone()).or_else(|| ctx.file.rate_limit_store.clone());
+    let Some(url) = url.filter(|u| u.starts_with("redis://")) else { return Ok(store) };
+    let prefix = args.redis_prefix.as_ref().or(ctx.file.redis_prefix.as_ref());
+    let prefix = prefix.map_or(crate::config::serve::DEFAULT_REDIS_PREFIX, String::as_str);
+    let redis = std::sync::Arc::new(crate::shared::SharedRedis::new(&url, prefix)?);
+    let hub = crate::live::LiveHub::new(Some(redis), std::sync::Arc::new(crate::metrics::Metrics::default()));
+    Ok(std::sync::Arc::new(crate::live::PublishingStore::new(store, hub)))
 }
 
 /// Imports the file and reports the rate.
@@ -44,7 +68,7 @@ pub async fn run(ctx: &Context, args: Args) -> CliResult {
     let name = args.file.display().to_string();
     let file = File::open(&args.file).map_err(|e| format!("cannot read {name}: {e}"))?;
     let size = file.metadata().map(|m| m.len()).unwrap_or(0);
-    let store = ctx.open().await?;
+    let store = publishing(ctx.open().await?, ctx, &args)?;
     let started = Instant::now();
     let progress = Progress::start("import", size, Unit::Bytes);
     let file = CountingReader::new(file, progress.counter());

@@ -64,7 +64,8 @@ pub async fn run(ctx: &Context, args: Args) -> CliResult {
     let mut state = AppState::new(store.clone(), options);
     let metrics = state.metrics.clone();
     if let Some(mqtt) = mqtt {
-        state.mqtt = Some(crate::mqtt::spawn(mqtt, store.clone(), metrics.clone()));
+        // The state's store: it publishes what it stores to live streams.
+        state.mqtt = Some(crate::mqtt::spawn(mqtt, state.store.clone(), metrics.clone()));
     }
     crate::retention::spawn(store, settings.retention, settings.retention_every, metrics.clone());
     if let Some(addr) = settings.metrics_listen {
@@ -79,6 +80,12 @@ pub async fn run(ctx: &Context, args: Args) -> CliResult {
             }
         });
     }
+    // Open live streams end at shutdown rather than hold it for the grace period.
+    let live = state.live.clone();
+    let shutdown = async move {
+        shutdown.await;
+        live.close()
+    };
     tracing::info!(
         listen = %listener.local_addr()?,
         database = %sensorhub_store::redact_url(&ctx.database),

@@ -22,7 +22,7 @@ const DEFAULT_SHUTDOWN_GRACE: u64 = 30;
 /// Default quota per caller.
 const DEFAULT_RATE_LIMIT: &str = "600/minute";
 /// Default prefix of sensorhub's Redis keys.
-const DEFAULT_REDIS_PREFIX: &str = "sensorhub";
+pub(crate) const DEFAULT_REDIS_PREFIX: &str = "sensorhub";
 /// Default largest webhook body.
 const DEFAULT_MAX_BODY_BYTES: usize = 1 << 20;
 /// Default seconds a client has to send a whole request head.

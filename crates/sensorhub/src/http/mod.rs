@@ -17,6 +17,7 @@ pub mod readings;
 pub mod received;
 pub mod schema;
 mod server;
+pub mod stream;
 pub mod webhook;
 
 pub use server::{ConnectionLimits, serve};
@@ -43,8 +44,10 @@ type SharedLimiter = Option<Arc<dyn Limiter>>;
 /// What every handler can reach.
 #[derive(Clone)]
 pub struct AppState {
-    /// The database.
+    /// The database; every reading it stores is published to `live`.
     pub store: Arc<dyn Store>,
+    /// Readings as they are stored, for live streams.
+    pub live: Arc<crate::live::LiveHub>,
     /// Time-range defaults and limits.
     pub rules: RangeRules,
     /// Verified credentials, Argon2 slots, failures per username.
@@ -209,8 +212,11 @@ impl AppState {
             Some(redis) => received::ReceivedLog::redis(redis.clone(), metrics.redis_unavailable("received")),
             None => received::ReceivedLog::default(),
         };
+        let live = crate::live::LiveHub::new(options.redis.clone(), metrics.clone());
+        live.start();
         Self {
-            store,
+            store: Arc::new(crate::live::PublishingStore::new(store, live.clone())),
+            live,
             rules: options.rules,
             logins: Arc::new(logins::Logins::new(failures, slots, options.login_slot_wait)),
             limiter,
@@ -268,6 +274,8 @@ pub fn routes() -> Routes {
         .route("/external/v1/{api_key_id}/devices/{device_id}/data", read_route(readings::read_public))
         .route("/external/v1/devices/{device_id}/latest", read_route(latest::latest_basic))
         .route("/external/v1/{api_key_id}/devices/{device_id}/latest", read_route(latest::latest_public))
+        .route("/external/v1/devices/{device_id}/stream", read_route(stream::stream_basic))
+        .route("/external/v1/{api_key_id}/devices/{device_id}/stream", read_route(stream::stream_public))
         .route(
             "/external/v1/webhook/sensor-data",
             post(webhook::receive).fallback(|| async { WebhookError(ApiError::WebhookMethodNotAllowed) }),

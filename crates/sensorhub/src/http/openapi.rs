@@ -74,6 +74,8 @@ impl Modify for RateLimitHeaders {
         super::readings::read_public,
         super::latest::latest_basic,
         super::latest::latest_public,
+        super::stream::stream_basic,
+        super::stream::stream_public,
         super::webhook::receive,
         super::webhook::received,
         super::ops::healthz,

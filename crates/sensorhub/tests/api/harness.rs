@@ -79,7 +79,7 @@ pub async fn fresh_database() -> (String, TempDir, Option<TempDatabase>) {
 pub struct TestApp {
     /// `http://127.0.0.1:PORT/external/v1`
     pub base: String,
-    /// The server's store, for tests that add readings.
+    /// The server's store (publishing to its live streams), for tests that add readings.
     pub store: Arc<dyn Store>,
     /// The database: a SQLite file path or a PostgreSQL URL.
     pub db: String,
@@ -162,7 +162,9 @@ impl TestApp {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let (tx, rx) = oneshot::channel::<()>();
-        let state = AppState::new(store.clone(), options);
+        let state = AppState::new(store, options);
+        // The server's own store: readings added through it reach live streams.
+        let store = state.store.clone();
         let metrics = state.metrics.clone();
         let router = app(state);
         let stop = async {

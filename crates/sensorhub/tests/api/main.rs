@@ -22,5 +22,6 @@ mod ratelimit;
 mod readings;
 mod shared;
 mod slow;
+mod stream;
 mod upgrade;
 mod webhook;

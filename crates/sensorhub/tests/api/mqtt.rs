@@ -383,3 +383,25 @@ async fn two_instances_share_the_load_and_store_each_message_once() {
     assert_eq!(by_a + by_b, MESSAGES as f64, "each message written by one instance: {by_a} + {by_b}");
     assert!(by_a > 0.0 && by_b > 0.0, "both instances take part: {by_a} and {by_b}");
 }
+
+on_each_backend! {
+    async fn a_published_reading_reaches_an_open_stream() {
+        let broker = Broker::start();
+        let (db, _dir, _pg) = provisioned().await;
+        let server = serve(&db, &broker, &client_id("stream"), &[]).await;
+        let url = format!("{}/pk-alice-all/devices/AWLR-001/stream?tz=7", server.base);
+        let mut stream = crate::stream::Sse::open(&url, &[]).await;
+        let publisher = Publisher::connect(broker.port, &client_id("pub"));
+        publisher.publish("sensorhub/AWLR-001/readings", payload(9)).await;
+        let (_, data) = stream.event().await;
+        assert_eq!(
+            data,
+            concat!(
+                r#"{"timestamp":"2026-01-01T07:09:00+07:00","sensors":[{"id":"AWLR1-batt","value":90.9,"unit":"%"},"#,
+                r#"{"id":"AWLR1-wl","value":129.125,"unit":"cm"},{"id":"AWLR1-sig","value":-70.0,"unit":"dBm"},"#,
+                r#"{"id":"AWLR1-status","value":0.0,"unit":"."}]}"#
+            ),
+            "the data endpoint's element, in the stream's tz"
+        );
+    }
+}
