@@ -33,12 +33,17 @@ impl Broker {
     }
 
     fn start_at(port: u16, dir: tempfile::TempDir) -> Self {
+        Self::start_with(port, dir, "allow_anonymous true\n")
+    }
+
+    /// A broker on `port` whose listener takes the `listener` lines (TLS, passwords).
+    fn start_with(port: u16, dir: tempfile::TempDir, listener: &str) -> Self {
         let conf = dir.path().join("mosquitto.conf");
         std::fs::write(
             &conf,
             format!(
-                "listener {port} 127.0.0.1\nallow_anonymous true\npersistence true\npersistence_location {}/\n\
-                 max_queued_messages 100000\nmax_inflight_messages 0\n",
+                "user root\nlistener {port} 127.0.0.1\n{listener}persistence true\npersistence_location {}/\n\
+                 max_queued_messages 100000\n",
                 dir.path().display()
             ),
         )
@@ -344,17 +349,29 @@ on_each_backend! {
 async fn a_broker_restart_loses_no_acknowledged_message() {
     let broker = Broker::start();
     let (db, _dir, _pg) = provisioned().await;
-    let server = serve(&db, &broker, &client_id("restart"), &[]).await;
+    let id = client_id("restart");
+    // sensorhub's session exists, then sensorhub is away: the broker queues for it.
+    let mut away = serve(&db, &broker, &id, &[]).await;
+    away.child.kill().expect("SIGKILL");
+    let _ = away.child.wait();
     let publisher = Publisher::connect(broker.port, &client_id("pub"));
     for n in 0..200 {
         publisher.publish("sensorhub/AWLR-001/readings", payload(n)).await;
     }
     publisher.wait_acked(200).await;
+    // The queued messages must outlive the broker's restart.
     let broker = broker.restart();
-    // sensorhub's link comes back by itself.
+    let server = serve(&db, &broker, &id, &[]).await;
+    let got = wait_stored(&server, 200, Duration::from_secs(30)).await;
+    assert_eq!(got.len(), 200, "the messages queued before the restart are stored after it");
+    // And mid-stream, with sensorhub connected: its link comes back by itself.
+    for n in 200..300 {
+        publisher.publish("sensorhub/AWLR-001/readings", payload(n)).await;
+    }
+    let broker = broker.restart();
     wait_for(&server, Duration::from_secs(40), |r| r["mqtt"] == "connected", "/readyz", "the link after the restart")
         .await;
-    for n in 200..400 {
+    for n in 300..400 {
         publisher.publish("sensorhub/AWLR-001/readings", payload(n)).await;
     }
     publisher.wait_acked(400).await;
@@ -404,4 +421,171 @@ on_each_backend! {
             "the data endpoint's element, in the stream's tz"
         );
     }
+}
+
+/// Runs `openssl ARGS` in `dir`.
+fn openssl(dir: &std::path::Path, args: &[&str]) {
+    let out = std::process::Command::new("openssl").args(args).current_dir(dir).output().expect("openssl");
+    assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mqtts_with_a_ca_file_and_a_password() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let d = dir.path();
+    // A CA, and a certificate for 127.0.0.1 signed by it.
+    openssl(
+        d,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=sensorhub test CA",
+        ],
+    );
+    openssl(
+        d,
+        &[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+            "-subj",
+            "/CN=127.0.0.1",
+        ],
+    );
+    std::fs::write(d.join("san.ext"), "subjectAltName=IP:127.0.0.1\n").expect("write");
+    openssl(
+        d,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "server.pem",
+            "-days",
+            "2",
+            "-extfile",
+            "san.ext",
+        ],
+    );
+    let out = std::process::Command::new("mosquitto_passwd")
+        .args(["-b", "-c"])
+        .arg(d.join("passwd"))
+        .args(["station", "s3cret-pass"])
+        .output()
+        .expect("mosquitto_passwd");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port();
+    let listener = format!(
+        "cafile {0}/ca.pem\ncertfile {0}/server.pem\nkeyfile {0}/server.key\nallow_anonymous false\npassword_file {0}/passwd\n",
+        d.display()
+    );
+    let _broker = Broker::start_with(port, tempfile::tempdir().expect("temp dir"), &listener);
+    let (db, _dbdir, _pg) = provisioned().await;
+    let url = format!("mqtts://127.0.0.1:{port}");
+    let ca = d.join("ca.pem");
+    let id = client_id("tls");
+    let server = ServeProcess::start(&[
+        "--database",
+        &db,
+        "--rate-limit",
+        "off",
+        "--mqtt-url",
+        &url,
+        "--mqtt-client-id",
+        &id,
+        "--mqtt-ca-file",
+        ca.to_str().expect("utf-8"),
+        "--mqtt-username",
+        "station",
+        "--mqtt-password",
+        "s3cret-pass",
+    ]);
+    wait_for(&server, Duration::from_secs(20), |r| r["mqtt"] == "connected", "/readyz", "the TLS link").await;
+    // A station on the same broker, over TLS with its password.
+    let mut options = MqttOptions::new(client_id("tls-pub"), "127.0.0.1", port);
+    options.set_credentials("station", "s3cret-pass");
+    let ca_bytes = std::fs::read(&ca).expect("CA");
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    options.set_transport(rumqttc::Transport::tls_with_config(rumqttc::TlsConfiguration::Simple {
+        ca: ca_bytes,
+        alpn: None,
+        client_auth: None,
+    }));
+    let (client, mut eventloop) = AsyncClient::new(options, 10);
+    let acked = tokio::spawn(async move {
+        loop {
+            match eventloop.poll().await {
+                Ok(Event::Incoming(Packet::PubAck(_))) => return true,
+                Ok(_) => {}
+                Err(_) => return false,
+            }
+        }
+    });
+    client.publish("sensorhub/AWLR-001/readings", QoS::AtLeastOnce, false, payload(11)).await.expect("publish");
+    assert!(
+        tokio::time::timeout(Duration::from_secs(10), acked).await.expect("in time").expect("task"),
+        "the broker took it"
+    );
+    let got = wait_stored(&server, 1, Duration::from_secs(20)).await;
+    assert_eq!(got, BTreeMap::from([(T0 + 660, 4)]));
+    // The wrong CA: the link never comes up, and says so in /readyz.
+    openssl(
+        d,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "other.key",
+            "-out",
+            "other.pem",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=another CA",
+        ],
+    );
+    let other = d.join("other.pem");
+    let id2 = client_id("tls-bad");
+    let refused = ServeProcess::start(&[
+        "--database",
+        &db,
+        "--rate-limit",
+        "off",
+        "--mqtt-url",
+        &url,
+        "--mqtt-client-id",
+        &id2,
+        "--mqtt-ca-file",
+        other.to_str().expect("utf-8"),
+        "--mqtt-username",
+        "station",
+        "--mqtt-password",
+        "s3cret-pass",
+    ]);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    wait_for(&refused, Duration::from_secs(5), |r| r["mqtt"] == "disconnected", "/readyz", "a refused link").await;
 }
