@@ -22,7 +22,18 @@ pub(super) fn run(c: &mut Connection, batch: usize) -> StoreResult<()> {
     if !old_table_exists(c)? {
         return Ok(());
     }
-    let total: i64 = c.query_row("SELECT count(*) FROM readings", [], |r| r.get(0))?;
+    // Counted in a transaction that checks the table again: another
+    // process opening the same new file may have finished (and dropped the
+    // table) since the look above.
+    let total: i64 = {
+        let tx = begin(c)?;
+        if !old_table_exists(&tx)? {
+            return Ok(());
+        }
+        let total = tx.query_row("SELECT count(*) FROM readings", [], |r| r.get(0))?;
+        tx.commit()?;
+        total
+    };
     let mut log = UpgradeLog::start(u64::try_from(total).unwrap_or(0));
     loop {
         let tx = begin(c)?;
