@@ -378,6 +378,20 @@ fn same(a: &[(u8, f64)], b: &[(u8, f64)]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.0 == y.0 && x.1.to_bits() == y.1.to_bits())
 }
 
+/// A stored hour written before summaries existed, again with them:
+/// `Some(None)` when it needs nothing (it has them, or too few readings
+/// for them), `None` when it is malformed. The readings come back bit for
+/// bit (the columns' round trip is property-tested).
+pub(crate) fn with_summaries(data: &[u8]) -> Option<Option<Vec<u8>>> {
+    if data.first() == Some(&crate::stats::FORMAT) {
+        return Some(None);
+    }
+    if reading_count(data)? < crate::stats::MIN_READINGS as u64 {
+        return Some(None);
+    }
+    Some(Some(columns(data)?.encode()))
+}
+
 /// How many readings a stored hour holds (read from its header only).
 pub(crate) fn reading_count(data: &[u8]) -> Option<u64> {
     let mut r = Reader::new(crate::stats::body(data)?);

@@ -194,6 +194,13 @@ pub trait Store: Send + Sync {
     /// whatever the history's length), in one round trip.
     async fn latest(&self, scope: Scope, device_id: &str) -> StoreResult<Option<(DeviceHandle, Vec<LatestValue>)>>;
 
+    /// Rewrites the stored hours that have no summaries (written before
+    /// aggregated reads used them) with summaries, `batch` hours read per
+    /// transaction, pausing between them; the readings are unchanged.
+    /// Returns how many hours were rewritten. Safe to run again or to stop:
+    /// each transaction commits on its own.
+    async fn add_hour_summaries(&self, batch: usize) -> StoreResult<u64>;
+
     /// Streams the readings of `device` within `range` (inclusive), oldest first.
     fn read_readings(&self, device: &DeviceHandle, range: TimeRange) -> ReadingStream;
 
@@ -364,6 +371,12 @@ pub mod format {
             })
             .collect();
         crate::chunk::encode(&rows)
+    }
+
+    /// A stored hour without its summaries (the format written before
+    /// them), for tests and the codec comparison; `None` if malformed.
+    pub fn without_summaries(data: &[u8]) -> Option<Vec<u8>> {
+        crate::stats::body(data).map(<[u8]>::to_vec)
     }
 
     /// Decodes a stored hour as a window read does; `None` if malformed.

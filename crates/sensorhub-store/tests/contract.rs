@@ -7,6 +7,8 @@
 
 #[path = "contract/latest.rs"]
 mod latest;
+#[path = "contract/summaries.rs"]
+mod summaries;
 
 use futures_util::StreamExt;
 use sensorhub_core::model::{Origin, ReadingInput, ValueInput};

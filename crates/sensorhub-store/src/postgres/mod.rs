@@ -276,6 +276,22 @@ impl Store for PgStore {
         latest::read(&self.pool.get().await?, scope, device_id).await
     }
 
+    async fn add_hour_summaries(&self, batch: usize) -> StoreResult<u64> {
+        let (mut after, mut total) = ((i64::MIN, i64::MIN), 0);
+        loop {
+            let (next, rewritten) = {
+                let _writer = self.writer().await?;
+                write::add_hour_summaries(&mut self.pool.get().await?, after, batch).await?
+            };
+            total += rewritten;
+            match next {
+                Some(key) => after = key,
+                None => return Ok(total),
+            }
+            tokio::time::sleep(crate::IMPORT_PAUSE).await;
+        }
+    }
+
     fn read_readings(&self, device: &DeviceHandle, range: TimeRange) -> ReadingStream {
         stream_from(self.pool.clone(), device.pk, Some(range.start), range.end)
     }

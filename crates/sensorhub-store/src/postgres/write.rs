@@ -628,3 +628,34 @@ pub(super) async fn delete_readings(c: &mut Client, device_id: &str, range: Time
     tx.commit().await?;
     Ok(report)
 }
+
+/// One transaction of [`crate::Store::add_hour_summaries`]: up to `batch`
+/// hours after `(device_pk, chunk)` `after`. Returns the last one read
+/// (`None` at the end) and how many hours were rewritten.
+pub(super) async fn add_hour_summaries(
+    c: &mut Client,
+    after: (i64, i64),
+    batch: usize,
+) -> StoreResult<(Option<(i64, i64)>, u64)> {
+    // The write lock: a concurrent write to the same hour must not be lost.
+    let tx = begin_bulk(c).await?;
+    let rows = tx
+        .query(
+            "SELECT device_pk, chunk, data FROM hours WHERE (device_pk, chunk) > ($1, $2)
+             ORDER BY device_pk, chunk LIMIT $3",
+            &[&after.0, &after.1, &(batch.max(1) as i64)],
+        )
+        .await?;
+    let update = tx.prepare_cached("UPDATE hours SET data = $3 WHERE device_pk = $1 AND chunk = $2").await?;
+    let mut rewritten = 0;
+    for r in &rows {
+        let (pk, chunk, data): (i64, i64, &[u8]) = (r.get(0), r.get(1), r.get(2));
+        if let Some(new) = crate::chunk::with_summaries(data).ok_or_else(|| crate::decide::malformed(pk, chunk))? {
+            tx.execute(&update, &[&pk, &chunk, &new]).await?;
+            rewritten += 1;
+        }
+    }
+    tx.commit().await?;
+    let next = (rows.len() >= batch.max(1)).then(|| rows.last().map(|r| (r.get(0), r.get(1)))).flatten();
+    Ok((next, rewritten))
+}

@@ -237,6 +237,19 @@ impl Store for SqliteStore {
         self.reads.run_short(move |c| latest::read(c, scope, &device_id)).await
     }
 
+    async fn add_hour_summaries(&self, batch: usize) -> StoreResult<u64> {
+        let (mut after, mut total) = (i64::MIN, 0);
+        loop {
+            let (next, rewritten) = self.writes.run(move |c| write::add_hour_summaries(c, after, batch)).await?;
+            total += rewritten;
+            match next {
+                Some(key) => after = key,
+                None => return Ok(total),
+            }
+            tokio::time::sleep(crate::IMPORT_PAUSE).await;
+        }
+    }
+
     fn read_readings(&self, device: &DeviceHandle, range: TimeRange) -> ReadingStream {
         read::stream_from(self.reads.clone(), device.pk, Some(range.start), range.end)
     }

@@ -517,3 +517,29 @@ pub(super) fn delete_readings(c: &mut Connection, device_id: &str, range: TimeRa
     tx.commit()?;
     Ok(report)
 }
+
+/// One transaction of [`crate::Store::add_hour_summaries`]: up to `batch`
+/// hours after key `after`. Returns the last key read (`None` at the end)
+/// and how many hours were rewritten.
+pub(super) fn add_hour_summaries(c: &mut Connection, after: i64, batch: usize) -> StoreResult<(Option<i64>, u64)> {
+    let tx = begin(c)?;
+    let rows: Vec<(i64, Vec<u8>)> = tx
+        .prepare_cached("SELECT key, data FROM hours WHERE key > ?1 ORDER BY key LIMIT ?2")?
+        .query_map(params![after, batch.max(1) as i64], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<Result<_, _>>()?;
+    let mut rewritten = 0;
+    {
+        let mut update = tx.prepare_cached("UPDATE hours SET data = ?2 WHERE key = ?1")?;
+        for (key, data) in &rows {
+            let chunk = super::key_chunk(*key);
+            let pk = key >> 32;
+            if let Some(new) = crate::chunk::with_summaries(data).ok_or_else(|| crate::decide::malformed(pk, chunk))? {
+                update.execute(params![key, new])?;
+                rewritten += 1;
+            }
+        }
+    }
+    tx.commit()?;
+    let next = (rows.len() >= batch.max(1)).then(|| rows.last().map(|r| r.0)).flatten();
+    Ok((next, rewritten))
+}

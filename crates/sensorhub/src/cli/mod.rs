@@ -84,6 +84,10 @@ struct MigrateArgs {
     /// interrupted upgrade carries on at the next start)
     #[arg(long, default_value_t = sensorhub_store::UPGRADE_BATCH_HOURS as u32, value_parser = clap::value_parser!(u32).range(1..))]
     batch_hours: u32,
+    /// Rewrite the hours stored before this release with the summaries
+    /// aggregated reads use (readings unchanged; resumable)
+    #[arg(long)]
+    summaries: bool,
 }
 
 /// What every command gets: the config file and the database to open.
@@ -129,6 +133,10 @@ pub async fn run(cli: Cli) -> CliResult {
             if args.grant_write_to_viewers {
                 let n = store.grant_write_to_viewers().await?;
                 println!("write grants added: {n} (every account may now write every device it sees)");
+            }
+            if args.summaries {
+                let n = store.add_hour_summaries(args.batch_hours as usize).await?;
+                println!("stored hours rewritten with summaries: {n}");
             }
             Ok(())
         }

@@ -153,6 +153,11 @@ impl Store for PublishingStore {
         self.inner.read_hours(device_pk, from, to, limit).await
     }
 
+    async fn add_hour_summaries(&self, batch: usize) -> StoreResult<u64> {
+        // The readings do not change: nothing to publish.
+        self.inner.add_hour_summaries(batch).await
+    }
+
     async fn latest(&self, scope: Scope, device_id: &str) -> StoreResult<Option<(DeviceHandle, Vec<LatestValue>)>> {
         self.inner.latest(scope, device_id).await
     }

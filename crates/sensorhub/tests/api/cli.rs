@@ -594,3 +594,11 @@ on_each_backend! {
         assert!(err.contains("no device \"NOPE\""), "{err}");
     }
 }
+
+#[test]
+fn migrate_adds_summaries_to_older_hours_and_says_how_many() {
+    let dir = tempfile::tempdir().expect("dir");
+    let db = dir.path().join("summaries.db");
+    let out = ok(&run(&db, &["migrate", "--summaries", "--batch-hours", "2"], ""));
+    assert!(out.contains("stored hours rewritten with summaries: 0"), "{out}");
+}
