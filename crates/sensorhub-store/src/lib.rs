@@ -8,6 +8,7 @@ mod chunk;
 mod codec;
 mod decide;
 mod group;
+pub mod hooks;
 mod legacy;
 pub mod postgres;
 pub mod sqlite;
@@ -249,6 +250,22 @@ pub trait Store: Send + Sync {
 
     /// Adds stored hours of device `device_id` as they are, atomically.
     async fn restore_hours(&self, device_id: &str, hours: Vec<StoredHour>) -> StoreResult<()>;
+
+    /// Adds a webhook subscription. Refuses an unknown account, a device
+    /// the account does not see, or an id already taken.
+    async fn add_subscription(&self, sub: hooks::NewSubscription) -> StoreResult<()>;
+
+    /// All webhook subscriptions, by account and id.
+    async fn subscriptions(&self) -> StoreResult<Vec<hooks::Subscription>>;
+
+    /// Removes webhook subscription `id`.
+    async fn remove_subscription(&self, id: &str) -> StoreResult<()>;
+
+    /// Replaces the sealed signing secret of subscription `id`.
+    async fn replace_subscription_secret(&self, id: &str, sealed_secret: Vec<u8>) -> StoreResult<()>;
+
+    /// Turns subscription `id` on or off.
+    async fn set_subscription_enabled(&self, id: &str, enabled: bool) -> StoreResult<()>;
 }
 
 impl Window {

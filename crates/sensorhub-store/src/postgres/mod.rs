@@ -5,6 +5,7 @@
 //! byte. Several sensorhub processes may share one database.
 
 mod copy;
+mod hooks;
 mod latest;
 mod read;
 mod retention;
@@ -33,6 +34,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/postgres/0003_column_hours.sql"),
     include_str!("../../migrations/postgres/0004_retention.sql"),
     include_str!("../../migrations/postgres/0005_latest.sql"),
+    include_str!("../../migrations/postgres/0006_subscriptions.sql"),
 ];
 
 /// The schema version that adds the `latest` index, filled from the stored
@@ -348,6 +350,30 @@ impl Store for PgStore {
     async fn restore_hours(&self, device_id: &str, hours: Vec<StoredHour>) -> StoreResult<()> {
         let _writer = self.writer().await?;
         copy::restore_hours(&mut self.pool.get().await?, device_id, hours).await
+    }
+
+    async fn add_subscription(&self, sub: crate::hooks::NewSubscription) -> StoreResult<()> {
+        let _writer = self.writer().await?;
+        hooks::add(&mut self.pool.get().await?, sub).await
+    }
+
+    async fn subscriptions(&self) -> StoreResult<Vec<crate::hooks::Subscription>> {
+        hooks::list(&self.pool.get().await?).await
+    }
+
+    async fn remove_subscription(&self, id: &str) -> StoreResult<()> {
+        let _writer = self.writer().await?;
+        hooks::remove(&mut self.pool.get().await?, id).await
+    }
+
+    async fn replace_subscription_secret(&self, id: &str, sealed_secret: Vec<u8>) -> StoreResult<()> {
+        let _writer = self.writer().await?;
+        hooks::set_secret(&mut self.pool.get().await?, id, &sealed_secret).await
+    }
+
+    async fn set_subscription_enabled(&self, id: &str, enabled: bool) -> StoreResult<()> {
+        let _writer = self.writer().await?;
+        hooks::set_enabled(&mut self.pool.get().await?, id, enabled).await
     }
 }
 

@@ -2,6 +2,7 @@
 //! `migrations/sqlite/` applied on open.
 
 mod copy;
+mod hooks;
 mod latest;
 mod pool;
 mod read;
@@ -31,6 +32,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/sqlite/0003_column_hours.sql"),
     include_str!("../../migrations/sqlite/0004_retention.sql"),
     include_str!("../../migrations/sqlite/0005_latest.sql"),
+    include_str!("../../migrations/sqlite/0006_subscriptions.sql"),
 ];
 
 /// The schema version that adds the `latest` index, filled from the stored
@@ -307,6 +309,29 @@ impl Store for SqliteStore {
     async fn restore_hours(&self, device_id: &str, hours: Vec<StoredHour>) -> StoreResult<()> {
         let id = device_id.to_owned();
         self.writes.run(move |c| copy::restore_hours(c, &id, hours)).await
+    }
+
+    async fn add_subscription(&self, sub: crate::hooks::NewSubscription) -> StoreResult<()> {
+        self.writes.run(move |c| hooks::add(c, sub)).await
+    }
+
+    async fn subscriptions(&self) -> StoreResult<Vec<crate::hooks::Subscription>> {
+        self.reads.run(hooks::list).await
+    }
+
+    async fn remove_subscription(&self, id: &str) -> StoreResult<()> {
+        let id = id.to_owned();
+        self.writes.run(move |c| hooks::remove(c, &id)).await
+    }
+
+    async fn replace_subscription_secret(&self, id: &str, sealed_secret: Vec<u8>) -> StoreResult<()> {
+        let id = id.to_owned();
+        self.writes.run(move |c| hooks::set_secret(c, &id, &sealed_secret)).await
+    }
+
+    async fn set_subscription_enabled(&self, id: &str, enabled: bool) -> StoreResult<()> {
+        let id = id.to_owned();
+        self.writes.run(move |c| hooks::set_enabled(c, &id, enabled)).await
     }
 }
 

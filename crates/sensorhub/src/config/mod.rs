@@ -189,6 +189,7 @@ pub const KNOWN_ENV: &[&str] = &[
     "SENSORHUB_RETENTION",
     "SENSORHUB_RETENTION_EVERY",
     "SENSORHUB_LOG",
+    "SENSORHUB_SECRET_KEY",
 ];
 
 /// Names of `SENSORHUB_*` variables that sensorhub does not know.

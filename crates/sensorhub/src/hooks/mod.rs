@@ -3,3 +3,4 @@
 
 pub mod seal;
 pub mod sign;
+pub mod target;

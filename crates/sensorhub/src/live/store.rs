@@ -10,6 +10,7 @@ use sensorhub_core::provision::Provision;
 use sensorhub_core::retention::Retention;
 use sensorhub_core::secret::KeyDigest;
 use sensorhub_core::time::TimeRange;
+use sensorhub_store::hooks::{NewSubscription, Subscription};
 use sensorhub_store::{
     AccountAuth, AccountSummary, ApiKeyAuth, ApiKeySummary, ApplyReport, DeleteReport, DeviceHandle, ImportReport,
     Installation, LatestValue, PartialImport, PoolStatus, ReadingSource, ReadingStream, RetentionReport, Scope, Store,
@@ -199,6 +200,26 @@ impl Store for PublishingStore {
 
     async fn restore_hours(&self, device_id: &str, hours: Vec<StoredHour>) -> StoreResult<()> {
         self.inner.restore_hours(device_id, hours).await
+    }
+
+    async fn add_subscription(&self, sub: NewSubscription) -> StoreResult<()> {
+        self.inner.add_subscription(sub).await
+    }
+
+    async fn subscriptions(&self) -> StoreResult<Vec<Subscription>> {
+        self.inner.subscriptions().await
+    }
+
+    async fn remove_subscription(&self, id: &str) -> StoreResult<()> {
+        self.inner.remove_subscription(id).await
+    }
+
+    async fn replace_subscription_secret(&self, id: &str, sealed_secret: Vec<u8>) -> StoreResult<()> {
+        self.inner.replace_subscription_secret(id, sealed_secret).await
+    }
+
+    async fn set_subscription_enabled(&self, id: &str, enabled: bool) -> StoreResult<()> {
+        self.inner.set_subscription_enabled(id, enabled).await
     }
 }
 

@@ -25,7 +25,7 @@ fn run(db: impl AsRef<std::ffi::OsStr>, args: &[&str], stdin: &str) -> Output {
     child.wait_with_output().expect("wait")
 }
 
-fn ok(out: &Output) -> String {
+pub(crate) fn ok(out: &Output) -> String {
     assert!(
         out.status.success(),
         "failed: {}{}",
@@ -35,7 +35,7 @@ fn ok(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-fn failed(out: &Output) -> String {
+pub(crate) fn failed(out: &Output) -> String {
     assert!(!out.status.success(), "should have failed: {}", String::from_utf8_lossy(&out.stdout));
     String::from_utf8_lossy(&out.stderr).into_owned()
 }

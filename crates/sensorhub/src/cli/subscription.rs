@@ -1,0 +1,115 @@
+//! `sensorhub subscription …`: outgoing webhook subscriptions. A new
+//! subscription's secret (`whsec_…`) is printed once; the database keeps it
+//! sealed under `SENSORHUB_SECRET_KEY`, so these commands need that key.
+
+use super::{CliResult, Context};
+use crate::hooks::seal::SealingKey;
+use crate::hooks::sign::SigningSecret;
+use crate::hooks::target::check_url;
+use sensorhub_core::secret::generate_key;
+use sensorhub_store::hooks::{NewSubscription, SENSOR_DATA};
+
+/// Subscription subcommands.
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// Subscribe an endpoint to an account's readings; prints its id and secret once
+    Add {
+        /// The owning account
+        #[arg(long)]
+        account: String,
+        /// Where deliveries are POSTed (https://…)
+        #[arg(long)]
+        url: String,
+        /// Only this device of the account's (repeatable; default: all it sees)
+        #[arg(long = "device")]
+        devices: Vec<String>,
+        /// Readings that arrive together go out in one delivery
+        #[arg(long)]
+        batch: bool,
+        /// Allow a plain http:// URL
+        #[arg(long)]
+        allow_http: bool,
+    },
+    /// List subscriptions
+    List,
+    /// Remove a subscription
+    Remove {
+        /// Subscription id
+        id: String,
+    },
+    /// Give a subscription a new secret and print it once
+    RotateSecret {
+        /// Subscription id
+        id: String,
+    },
+    /// Turn a subscription on (again)
+    Enable {
+        /// Subscription id
+        id: String,
+    },
+    /// Turn a subscription off
+    Disable {
+        /// Subscription id
+        id: String,
+    },
+}
+
+/// Runs a subscription subcommand.
+pub async fn run(ctx: &Context, cmd: Command) -> CliResult {
+    let store = ctx.open().await?;
+    match cmd {
+        Command::Add { account, url, devices, batch, allow_http } => {
+            check_url(&url, allow_http)?;
+            let key = SealingKey::from_env()?;
+            let id = generate_key("sub_")?;
+            let secret = SigningSecret::generate()?;
+            let sealed_secret = key.seal(&id, secret.as_bytes())?;
+            let devices = (!devices.is_empty()).then_some(devices);
+            let scope = devices.as_ref().map_or_else(|| "all of its devices".to_owned(), |d| d.join(","));
+            let events = vec![SENSOR_DATA.to_owned()];
+            let sub = NewSubscription {
+                id: id.clone(),
+                username: account.clone(),
+                url,
+                devices,
+                events,
+                sealed_secret,
+                batch,
+                allow_http,
+            };
+            store.add_subscription(sub).await?;
+            println!("subscription {id} for {account} ({scope}); its secret, shown only now:\n{}", secret.reveal());
+        }
+        Command::List => {
+            let subs = store.subscriptions().await?;
+            if subs.is_empty() {
+                println!("no webhook subscriptions");
+            }
+            for s in subs {
+                let state = if s.enabled { "enabled" } else { "disabled" };
+                let devices = s.devices.map_or_else(|| "(all)".to_owned(), |d| d.join(","));
+                let batch = if s.batch { " batch" } else { "" };
+                println!("{} {:<16} {state:<8} {} {devices}{batch}", s.id, s.username, s.url);
+            }
+        }
+        Command::Remove { id } => {
+            store.remove_subscription(&id).await?;
+            println!("removed subscription {id}");
+        }
+        Command::RotateSecret { id } => {
+            let key = SealingKey::from_env()?;
+            let secret = SigningSecret::generate()?;
+            store.replace_subscription_secret(&id, key.seal(&id, secret.as_bytes())?).await?;
+            println!("subscription {id} has a new secret, shown only now:\n{}", secret.reveal());
+        }
+        Command::Enable { id } => {
+            store.set_subscription_enabled(&id, true).await?;
+            println!("subscription {id} is enabled");
+        }
+        Command::Disable { id } => {
+            store.set_subscription_enabled(&id, false).await?;
+            println!("subscription {id} is disabled");
+        }
+    }
+    Ok(())
+}
