@@ -15,7 +15,9 @@ CREATE TABLE subscriptions (
     enabled     INTEGER NOT NULL DEFAULT 1,
     batch       INTEGER NOT NULL DEFAULT 0,
     allow_http  INTEGER NOT NULL DEFAULT 0,
-    created_at  INTEGER NOT NULL
+    created_at  INTEGER NOT NULL,
+    -- When its deliveries began failing without a success since (ms).
+    failing_since INTEGER
 ) STRICT;
 
 CREATE TABLE subscription_devices (
@@ -23,3 +25,26 @@ CREATE TABLE subscription_devices (
     device_pk       INTEGER NOT NULL REFERENCES devices(id),
     PRIMARY KEY (subscription_id, device_pk)
 ) STRICT, WITHOUT ROWID;
+
+-- Deliveries owed: one row per stored reading and matching subscription,
+-- written in the reading's transaction. `message_id` is the webhook-id,
+-- the same for every attempt. A pending row is due at `next_attempt`
+-- (milliseconds since the epoch); a worker claims it by moving
+-- `next_attempt` past its attempt's deadline, so a worker that dies
+-- mid-attempt leaves it due again (at least once). Delivered rows are
+-- removed; failed ones (`state = 'failed'`) stay for `deliveries` and
+-- `replay`.
+CREATE TABLE outbox (
+    id              INTEGER PRIMARY KEY,
+    subscription_id TEXT    NOT NULL,
+    message_id      TEXT    NOT NULL,
+    body            TEXT    NOT NULL,
+    created_at      INTEGER NOT NULL,
+    state           TEXT    NOT NULL DEFAULT 'pending',
+    attempts        INTEGER NOT NULL DEFAULT 0,
+    next_attempt    INTEGER NOT NULL,
+    last_status     INTEGER,
+    last_error      TEXT
+) STRICT;
+CREATE INDEX outbox_due ON outbox (next_attempt) WHERE state = 'pending';
+CREATE INDEX outbox_subscription ON outbox (subscription_id, id);

@@ -92,6 +92,7 @@ pub(super) async fn list(c: &impl GenericClient) -> StoreResult<Vec<Subscription
 pub(super) async fn remove(c: &mut Client, id: &str) -> StoreResult<()> {
     let tx = begin(c).await?;
     tx.execute("DELETE FROM subscription_devices WHERE subscription_id = $1", &[&id]).await?;
+    tx.execute("DELETE FROM outbox WHERE subscription_id = $1", &[&id]).await?;
     if tx.execute("DELETE FROM subscriptions WHERE id = $1", &[&id]).await? == 0 {
         return Err(no_such_subscription(id));
     }

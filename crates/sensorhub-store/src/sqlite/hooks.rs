@@ -87,6 +87,7 @@ pub(super) fn list(c: &mut Connection) -> StoreResult<Vec<Subscription>> {
 pub(super) fn remove(c: &mut Connection, id: &str) -> StoreResult<()> {
     let tx = begin(c)?;
     tx.execute("DELETE FROM subscription_devices WHERE subscription_id = ?1", [id])?;
+    tx.execute("DELETE FROM outbox WHERE subscription_id = ?1", [id])?;
     if tx.execute("DELETE FROM subscriptions WHERE id = ?1", [id])? == 0 {
         return Err(no_such_subscription(id));
     }

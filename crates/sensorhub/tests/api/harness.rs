@@ -184,7 +184,10 @@ impl TestApp {
 
     /// Stores readings directly.
     pub async fn add_readings(&self, readings: Vec<ReadingInput>) {
-        self.store.import(Box::new(readings.into_iter().map(Ok))).await.expect("import");
+        self.store
+            .import(Box::new(readings.into_iter().map(Ok)), sensorhub_store::hooks::Outbox::Deliver)
+            .await
+            .expect("import");
     }
 
     /// Sends `method path` with an optional `Authorization` header.
