@@ -7,7 +7,7 @@ use crate::hooks::seal::SealingKey;
 use crate::hooks::sign::SigningSecret;
 use crate::hooks::target::check_url;
 use sensorhub_core::secret::generate_key;
-use sensorhub_store::hooks::{NewSubscription, SENSOR_DATA};
+use sensorhub_store::hooks::{NewSubscription, Replay, SENSOR_DATA};
 
 /// Subscription subcommands.
 #[derive(Debug, clap::Subcommand)]
@@ -23,9 +23,6 @@ pub enum Command {
         /// Only this device of the account's (repeatable; default: all it sees)
         #[arg(long = "device")]
         devices: Vec<String>,
-        /// Readings that arrive together go out in one delivery
-        #[arg(long)]
-        batch: bool,
         /// Allow a plain http:// URL
         #[arg(long)]
         allow_http: bool,
@@ -52,13 +49,32 @@ pub enum Command {
         /// Subscription id
         id: String,
     },
+    /// List a subscription's pending and failed deliveries (delivered ones are not kept)
+    Deliveries {
+        /// Subscription id
+        id: String,
+        /// Only the failed ones
+        #[arg(long)]
+        failed: bool,
+    },
+    /// Send deliveries again: every failed one, or one by its number (from `deliveries`)
+    Replay {
+        /// Subscription id
+        id: String,
+        /// The delivery's number
+        #[arg(required_unless_present = "failed", conflicts_with = "failed")]
+        delivery: Option<i64>,
+        /// Every failed delivery
+        #[arg(long)]
+        failed: bool,
+    },
 }
 
 /// Runs a subscription subcommand.
 pub async fn run(ctx: &Context, cmd: Command) -> CliResult {
     let store = ctx.open().await?;
     match cmd {
-        Command::Add { account, url, devices, batch, allow_http } => {
+        Command::Add { account, url, devices, allow_http } => {
             check_url(&url, allow_http)?;
             let key = SealingKey::from_env()?;
             let id = generate_key("sub_")?;
@@ -74,7 +90,7 @@ pub async fn run(ctx: &Context, cmd: Command) -> CliResult {
                 devices,
                 events,
                 sealed_secret,
-                batch,
+                batch: false,
                 allow_http,
             };
             store.add_subscription(sub).await?;
@@ -110,6 +126,37 @@ pub async fn run(ctx: &Context, cmd: Command) -> CliResult {
             store.set_subscription_enabled(&id, false).await?;
             println!("subscription {id} is disabled");
         }
+        Command::Deliveries { id, failed } => {
+            let list = store.deliveries(&id, failed).await?;
+            if list.is_empty() {
+                println!("no {}deliveries", if failed { "failed " } else { "pending or failed " });
+            }
+            for d in list {
+                let status = d.last_status.map_or_else(|| "-".to_owned(), |s| s.to_string());
+                let error = d.last_error.unwrap_or_default();
+                println!(
+                    "{:<8} {} {:<8} attempts={} stored={} status={status} {error}",
+                    d.id,
+                    d.message_id,
+                    d.state,
+                    d.attempts,
+                    time(d.created_at)
+                );
+            }
+        }
+        Command::Replay { id, delivery, failed } => {
+            let which = match (failed, delivery) {
+                (_, Some(n)) => Replay::One(n),
+                _ => Replay::Failed,
+            };
+            let n = store.replay_deliveries(&id, which, jiff::Timestamp::now().as_millisecond()).await?;
+            println!("{n} deliveries of {id} are due again (a disabled subscription sends them once enabled)");
+        }
     }
     Ok(())
+}
+
+/// Milliseconds since the epoch as RFC 3339 UTC.
+fn time(ms: i64) -> String {
+    jiff::Timestamp::from_millisecond(ms).map_or_else(|_| ms.to_string(), |t| t.to_string())
 }

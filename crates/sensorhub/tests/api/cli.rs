@@ -10,7 +10,7 @@ use std::process::{Command, Output, Stdio};
 const BIN: &str = env!("CARGO_BIN_EXE_sensorhub");
 
 /// Runs `sensorhub ARGS --database DB` with `stdin`.
-fn run(db: impl AsRef<std::ffi::OsStr>, args: &[&str], stdin: &str) -> Output {
+pub(crate) fn run(db: impl AsRef<std::ffi::OsStr>, args: &[&str], stdin: &str) -> Output {
     let mut child = Command::new(BIN)
         .args(args)
         .arg("--database")

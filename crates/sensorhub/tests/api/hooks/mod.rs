@@ -1,5 +1,9 @@
 //! Outgoing webhooks (issue 15): subscriptions managed by command, their
-//! secrets shown once and sealed at rest.
+//! secrets shown once and sealed at rest; deliveries (delivery.rs) to a
+//! local receiver (receiver.rs).
+
+mod delivery;
+mod receiver;
 
 use crate::cli::{failed, ok};
 use crate::harness::TestApp;
@@ -12,7 +16,7 @@ pub const SECRET_KEY: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
 
 /// Runs `sensorhub subscription ARGS --database DB`, with the sealing key
 /// when `key` is given.
-fn subscription(db: &str, key: Option<&str>, args: &[&str]) -> Output {
+pub(crate) fn subscription(db: &str, key: Option<&str>, args: &[&str]) -> Output {
     let mut cmd = Command::new(BIN);
     cmd.arg("subscription").args(args).arg("--database").arg(db).env("SENSORHUB_LOG", "warn");
     cmd.env_remove("SENSORHUB_SECRET_KEY");
@@ -23,7 +27,7 @@ fn subscription(db: &str, key: Option<&str>, args: &[&str]) -> Output {
 }
 
 /// The id and secret `subscription add` (or `rotate-secret`) printed.
-fn id_and_secret(out: &str) -> (String, String) {
+pub(crate) fn id_and_secret(out: &str) -> (String, String) {
     let word =
         |prefix: &str| out.split_whitespace().find(|w| w.starts_with(prefix)).map(str::to_owned).expect("printed");
     (word("sub_"), word("whsec_"))
