@@ -31,6 +31,8 @@ pub struct NewSubscription {
     pub events: Vec<String>,
     /// The signing secret, sealed (see `sensorhub::hooks::seal`).
     pub sealed_secret: Vec<u8>,
+    /// Extra request headers, sealed; `None` for none.
+    pub sealed_headers: Option<Vec<u8>>,
     /// Whether readings that arrive together go out in one delivery.
     pub batch: bool,
     /// Whether a plain `http://` URL is allowed.
@@ -110,6 +112,8 @@ pub struct Delivery {
     pub allow_http: bool,
     /// The subscription's signing secret, sealed.
     pub sealed_secret: Vec<u8>,
+    /// Extra request headers, sealed.
+    pub sealed_headers: Option<Vec<u8>>,
     /// The `webhook-id`, the same for every attempt.
     pub message_id: String,
     /// The JSON body.

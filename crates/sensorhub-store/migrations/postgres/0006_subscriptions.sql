@@ -8,6 +8,7 @@ CREATE TABLE subscriptions (
     all_devices boolean NOT NULL,
     events      text    NOT NULL,
     secret      bytea   NOT NULL,
+    headers     bytea,
     enabled     boolean NOT NULL DEFAULT true,
     batch       boolean NOT NULL DEFAULT false,
     allow_http  boolean NOT NULL DEFAULT false,

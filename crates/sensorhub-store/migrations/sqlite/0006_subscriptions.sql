@@ -4,7 +4,9 @@
 -- `subscription_devices`. `secret` is the signing secret sealed with
 -- ChaCha20-Poly1305 under the operator's SENSORHUB_SECRET_KEY (nonce,
 -- ciphertext, tag): a dump of the database alone cannot sign. `events` is
--- a comma-separated list of event kinds (`sensor-data`).
+-- a comma-separated list of event kinds (`sensor-data`). `headers` holds
+-- extra request headers (a JSON list of [name, value], e.g. a receiver's
+-- API key), sealed like the secret.
 CREATE TABLE subscriptions (
     id          TEXT    PRIMARY KEY,
     account_id  INTEGER NOT NULL REFERENCES accounts(id),
@@ -12,6 +14,7 @@ CREATE TABLE subscriptions (
     all_devices INTEGER NOT NULL,
     events      TEXT    NOT NULL,
     secret      BLOB    NOT NULL,
+    headers     BLOB,
     enabled     INTEGER NOT NULL DEFAULT 1,
     batch       INTEGER NOT NULL DEFAULT 0,
     allow_http  INTEGER NOT NULL DEFAULT 0,

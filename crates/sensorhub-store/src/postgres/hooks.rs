@@ -18,8 +18,9 @@ pub(super) async fn add(c: &mut Client, sub: NewSubscription) -> StoreResult<()>
         return Err(StoreError::Conflict(format!("webhook subscription {:?} exists", sub.id)));
     }
     tx.execute(
-        "INSERT INTO subscriptions (id, account_id, url, all_devices, events, secret, batch, allow_http, created_at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+        "INSERT INTO subscriptions (id, account_id, url, all_devices, events, secret, batch, allow_http, created_at,
+                                    headers)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
         &[
             &sub.id,
             &account,
@@ -30,6 +31,7 @@ pub(super) async fn add(c: &mut Client, sub: NewSubscription) -> StoreResult<()>
             &sub.batch,
             &sub.allow_http,
             &now(),
+            &sub.sealed_headers,
         ],
     )
     .await?;

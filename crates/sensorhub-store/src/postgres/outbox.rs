@@ -54,7 +54,7 @@ pub(super) async fn claim(c: &mut Client, now: i64, lease: i64, limit: usize) ->
              UPDATE outbox o SET next_attempt = $2 FROM due, subscriptions s, accounts a
              WHERE o.id = due.id AND s.id = o.subscription_id AND a.id = s.account_id
              RETURNING o.id, o.subscription_id, a.username, s.url, s.allow_http, s.secret, o.message_id, o.body,
-                       o.attempts, o.created_at, s.failing_since",
+                       o.attempts, o.created_at, s.failing_since, s.headers",
             &[&now, &(now + lease), &(limit as i64)],
         )
         .await?;
@@ -72,6 +72,7 @@ pub(super) async fn claim(c: &mut Client, now: i64, lease: i64, limit: usize) ->
             attempts: u32::try_from(r.get::<_, i32>(8)).unwrap_or(0),
             created_at: r.get(9),
             failing_since: r.get(10),
+            sealed_headers: r.get(11),
         })
         .collect();
     claimed.sort_by_key(|d| d.id);

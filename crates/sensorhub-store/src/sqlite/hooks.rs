@@ -17,8 +17,9 @@ pub(super) fn add(c: &mut Connection, sub: NewSubscription) -> StoreResult<()> {
         return Err(StoreError::Conflict(format!("webhook subscription {:?} exists", sub.id)));
     }
     tx.execute(
-        "INSERT INTO subscriptions (id, account_id, url, all_devices, events, secret, batch, allow_http, created_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+        "INSERT INTO subscriptions (id, account_id, url, all_devices, events, secret, batch, allow_http, created_at,
+                                    headers)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
         params![
             sub.id,
             account,
@@ -28,7 +29,8 @@ pub(super) fn add(c: &mut Connection, sub: NewSubscription) -> StoreResult<()> {
             sub.sealed_secret,
             sub.batch,
             sub.allow_http,
-            now()
+            now(),
+            sub.sealed_headers
         ],
     )?;
     for device_id in sub.devices.iter().flatten() {

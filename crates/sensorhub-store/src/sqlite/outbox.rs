@@ -43,7 +43,7 @@ pub(super) fn claim(c: &mut Connection, now: i64, lease: i64, limit: usize) -> S
     let claimed: Vec<Delivery> = {
         let mut stmt = tx.prepare_cached(
             "SELECT o.id, o.subscription_id, a.username, s.url, s.allow_http, s.secret, o.message_id, o.body,
-                    o.attempts, o.created_at, s.failing_since
+                    o.attempts, o.created_at, s.failing_since, s.headers
              FROM outbox o JOIN subscriptions s ON s.id = o.subscription_id JOIN accounts a ON a.id = s.account_id
              WHERE o.state = 'pending' AND o.next_attempt <= ?1 AND s.enabled = 1
              ORDER BY o.next_attempt, o.id LIMIT ?2",
@@ -61,6 +61,7 @@ pub(super) fn claim(c: &mut Connection, now: i64, lease: i64, limit: usize) -> S
                 attempts: r.get(8)?,
                 created_at: r.get(9)?,
                 failing_since: r.get(10)?,
+                sealed_headers: r.get(11)?,
             })
         })?
         .collect::<Result<_, _>>()?

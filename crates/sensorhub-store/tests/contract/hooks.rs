@@ -13,6 +13,7 @@ fn new(id: &str, username: &str, devices: Option<&[&str]>) -> NewSubscription {
         devices: devices.map(|d| d.iter().map(|s| (*s).to_owned()).collect()),
         events: vec![SENSOR_DATA.into()],
         sealed_secret: vec![1, 2, 3, 0, 255],
+        sealed_headers: None,
         batch: false,
         allow_http: false,
     }

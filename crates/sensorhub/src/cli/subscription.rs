@@ -3,6 +3,7 @@
 //! sealed under `SENSORHUB_SECRET_KEY`, so these commands need that key.
 
 use super::{CliResult, Context};
+use crate::hooks::headers::{parse_header, seal_headers};
 use crate::hooks::seal::SealingKey;
 use crate::hooks::sign::SigningSecret;
 use crate::hooks::target::check_url;
@@ -26,6 +27,9 @@ pub enum Command {
         /// Allow a plain http:// URL
         #[arg(long)]
         allow_http: bool,
+        /// An extra request header, `Name: value` (repeatable; stored sealed, e.g. a receiver's API key)
+        #[arg(long = "header", value_parser = parse_header)]
+        headers: Vec<(String, String)>,
     },
     /// List subscriptions
     List,
@@ -74,11 +78,12 @@ pub enum Command {
 pub async fn run(ctx: &Context, cmd: Command) -> CliResult {
     let store = ctx.open().await?;
     match cmd {
-        Command::Add { account, url, devices, allow_http } => {
+        Command::Add { account, url, devices, allow_http, headers } => {
             check_url(&url, allow_http)?;
             let key = SealingKey::from_env()?;
             let id = generate_key("sub_")?;
             let secret = SigningSecret::generate()?;
+            let sealed_headers = if headers.is_empty() { None } else { Some(seal_headers(&key, &id, &headers)?) };
             let sealed_secret = key.seal(&id, secret.as_bytes())?;
             let devices = (!devices.is_empty()).then_some(devices);
             let scope = devices.as_ref().map_or_else(|| "all of its devices".to_owned(), |d| d.join(","));
@@ -90,6 +95,7 @@ pub async fn run(ctx: &Context, cmd: Command) -> CliResult {
                 devices,
                 events,
                 sealed_secret,
+                sealed_headers,
                 batch: false,
                 allow_http,
             };

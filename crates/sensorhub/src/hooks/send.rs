@@ -69,14 +69,14 @@ impl Sender {
     }
 
     /// POSTs `body` (JSON) to `url` with `headers`, within the attempt's time limit.
-    pub async fn post(&self, url: &str, allow_http: bool, headers: &[(&'static str, String)], body: String) -> Sent {
+    pub async fn post(&self, url: &str, allow_http: bool, headers: &[(String, String)], body: String) -> Sent {
         match tokio::time::timeout(self.timeout, self.attempt(url, allow_http, headers, body)).await {
             Ok(sent) => sent,
             Err(_) => Sent::Network(format!("no answer within {} ms", self.timeout.as_millis())),
         }
     }
 
-    async fn attempt(&self, url: &str, allow_http: bool, headers: &[(&'static str, String)], body: String) -> Sent {
+    async fn attempt(&self, url: &str, allow_http: bool, headers: &[(String, String)], body: String) -> Sent {
         let uri = match check_url(url, allow_http) {
             Ok(uri) => uri,
             Err(e) => return Sent::Refused(e.to_string()),
@@ -120,7 +120,7 @@ impl Sender {
             .header(hyper::header::CONTENT_TYPE, "application/json")
             .header(hyper::header::USER_AGENT, concat!("sensorhub/", env!("CARGO_PKG_VERSION")));
         for (name, value) in headers {
-            request = request.header(*name, value);
+            request = request.header(name.as_str(), value.as_str());
         }
         let request = match request.body(Full::new(Bytes::from(body))) {
             Ok(r) => r,

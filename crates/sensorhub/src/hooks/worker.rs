@@ -4,6 +4,7 @@
 //! has failed for too long. Instances share the outbox: a claim leases
 //! rows to one worker. Time comes from a [`Clock`], so tests can move it.
 
+use super::headers::open_headers;
 use super::seal::SealingKey;
 use super::send::{Sender, Sent};
 use super::sign::SigningSecret;
@@ -154,9 +155,15 @@ async fn attempt(shared: &Shared, d: &Delivery) -> Sent {
         },
         Err(e) => return Sent::Network(e.to_string()),
     };
+    let mut headers = match d.sealed_headers.as_deref().map(|h| open_headers(&shared.key, &d.subscription_id, h)) {
+        None => Vec::new(),
+        Some(Ok(headers)) => headers,
+        Some(Err(e)) => return Sent::Network(e.to_string()),
+    };
     // The signed time is when it is sent (receivers check it against their clock).
     let timestamp = jiff::Timestamp::now().as_second();
-    let headers = secret.headers(&d.message_id, timestamp, d.body.as_bytes());
+    let signed = secret.headers(&d.message_id, timestamp, d.body.as_bytes());
+    headers.extend(signed.into_iter().map(|(name, value)| (name.to_owned(), value)));
     shared.sender.post(&d.url, d.allow_http, &headers, d.body.clone()).await
 }
 

@@ -62,6 +62,7 @@ async fn subscribe(store: &dyn Store, url: &str) -> (String, SigningSecret) {
         devices: None,
         events: vec![SENSOR_DATA.into()],
         sealed_secret: key().seal(&id, secret.as_bytes()).expect("seal"),
+        sealed_headers: None,
         batch: false,
         allow_http: true,
     };
@@ -254,5 +255,37 @@ on_each_backend! {
         let got = rx.next().await;
         verify(&secret, &got);
         assert!(got.body.contains("\"2026-05-05T00:00:05Z\""), "{}", got.body);
+    }
+}
+
+on_each_backend! {
+    async fn sensorhubs_own_simulated_receiver_accepts_every_envelope() {
+        let app = TestApp::start().await;
+        let url = format!("{}/webhook/sensor-data", app.base);
+        let header = format!("X-API-KEY: {KEY}");
+        let add = ["add", "--account", "alice", "--url", &url, "--allow-http", "--header", &header];
+        let (sub, _) = id_and_secret(&ok(&subscription(&app.db, Some(SECRET_KEY), &add)));
+        let (worker, _clock) = worker(app.store.clone(), true);
+        let values = [91.5, 0.1, -3.0, 1e-7, 123_456_789.125, 0.0];
+        let readings = values.into_iter().enumerate().flat_map(|(i, v)| {
+            let ts = 1_777_964_400 + i as i64 * 60;
+            [
+                crate::harness::reading("AWLR-001", ts, "AWLR1-wl", v),
+                crate::harness::reading("AWS-002", ts, "AWS2-temp", v),
+            ]
+        });
+        let readings: Vec<_> = readings.collect();
+        app.store.import(Box::new(readings.into_iter().map(Ok)), Outbox::Deliver).await.expect("import");
+        worker.wake();
+        recorded(&*app.store, &sub, <[_]>::is_empty).await;
+
+        let list = app.request(reqwest::Method::GET, &format!("{url}/received"), &[("X-API-KEY", KEY)], None).await;
+        let items = list.body["data"].as_array().expect("received list");
+        assert_eq!(items.len(), 2 * values.len(), "{}", list.text);
+        for item in items {
+            let warnings = item["warnings"].as_array().expect("warnings");
+            assert!(warnings.is_empty(), "the receiver accepts it without a warning: {item}");
+            assert_eq!(item["envelope"]["event"], "sensor-data");
+        }
     }
 }
