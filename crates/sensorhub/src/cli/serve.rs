@@ -80,7 +80,7 @@ pub async fn run(ctx: &Context, args: Args) -> CliResult {
     match key {
         Some(key) => {
             let clock = Arc::new(crate::hooks::worker::SystemClock);
-            crate::hooks::worker::spawn(store.clone(), key, deliveries, metrics.clone(), clock);
+            crate::hooks::worker::spawn(store.clone(), key, deliveries, metrics.clone(), clock)?;
         }
         None => tracing::warn!(
             "SENSORHUB_SECRET_KEY is not set: outgoing webhook deliveries are not sent (they wait in the outbox \

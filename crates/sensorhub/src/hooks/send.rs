@@ -45,7 +45,7 @@ pub struct Sender {
 
 impl Sender {
     /// A sender that trusts the system's certificate roots.
-    pub fn new(allow_private: bool, timeout: Duration) -> Self {
+    pub fn new(allow_private: bool, timeout: Duration) -> Result<Self, String> {
         let mut roots = rustls::RootCertStore::empty();
         let found = rustls_native_certs::load_native_certs();
         for e in &found.errors {
@@ -58,14 +58,10 @@ impl Sender {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let config = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
-            .map(|b| b.with_root_certificates(roots).with_no_client_auth())
-            .unwrap_or_else(|_| {
-                // The ring provider supports the default versions; this is unreachable in practice.
-                rustls::ClientConfig::builder()
-                    .with_root_certificates(rustls::RootCertStore::empty())
-                    .with_no_client_auth()
-            });
-        Self { tls: tokio_rustls::TlsConnector::from(Arc::new(config)), allow_private, timeout }
+            .map_err(|e| format!("TLS for webhook deliveries: {e}"))?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        Ok(Self { tls: tokio_rustls::TlsConnector::from(Arc::new(config)), allow_private, timeout })
     }
 
     /// POSTs `body` (JSON) to `url` with `headers`, within the attempt's time limit.

@@ -57,20 +57,21 @@ struct Shared {
     endpoints: Mutex<HashMap<String, Arc<Semaphore>>>,
 }
 
-/// Starts the worker over `store`, opening secrets with `key`.
+/// Starts the worker over `store`, opening secrets with `key`; fails only
+/// when TLS cannot be set up.
 pub fn spawn(
     store: Arc<dyn Store>,
     key: SealingKey,
     settings: DeliverySettings,
     metrics: Arc<Metrics>,
     clock: Arc<dyn Clock>,
-) -> WorkerHandle {
+) -> Result<WorkerHandle, String> {
     let wake = Arc::new(Notify::new());
-    let sender = Sender::new(settings.allow_private, settings.timeout);
+    let sender = Sender::new(settings.allow_private, settings.timeout)?;
     let shared =
         Arc::new(Shared { store, key, sender, settings, metrics, clock, endpoints: Mutex::new(HashMap::new()) });
     tokio::spawn(run(shared, wake.clone()));
-    WorkerHandle { wake }
+    Ok(WorkerHandle { wake })
 }
 
 /// The lease of a claim (ms): long enough for a delivery to wait its

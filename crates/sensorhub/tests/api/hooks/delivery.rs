@@ -77,7 +77,7 @@ fn worker(store: Arc<dyn Store>, allow_private: bool) -> (WorkerHandle, Arc<Test
     let clock = Arc::new(TestClock(AtomicI64::new(jiff::Timestamp::now().as_millisecond() + 60_000)));
     let settings =
         DeliverySettings { allow_private, timeout: Duration::from_millis(500), ..DeliverySettings::default() };
-    (spawn(store, key(), settings, Arc::new(Metrics::default()), clock.clone()), clock)
+    (spawn(store, key(), settings, Arc::new(Metrics::default()), clock.clone()).expect("worker"), clock)
 }
 
 fn envelope(second: u32) -> String {
