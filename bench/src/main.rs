@@ -3,6 +3,7 @@
 
 mod codecs;
 mod dataset;
+mod hooks;
 mod hostile;
 mod live;
 mod mqtt;
@@ -35,6 +36,8 @@ enum Cmd {
     Mqtt(mqtt::Args),
     /// Soak a release server with mixed reads and webhook ingest, sampling RSS and file descriptors
     Soak(soak::Args),
+    /// Outgoing webhooks: ingest rate with 3 subscriptions against none, and deliveries/s draining a backlog
+    Hooks(hooks::Args),
     /// Hold idle live streams (2,000 by default) and measure RSS per stream and ingest-to-event latency
     Live(live::Args),
     /// Write a dataset: provision.json and readings as CSV, NDJSON and InfluxDB line protocol
@@ -98,6 +101,10 @@ fn main() -> ExitCode {
         Cmd::Mqtt(args) => mqtt::run(args),
         Cmd::Soak(args) => soak::run(args).map(|(s, path)| {
             println!("{}", soak::report(&s));
+            println!("results written to {}", path.display());
+        }),
+        Cmd::Hooks(args) => hooks::run(args).map(|(h, path)| {
+            println!("{}", hooks::report(&h));
             println!("results written to {}", path.display());
         }),
         Cmd::Live(args) => live::run(args).map(|(l, path)| {

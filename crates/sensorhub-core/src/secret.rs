@@ -107,10 +107,15 @@ pub fn digest_parts(parts: &[&[u8]]) -> KeyDigest {
 #[error("the system random number generator failed: {0}")]
 pub struct RandomError(String);
 
+/// Fills `buf` from the operating system's random number generator.
+pub fn fill_random(buf: &mut [u8]) -> Result<(), RandomError> {
+    getrandom::fill(buf).map_err(|e| RandomError(e.to_string()))
+}
+
 /// A new random key: `prefix` followed by 160 random bits in lowercase hex.
 pub fn generate_key(prefix: &str) -> Result<String, RandomError> {
     let mut bytes = [0u8; 20];
-    getrandom::fill(&mut bytes).map_err(|e| RandomError(e.to_string()))?;
+    fill_random(&mut bytes)?;
     let mut out = String::with_capacity(prefix.len() + 40);
     out.push_str(prefix);
     for b in bytes {

@@ -5,6 +5,7 @@
 //! PostgreSQL cannot drift apart in behaviour.
 
 pub(crate) mod latest;
+pub(crate) mod outbox;
 
 use crate::chunk::{self, CHUNK_SECONDS, chunk_of};
 use crate::{Changes, StoreError, StoreResult};
@@ -397,6 +398,9 @@ pub(crate) fn sensors_by_idx(rows: impl IntoIterator<Item = (i64, SensorMeta)>) 
 pub(crate) struct DeviceSensors {
     pub pk: i64,
     sensors: FastMap<String, (u8, String)>,
+    /// The enabled subscriptions that cover the device, when the write
+    /// delivers (looked up once per device and transaction).
+    pub subscriptions: Vec<String>,
 }
 
 impl DeviceSensors {
@@ -408,7 +412,12 @@ impl DeviceSensors {
             .filter(|(_, s)| !s.sensor_id.is_empty())
             .map(|(idx, s)| (s.sensor_id, (idx as u8, s.unit)))
             .collect();
-        Self { pk, sensors }
+        Self { pk, sensors, subscriptions: Vec::new() }
+    }
+
+    /// The unit of sensor `sensor_id`.
+    pub(crate) fn unit(&self, sensor_id: &str) -> Option<&str> {
+        self.sensors.get(sensor_id).map(|(_, unit)| unit.as_str())
     }
 
     /// The reading's values as (sensor idx, value), or the first unknown

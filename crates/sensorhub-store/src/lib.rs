@@ -8,6 +8,7 @@ mod chunk;
 mod codec;
 mod decide;
 mod group;
+pub mod hooks;
 mod legacy;
 pub mod postgres;
 pub mod sqlite;
@@ -212,21 +213,25 @@ pub trait Store: Send + Sync {
     /// Makes a provisioning document true, atomically: all of it or nothing.
     async fn apply(&self, doc: Provision, readings: Vec<ReadingInput>) -> StoreResult<ApplyReport>;
 
-    /// Stores readings, atomically: all of them or, on the first error, none.
-    async fn import(&self, source: ReadingSource) -> StoreResult<ImportReport>;
+    /// Stores readings, atomically: all of them or, on the first error,
+    /// none. With [`hooks::Outbox::Deliver`], the deliveries they owe to
+    /// subscriptions are written in the same transaction.
+    async fn import(&self, source: ReadingSource, outbox: hooks::Outbox) -> StoreResult<ImportReport>;
 
     /// Stores one reading (webhook ingest), durably, before it returns.
     /// Backends may commit readings that arrive together in one transaction
     /// (group commit); a refused reading is refused alone.
     async fn ingest(&self, reading: ReadingInput) -> StoreResult<()> {
-        self.import(Box::new(std::iter::once(Ok(reading)))).await.map(|_| ())
+        self.import(Box::new(std::iter::once(Ok(reading))), hooks::Outbox::Deliver).await.map(|_| ())
     }
 
     /// Stores readings in transactions of at most [`IMPORT_COMMIT_EVERY`]
     /// each, pausing [`IMPORT_PAUSE`] after each commit, so that a long
     /// import never holds the database's writes for long. The first error
     /// stops it; what was committed before stays ([`PartialImport`]).
-    async fn import_batched(&self, source: ReadingSource) -> Result<ImportReport, PartialImport>;
+    /// Deliveries owed are written as by [`Store::import`].
+    async fn import_batched(&self, source: ReadingSource, outbox: hooks::Outbox)
+    -> Result<ImportReport, PartialImport>;
 
     /// Whether the store holds no account and no device (demo data may go in).
     async fn is_empty(&self) -> StoreResult<bool>;
@@ -256,6 +261,50 @@ pub trait Store: Send + Sync {
 
     /// Adds stored hours of device `device_id` as they are, atomically.
     async fn restore_hours(&self, device_id: &str, hours: Vec<StoredHour>) -> StoreResult<()>;
+
+    /// Adds a webhook subscription. Refuses an unknown account, a device
+    /// the account does not see, or an id already taken.
+    async fn add_subscription(&self, sub: hooks::NewSubscription) -> StoreResult<()>;
+
+    /// All webhook subscriptions, by account and id.
+    async fn subscriptions(&self) -> StoreResult<Vec<hooks::Subscription>>;
+
+    /// Removes webhook subscription `id`.
+    async fn remove_subscription(&self, id: &str) -> StoreResult<()>;
+
+    /// Replaces the sealed signing secret of subscription `id`.
+    async fn replace_subscription_secret(&self, id: &str, sealed_secret: Vec<u8>) -> StoreResult<()>;
+
+    /// Turns subscription `id` on or off.
+    async fn set_subscription_enabled(&self, id: &str, enabled: bool) -> StoreResult<()>;
+
+    /// Claims up to `limit` deliveries due at `now` (ms) of enabled
+    /// subscriptions, oldest first, for `lease` ms: no other worker (of
+    /// this or another instance) gets them meanwhile; if the claimer
+    /// reports nothing by then, they are due again.
+    async fn claim_deliveries(&self, now: i64, lease: i64, limit: usize) -> StoreResult<Vec<hooks::Delivery>>;
+
+    /// Records what an attempt of delivery `id` of subscription
+    /// `subscription_id` came to at `now` (ms), and whether the
+    /// subscription is failing since then.
+    async fn finish_delivery(
+        &self,
+        id: i64,
+        subscription_id: &str,
+        now: i64,
+        attempt: hooks::Attempt,
+    ) -> StoreResult<()>;
+
+    /// The pending and failed deliveries of subscription `id` (only the
+    /// failed ones with `failed_only`), oldest first.
+    async fn deliveries(&self, id: &str, failed_only: bool) -> StoreResult<Vec<hooks::DeliveryRecord>>;
+
+    /// Makes deliveries of subscription `id` due at `now` (ms) again, with
+    /// their attempts reset; returns how many.
+    async fn replay_deliveries(&self, id: &str, which: hooks::Replay, now: i64) -> StoreResult<u64>;
+
+    /// Deliveries pending, over all subscriptions.
+    async fn outbox_backlog(&self) -> StoreResult<u64>;
 }
 
 impl Window {

@@ -5,6 +5,8 @@
 //! (default `postgres://postgres@127.0.0.1:5432/test`); a test fails, never
 //! skips, when it is not there.
 
+#[path = "contract/hooks.rs"]
+mod hooks;
 #[path = "contract/latest.rs"]
 mod latest;
 #[path = "contract/summaries.rs"]
@@ -15,6 +17,7 @@ use sensorhub_core::model::{Origin, ReadingInput, ValueInput};
 use sensorhub_core::provision::{InputError, Provision, parse_json};
 use sensorhub_core::secret::key_digest;
 use sensorhub_core::time::TimeRange;
+use sensorhub_store::hooks::Outbox;
 use sensorhub_store::postgres::temp::TempDatabase;
 use sensorhub_store::{ReadingBatch, Scope, Store, StoreError, StoredValue};
 use std::sync::Arc;
@@ -93,7 +96,7 @@ fn reading(device: &str, ts: i64, values: &[(&str, f64)]) -> ReadingInput {
 }
 
 async fn import(store: &dyn Store, readings: Vec<Result<ReadingInput, InputError>>) -> Result<(), StoreError> {
-    store.import(Box::new(readings.into_iter())).await.map(|_| ())
+    store.import(Box::new(readings.into_iter()), Outbox::Deliver).await.map(|_| ())
 }
 
 async fn read_all(store: &dyn Store, device: &str, start: i64, end: i64) -> Vec<ReadingBatch> {
@@ -378,14 +381,15 @@ async fn a_batched_import_keeps_what_it_committed_before_an_error() {
                 Ok(reading("D1", i * 60, &[("a", 1.0)]))
             }
         });
-        let partial = s.import_batched(Box::new(source)).await.expect_err("stops at the error");
+        let partial = s.import_batched(Box::new(source), Outbox::Skip).await.expect_err("stops at the error");
         assert_eq!(partial.error.to_string(), "line 5001: broken");
         let kept = partial.committed.readings;
         assert!((1024..5000).contains(&kept), "{kept} readings committed");
         let stored: usize = read_all(s, "D1", 0, 10_000_000).await.iter().map(ReadingBatch::len).sum();
         assert_eq!(stored as u64, kept, "exactly the committed transactions are stored");
         // Without an error, everything, however many transactions it takes.
-        let all = s.import_batched(Box::new((0..3000).map(|i| Ok(reading("D2", i * 60, &[("a", 2.0)]))))).await;
+        let all =
+            s.import_batched(Box::new((0..3000).map(|i| Ok(reading("D2", i * 60, &[("a", 2.0)])))), Outbox::Skip).await;
         assert_eq!(all.expect("imports").readings, 3000);
     }
 }

@@ -69,6 +69,39 @@ pub struct Metrics {
     mqtt_readings: Counter,
     mqtt_connected: Gauge,
     live: LiveMetrics,
+    /// Outgoing webhook deliveries.
+    pub deliveries: DeliveryMetrics,
+}
+
+/// The metrics of outgoing webhook deliveries.
+#[derive(Default)]
+pub struct DeliveryMetrics {
+    attempts: Family<OutcomeLabels, Counter>,
+    backlog: Gauge,
+}
+
+impl DeliveryMetrics {
+    fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "webhook_deliveries",
+            "Outgoing webhook delivery attempts by outcome: delivered, retried (to be tried again) or failed (given up)",
+            self.attempts.clone(),
+        );
+        registry.register("webhook_outbox_backlog", "Outgoing webhook deliveries pending", self.backlog.clone());
+        for outcome in ["delivered", "retried", "failed"] {
+            let _ = self.attempts.get_or_create(&OutcomeLabels { outcome });
+        }
+    }
+
+    /// Counts an attempt's outcome: `delivered`, `retried` or `failed`.
+    pub fn attempt(&self, outcome: &'static str) {
+        self.attempts.get_or_create(&OutcomeLabels { outcome }).inc();
+    }
+
+    /// Sets the deliveries pending.
+    pub fn backlog(&self, n: u64) {
+        self.backlog.set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
 }
 
 /// The metrics of live streams.
@@ -191,6 +224,8 @@ impl Default for Metrics {
         }
         let live = LiveMetrics::default();
         live.register(&mut registry);
+        let deliveries = DeliveryMetrics::default();
+        deliveries.register(&mut registry);
         // Series that exist from the start, so that rates over them are defined.
         for kind in ["basic", "public", "webhook", "ip"] {
             let _ = rate_limited.get_or_create(&KindLabels { kind });
@@ -217,6 +252,7 @@ impl Default for Metrics {
             mqtt_readings,
             mqtt_connected,
             live,
+            deliveries,
         }
     }
 }

@@ -5,13 +5,16 @@
 //! byte. Several sensorhub processes may share one database.
 
 mod copy;
+mod hooks;
 mod latest;
+mod outbox;
 mod read;
 mod retention;
 pub mod temp;
 mod upgrade;
 mod write;
 
+use crate::hooks::{Attempt, Delivery, DeliveryRecord, Outbox, Replay};
 use crate::{
     AccountAuth, AccountSummary, ApiKeyAuth, ApiKeySummary, ApplyReport, DeleteReport, DeviceHandle,
     IMPORT_COMMIT_EVERY, ImportReport, Installation, LatestValue, PartialImport, PoolStatus, ReadingSource,
@@ -33,6 +36,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/postgres/0003_column_hours.sql"),
     include_str!("../../migrations/postgres/0004_retention.sql"),
     include_str!("../../migrations/postgres/0005_latest.sql"),
+    include_str!("../../migrations/postgres/0006_subscriptions.sql"),
 ];
 
 /// The schema version that adds the `latest` index, filled from the stored
@@ -310,19 +314,19 @@ impl Store for PgStore {
         write::apply(&mut self.pool.get().await?, doc, readings).await
     }
 
-    async fn import(&self, source: ReadingSource) -> StoreResult<ImportReport> {
+    async fn import(&self, source: ReadingSource, outbox: Outbox) -> StoreResult<ImportReport> {
         let _writer = self.writer().await?;
-        Ok(write::import(&mut self.pool.get().await?, source, None).await?.0)
+        Ok(write::import(&mut self.pool.get().await?, source, None, outbox).await?.0)
     }
 
     async fn ingest(&self, reading: ReadingInput) -> StoreResult<()> {
         self.group.write(reading).await
     }
 
-    async fn import_batched(&self, source: ReadingSource) -> Result<ImportReport, PartialImport> {
+    async fn import_batched(&self, source: ReadingSource, outbox: Outbox) -> Result<ImportReport, PartialImport> {
         crate::import_in_steps(source, |source| async move {
             let _writer = self.writer().await?;
-            write::import(&mut self.pool.get().await?, source, Some(IMPORT_COMMIT_EVERY)).await
+            write::import(&mut self.pool.get().await?, source, Some(IMPORT_COMMIT_EVERY), outbox).await
         })
         .await
     }
@@ -364,6 +368,50 @@ impl Store for PgStore {
     async fn restore_hours(&self, device_id: &str, hours: Vec<StoredHour>) -> StoreResult<()> {
         let _writer = self.writer().await?;
         copy::restore_hours(&mut self.pool.get().await?, device_id, hours).await
+    }
+
+    async fn add_subscription(&self, sub: crate::hooks::NewSubscription) -> StoreResult<()> {
+        let _writer = self.writer().await?;
+        hooks::add(&mut self.pool.get().await?, sub).await
+    }
+
+    async fn subscriptions(&self) -> StoreResult<Vec<crate::hooks::Subscription>> {
+        hooks::list(&self.pool.get().await?).await
+    }
+
+    async fn remove_subscription(&self, id: &str) -> StoreResult<()> {
+        let _writer = self.writer().await?;
+        hooks::remove(&mut self.pool.get().await?, id).await
+    }
+
+    async fn replace_subscription_secret(&self, id: &str, sealed_secret: Vec<u8>) -> StoreResult<()> {
+        let _writer = self.writer().await?;
+        hooks::set_secret(&mut self.pool.get().await?, id, &sealed_secret).await
+    }
+
+    async fn set_subscription_enabled(&self, id: &str, enabled: bool) -> StoreResult<()> {
+        let _writer = self.writer().await?;
+        hooks::set_enabled(&mut self.pool.get().await?, id, enabled).await
+    }
+
+    async fn claim_deliveries(&self, now: i64, lease: i64, limit: usize) -> StoreResult<Vec<Delivery>> {
+        outbox::claim(&mut self.pool.get().await?, now, lease, limit).await
+    }
+
+    async fn finish_delivery(&self, id: i64, subscription_id: &str, now: i64, attempt: Attempt) -> StoreResult<()> {
+        outbox::finish(&mut self.pool.get().await?, id, subscription_id, now, &attempt).await
+    }
+
+    async fn deliveries(&self, id: &str, failed_only: bool) -> StoreResult<Vec<DeliveryRecord>> {
+        outbox::list(&self.pool.get().await?, id, failed_only).await
+    }
+
+    async fn replay_deliveries(&self, id: &str, which: Replay, now: i64) -> StoreResult<u64> {
+        outbox::replay(&mut self.pool.get().await?, id, which, now).await
+    }
+
+    async fn outbox_backlog(&self) -> StoreResult<u64> {
+        outbox::backlog(&self.pool.get().await?).await
     }
 }
 

@@ -7,10 +7,12 @@
 
 use super::read::device_sensors;
 use crate::decide::latest::Newest;
+use crate::decide::outbox::Deliveries;
 use crate::decide::{
     self, AccountWrite, Change, DeviceSensors, HourRow, Hours, KeyWrite, Links, ScopeRequest, SensorWrite,
     StoredAccount, StoredKey, invalid, now,
 };
+use crate::hooks::Outbox;
 use crate::{ApplyReport, DeleteReport, ImportReport, ReadingSource, StoreError, StoreResult};
 use deadpool_postgres::{Client, GenericClient, Transaction};
 use sensorhub_core::model::{DeviceSpec, ReadingInput};
@@ -61,7 +63,7 @@ pub(super) async fn apply(c: &mut Client, mut doc: Provision, readings: Vec<Read
         }
         report.devices.count(*change);
     }
-    let mut writer = ReadingWriter::default();
+    let mut writer = ReadingWriter::new(Outbox::Skip);
     for r in &readings {
         writer.write(&tx, r).await?;
     }
@@ -383,24 +385,41 @@ struct ReadingWriter {
     changed: u64,
     /// Whether this transaction's connection has the staging table.
     staged: bool,
+    /// The deliveries the readings owe.
+    deliveries: Deliveries,
 }
 
 impl ReadingWriter {
-    async fn device(&mut self, tx: &Transaction<'_>, device_id: &str) -> StoreResult<Option<&DeviceSensors>> {
+    fn new(outbox: Outbox) -> Self {
+        Self { deliveries: Deliveries::new(outbox), ..Self::default() }
+    }
+
+    /// Looks device `device_id` up, once per transaction.
+    async fn load(&mut self, tx: &Transaction<'_>, device_id: &str) -> StoreResult<()> {
         if !self.devices.contains_key(device_id) {
             let entry = match device_pk(tx, device_id).await? {
-                Some(pk) => Some(DeviceSensors::new(pk, device_sensors(tx, pk).await?)),
+                Some(pk) => {
+                    let mut device = DeviceSensors::new(pk, device_sensors(tx, pk).await?);
+                    if self.deliveries.wanted() {
+                        device.subscriptions = super::outbox::subscriptions_of(tx, pk).await?;
+                    }
+                    Some(device)
+                }
                 None => None,
             };
             self.devices.insert(device_id.to_owned(), entry);
         }
-        Ok(self.devices.get(device_id).and_then(Option::as_ref))
+        Ok(())
     }
 
-    /// Checks one reading and adds it to the hour being gathered.
+    /// Checks one reading and adds it to the hour being gathered, and to
+    /// the deliveries it owes.
     async fn write(&mut self, tx: &Transaction<'_>, r: &ReadingInput) -> StoreResult<()> {
-        let device = self.device(tx, &r.device_id).await?.ok_or_else(|| decide::unknown_device(r))?;
+        self.load(tx, &r.device_id).await?;
+        let device =
+            self.devices.get(&r.device_id).and_then(Option::as_ref).ok_or_else(|| decide::unknown_device(r))?;
         let (pk, pairs) = (device.pk, device.values(r)?);
+        self.deliveries.add(device, r)?;
         if self.hours.is_full_for(pk, r.timestamp) {
             self.flush(tx).await?;
         }
@@ -469,7 +488,13 @@ impl ReadingWriter {
         // The index's upsert is pipelined with the hours' statements: a
         // group commit waits for no extra round trip.
         let newest = self.newest.take();
-        futures_util::future::try_join(self.flush(tx), super::latest::upsert(tx, &newest)).await?;
+        let deliveries = std::mem::take(&mut self.deliveries.rows);
+        futures_util::future::try_join3(
+            self.flush(tx),
+            super::latest::upsert(tx, &newest),
+            super::outbox::insert(tx, &deliveries),
+        )
+        .await?;
         Ok(self.changed)
     }
 }
@@ -496,11 +521,12 @@ pub(super) async fn import(
     c: &mut Client,
     source: ReadingSource,
     limit: Option<std::time::Duration>,
+    outbox: Outbox,
 ) -> StoreResult<(ImportReport, Option<ReadingSource>)> {
     let started = std::time::Instant::now();
     let tx = begin_bulk(c).await?;
     let mut report = ImportReport::default();
-    let mut writer = ReadingWriter::default();
+    let mut writer = ReadingWriter::new(outbox);
     // The source may block (it reads a file): it is drained in slices on
     // the blocking pool, never on the async worker.
     let mut source = Some(source);
@@ -536,7 +562,7 @@ pub(super) async fn import(
 /// limit, a lost connection) is everyone's: nothing is written then.
 pub(super) async fn ingest_group(c: &mut Client, readings: &[ReadingInput]) -> StoreResult<Vec<StoreResult<()>>> {
     let tx = begin(c).await?;
-    let mut writer = ReadingWriter::default();
+    let mut writer = ReadingWriter::new(Outbox::Deliver);
     let mut outcomes = Vec::with_capacity(readings.len());
     for r in readings {
         outcomes.push(writer.write(&tx, r).await);

@@ -2,13 +2,16 @@
 //! `migrations/sqlite/` applied on open.
 
 mod copy;
+mod hooks;
 mod latest;
+mod outbox;
 mod pool;
 mod read;
 mod retention;
 mod upgrade;
 mod write;
 
+use crate::hooks::{Attempt, Delivery, DeliveryRecord, Outbox, Replay};
 use crate::{
     AccountAuth, AccountSummary, ApiKeyAuth, ApiKeySummary, ApplyReport, DeleteReport, DeviceHandle,
     IMPORT_COMMIT_EVERY, ImportReport, Installation, LatestValue, PartialImport, PoolStatus, ReadingSource,
@@ -31,6 +34,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/sqlite/0003_column_hours.sql"),
     include_str!("../../migrations/sqlite/0004_retention.sql"),
     include_str!("../../migrations/sqlite/0005_latest.sql"),
+    include_str!("../../migrations/sqlite/0006_subscriptions.sql"),
 ];
 
 /// The schema version that adds the `latest` index, filled from the stored
@@ -268,17 +272,17 @@ impl Store for SqliteStore {
         self.writes.run(move |c| write::apply(c, doc, readings)).await
     }
 
-    async fn import(&self, source: ReadingSource) -> StoreResult<ImportReport> {
-        Ok(self.writes.run(move |c| write::import(c, source, None)).await?.0)
+    async fn import(&self, source: ReadingSource, outbox: Outbox) -> StoreResult<ImportReport> {
+        Ok(self.writes.run(move |c| write::import(c, source, None, outbox)).await?.0)
     }
 
     async fn ingest(&self, reading: ReadingInput) -> StoreResult<()> {
         self.group.write(reading).await
     }
 
-    async fn import_batched(&self, source: ReadingSource) -> Result<ImportReport, PartialImport> {
+    async fn import_batched(&self, source: ReadingSource, outbox: Outbox) -> Result<ImportReport, PartialImport> {
         crate::import_in_steps(source, |source| {
-            self.writes.run(move |c| write::import(c, source, Some(IMPORT_COMMIT_EVERY)))
+            self.writes.run(move |c| write::import(c, source, Some(IMPORT_COMMIT_EVERY), outbox))
         })
         .await
     }
@@ -320,6 +324,52 @@ impl Store for SqliteStore {
     async fn restore_hours(&self, device_id: &str, hours: Vec<StoredHour>) -> StoreResult<()> {
         let id = device_id.to_owned();
         self.writes.run(move |c| copy::restore_hours(c, &id, hours)).await
+    }
+
+    async fn add_subscription(&self, sub: crate::hooks::NewSubscription) -> StoreResult<()> {
+        self.writes.run(move |c| hooks::add(c, sub)).await
+    }
+
+    async fn subscriptions(&self) -> StoreResult<Vec<crate::hooks::Subscription>> {
+        self.reads.run(hooks::list).await
+    }
+
+    async fn remove_subscription(&self, id: &str) -> StoreResult<()> {
+        let id = id.to_owned();
+        self.writes.run(move |c| hooks::remove(c, &id)).await
+    }
+
+    async fn replace_subscription_secret(&self, id: &str, sealed_secret: Vec<u8>) -> StoreResult<()> {
+        let id = id.to_owned();
+        self.writes.run(move |c| hooks::set_secret(c, &id, &sealed_secret)).await
+    }
+
+    async fn set_subscription_enabled(&self, id: &str, enabled: bool) -> StoreResult<()> {
+        let id = id.to_owned();
+        self.writes.run(move |c| hooks::set_enabled(c, &id, enabled)).await
+    }
+
+    async fn claim_deliveries(&self, now: i64, lease: i64, limit: usize) -> StoreResult<Vec<Delivery>> {
+        self.writes.run(move |c| outbox::claim(c, now, lease, limit)).await
+    }
+
+    async fn finish_delivery(&self, id: i64, subscription_id: &str, now: i64, attempt: Attempt) -> StoreResult<()> {
+        let sub = subscription_id.to_owned();
+        self.writes.run(move |c| outbox::finish(c, id, &sub, now, &attempt)).await
+    }
+
+    async fn deliveries(&self, id: &str, failed_only: bool) -> StoreResult<Vec<DeliveryRecord>> {
+        let id = id.to_owned();
+        self.reads.run(move |c| outbox::list(c, &id, failed_only)).await
+    }
+
+    async fn replay_deliveries(&self, id: &str, which: Replay, now: i64) -> StoreResult<u64> {
+        let id = id.to_owned();
+        self.writes.run(move |c| outbox::replay(c, &id, which, now)).await
+    }
+
+    async fn outbox_backlog(&self) -> StoreResult<u64> {
+        self.reads.run(outbox::backlog).await
     }
 }
 

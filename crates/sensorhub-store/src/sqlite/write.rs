@@ -4,10 +4,12 @@
 use super::read::device_sensors;
 use super::{hour_key, key_chunk};
 use crate::decide::latest::Newest;
+use crate::decide::outbox::Deliveries;
 use crate::decide::{
     self, AccountWrite, Change, DeviceSensors, HourRow, Hours, KeyWrite, Links, ScopeRequest, SensorWrite,
     StoredAccount, StoredKey, invalid, now,
 };
+use crate::hooks::Outbox;
 use crate::{ApplyReport, DeleteReport, ImportReport, ReadingSource, StoreError, StoreResult};
 use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
 use sensorhub_core::model::{DeviceSpec, ReadingInput};
@@ -40,7 +42,7 @@ pub(super) fn apply(c: &mut Connection, mut doc: Provision, readings: Vec<Readin
         }
         report.devices.count(*change);
     }
-    let mut writer = ReadingWriter::new(&tx);
+    let mut writer = ReadingWriter::new(&tx, Outbox::Skip);
     for r in &readings {
         writer.write(r)?;
     }
@@ -341,28 +343,48 @@ struct ReadingWriter<'t, 'c> {
     newest: Newest,
     /// Readings that were new or different from what was stored.
     changed: u64,
+    /// The deliveries the readings owe.
+    deliveries: Deliveries,
 }
 
 impl<'t, 'c> ReadingWriter<'t, 'c> {
-    fn new(tx: &'t Transaction<'c>) -> Self {
-        Self { tx, devices: Default::default(), hours: Hours::default(), newest: Newest::default(), changed: 0 }
+    fn new(tx: &'t Transaction<'c>, outbox: Outbox) -> Self {
+        Self {
+            tx,
+            devices: Default::default(),
+            hours: Hours::default(),
+            newest: Newest::default(),
+            changed: 0,
+            deliveries: Deliveries::new(outbox),
+        }
     }
 
-    fn device(&mut self, device_id: &str) -> StoreResult<Option<&DeviceSensors>> {
+    /// Looks device `device_id` up, once per transaction.
+    fn load(&mut self, device_id: &str) -> StoreResult<()> {
         if !self.devices.contains_key(device_id) {
             let entry = match device_pk(self.tx, device_id)? {
-                Some(pk) => Some(DeviceSensors::new(pk, device_sensors(self.tx, pk)?)),
+                Some(pk) => {
+                    let mut device = DeviceSensors::new(pk, device_sensors(self.tx, pk)?);
+                    if self.deliveries.wanted() {
+                        device.subscriptions = super::outbox::subscriptions_of(self.tx, pk)?;
+                    }
+                    Some(device)
+                }
                 None => None,
             };
             self.devices.insert(device_id.to_owned(), entry);
         }
-        Ok(self.devices.get(device_id).and_then(Option::as_ref))
+        Ok(())
     }
 
-    /// Checks one reading and adds it to the hour being gathered.
+    /// Checks one reading and adds it to the hour being gathered, and to
+    /// the deliveries it owes.
     fn write(&mut self, r: &ReadingInput) -> StoreResult<()> {
-        let device = self.device(&r.device_id)?.ok_or_else(|| decide::unknown_device(r))?;
+        self.load(&r.device_id)?;
+        let device =
+            self.devices.get(&r.device_id).and_then(Option::as_ref).ok_or_else(|| decide::unknown_device(r))?;
         let (pk, pairs) = (device.pk, device.values(r)?);
+        self.deliveries.add(device, r)?;
         if self.hours.is_full_for(pk, r.timestamp) {
             self.flush()?;
         }
@@ -394,6 +416,7 @@ impl<'t, 'c> ReadingWriter<'t, 'c> {
     fn finish(mut self) -> StoreResult<u64> {
         self.flush()?;
         super::latest::upsert(self.tx, &self.newest.take())?;
+        super::outbox::insert(self.tx, &self.deliveries.rows)?;
         Ok(self.changed)
     }
 }
@@ -405,11 +428,12 @@ pub(super) fn import(
     c: &mut Connection,
     mut source: ReadingSource,
     limit: Option<std::time::Duration>,
+    outbox: Outbox,
 ) -> StoreResult<(ImportReport, Option<ReadingSource>)> {
     let started = std::time::Instant::now();
     let tx = begin(c)?;
     let mut report = ImportReport::default();
-    let mut writer = ReadingWriter::new(&tx);
+    let mut writer = ReadingWriter::new(&tx, outbox);
     let mut rest = None;
     while let Some(item) = source.next() {
         let r = item?;
@@ -431,7 +455,7 @@ pub(super) fn import(
 /// (busy, disk full) is everyone's: nothing is written then.
 pub(super) fn ingest_group(c: &mut Connection, readings: &[ReadingInput]) -> StoreResult<Vec<StoreResult<()>>> {
     let tx = begin(c)?;
-    let mut writer = ReadingWriter::new(&tx);
+    let mut writer = ReadingWriter::new(&tx, Outbox::Deliver);
     // Checks come before anything is gathered, so a refused reading adds
     // nothing; a group is far smaller than the hours gathered before a flush.
     let outcomes = readings.iter().map(|r| writer.write(r)).collect();

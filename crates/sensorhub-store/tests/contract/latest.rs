@@ -140,7 +140,11 @@ async fn the_migration_fills_the_index_from_stored_hours() {
     import(&*store, readings()).await.expect("import");
     drop(store);
     let conn = rusqlite::Connection::open(&path).expect("open file");
-    conn.execute_batch("DROP TABLE latest; PRAGMA user_version = 4").expect("back to version 4");
+    conn.execute_batch(
+        "DROP TABLE outbox; DROP TABLE subscription_devices; DROP TABLE subscriptions; DROP TABLE latest;
+         PRAGMA user_version = 4",
+    )
+    .expect("back to version 4");
     drop(conn);
     let store = sensorhub_store::open(&url).await.expect("migrate");
     assert_eq!(latest(&*store, "D1").await, want, "SQLite");
@@ -153,7 +157,13 @@ async fn the_migration_fills_the_index_from_stored_hours() {
     drop(store);
     let (client, connection) = tokio_postgres::connect(pg.url(), tokio_postgres::NoTls).await.expect("connect");
     let connection = tokio::spawn(connection);
-    client.batch_execute("DROP TABLE latest; DELETE FROM sensorhub_schema WHERE version = 5").await.expect("back");
+    client
+        .batch_execute(
+            "DROP TABLE outbox, subscription_devices, subscriptions, latest;
+             DELETE FROM sensorhub_schema WHERE version >= 5",
+        )
+        .await
+        .expect("back");
     drop(client);
     let _ = connection.await;
     let store = sensorhub_store::open(pg.url()).await.expect("migrate");

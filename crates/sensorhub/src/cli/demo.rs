@@ -9,6 +9,7 @@ use sensorhub_core::model::{DeviceSpec, Origin, ReadingInput, SensorMeta, ValueI
 use sensorhub_core::provision::{AccountSpec, ApiKeySpec, KeyDevices, Provision, WebhookKeySpec};
 use sensorhub_core::simulate::Weather;
 use sensorhub_store::Store;
+use sensorhub_store::hooks::Outbox;
 use std::sync::Arc;
 
 /// Arguments of `demo`.
@@ -152,7 +153,7 @@ pub async fn fill(store: &Arc<dyn Store>, listen: &str) -> CliResult {
         let readings = doc.check()?;
         store.apply(doc, readings).await?;
         let now = jiff::Timestamp::now().as_second();
-        let report = store.import(Box::new(readings_until(now).map(Ok))).await?;
+        let report = store.import(Box::new(readings_until(now).map(Ok)), Outbox::Skip).await?;
         println!(
             "demo data written: 2 accounts, 5 stations, {} readings ({} values) over {DAYS} days",
             report.readings, report.values

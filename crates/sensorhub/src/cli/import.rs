@@ -8,6 +8,7 @@ use super::{CliResult, Context};
 use sensorhub_core::model::{Origin, ReadingInput, ValueInput};
 use sensorhub_core::provision::{InputError, ReadingSpec, parse_json_at};
 use sensorhub_core::time::parse_reading_timestamp;
+use sensorhub_store::hooks::Outbox;
 use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -36,6 +37,11 @@ pub struct Args {
     /// get their turn, and an error keeps what was committed before it.
     #[arg(long)]
     atomic: bool,
+    /// Deliver the imported readings to the webhook subscriptions that
+    /// cover their devices, as if they had just arrived (by default an
+    /// import is history and delivers nothing)
+    #[arg(long)]
+    deliver: bool,
     /// The Redis the serving instances share (their --rate-limit-store):
     /// the imported readings are sent to their open live streams
     #[arg(long, env = "SENSORHUB_RATE_LIMIT_STORE")]
@@ -77,10 +83,11 @@ pub async fn run(ctx: &Context, args: Args) -> CliResult {
         Format::Csv => Box::new(CsvReadings::new(BufReader::with_capacity(1 << 20, file))),
     };
     let source = sensorhub_store::read_ahead(source);
+    let outbox = if args.deliver { Outbox::Deliver } else { Outbox::Skip };
     let report = if args.atomic {
-        store.import(source).await.map_err(|e| format!("{name}: {e}; nothing was imported"))?
+        store.import(source, outbox).await.map_err(|e| format!("{name}: {e}; nothing was imported"))?
     } else {
-        store.import_batched(source).await.map_err(|p| match p.committed.readings {
+        store.import_batched(source, outbox).await.map_err(|p| match p.committed.readings {
             0 => format!("{name}: {}; nothing was imported", p.error),
             n => format!(
                 "{name}: {}; the {n} readings ({} values) before it were imported and kept \

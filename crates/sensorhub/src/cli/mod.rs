@@ -11,6 +11,7 @@ mod key;
 mod progress;
 mod readings;
 mod serve;
+mod subscription;
 
 use crate::config::{self, FileConfig, LogFormat};
 use clap::{Parser, Subcommand};
@@ -70,6 +71,9 @@ enum Command {
     /// Manage devices
     #[command(subcommand)]
     Device(device::Command),
+    /// Manage outgoing webhook subscriptions (needs SENSORHUB_SECRET_KEY to add or rotate)
+    #[command(subcommand)]
+    Subscription(subscription::Command),
 }
 
 /// Arguments of `migrate`.
@@ -144,6 +148,7 @@ pub async fn run(cli: Cli) -> CliResult {
         Command::Account(cmd) => account::run(&ctx, cmd).await,
         Command::Key(cmd) => key::run(&ctx, cmd).await,
         Command::Device(cmd) => device::run(&ctx, cmd).await,
+        Command::Subscription(cmd) => subscription::run(&ctx, cmd).await,
     }
 }
 

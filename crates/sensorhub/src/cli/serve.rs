@@ -3,8 +3,10 @@
 //! write the demo, connect Redis, bind, serve.
 
 use super::{CliResult, Context};
+use crate::config::hooks::{DeliveryFlags, DeliverySettings};
 use crate::config::mqtt::MqttFlags;
 use crate::config::serve::{CounterStore, ServeFlags, ServeSettings};
+use crate::hooks::seal::{SealError, SealingKey};
 use crate::http::{AppState, ServerOptions, app, serve, shutdown_signal};
 use crate::mqtt::MqttSettings;
 use crate::shared::SharedRedis;
@@ -17,6 +19,8 @@ pub struct Args {
     settings: ServeFlags,
     #[command(flatten)]
     mqtt: MqttFlags,
+    #[command(flatten)]
+    deliveries: DeliveryFlags,
     /// Fill the database with demo data first when it is empty
     #[arg(long)]
     demo: bool,
@@ -26,6 +30,12 @@ pub struct Args {
 pub async fn run(ctx: &Context, args: Args) -> CliResult {
     let settings = ServeSettings::resolve(&args.settings, &ctx.file)?;
     let mqtt = MqttSettings::resolve(&args.mqtt, ctx.file.mqtt.as_ref(), settings.webhook.max_future_skew)?;
+    let deliveries = DeliverySettings::resolve(&args.deliveries)?;
+    let key = match SealingKey::from_env() {
+        Ok(key) => Some(key),
+        Err(SealError::NoKey) => None,
+        Err(e) => return Err(e.into()),
+    };
     let listen = settings.listen;
     let store = ctx.open().await?;
     if args.demo {
@@ -66,6 +76,16 @@ pub async fn run(ctx: &Context, args: Args) -> CliResult {
     if let Some(mqtt) = mqtt {
         // The state's store: it publishes what it stores to live streams.
         state.mqtt = Some(crate::mqtt::spawn(mqtt, state.store.clone(), metrics.clone()));
+    }
+    match key {
+        Some(key) => {
+            let clock = Arc::new(crate::hooks::worker::SystemClock);
+            crate::hooks::worker::spawn(store.clone(), key, deliveries, metrics.clone(), clock)?;
+        }
+        None => tracing::warn!(
+            "SENSORHUB_SECRET_KEY is not set: outgoing webhook deliveries are not sent (they wait in the outbox \
+             until an instance with the key runs)"
+        ),
     }
     crate::retention::spawn(store, settings.retention, settings.retention_every, metrics.clone());
     if let Some(addr) = settings.metrics_listen {

@@ -4,6 +4,7 @@
 //! one pure function per command ([`serve::ServeSettings::resolve`]), which
 //! holds every default once.
 
+pub mod hooks;
 pub mod mqtt;
 pub mod serve;
 
@@ -189,6 +190,12 @@ pub const KNOWN_ENV: &[&str] = &[
     "SENSORHUB_RETENTION",
     "SENSORHUB_RETENTION_EVERY",
     "SENSORHUB_LOG",
+    "SENSORHUB_SECRET_KEY",
+    "SENSORHUB_WEBHOOK_ALLOW_PRIVATE",
+    "SENSORHUB_WEBHOOK_TIMEOUT",
+    "SENSORHUB_WEBHOOK_RETRY_FOR",
+    "SENSORHUB_WEBHOOK_DISABLE_AFTER",
+    "SENSORHUB_WEBHOOK_CONCURRENCY",
 ];
 
 /// Names of `SENSORHUB_*` variables that sensorhub does not know.

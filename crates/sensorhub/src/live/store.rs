@@ -10,6 +10,7 @@ use sensorhub_core::provision::Provision;
 use sensorhub_core::retention::Retention;
 use sensorhub_core::secret::KeyDigest;
 use sensorhub_core::time::TimeRange;
+use sensorhub_store::hooks::{Attempt, Delivery, DeliveryRecord, NewSubscription, Outbox, Replay, Subscription};
 use sensorhub_store::{
     AccountAuth, AccountSummary, ApiKeyAuth, ApiKeySummary, ApplyReport, DeleteReport, DeviceHandle, ImportReport,
     Installation, LatestValue, PartialImport, PoolStatus, ReadingSource, ReadingStream, RetentionReport, Scope, Store,
@@ -77,16 +78,16 @@ impl Store for PublishingStore {
         Ok(())
     }
 
-    async fn import(&self, source: ReadingSource) -> StoreResult<ImportReport> {
+    async fn import(&self, source: ReadingSource, outbox: Outbox) -> StoreResult<ImportReport> {
         let tap = Tap::default();
-        let report = self.inner.import(tap.wrap(source)).await?;
+        let report = self.inner.import(tap.wrap(source), outbox).await?;
         self.publish_tapped(&tap, u64::MAX).await;
         Ok(report)
     }
 
-    async fn import_batched(&self, source: ReadingSource) -> Result<ImportReport, PartialImport> {
+    async fn import_batched(&self, source: ReadingSource, outbox: Outbox) -> Result<ImportReport, PartialImport> {
         let tap = Tap::default();
-        let result = self.inner.import_batched(tap.wrap(source)).await;
+        let result = self.inner.import_batched(tap.wrap(source), outbox).await;
         // What was committed before an error is a prefix of the input.
         let committed = match &result {
             Ok(_) => u64::MAX,
@@ -205,6 +206,46 @@ impl Store for PublishingStore {
     async fn restore_hours(&self, device_id: &str, hours: Vec<StoredHour>) -> StoreResult<()> {
         self.inner.restore_hours(device_id, hours).await
     }
+
+    async fn add_subscription(&self, sub: NewSubscription) -> StoreResult<()> {
+        self.inner.add_subscription(sub).await
+    }
+
+    async fn subscriptions(&self) -> StoreResult<Vec<Subscription>> {
+        self.inner.subscriptions().await
+    }
+
+    async fn remove_subscription(&self, id: &str) -> StoreResult<()> {
+        self.inner.remove_subscription(id).await
+    }
+
+    async fn replace_subscription_secret(&self, id: &str, sealed_secret: Vec<u8>) -> StoreResult<()> {
+        self.inner.replace_subscription_secret(id, sealed_secret).await
+    }
+
+    async fn set_subscription_enabled(&self, id: &str, enabled: bool) -> StoreResult<()> {
+        self.inner.set_subscription_enabled(id, enabled).await
+    }
+
+    async fn claim_deliveries(&self, now: i64, lease: i64, limit: usize) -> StoreResult<Vec<Delivery>> {
+        self.inner.claim_deliveries(now, lease, limit).await
+    }
+
+    async fn finish_delivery(&self, id: i64, subscription_id: &str, now: i64, attempt: Attempt) -> StoreResult<()> {
+        self.inner.finish_delivery(id, subscription_id, now, attempt).await
+    }
+
+    async fn deliveries(&self, id: &str, failed_only: bool) -> StoreResult<Vec<DeliveryRecord>> {
+        self.inner.deliveries(id, failed_only).await
+    }
+
+    async fn replay_deliveries(&self, id: &str, which: Replay, now: i64) -> StoreResult<u64> {
+        self.inner.replay_deliveries(id, which, now).await
+    }
+
+    async fn outbox_backlog(&self) -> StoreResult<u64> {
+        self.inner.outbox_backlog().await
+    }
 }
 
 #[cfg(test)]
@@ -234,8 +275,8 @@ mod tests {
         };
         store.ingest(input(60, "D-a")).await.expect("ingest");
         assert!(store.ingest(input(120, "D-nope")).await.is_err(), "a refused reading is not published");
-        store.import(Box::new([Ok(input(180, "D-a"))].into_iter())).await.expect("import");
-        store.import_batched(Box::new([Ok(input(240, "D-a"))].into_iter())).await.expect("import");
+        store.import(Box::new([Ok(input(180, "D-a"))].into_iter()), Outbox::Skip).await.expect("import");
+        store.import_batched(Box::new([Ok(input(240, "D-a"))].into_iter()), Outbox::Skip).await.expect("import");
         for t in [60, 180, 240] {
             let Next::Event(e) = sub.next().await else { panic!("an event") };
             assert_eq!(

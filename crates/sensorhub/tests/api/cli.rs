@@ -10,7 +10,7 @@ use std::process::{Command, Output, Stdio};
 const BIN: &str = env!("CARGO_BIN_EXE_sensorhub");
 
 /// Runs `sensorhub ARGS --database DB` with `stdin`.
-fn run(db: impl AsRef<std::ffi::OsStr>, args: &[&str], stdin: &str) -> Output {
+pub(crate) fn run(db: impl AsRef<std::ffi::OsStr>, args: &[&str], stdin: &str) -> Output {
     let mut child = Command::new(BIN)
         .args(args)
         .arg("--database")
@@ -25,7 +25,7 @@ fn run(db: impl AsRef<std::ffi::OsStr>, args: &[&str], stdin: &str) -> Output {
     child.wait_with_output().expect("wait")
 }
 
-fn ok(out: &Output) -> String {
+pub(crate) fn ok(out: &Output) -> String {
     assert!(
         out.status.success(),
         "failed: {}{}",
@@ -35,7 +35,7 @@ fn ok(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-fn failed(out: &Output) -> String {
+pub(crate) fn failed(out: &Output) -> String {
     assert!(!out.status.success(), "should have failed: {}", String::from_utf8_lossy(&out.stdout));
     String::from_utf8_lossy(&out.stderr).into_owned()
 }

@@ -184,7 +184,10 @@ impl TestApp {
 
     /// Stores readings directly.
     pub async fn add_readings(&self, readings: Vec<ReadingInput>) {
-        self.store.import(Box::new(readings.into_iter().map(Ok))).await.expect("import");
+        self.store
+            .import(Box::new(readings.into_iter().map(Ok)), sensorhub_store::hooks::Outbox::Deliver)
+            .await
+            .expect("import");
     }
 
     /// Sends `method path` with an optional `Authorization` header.
@@ -329,11 +332,17 @@ pub struct ServeProcess {
 impl ServeProcess {
     /// Starts `sensorhub serve --listen 127.0.0.1:0 ARGS` and waits for its address.
     pub fn start(args: &[&str]) -> Self {
+        Self::start_with(args, &[])
+    }
+
+    /// [`ServeProcess::start`] with environment variables `envs`.
+    pub fn start_with(args: &[&str], envs: &[(&str, &str)]) -> Self {
         use std::io::BufRead;
         let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_sensorhub"))
             .args(["serve", "--listen", "127.0.0.1:0"])
             .args(args)
             .env("SENSORHUB_LOG", "info")
+            .envs(envs.iter().copied())
             .stderr(std::process::Stdio::piped())
             .stdout(std::process::Stdio::null())
             .spawn()

@@ -14,6 +14,7 @@ mod copy;
 mod corpus;
 mod devices;
 mod faults;
+mod hooks;
 mod instances;
 mod latest;
 mod mqtt;

@@ -1,0 +1,283 @@
+//! `sensorhub-bench hooks`: outgoing webhooks. A release server over the
+//! small fleet's provisioning delivers to a receiver in this process on
+//! 127.0.0.1 (answering 204). Reported: webhook ingest requests/s with no
+//! subscription and with 3 active ones (delivering meanwhile), their ratio
+//! (target ≥ 0.8), and how fast a backlog of `--backlog` deliveries
+//! (written by `sensorhub import --deliver` while no instance delivers)
+//! drains once a server with the key starts: deliveries/s.
+
+use crate::dataset;
+use crate::run::Server;
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// The sealing key of the benchmark's subscriptions.
+const SECRET_KEY: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+
+/// Arguments of `hooks`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Seconds of webhook ingest load per measurement
+    #[arg(long, default_value_t = 10)]
+    seconds: u64,
+    /// Clients posting at once
+    #[arg(long, default_value_t = 16)]
+    clients: usize,
+    /// Deliveries in the backlog that is drained
+    #[arg(long, default_value_t = 100_000)]
+    backlog: u64,
+    /// Deliveries in flight per endpoint (serve --webhook-concurrency)
+    #[arg(long, default_value_t = 4)]
+    concurrency: usize,
+    /// Where the database and results are kept
+    #[arg(long, default_value = "bench/data")]
+    data: PathBuf,
+    /// Where the JSON results go
+    #[arg(long, default_value = "bench/results")]
+    out: PathBuf,
+    /// Loopback port of the server
+    #[arg(long, default_value_t = 18440)]
+    port: u16,
+}
+
+/// What the scenario measured.
+#[derive(Debug, Serialize)]
+pub struct Hooks {
+    /// Webhook ingest with no subscription, requests/s.
+    pub ingest_none_rps: f64,
+    /// Webhook ingest with 3 subscriptions whose deliveries only go to the
+    /// outbox (a server without the key does not deliver), requests/s.
+    pub ingest_three_outbox_rps: f64,
+    /// `ingest_three_outbox_rps / ingest_none_rps`: the write path's own cost.
+    pub outbox_ratio: f64,
+    /// Webhook ingest with 3 subscriptions delivering, requests/s.
+    pub ingest_three_rps: f64,
+    /// `ingest_three_rps / ingest_none_rps` (target ≥ 0.8).
+    pub ratio: f64,
+    /// Deliveries the drained backlog held.
+    pub backlog: u64,
+    /// Time to drain it, s.
+    pub drain_s: f64,
+    /// Deliveries per second while draining.
+    pub deliveries_per_s: f64,
+    /// Deliveries in flight per endpoint.
+    pub concurrency: usize,
+}
+
+/// Runs `sensorhub ARGS --database DB` and returns its stdout.
+fn sensorhub(exe: &Path, db: &Path, args: &[&str]) -> Result<String, String> {
+    let out = Command::new(exe)
+        .args(args)
+        .arg("--database")
+        .arg(db)
+        .env("SENSORHUB_LOG", "warn")
+        .env("SENSORHUB_SECRET_KEY", SECRET_KEY)
+        .output()
+        .map_err(|e| e.to_string())?;
+    if !out.status.success() {
+        return Err(format!("sensorhub {args:?}: {}", String::from_utf8_lossy(&out.stderr)));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Starts the receiver; returns its URL and the count of deliveries it got.
+async fn receiver() -> Result<(String, Arc<AtomicU64>), String> {
+    let count = Arc::new(AtomicU64::new(0));
+    let counted = count.clone();
+    let app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(move || {
+            counted.fetch_add(1, Ordering::Relaxed);
+            async { axum::http::StatusCode::NO_CONTENT }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.map_err(|e| e.to_string())?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    Ok((format!("http://{addr}/hook"), count))
+}
+
+/// Sends one webhook POST of reading `k` of the reference station.
+async fn ingest(port: u16, k: u64) -> Result<(), String> {
+    let ts = jiff::Timestamp::from_second(1_700_000_000 + k as i64).map_err(|e| e.to_string())?;
+    let body = format!(
+        r#"{{"event":"sensor-data","device_id":"{}","timestamp":"{ts}","data":{{"REF-wl":{k}}}}}"#,
+        dataset::REF_DEVICE
+    );
+    let mut s = TcpStream::connect(("127.0.0.1", port)).await.map_err(|e| e.to_string())?;
+    let request = format!(
+        "POST /external/v1/webhook/sensor-data HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+         X-API-KEY: {}\r\nContent-Length: {}\r\n\r\n{body}",
+        dataset::BENCH_WEBHOOK_KEY,
+        body.len()
+    );
+    s.write_all(request.as_bytes()).await.map_err(|e| e.to_string())?;
+    let mut answer = Vec::new();
+    s.read_to_end(&mut answer).await.map_err(|e| e.to_string())?;
+    if !answer.starts_with(b"HTTP/1.0 200") && !answer.starts_with(b"HTTP/1.1 200") {
+        return Err(format!("ingest refused: {}", String::from_utf8_lossy(&answer)));
+    }
+    Ok(())
+}
+
+/// `clients` posting distinct readings (from `first` on) for `seconds`: requests/s.
+async fn load(port: u16, clients: usize, seconds: u64, first: u64) -> Result<f64, String> {
+    let next = Arc::new(AtomicU64::new(first));
+    let stop = Arc::new(AtomicBool::new(false));
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..clients)
+        .map(|_| {
+            let (next, stop) = (next.clone(), stop.clone());
+            tokio::spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    ingest(port, next.fetch_add(1, Ordering::Relaxed)).await?;
+                }
+                Ok::<_, String>(())
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_secs(seconds)).await;
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        t.await.map_err(|e| e.to_string())??;
+    }
+    Ok((next.load(Ordering::Relaxed) - first) as f64 / started.elapsed().as_secs_f64())
+}
+
+/// Runs the scenario and writes its figures.
+pub fn run(args: Args) -> Result<(Hooks, PathBuf), String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let bin = exe.parent().ok_or("no binary directory")?.join("sensorhub");
+    let dir = args.data.join("hooks");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let db = dir.join("hooks.db");
+    let provision = dir.join("provision.json");
+    let stations = dataset::stations(dataset::SMALL, 42);
+    std::fs::write(&provision, dataset::provision(&stations).to_string()).map_err(|e| e.to_string())?;
+    sensorhub(&bin, &db, &["apply", provision.to_str().ok_or("path")?])?;
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
+    let (url, delivered) = rt.block_on(receiver())?;
+    let port = args.port;
+    let concurrency = args.concurrency.to_string();
+    let serve = |with_key: bool| -> Result<Server, String> {
+        let mut cmd = Command::new(&bin);
+        cmd.args(["serve", "--rate-limit", "off", "--webhook-mode", "ingest", "--webhook-allow-private"])
+            .args(["--webhook-concurrency", &concurrency, "--listen", &format!("127.0.0.1:{port}")])
+            .arg("--database")
+            .arg(&db)
+            .env("SENSORHUB_LOG", "warn");
+        if with_key {
+            cmd.env("SENSORHUB_SECRET_KEY", SECRET_KEY);
+        }
+        Server::start(&mut cmd, port)
+    };
+
+    // Ingest without subscriptions, then with three delivering.
+    let server = serve(true)?;
+    let ingest_none_rps = rt.block_on(load(port, args.clients, args.seconds, 0))?;
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let added = sensorhub(
+            &bin,
+            &db,
+            &["subscription", "add", "--account", dataset::BENCH_USER.0, "--url", &url, "--allow-http"],
+        )?;
+        ids.extend(added.split_whitespace().find(|w| w.starts_with("sub_")).map(str::to_owned));
+    }
+    drop(server);
+    let server = serve(false)?;
+    let ingest_three_outbox_rps = rt.block_on(load(port, args.clients, args.seconds, 1_000_000))?;
+    drop(server);
+    let server = serve(true)?;
+    let ingest_three_rps = rt.block_on(load(port, args.clients, args.seconds, 2_000_000))?;
+    drop(server);
+
+    // A backlog for one fresh subscription, written while nobody delivers,
+    // then drained. (Removing the others drops what they still owed,
+    // deliveries leased by the stopped server among them.)
+    for id in &ids {
+        sensorhub(&bin, &db, &["subscription", "remove", id])?;
+    }
+    sensorhub(&bin, &db, &["subscription", "add", "--account", dataset::BENCH_USER.0, "--url", &url, "--allow-http"])?;
+    let file = dir.join("backlog.ndjson");
+    let mut lines = String::new();
+    for k in 0..args.backlog {
+        let ts = jiff::Timestamp::from_second(1_750_000_000 + k as i64).map_err(|e| e.to_string())?;
+        lines.push_str(&format!(
+            "{{\"device_id\":\"{}\",\"timestamp\":\"{ts}\",\"sensors\":[{{\"id\":\"REF-wl\",\"value\":{k}}}]}}\n",
+            dataset::REF_DEVICE
+        ));
+    }
+    std::fs::write(&file, lines).map_err(|e| e.to_string())?;
+    let before = delivered.load(Ordering::Relaxed);
+    sensorhub(&bin, &db, &["import", "--deliver", file.to_str().ok_or("path")?])?;
+    let backlog = outbox_backlog(&db)?;
+    let started = Instant::now();
+    let server = serve(true)?;
+    let drained = rt.block_on(async {
+        let deadline = Instant::now() + Duration::from_secs(1800);
+        while delivered.load(Ordering::Relaxed) - before < backlog {
+            if Instant::now() > deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        true
+    });
+    let drain_s = started.elapsed().as_secs_f64();
+    drop(server);
+    if !drained {
+        return Err(format!("the backlog of {backlog} did not drain in 30 minutes"));
+    }
+    let hooks = Hooks {
+        ingest_none_rps,
+        ingest_three_outbox_rps,
+        outbox_ratio: ingest_three_outbox_rps / ingest_none_rps.max(1e-9),
+        ingest_three_rps,
+        ratio: ingest_three_rps / ingest_none_rps.max(1e-9),
+        backlog,
+        drain_s,
+        deliveries_per_s: backlog as f64 / drain_s,
+        concurrency: args.concurrency,
+    };
+    std::fs::create_dir_all(&args.out).map_err(|e| e.to_string())?;
+    let date = jiff::Timestamp::now().strftime("%Y-%m-%dT%H%M%SZ").to_string();
+    let path = args.out.join(format!("{date}-hooks.json"));
+    let json = serde_json::to_string_pretty(&hooks).map_err(|e| e.to_string())?;
+    std::fs::write(&path, json).map_err(|e| e.to_string())?;
+    Ok((hooks, path))
+}
+
+/// The deliveries pending in the SQLite database `db`.
+fn outbox_backlog(db: &Path) -> Result<u64, String> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
+    rt.block_on(async {
+        let store = sensorhub_store::open(db.to_str().ok_or("path")?).await.map_err(|e| e.to_string())?;
+        store.outbox_backlog().await.map_err(|e| e.to_string())
+    })
+}
+
+/// The figures as lines of text.
+pub fn report(h: &Hooks) -> String {
+    format!(
+        "webhook ingest: {:.0} req/s without subscriptions; with 3: {:.0} req/s writing their outbox only \
+         (ratio {:.2}), {:.0} req/s while delivering on the same cores (ratio {:.2}; target >= 0.8)\n\
+         backlog of {} deliveries drained in {:.1} s: {:.0} deliveries/s ({} per endpoint at once)",
+        h.ingest_none_rps,
+        h.ingest_three_outbox_rps,
+        h.outbox_ratio,
+        h.ingest_three_rps,
+        h.ratio,
+        h.backlog,
+        h.drain_s,
+        h.deliveries_per_s,
+        h.concurrency
+    )
+}

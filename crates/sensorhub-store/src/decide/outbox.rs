@@ -1,0 +1,134 @@
+//! The outbox's shared decisions: which readings of a write become
+//! deliveries, and the envelope each carries. A transaction that stores
+//! readings gathers one row per reading and matching subscription; the
+//! backend writes them in the same transaction, so a reading acknowledged
+//! is a delivery owed.
+
+use super::DeviceSensors;
+use crate::hooks::Outbox;
+use sensorhub_core::model::ReadingInput;
+use sensorhub_core::secret::generate_key;
+use std::fmt::Write as _;
+
+/// One delivery owed, as the transaction writes it.
+pub(crate) struct OutboxRow {
+    pub subscription_id: String,
+    pub message_id: String,
+    pub body: String,
+}
+
+/// The deliveries gathered by one transaction.
+#[derive(Default)]
+pub(crate) struct Deliveries {
+    pub outbox: Outbox,
+    /// Random per transaction; message ids are it and a counter, so that a
+    /// large write costs one call to the random generator.
+    prefix: Option<String>,
+    count: u64,
+    pub rows: Vec<OutboxRow>,
+}
+
+impl Deliveries {
+    /// Nothing gathered yet.
+    pub(crate) fn new(outbox: Outbox) -> Self {
+        Self { outbox, prefix: None, count: 0, rows: Vec::new() }
+    }
+
+    /// Whether subscriptions need looking up for the devices written.
+    pub(crate) fn wanted(&self) -> bool {
+        self.outbox == Outbox::Deliver
+    }
+
+    /// Gathers reading `r` of `device` (already checked) for each
+    /// subscription that covers the device.
+    pub(crate) fn add(&mut self, device: &DeviceSensors, r: &ReadingInput) -> crate::StoreResult<()> {
+        if device.subscriptions.is_empty() {
+            return Ok(());
+        }
+        let body = envelope(device, r);
+        for sub in &device.subscriptions {
+            let message_id = self.next_id()?;
+            self.rows.push(OutboxRow { subscription_id: sub.clone(), message_id, body: body.clone() });
+        }
+        Ok(())
+    }
+
+    fn next_id(&mut self) -> crate::StoreResult<String> {
+        if self.prefix.is_none() {
+            let key = generate_key("msg_").map_err(|e| crate::StoreError::Backend(e.to_string().into()))?;
+            self.prefix = Some(key);
+        }
+        self.count += 1;
+        Ok(format!("{}_{}", self.prefix.as_deref().unwrap_or("msg_"), self.count))
+    }
+}
+
+/// The sensor-data envelope of reading `r` of `device` (spec 2.6, the
+/// webhook's own shape): the timestamp in RFC 3339 UTC, each value as the
+/// data endpoint prints it (serde_json's shortest form of the double).
+pub(crate) fn envelope(device: &DeviceSensors, r: &ReadingInput) -> String {
+    let ts = jiff::Timestamp::from_second(r.timestamp).map_or_else(|_| r.timestamp.to_string(), |t| t.to_string());
+    let mut out = String::with_capacity(96 + 64 * r.values.len());
+    out.push_str(r#"{"event":"sensor-data","device_id":"#);
+    push_str(&mut out, &r.device_id);
+    let _ = write!(out, r#","timestamp":"{ts}","data":{{"sensors":["#);
+    for (i, v) in r.values.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(r#"{"id":"#);
+        push_str(&mut out, &v.sensor_id);
+        out.push_str(r#","value":"#);
+        // Finite (checked on the way in), so this always serializes.
+        if let Ok(text) = serde_json::to_string(&v.value) {
+            out.push_str(&text);
+        }
+        out.push_str(r#","unit":"#);
+        push_str(&mut out, device.unit(&v.sensor_id).unwrap_or(""));
+        out.push('}');
+    }
+    out.push_str("]}}");
+    out
+}
+
+/// Appends `s` as a JSON string.
+fn push_str(out: &mut String, s: &str) {
+    // A string always serializes.
+    if let Ok(text) = serde_json::to_string(s) {
+        out.push_str(&text);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sensorhub_core::model::{Origin, SensorMeta, ValueInput};
+
+    #[test]
+    fn the_envelope_is_the_webhooks_shape_with_stored_units() {
+        let sensors = ["wl", "batt"]
+            .iter()
+            .zip(["cm", "V"])
+            .map(|(id, unit)| SensorMeta {
+                sensor_id: (*id).into(),
+                name: String::new(),
+                kind: String::new(),
+                unit: unit.into(),
+            })
+            .collect();
+        let device = DeviceSensors::new(7, sensors);
+        let value = |id: &str, value| ValueInput { sensor_id: id.into(), value, unit: None };
+        let r = ReadingInput {
+            device_id: "AWLR-\"1".into(),
+            timestamp: 1_777_964_400,
+            values: vec![value("wl", 3.0), value("batt", 12.25)],
+            origin: Origin::Item("x".into()),
+        };
+        let body = envelope(&device, &r);
+        assert_eq!(
+            body,
+            r#"{"event":"sensor-data","device_id":"AWLR-\"1","timestamp":"2026-05-05T07:00:00Z","data":{"sensors":[{"id":"wl","value":3.0,"unit":"cm"},{"id":"batt","value":12.25,"unit":"V"}]}}"#
+        );
+        assert!(serde_json::from_str::<serde_json::Value>(&body).is_ok());
+    }
+}

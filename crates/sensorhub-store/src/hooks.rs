@@ -1,0 +1,179 @@
+//! Outgoing webhook subscriptions as the store keeps them: who subscribed,
+//! to what, where deliveries go, and the sealed signing secret (the store
+//! never sees it in clear).
+
+/// The one event kind so far: a stored reading.
+pub const SENSOR_DATA: &str = "sensor-data";
+
+/// Whether a write of readings owes deliveries to subscriptions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Outbox {
+    /// Each stored reading is delivered to the enabled subscriptions that
+    /// cover its device (webhook ingest, MQTT, `import --deliver`).
+    #[default]
+    Deliver,
+    /// The readings are stored only (`import`'s default: history is not news).
+    Skip,
+}
+
+/// A subscription to create.
+#[derive(Debug, Clone)]
+pub struct NewSubscription {
+    /// Its id (`sub_…`), chosen by the caller: the sealed secret is bound to it.
+    pub id: String,
+    /// The owning account.
+    pub username: String,
+    /// Where deliveries are POSTed.
+    pub url: String,
+    /// The devices it covers; `None` for all that the account sees.
+    pub devices: Option<Vec<String>>,
+    /// Event kinds, e.g. [`SENSOR_DATA`].
+    pub events: Vec<String>,
+    /// The signing secret, sealed (see `sensorhub::hooks::seal`).
+    pub sealed_secret: Vec<u8>,
+    /// Extra request headers, sealed; `None` for none.
+    pub sealed_headers: Option<Vec<u8>>,
+    /// Whether readings that arrive together go out in one delivery.
+    pub batch: bool,
+    /// Whether a plain `http://` URL is allowed.
+    pub allow_http: bool,
+}
+
+/// A stored subscription.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Subscription {
+    /// Its id.
+    pub id: String,
+    /// The owning account.
+    pub username: String,
+    /// Where deliveries are POSTed.
+    pub url: String,
+    /// The devices it covers; `None` for all that the account sees.
+    pub devices: Option<Vec<String>>,
+    /// Event kinds.
+    pub events: Vec<String>,
+    /// The signing secret, sealed.
+    pub sealed_secret: Vec<u8>,
+    /// Whether deliveries are made (an operator, or a failing endpoint, turns it off).
+    pub enabled: bool,
+    /// Whether readings that arrive together go out in one delivery.
+    pub batch: bool,
+    /// Whether a plain `http://` URL is allowed.
+    pub allow_http: bool,
+    /// When it was created (seconds since the epoch).
+    pub created_at: i64,
+}
+
+impl std::fmt::Debug for Subscription {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Subscription")
+            .field("id", &self.id)
+            .field("username", &self.username)
+            .field("url", &self.url)
+            .field("devices", &self.devices)
+            .field("enabled", &self.enabled)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Joins event kinds for storage.
+pub(crate) fn join_events(events: &[String]) -> String {
+    events.join(",")
+}
+
+/// Splits stored event kinds.
+pub(crate) fn split_events(stored: &str) -> Vec<String> {
+    stored.split(',').filter(|e| !e.is_empty()).map(str::to_owned).collect()
+}
+
+/// The error for a subscription id that matches nothing.
+pub(crate) fn no_such_subscription(id: &str) -> crate::StoreError {
+    crate::StoreError::NotFound(format!("no webhook subscription {id:?}"))
+}
+
+/// The error for a device the subscribing account does not see.
+pub(crate) fn unseen_device(username: &str, device_id: &str) -> crate::StoreError {
+    crate::StoreError::NotFound(format!("account {username:?} does not see a device {device_id:?}"))
+}
+
+/// A delivery a worker has claimed: what to send, where, and with which
+/// (sealed) secret.
+#[derive(Clone)]
+pub struct Delivery {
+    /// The outbox row.
+    pub id: i64,
+    /// The subscription.
+    pub subscription_id: String,
+    /// The subscription's account (named when its endpoint is disabled).
+    pub username: String,
+    /// Where to POST.
+    pub url: String,
+    /// Whether a plain `http://` URL is allowed.
+    pub allow_http: bool,
+    /// The subscription's signing secret, sealed.
+    pub sealed_secret: Vec<u8>,
+    /// Extra request headers, sealed.
+    pub sealed_headers: Option<Vec<u8>>,
+    /// The `webhook-id`, the same for every attempt.
+    pub message_id: String,
+    /// The JSON body.
+    pub body: String,
+    /// Attempts made before this one.
+    pub attempts: u32,
+    /// When the reading was stored (milliseconds since the epoch).
+    pub created_at: i64,
+    /// Since when the subscription's deliveries fail with no success (ms).
+    pub failing_since: Option<i64>,
+}
+
+impl std::fmt::Debug for Delivery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Delivery")
+            .field("id", &self.id)
+            .field("subscription_id", &self.subscription_id)
+            .field("message_id", &self.message_id)
+            .field("attempts", &self.attempts)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What an attempt came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Attempt {
+    /// The endpoint took it (2xx): the row is removed.
+    Delivered,
+    /// Try again at `at` (ms); `status` is the answer's, if there was one.
+    Retry { at: i64, status: Option<u16>, error: String },
+    /// Given up: the row stays, failed, for `deliveries` and `replay`.
+    Failed { status: Option<u16>, error: String },
+}
+
+/// A delivery as `subscription deliveries` lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeliveryRecord {
+    /// The outbox row (what `replay` takes).
+    pub id: i64,
+    /// The `webhook-id`.
+    pub message_id: String,
+    /// `pending` or `failed`.
+    pub state: String,
+    /// Attempts made.
+    pub attempts: u32,
+    /// When the reading was stored (ms).
+    pub created_at: i64,
+    /// When the next attempt is due (ms; pending only).
+    pub next_attempt: i64,
+    /// The last answer's status.
+    pub last_status: Option<u16>,
+    /// The last attempt's error.
+    pub last_error: Option<String>,
+}
+
+/// Which deliveries `replay` makes due again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Replay {
+    /// Every failed delivery of the subscription.
+    Failed,
+    /// One delivery (failed or pending), by outbox row.
+    One(i64),
+}

@@ -1,0 +1,184 @@
+//! The outbox on PostgreSQL: deliveries written with their readings,
+//! claimed by workers of any instance (`FOR UPDATE SKIP LOCKED`: each due
+//! row goes to one claimer), finished, listed and replayed. None of this
+//! takes the write lock that readings' writes hold.
+
+use crate::decide::outbox::OutboxRow;
+use crate::hooks::{Attempt, Delivery, DeliveryRecord, Replay, SENSOR_DATA, no_such_subscription};
+use crate::{StoreError, StoreResult};
+use deadpool_postgres::{Client, GenericClient, Transaction};
+
+/// The enabled subscriptions to sensor data that cover device `pk`: all
+/// of their account's devices, or a list naming it.
+pub(super) async fn subscriptions_of(tx: &Transaction<'_>, pk: i64) -> StoreResult<Vec<String>> {
+    let stmt = tx
+        .prepare_cached(
+            "SELECT s.id FROM subscriptions s
+             WHERE s.enabled AND $2 = ANY (string_to_array(s.events, ','))
+               AND ((s.all_devices
+                     AND EXISTS (SELECT 1 FROM account_devices x WHERE x.account_id = s.account_id AND x.device_pk = $1))
+                    OR EXISTS (SELECT 1 FROM subscription_devices sd WHERE sd.subscription_id = s.id AND sd.device_pk = $1))
+             ORDER BY s.id",
+        )
+        .await?;
+    Ok(tx.query(&stmt, &[&pk, &SENSOR_DATA]).await?.iter().map(|r| r.get(0)).collect())
+}
+
+/// Writes the deliveries gathered by a transaction of readings, due now,
+/// in one statement.
+pub(super) async fn insert(tx: &Transaction<'_>, rows: &[OutboxRow]) -> StoreResult<()> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let now = jiff::Timestamp::now().as_millisecond();
+    let subs: Vec<&str> = rows.iter().map(|r| r.subscription_id.as_str()).collect();
+    let ids: Vec<&str> = rows.iter().map(|r| r.message_id.as_str()).collect();
+    let bodies: Vec<&str> = rows.iter().map(|r| r.body.as_str()).collect();
+    tx.execute(
+        "INSERT INTO outbox (subscription_id, message_id, body, created_at, next_attempt)
+         SELECT s, m, b, $4, $4 FROM unnest($1::text[], $2::text[], $3::text[]) AS t (s, m, b)",
+        &[&subs, &ids, &bodies, &now],
+    )
+    .await?;
+    Ok(())
+}
+
+pub(super) async fn claim(c: &mut Client, now: i64, lease: i64, limit: usize) -> StoreResult<Vec<Delivery>> {
+    let rows = c
+        .query(
+            "WITH due AS (
+                 SELECT o.id FROM outbox o JOIN subscriptions s ON s.id = o.subscription_id
+                 WHERE o.state = 'pending' AND o.next_attempt <= $1 AND s.enabled
+                 ORDER BY o.next_attempt, o.id LIMIT $3
+                 FOR UPDATE OF o SKIP LOCKED)
+             UPDATE outbox o SET next_attempt = $2 FROM due, subscriptions s, accounts a
+             WHERE o.id = due.id AND s.id = o.subscription_id AND a.id = s.account_id
+             RETURNING o.id, o.subscription_id, a.username, s.url, s.allow_http, s.secret, o.message_id, o.body,
+                       o.attempts, o.created_at, s.failing_since, s.headers",
+            &[&now, &(now + lease), &(limit as i64)],
+        )
+        .await?;
+    let mut claimed: Vec<Delivery> = rows
+        .iter()
+        .map(|r| Delivery {
+            id: r.get(0),
+            subscription_id: r.get(1),
+            username: r.get(2),
+            url: r.get(3),
+            allow_http: r.get(4),
+            sealed_secret: r.get(5),
+            message_id: r.get(6),
+            body: r.get(7),
+            attempts: u32::try_from(r.get::<_, i32>(8)).unwrap_or(0),
+            created_at: r.get(9),
+            failing_since: r.get(10),
+            sealed_headers: r.get(11),
+        })
+        .collect();
+    claimed.sort_by_key(|d| d.id);
+    Ok(claimed)
+}
+
+pub(super) async fn finish(c: &mut Client, id: i64, sub: &str, now: i64, attempt: &Attempt) -> StoreResult<()> {
+    let tx = c.transaction().await?;
+    match attempt {
+        Attempt::Delivered => {
+            tx.execute("DELETE FROM outbox WHERE id = $1", &[&id]).await?;
+            tx.execute(
+                "UPDATE subscriptions SET failing_since = NULL WHERE id = $1 AND failing_since IS NOT NULL",
+                &[&sub],
+            )
+            .await?;
+        }
+        Attempt::Retry { at, status, error } => {
+            tx.execute(
+                "UPDATE outbox SET attempts = attempts + 1, next_attempt = $2, last_status = $3, last_error = $4
+                 WHERE id = $1",
+                &[&id, at, &status.map(i32::from), error],
+            )
+            .await?;
+            failing(&tx, sub, now).await?;
+        }
+        Attempt::Failed { status, error } => {
+            tx.execute(
+                "UPDATE outbox SET state = 'failed', attempts = attempts + 1, last_status = $2, last_error = $3
+                 WHERE id = $1",
+                &[&id, &status.map(i32::from), error],
+            )
+            .await?;
+            failing(&tx, sub, now).await?;
+        }
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Notes that subscription `sub` fails since `now` unless it already did.
+async fn failing(tx: &Transaction<'_>, sub: &str, now: i64) -> StoreResult<()> {
+    tx.execute("UPDATE subscriptions SET failing_since = $2 WHERE id = $1 AND failing_since IS NULL", &[&sub, &now])
+        .await?;
+    Ok(())
+}
+
+/// Refuses an unknown subscription.
+async fn require(c: &impl GenericClient, id: &str) -> StoreResult<()> {
+    let found = c.query_opt("SELECT 1 FROM subscriptions WHERE id = $1", &[&id]).await?;
+    found.map(|_| ()).ok_or_else(|| no_such_subscription(id))
+}
+
+pub(super) async fn list(c: &impl GenericClient, id: &str, failed_only: bool) -> StoreResult<Vec<DeliveryRecord>> {
+    require(c, id).await?;
+    let rows = c
+        .query(
+            "SELECT id, message_id, state, attempts, created_at, next_attempt, last_status, last_error FROM outbox
+             WHERE subscription_id = $1 AND (NOT $2 OR state = 'failed') ORDER BY id",
+            &[&id, &failed_only],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| DeliveryRecord {
+            id: r.get(0),
+            message_id: r.get(1),
+            state: r.get(2),
+            attempts: u32::try_from(r.get::<_, i32>(3)).unwrap_or(0),
+            created_at: r.get(4),
+            next_attempt: r.get(5),
+            last_status: r.get::<_, Option<i32>>(6).and_then(|s| u16::try_from(s).ok()),
+            last_error: r.get(7),
+        })
+        .collect())
+}
+
+pub(super) async fn replay(c: &mut Client, id: &str, which: Replay, now: i64) -> StoreResult<u64> {
+    let tx = c.transaction().await?;
+    require(&tx, id).await?;
+    let n = match which {
+        Replay::Failed => {
+            tx.execute(
+                "UPDATE outbox SET state = 'pending', attempts = 0, next_attempt = $2
+                 WHERE subscription_id = $1 AND state = 'failed'",
+                &[&id, &now],
+            )
+            .await?
+        }
+        Replay::One(row) => {
+            tx.execute(
+                "UPDATE outbox SET state = 'pending', attempts = 0, next_attempt = $3
+                 WHERE subscription_id = $1 AND id = $2",
+                &[&id, &row, &now],
+            )
+            .await?
+        }
+    };
+    if let (Replay::One(row), 0) = (which, n) {
+        return Err(StoreError::NotFound(format!("subscription {id:?} has no delivery {row}")));
+    }
+    tx.commit().await?;
+    Ok(n)
+}
+
+pub(super) async fn backlog(c: &impl GenericClient) -> StoreResult<u64> {
+    let n: i64 = c.query_one("SELECT count(*) FROM outbox WHERE state = 'pending'", &[]).await?.get(0);
+    Ok(n as u64)
+}

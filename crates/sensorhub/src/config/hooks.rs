@@ -1,0 +1,105 @@
+//! Settings of outgoing webhook deliveries (`serve --webhook-…`): flags
+//! and `SENSORHUB_WEBHOOK_…` variables, resolved into [`DeliverySettings`].
+
+use crate::hooks::retry::RetryPolicy;
+use std::time::Duration;
+
+/// Flags of outgoing webhook deliveries.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct DeliveryFlags {
+    /// Allow deliveries to loopback, private, link-local and metadata addresses (for tests and closed networks)
+    #[arg(long, env = "SENSORHUB_WEBHOOK_ALLOW_PRIVATE")]
+    pub webhook_allow_private: bool,
+    /// Seconds one delivery attempt may take, from resolving the host to the answer's status [default: 10]
+    #[arg(long, env = "SENSORHUB_WEBHOOK_TIMEOUT")]
+    pub webhook_timeout: Option<u64>,
+    /// Seconds after a reading was stored that its delivery is still retried [default: 86400]
+    #[arg(long, env = "SENSORHUB_WEBHOOK_RETRY_FOR")]
+    pub webhook_retry_for: Option<u64>,
+    /// Seconds an endpoint may fail with no success before its subscription is disabled [default: 259200]
+    #[arg(long, env = "SENSORHUB_WEBHOOK_DISABLE_AFTER")]
+    pub webhook_disable_after: Option<u64>,
+    /// Deliveries in flight to one endpoint at once [default: 4]
+    #[arg(long, env = "SENSORHUB_WEBHOOK_CONCURRENCY")]
+    pub webhook_concurrency: Option<usize>,
+}
+
+/// How the delivery worker runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeliverySettings {
+    /// Whether private targets are allowed.
+    pub allow_private: bool,
+    /// The time limit of one attempt.
+    pub timeout: Duration,
+    /// The retry rules.
+    pub policy: RetryPolicy,
+    /// How long an endpoint may fail before its subscription is disabled.
+    pub disable_after: Duration,
+    /// Deliveries in flight to one endpoint.
+    pub per_endpoint: usize,
+    /// Deliveries in flight in all.
+    pub in_flight: usize,
+    /// The longest wait between two looks at the outbox when idle.
+    pub poll: Duration,
+}
+
+impl Default for DeliverySettings {
+    fn default() -> Self {
+        Self {
+            allow_private: false,
+            timeout: Duration::from_secs(10),
+            policy: RetryPolicy::default(),
+            disable_after: Duration::from_secs(72 * 3600),
+            per_endpoint: 4,
+            in_flight: 64,
+            poll: Duration::from_millis(500),
+        }
+    }
+}
+
+impl DeliverySettings {
+    /// The settings `flags` give over the defaults; refuses zeros.
+    pub fn resolve(flags: &DeliveryFlags) -> Result<Self, String> {
+        let d = Self::default();
+        let secs = |name: &str, v: Option<u64>, default: Duration| match v {
+            Some(0) => Err(format!("--{name} must be at least 1 second")),
+            Some(s) => Ok(Duration::from_secs(s)),
+            None => Ok(default),
+        };
+        let per_endpoint = match flags.webhook_concurrency {
+            Some(0) => return Err("--webhook-concurrency must be at least 1".into()),
+            Some(n) => n,
+            None => d.per_endpoint,
+        };
+        Ok(Self {
+            allow_private: flags.webhook_allow_private,
+            timeout: secs("webhook-timeout", flags.webhook_timeout, d.timeout)?,
+            policy: RetryPolicy {
+                retry_for: secs("webhook-retry-for", flags.webhook_retry_for, d.policy.retry_for)?,
+                ..d.policy
+            },
+            disable_after: secs("webhook-disable-after", flags.webhook_disable_after, d.disable_after)?,
+            per_endpoint,
+            in_flight: d.in_flight.max(per_endpoint),
+            poll: d.poll,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_override_defaults_and_zeros_are_refused() {
+        assert_eq!(DeliverySettings::resolve(&DeliveryFlags::default()), Ok(DeliverySettings::default()));
+        let flags =
+            DeliveryFlags { webhook_timeout: Some(3), webhook_concurrency: Some(2), ..DeliveryFlags::default() };
+        let s = DeliverySettings::resolve(&flags).expect("valid");
+        assert_eq!((s.timeout, s.per_endpoint), (Duration::from_secs(3), 2));
+        assert!(
+            DeliverySettings::resolve(&DeliveryFlags { webhook_retry_for: Some(0), ..DeliveryFlags::default() })
+                .is_err()
+        );
+    }
+}

@@ -1,0 +1,10 @@
+//! Outgoing webhooks (issue 15): partners' subscriptions are signed by the
+//! Standard Webhooks scheme, and their secrets are sealed at rest.
+
+pub mod headers;
+pub mod retry;
+pub mod seal;
+pub mod send;
+pub mod sign;
+pub mod target;
+pub mod worker;

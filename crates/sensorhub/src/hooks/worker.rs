@@ -1,0 +1,210 @@
+//! The delivery worker of `serve`: claims due deliveries from the outbox,
+//! sends each signed (at most N at once per endpoint), records what came
+//! of it by the retry rules, and disables a subscription whose endpoint
+//! has failed for too long. Instances share the outbox: a claim leases
+//! rows to one worker. Time comes from a [`Clock`], so tests can move it.
+
+use super::headers::open_headers;
+use super::seal::SealingKey;
+use super::send::{Sender, Sent};
+use super::sign::SigningSecret;
+use crate::config::hooks::DeliverySettings;
+use crate::metrics::Metrics;
+use sensorhub_store::Store;
+use sensorhub_store::hooks::{Attempt, Delivery};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use tokio::sync::{Notify, Semaphore};
+use tokio::task::JoinSet;
+
+/// Where the worker reads the time (milliseconds since the epoch).
+pub trait Clock: Send + Sync {
+    /// Now.
+    fn now_ms(&self) -> i64;
+}
+
+/// The system's clock.
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now_ms(&self) -> i64 {
+        jiff::Timestamp::now().as_millisecond()
+    }
+}
+
+/// A running worker: wake it to look at the outbox now.
+#[derive(Clone)]
+pub struct WorkerHandle {
+    wake: Arc<Notify>,
+}
+
+impl WorkerHandle {
+    /// Makes the worker look for due deliveries at once.
+    pub fn wake(&self) {
+        self.wake.notify_one();
+    }
+}
+
+/// What every delivery task shares.
+struct Shared {
+    store: Arc<dyn Store>,
+    key: SealingKey,
+    sender: Sender,
+    settings: DeliverySettings,
+    metrics: Arc<Metrics>,
+    clock: Arc<dyn Clock>,
+    /// One semaphore per endpoint (scheme, host and port).
+    endpoints: Mutex<HashMap<String, Arc<Semaphore>>>,
+}
+
+/// Starts the worker over `store`, opening secrets with `key`; fails only
+/// when TLS cannot be set up.
+pub fn spawn(
+    store: Arc<dyn Store>,
+    key: SealingKey,
+    settings: DeliverySettings,
+    metrics: Arc<Metrics>,
+    clock: Arc<dyn Clock>,
+) -> Result<WorkerHandle, String> {
+    let wake = Arc::new(Notify::new());
+    let sender = Sender::new(settings.allow_private, settings.timeout)?;
+    let shared =
+        Arc::new(Shared { store, key, sender, settings, metrics, clock, endpoints: Mutex::new(HashMap::new()) });
+    tokio::spawn(run(shared, wake.clone()));
+    Ok(WorkerHandle { wake })
+}
+
+/// The lease of a claim (ms): long enough for a delivery to wait its
+/// endpoint's turn behind the others claimed with it and make its attempt.
+fn lease(s: &DeliverySettings) -> i64 {
+    let rounds = s.in_flight.div_ceil(s.per_endpoint.max(1)) as u32 + 1;
+    i64::try_from(s.timeout.saturating_mul(rounds).as_millis()).unwrap_or(i64::MAX)
+}
+
+async fn run(shared: Arc<Shared>, wake: Arc<Notify>) {
+    let mut tasks = JoinSet::new();
+    let lease = lease(&shared.settings);
+    loop {
+        let free = shared.settings.in_flight.saturating_sub(tasks.len());
+        let mut claimed = 0;
+        if free > 0 {
+            match shared.store.claim_deliveries(shared.clock.now_ms(), lease, free).await {
+                Ok(due) => {
+                    claimed = due.len();
+                    for d in due {
+                        tasks.spawn(deliver(shared.clone(), d));
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "cannot claim webhook deliveries; trying again"),
+            }
+        }
+        if claimed == 0 {
+            match shared.store.outbox_backlog().await {
+                Ok(n) => shared.metrics.deliveries.backlog(n),
+                Err(e) => tracing::debug!(error = %e, "cannot count the webhook outbox"),
+            }
+        }
+        if claimed > 0 && claimed == free {
+            // There may be more due: make room first.
+            tasks.join_next().await;
+            continue;
+        }
+        if claimed > 0 {
+            continue;
+        }
+        tokio::select! {
+            Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+            () = wake.notified() => {}
+            () = tokio::time::sleep(shared.settings.poll) => {}
+        }
+    }
+}
+
+/// The endpoint a URL names, for the per-endpoint cap.
+fn endpoint(url: &str) -> String {
+    url.parse::<axum::http::Uri>()
+        .ok()
+        .map(|u| format!("{}://{}", u.scheme_str().unwrap_or(""), u.authority().map_or("", |a| a.as_str())))
+        .unwrap_or_else(|| url.to_owned())
+}
+
+/// One attempt of delivery `d`, recorded.
+async fn deliver(shared: Arc<Shared>, d: Delivery) {
+    let semaphore = {
+        let mut endpoints = shared.endpoints.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        endpoints
+            .entry(endpoint(&d.url))
+            .or_insert_with(|| Arc::new(Semaphore::new(shared.settings.per_endpoint)))
+            .clone()
+    };
+    let sent = match semaphore.acquire().await {
+        Ok(_permit) => attempt(&shared, &d).await,
+        Err(_) => return,
+    };
+    let now = shared.clock.now_ms();
+    let result = shared.settings.policy.judge(&sent, d.attempts, d.created_at, now, 0.5 + fastrand::f64() / 2.0);
+    record(&shared, &d, now, result).await;
+}
+
+/// Signs and sends `d`; a secret that does not open is a failure to retry
+/// (the operator may fix the key).
+async fn attempt(shared: &Shared, d: &Delivery) -> Sent {
+    let secret = match shared.key.open(&d.subscription_id, &d.sealed_secret) {
+        Ok(bytes) => match SigningSecret::from_bytes(bytes) {
+            Ok(secret) => secret,
+            Err(e) => return Sent::Network(e.to_string()),
+        },
+        Err(e) => return Sent::Network(e.to_string()),
+    };
+    let mut headers = match d.sealed_headers.as_deref().map(|h| open_headers(&shared.key, &d.subscription_id, h)) {
+        None => Vec::new(),
+        Some(Ok(headers)) => headers,
+        Some(Err(e)) => return Sent::Network(e.to_string()),
+    };
+    // The signed time is when it is sent (receivers check it against their clock).
+    let timestamp = jiff::Timestamp::now().as_second();
+    let signed = secret.headers(&d.message_id, timestamp, d.body.as_bytes());
+    headers.extend(signed.into_iter().map(|(name, value)| (name.to_owned(), value)));
+    shared.sender.post(&d.url, d.allow_http, &headers, d.body.clone()).await
+}
+
+/// Records the outcome of an attempt of `d` judged at `now`, and disables
+/// the subscription when its endpoint has failed for too long.
+async fn record(shared: &Shared, d: &Delivery, now: i64, result: Attempt) {
+    let outcome = match &result {
+        Attempt::Delivered => "delivered",
+        Attempt::Retry { .. } => "retried",
+        Attempt::Failed { .. } => "failed",
+    };
+    shared.metrics.deliveries.attempt(outcome);
+    match &result {
+        Attempt::Delivered => {}
+        Attempt::Retry { error, .. } => {
+            tracing::debug!(subscription = %d.subscription_id, message = %d.message_id, %error, "webhook delivery to be retried");
+        }
+        Attempt::Failed { error, .. } => {
+            tracing::warn!(subscription = %d.subscription_id, account = %d.username, message = %d.message_id, %error, "webhook delivery failed");
+        }
+    }
+    let failing = result != Attempt::Delivered;
+    if let Err(e) = shared.store.finish_delivery(d.id, &d.subscription_id, now, result).await {
+        // The lease runs out and the delivery is tried again: at least once.
+        tracing::warn!(subscription = %d.subscription_id, error = %e, "cannot record a webhook delivery; it will be tried again");
+        return;
+    }
+    let limit = i64::try_from(shared.settings.disable_after.as_millis()).unwrap_or(i64::MAX);
+    if failing && d.failing_since.is_some_and(|since| now.saturating_sub(since) >= limit) {
+        match shared.store.set_subscription_enabled(&d.subscription_id, false).await {
+            Ok(()) => tracing::warn!(
+                account = %d.username,
+                subscription = %d.subscription_id,
+                url = %d.url,
+                failing_for_s = (now - d.failing_since.unwrap_or(now)) / 1000,
+                "webhook endpoint failing for too long: subscription disabled (`sensorhub subscription enable` turns it on again)"
+            ),
+            Err(e) => {
+                tracing::warn!(subscription = %d.subscription_id, error = %e, "cannot disable a failing webhook subscription")
+            }
+        }
+    }
+}
