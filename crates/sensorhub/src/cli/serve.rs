@@ -82,10 +82,12 @@ pub async fn run(ctx: &Context, args: Args) -> CliResult {
             let clock = Arc::new(crate::hooks::worker::SystemClock);
             crate::hooks::worker::spawn(store.clone(), key, deliveries, metrics.clone(), clock)?;
         }
-        None => tracing::warn!(
+        // Only worth a warning where there is something to deliver.
+        None if store.subscriptions().await.is_ok_and(|subs| !subs.is_empty()) => tracing::warn!(
             "SENSORHUB_SECRET_KEY is not set: outgoing webhook deliveries are not sent (they wait in the outbox \
              until an instance with the key runs)"
         ),
+        None => tracing::debug!("SENSORHUB_SECRET_KEY is not set and there is no subscription: no delivery worker"),
     }
     crate::retention::spawn(store, settings.retention, settings.retention_every, metrics.clone());
     if let Some(addr) = settings.metrics_listen {
