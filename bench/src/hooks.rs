@@ -14,8 +14,6 @@ use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 /// The sealing key of the benchmark's subscriptions.
 const SECRET_KEY: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
@@ -105,25 +103,7 @@ async fn receiver() -> Result<(String, Arc<AtomicU64>), String> {
 
 /// Sends one webhook POST of reading `k` of the reference station.
 async fn ingest(port: u16, k: u64) -> Result<(), String> {
-    let ts = jiff::Timestamp::from_second(1_700_000_000 + k as i64).map_err(|e| e.to_string())?;
-    let body = format!(
-        r#"{{"event":"sensor-data","device_id":"{}","timestamp":"{ts}","data":{{"REF-wl":{k}}}}}"#,
-        dataset::REF_DEVICE
-    );
-    let mut s = TcpStream::connect(("127.0.0.1", port)).await.map_err(|e| e.to_string())?;
-    let request = format!(
-        "POST /external/v1/webhook/sensor-data HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
-         X-API-KEY: {}\r\nContent-Length: {}\r\n\r\n{body}",
-        dataset::BENCH_WEBHOOK_KEY,
-        body.len()
-    );
-    s.write_all(request.as_bytes()).await.map_err(|e| e.to_string())?;
-    let mut answer = Vec::new();
-    s.read_to_end(&mut answer).await.map_err(|e| e.to_string())?;
-    if !answer.starts_with(b"HTTP/1.0 200") && !answer.starts_with(b"HTTP/1.1 200") {
-        return Err(format!("ingest refused: {}", String::from_utf8_lossy(&answer)));
-    }
-    Ok(())
+    crate::live::post_reading(port, 1_700_000_000 + k as i64, k).await
 }
 
 /// `clients` posting distinct readings (from `first` on) for `seconds`: requests/s.

@@ -123,9 +123,15 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 
 /// Sends one webhook POST of reading `k` (value `k`) and waits for its answer.
 async fn ingest(port: u16, k: u64) -> Result<(), String> {
-    let ts = jiff::Timestamp::from_second(1_790_000_000 + k as i64 * 60).map_err(|e| e.to_string())?;
+    post_reading(port, 1_790_000_000 + k as i64 * 60, k).await
+}
+
+/// Sends one webhook POST of the reference station's water level `value`
+/// at `second` and waits for its answer (also the webhook bench's load).
+pub(crate) async fn post_reading(port: u16, second: i64, value: u64) -> Result<(), String> {
+    let ts = jiff::Timestamp::from_second(second).map_err(|e| e.to_string())?;
     let body = format!(
-        r#"{{"event":"sensor-data","device_id":"{}","timestamp":"{ts}","data":{{"REF-wl":{k}}}}}"#,
+        r#"{{"event":"sensor-data","device_id":"{}","timestamp":"{ts}","data":{{"REF-wl":{value}}}}}"#,
         dataset::REF_DEVICE
     );
     let mut s = TcpStream::connect(("127.0.0.1", port)).await.map_err(|e| e.to_string())?;
