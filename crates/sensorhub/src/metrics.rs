@@ -67,6 +67,7 @@ pub struct Metrics {
     retention_returned: Counter,
     mqtt_messages: Family<OutcomeLabels, Counter>,
     mqtt_readings: Counter,
+    dashboard_csp_reports: Counter,
     mqtt_connected: Gauge,
     live: LiveMetrics,
     /// Outgoing webhook deliveries.
@@ -222,6 +223,12 @@ impl Default for Metrics {
         for outcome in MQTT_OUTCOMES {
             let _ = mqtt_messages.get_or_create(&OutcomeLabels { outcome });
         }
+        let dashboard_csp_reports = Counter::default();
+        registry.register(
+            "dashboard_csp_reports",
+            "Content-Security-Policy violations reported by browsers showing the dashboard",
+            dashboard_csp_reports.clone(),
+        );
         let live = LiveMetrics::default();
         live.register(&mut registry);
         let deliveries = DeliveryMetrics::default();
@@ -250,6 +257,7 @@ impl Default for Metrics {
             retention_returned,
             mqtt_messages,
             mqtt_readings,
+            dashboard_csp_reports,
             mqtt_connected,
             live,
             deliveries,
@@ -339,6 +347,11 @@ impl Metrics {
     /// Counts a live stream cut for lagging.
     pub fn live_stream_cut(&self) {
         self.live.cut.inc();
+    }
+
+    /// Counts a Content-Security-Policy violation a browser reported.
+    pub fn dashboard_csp_report(&self) {
+        self.dashboard_csp_reports.inc();
     }
 
     /// Counts an event written to a live stream.

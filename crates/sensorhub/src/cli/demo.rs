@@ -27,7 +27,7 @@ const DAYS: i64 = 35;
 pub async fn run(ctx: &Context, args: Args) -> CliResult {
     let listen =
         args.listen.or_else(|| ctx.file.listen.map(|a| a.to_string())).unwrap_or_else(|| DEFAULT_LISTEN.to_owned());
-    fill(&ctx.open().await?, &listen).await
+    fill(&ctx.open().await?, &listen, ctx.file.dashboard.as_ref().is_none_or(|d| d.enabled != Some(false))).await
 }
 
 /// A station of the demo network.
@@ -145,8 +145,9 @@ fn accounts() -> Vec<AccountSpec> {
     ]
 }
 
-/// Fills `store` with the demo when it is empty, then prints how to use it.
-pub async fn fill(store: &Arc<dyn Store>, listen: &str) -> CliResult {
+/// Fills `store` with the demo when it is empty, then prints how to use it
+/// (the dashboard's address too when it is served).
+pub async fn fill(store: &Arc<dyn Store>, listen: &str, dashboard: bool) -> CliResult {
     if store.is_empty().await? {
         let devices = AWLR.iter().map(|s| device(s, "AWLR")).chain(AWS.iter().map(|s| device(s, "AWS"))).collect();
         let mut doc = Provision { accounts: accounts(), devices, readings: Vec::new() };
@@ -163,6 +164,9 @@ pub async fn fill(store: &Arc<dyn Store>, listen: &str) -> CliResult {
     }
     let base = format!("http://{listen}/external/v1");
     let day = jiff::Timestamp::now().strftime("%Y-%m-%d");
+    if dashboard {
+        println!("\nDashboard: http://{listen}/  (sign in as alice, or open http://{listen}/#key=pk-demo-alice-all)");
+    }
     println!(
         "\nDemo credentials (public: never use a demo database in production):
   Basic auth   alice / alice-demo-password   (all 5 stations)
@@ -179,30 +183,58 @@ Try:
     Ok(())
 }
 
+/// The demo stations, each with whether it measures water and its simulation's seed.
+fn stations() -> impl Iterator<Item = (&'static Station, bool, u64)> {
+    AWLR.iter().map(|s| (s, true)).chain(AWS.iter().map(|s| (s, false))).zip(1u64..).map(|((s, w), seed)| (s, w, seed))
+}
+
 /// Every demo reading from `DAYS` days before `now` up to `now`, device by device.
 fn readings_until(now: i64) -> impl Iterator<Item = ReadingInput> + Send {
-    let stations: Vec<(&'static Station, bool, u64)> = AWLR
-        .iter()
-        .map(|s| (s, true))
-        .chain(AWS.iter().map(|s| (s, false)))
-        .zip(1u64..)
-        .map(|((s, w), seed)| (s, w, seed))
-        .collect();
-    stations.into_iter().flat_map(move |(station, water, seed)| {
+    stations().collect::<Vec<_>>().into_iter().flat_map(move |(station, water, seed)| {
         let start = (now - DAYS * 86_400) / station.interval * station.interval;
-        let mut sim = Weather::new(seed, station.interval);
-        (0..).map(move |i| start + i * station.interval).take_while(move |ts| *ts <= now).map(move |ts| {
-            let p = station.prefix;
-            let w = sim.step(ts, start);
-            let v = |code: &str, value: f64| ValueInput { sensor_id: format!("{p}-{code}"), value, unit: None };
-            let mut values = vec![v("batt", w.battery), v("sig", w.signal)];
-            if water {
-                values.push(v("wl", w.water_level));
-                values.push(v("alert", w.alert));
-            } else {
-                values.extend([v("temp", w.temperature), v("hum", w.humidity), v("rain", w.rain), v("wind", w.wind)]);
-            }
-            ReadingInput { device_id: station.id.into(), timestamp: ts, values, origin: Origin::Item("demo".into()) }
-        })
+        station_readings(station, water, seed, start).take_while(move |r| r.timestamp <= now)
     })
+}
+
+/// One station's readings from `start` on, one per interval, without end.
+fn station_readings(
+    station: &'static Station,
+    water: bool,
+    seed: u64,
+    start: i64,
+) -> impl Iterator<Item = ReadingInput> {
+    let mut sim = Weather::new(seed, station.interval);
+    (0..).map(move |i| start + i * station.interval).map(move |ts| {
+        let p = station.prefix;
+        let w = sim.step(ts, start);
+        let v = |code: &str, value: f64| ValueInput { sensor_id: format!("{p}-{code}"), value, unit: None };
+        let mut values = vec![v("batt", w.battery), v("sig", w.signal)];
+        if water {
+            values.push(v("wl", w.water_level));
+            values.push(v("alert", w.alert));
+        } else {
+            values.extend([v("temp", w.temperature), v("hum", w.humidity), v("rain", w.rain), v("wind", w.wind)]);
+        }
+        ReadingInput { device_id: station.id.into(), timestamp: ts, values, origin: Origin::Item("demo".into()) }
+    })
+}
+
+/// Keeps the demo stations reporting while `serve --demo` runs: each
+/// station's next reading is stored when its interval comes round, by the
+/// path webhook ingest takes (live streams and subscriptions see it).
+pub fn keep_reporting(store: Arc<dyn Store>) {
+    let now = jiff::Timestamp::now().as_second();
+    for (station, water, seed) in stations() {
+        let store = store.clone();
+        let start = (now - DAYS * 86_400) / station.interval * station.interval;
+        tokio::spawn(async move {
+            for reading in station_readings(station, water, seed, start).skip_while(|r| r.timestamp <= now) {
+                let wait = reading.timestamp - jiff::Timestamp::now().as_second();
+                tokio::time::sleep(std::time::Duration::from_secs(u64::try_from(wait).unwrap_or(0))).await;
+                if let Err(e) = store.ingest(reading).await {
+                    tracing::warn!(station = station.id, error = %e, "demo station: reading not stored");
+                }
+            }
+        });
+    }
 }

@@ -3,6 +3,7 @@
 //! write the demo, connect Redis, bind, serve.
 
 use super::{CliResult, Context};
+use crate::config::dashboard::DashboardFlags;
 use crate::config::hooks::{DeliveryFlags, DeliverySettings};
 use crate::config::mqtt::MqttFlags;
 use crate::config::serve::{CounterStore, ServeFlags, ServeSettings};
@@ -21,6 +22,8 @@ pub struct Args {
     mqtt: MqttFlags,
     #[command(flatten)]
     deliveries: DeliveryFlags,
+    #[command(flatten)]
+    dashboard: DashboardFlags,
     /// Fill the database with demo data first when it is empty
     #[arg(long)]
     demo: bool,
@@ -31,6 +34,7 @@ pub async fn run(ctx: &Context, args: Args) -> CliResult {
     let settings = ServeSettings::resolve(&args.settings, &ctx.file)?;
     let mqtt = MqttSettings::resolve(&args.mqtt, ctx.file.mqtt.as_ref(), settings.webhook.max_future_skew)?;
     let deliveries = DeliverySettings::resolve(&args.deliveries)?;
+    let dashboard = crate::config::dashboard::resolve(&args.dashboard, ctx.file.dashboard.as_ref())?;
     let key = match SealingKey::from_env() {
         Ok(key) => Some(key),
         Err(SealError::NoKey) => None,
@@ -39,7 +43,7 @@ pub async fn run(ctx: &Context, args: Args) -> CliResult {
     let listen = settings.listen;
     let store = ctx.open().await?;
     if args.demo {
-        super::demo::fill(&store, &listen.to_string()).await?;
+        super::demo::fill(&store, &listen.to_string(), dashboard.is_some()).await?;
     }
     // Signal handlers first: a SIGTERM right after the start is then a clean stop.
     let shutdown = shutdown_signal();
@@ -68,6 +72,7 @@ pub async fn run(ctx: &Context, args: Args) -> CliResult {
         request_timeout: settings.request_timeout,
         rate_limit_fail: settings.rate_limit_fail,
         login_failure_limit: settings.login_failure_limit,
+        dashboard,
         ..ServerOptions::default()
     };
     tracing::info!(rate_limit = %options.rate_limit, rate_limit_store = %store_name, webhook_mode = ?options.webhook.mode, retention = %settings.retention, "settings");
@@ -88,6 +93,9 @@ pub async fn run(ctx: &Context, args: Args) -> CliResult {
              until an instance with the key runs)"
         ),
         None => tracing::debug!("SENSORHUB_SECRET_KEY is not set and there is no subscription: no delivery worker"),
+    }
+    if args.demo {
+        super::demo::keep_reporting(state.store.clone());
     }
     crate::retention::spawn(store, settings.retention, settings.retention_every, metrics.clone());
     if let Some(addr) = settings.metrics_listen {
@@ -111,6 +119,7 @@ pub async fn run(ctx: &Context, args: Args) -> CliResult {
     tracing::info!(
         listen = %listener.local_addr()?,
         database = %sensorhub_store::redact_url(&ctx.database),
+        dashboard = state.dashboard.is_some(),
         "sensorhub serving /external/v1"
     );
     serve(listener, app(state), shutdown, settings.connections, metrics).await?;

@@ -4,6 +4,7 @@
 //! one pure function per command ([`serve::ServeSettings::resolve`]), which
 //! holds every default once.
 
+pub mod dashboard;
 pub mod hooks;
 pub mod mqtt;
 pub mod serve;
@@ -123,6 +124,8 @@ pub struct FileConfig {
     pub max_connections: Option<usize>,
     /// MQTT ingestion (`[mqtt]`).
     pub mqtt: Option<mqtt::MqttFile>,
+    /// The dashboard (`[dashboard]`).
+    pub dashboard: Option<dashboard::DashboardFile>,
 }
 
 /// `default_tz` may be a number of hours or a string.

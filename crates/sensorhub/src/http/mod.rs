@@ -3,6 +3,7 @@
 
 pub mod auth;
 pub mod client_ip;
+pub mod dashboard;
 mod deadline;
 pub mod devices;
 pub mod encode;
@@ -75,6 +76,8 @@ pub struct AppState {
     pub request_timeout: Duration,
     /// The MQTT link, when ingesting from a broker.
     pub mqtt: Option<Arc<crate::mqtt::MqttStatus>>,
+    /// The dashboard at `/`; `None` when it is off.
+    pub dashboard: Option<Arc<dashboard::Dashboard>>,
 }
 
 /// How the webhook treats envelopes.
@@ -124,6 +127,8 @@ pub struct ServerOptions {
     pub login_failure_limit: RateLimitSetting,
     /// How long a login waits for an Argon2 slot before 503.
     pub login_slot_wait: Duration,
+    /// The dashboard at `/`; `None`: not served.
+    pub dashboard: Option<crate::config::dashboard::DashboardSettings>,
 }
 
 /// Who may read `/metrics`, and on which listener.
@@ -163,6 +168,7 @@ impl Default for ServerOptions {
             rate_limit_fail: RateLimitFail::Open,
             login_failure_limit: RateLimitSetting::On(Quota { count: 30, period: Duration::from_secs(3600) }),
             login_slot_wait: logins::DEFAULT_SLOT_WAIT,
+            dashboard: Some(crate::config::dashboard::DashboardSettings::default()),
         }
     }
 }
@@ -231,6 +237,7 @@ impl AppState {
             metrics,
             request_timeout: options.request_timeout,
             mqtt: None,
+            dashboard: options.dashboard.map(|d| Arc::new(dashboard::Dashboard::new(&d))),
         }
     }
 }
@@ -339,8 +346,11 @@ fn compression() -> tower_http::compression::CompressionLayer<impl tower_http::c
 
 /// The application router.
 pub fn app(state: AppState) -> Router {
-    routes()
-        .router
+    let mut router = routes().router;
+    if let Some(d) = &state.dashboard {
+        router = router.merge(dashboard::router(d.clone()));
+    }
+    router
         .fallback(|| async { ApiError::NotFound })
         .layer(compression())
         .layer(axum::middleware::from_fn(ratelimit::headers))

@@ -12,6 +12,7 @@ mod cli;
 mod compression;
 mod copy;
 mod corpus;
+mod dashboard;
 mod devices;
 mod faults;
 mod hooks;

@@ -1,0 +1,109 @@
+// The dashboard's entry: sign-in (username and password, or an API key id,
+// or a `#key=<id>` link), and the routes `#/` (stations) and
+// `#/station/<id>?range=…&tz=…` (one station).
+
+import * as api from './api.js';
+import { h, localZone } from './format.js';
+import { showStation } from './station.js';
+import { showStations } from './stations.js';
+
+const main = document.getElementById('main');
+const who = document.getElementById('who');
+const signOut = document.getElementById('sign-out');
+const notice = document.getElementById('notice');
+const meta = (name) => document.querySelector(`meta[name="${name}"]`)?.content || '';
+const tiles = { tiles: meta('sensorhub-tiles'), attribution: meta('sensorhub-tiles-attribution') };
+
+let stop = () => {};
+
+function say(text) {
+  notice.textContent = text || '';
+  notice.hidden = !text;
+}
+
+function signedOut(message) {
+  api.forget();
+  say(message);
+  route();
+}
+
+function showSignIn() {
+  who.textContent = '';
+  signOut.hidden = true;
+  const user = h('input', { id: 'username', name: 'username', autocomplete: 'username', required: true });
+  const password = h('input', { id: 'password', name: 'password', type: 'password', autocomplete: 'current-password', required: true });
+  const key = h('input', { id: 'api-key', name: 'api-key', autocomplete: 'off', spellcheck: 'false', required: true });
+  const attempt = async (auth, button) => {
+    button.disabled = true;
+    try {
+      await api.data(auth, '/devices', {});
+      api.remember(auth);
+      say('');
+      route();
+    } catch (e) {
+      say(e.message);
+    } finally {
+      button.disabled = false;
+    }
+  };
+  const userButton = h('button', { type: 'submit', id: 'sign-in' }, 'Sign in');
+  const keyButton = h('button', { type: 'submit', id: 'use-key' }, 'Open with key');
+  main.replaceChildren(h('div', { class: 'sign-in' },
+    h('h1', {}, 'Sign in'),
+    h('form', { id: 'password-form', onsubmit: (e) => { e.preventDefault(); attempt(api.basic(user.value, password.value), userButton); } },
+      h('label', { for: 'username' }, 'Username'), user,
+      h('label', { for: 'password' }, 'Password'), password, userButton),
+    h('p', { class: 'or' }, 'or'),
+    h('form', { id: 'key-form', onsubmit: (e) => { e.preventDefault(); attempt(api.apiKey(key.value.trim()), keyButton); } },
+      h('label', { for: 'api-key' }, 'API key id'), key, keyButton),
+    h('p', { class: 'muted' }, 'The password is sent to this server only and kept for this tab until it closes or you sign out.')));
+  user.focus();
+}
+
+/** `#/station/ID?range=…` → ['station', 'ID', URLSearchParams]. */
+function parseHash() {
+  const [path, query = ''] = location.hash.replace(/^#/, '').split('?');
+  return [...path.split('/').filter(Boolean).map(decodeURIComponent), new URLSearchParams(query)];
+}
+
+function route() {
+  stop();
+  stop = () => {};
+  const auth = api.credentials();
+  if (!auth) return showSignIn();
+  who.textContent = api.describe(auth);
+  signOut.hidden = false;
+  const parts = parseHash();
+  const params = parts.pop();
+  if (parts[0] === 'station' && parts[1]) {
+    const state = {
+      range: params.get('range') || 'today', tz: params.get('tz') || localZone(),
+      from: params.get('from') || '', to: params.get('to') || '',
+    };
+    const navigate = (next) => {
+      const q = new URLSearchParams(Object.entries(next).filter(([, v]) => v));
+      location.hash = `#/station/${encodeURIComponent(parts[1])}?${q}`;
+    };
+    stop = showStation(main, auth, parts[1], state, { navigate, onSignedOut: signedOut });
+  } else {
+    stop = showStations(main, auth, { zone: localZone(), tiles, onSignedOut: signedOut });
+  }
+}
+
+/**
+ * A `#key=<id>` link signs in with that key (`&station=<device>` opens that
+ * station); the fragment never reaches the server or its logs, and leaves
+ * the address bar at once.
+ */
+function takeKeyLink() {
+  if (!location.hash.startsWith('#key=')) return;
+  const link = new URLSearchParams(location.hash.slice(1));
+  api.remember(api.apiKey(link.get('key')));
+  const station = link.get('station');
+  history.replaceState(null, '', `${location.pathname}#/${station ? `station/${encodeURIComponent(station)}` : ''}`);
+}
+
+signOut.addEventListener('click', () => { api.forget(); say(''); location.hash = '#/'; route(); });
+window.addEventListener('hashchange', () => { say(''); takeKeyLink(); route(); });
+takeKeyLink();
+route();

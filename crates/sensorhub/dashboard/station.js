@@ -1,0 +1,166 @@
+// A station's page: one chart per sensor over a chosen range (raw readings
+// for short ranges, hourly or daily mean with a min/max band for long ones),
+// a time-zone selector, a CSV download of what is shown, and live updates
+// from the stream endpoint while "today" is shown.
+
+import * as api from './api.js';
+import { drawChart } from './chart.js';
+import { h, time } from './format.js';
+import { follow } from './live.js';
+
+const DAY = 86_400_000;
+/** The range buttons: how far back, and the aggregation interval (none: raw readings). */
+export const RANGES = {
+  today: { label: 'Today' },
+  '7d': { label: '7 days', days: 7 },
+  '30d': { label: '30 days', days: 30, interval: '1h' },
+  '1y': { label: '1 year', days: 365, interval: '1d' },
+  custom: { label: 'Custom' },
+};
+
+const iso = (ms) => new Date(ms).toISOString().replace(/\.\d{3}Z$/, 'Z');
+
+/** The query of a range: {tz, start?, end?, interval?}. */
+export function query(state, now = Date.now()) {
+  const r = RANGES[state.range] || RANGES.today;
+  if (state.range === 'custom' && state.from && state.to) {
+    const days = (Date.parse(state.to) - Date.parse(state.from)) / DAY + 1;
+    const interval = days <= 7 ? undefined : days <= 92 ? '1h' : '1d';
+    return { tz: state.tz, start: `${state.from}T00:00:00`, end: `${state.to}T23:59:59`, interval };
+  }
+  if (!r.days) return { tz: state.tz };
+  return { tz: state.tz, start: iso(now - r.days * DAY), end: iso(now), interval: r.interval };
+}
+
+/** Per sensor id: {xs, ys} from raw readings, or with mins/maxs from three aggregates. */
+function columns(sensors, mean, min, max) {
+  const out = new Map(sensors.map((s) => [s.sensor_id, { xs: [], ys: [], ...(min ? { mins: [], maxs: [] } : {}) }]));
+  const pick = (rows) => {
+    const m = new Map();
+    for (const row of rows || []) for (const s of row.sensors) m.set(`${row.timestamp}|${s.id}`, s.value);
+    return m;
+  };
+  const mins = min && pick(min), maxs = max && pick(max);
+  for (const row of mean) {
+    const t = Date.parse(row.timestamp) / 1000;
+    for (const s of row.sensors) {
+      const c = out.get(s.id);
+      if (!c) continue;
+      c.xs.push(t);
+      c.ys.push(s.value);
+      if (mins) { c.mins.push(mins.get(`${row.timestamp}|${s.id}`) ?? null); c.maxs.push(maxs.get(`${row.timestamp}|${s.id}`) ?? null); }
+    }
+  }
+  return out;
+}
+
+function zones(selected) {
+  let names = [];
+  try { names = Intl.supportedValuesOf('timeZone'); } catch { /* older browsers: the two below */ }
+  const all = [...new Set([selected, 'UTC', ...names])];
+  return all.map((z) => h('option', { value: z, selected: z === selected }, z));
+}
+
+/** Renders the page into `main`; returns a function that stops its requests and stream. */
+export function showStation(main, auth, deviceId, state, { navigate, onSignedOut }) {
+  const controller = new AbortController();
+  const title = h('h1', {}, deviceId);
+  const status = h('p', { class: 'muted', id: 'station-status', 'aria-live': 'polite' }, 'Loading…');
+  const live = h('span', { id: 'live', class: 'live', 'data-state': 'off' });
+  const charts = h('div', { id: 'charts', class: 'charts', 'data-state': 'loading' });
+  const go = (change) => navigate({ ...state, ...change });
+  const buttons = Object.entries(RANGES).filter(([k]) => k !== 'custom').map(([key, r]) =>
+    h('button', { type: 'button', class: 'range', 'data-range': key, 'aria-pressed': String(state.range === key), onclick: () => go({ range: key }) }, r.label));
+  const from = h('input', { type: 'date', id: 'from', value: state.from || '', required: true });
+  const to = h('input', { type: 'date', id: 'to', value: state.to || '', required: true });
+  const custom = h('form', { class: 'custom', 'aria-label': 'Custom range', onsubmit: (e) => { e.preventDefault(); go({ range: 'custom', from: from.value, to: to.value }); } },
+    h('label', { for: 'from' }, 'From'), from, h('label', { for: 'to' }, 'To'), to,
+    h('button', { type: 'submit', 'aria-pressed': String(state.range === 'custom') }, 'Show'));
+  const tz = h('select', { id: 'tz', onchange: () => go({ tz: tz.value }) }, zones(state.tz));
+  const csv = h('button', { type: 'button', id: 'csv' }, 'Download CSV');
+  main.replaceChildren(
+    h('p', {}, h('a', { href: '#/' }, '← All stations')), title, status,
+    h('div', { class: 'controls' },
+      h('div', { class: 'ranges', role: 'group', 'aria-label': 'Range' }, buttons), custom,
+      h('label', { for: 'tz', class: 'tz' }, 'Time zone ', tz), csv, live),
+    charts);
+
+  const q = query(state);
+  csv.addEventListener('click', () => download(auth, deviceId, q, status));
+  const plots = new Map();
+  const resize = new ResizeObserver(() => {
+    for (const [fig, plot] of plots) plot.setSize({ width: Math.max(280, fig.clientWidth), height: plot.height });
+  });
+  resize.observe(charts);
+
+  (async () => {
+    try {
+      performance.mark('sensorhub:load');
+      const devices = await api.data(auth, '/devices', {}, { signal: controller.signal });
+      const device = devices.find((d) => d.device_id === deviceId);
+      if (!device) throw new api.ApiError(404, 'This station does not exist, or this account may not see it.');
+      title.textContent = device.name || deviceId;
+      document.title = `${device.name || deviceId} · sensorhub`;
+      const path = `/devices/${encodeURIComponent(deviceId)}/data`;
+      const signal = controller.signal;
+      const [mean, min, max] = await Promise.all(q.interval
+        ? ['mean', 'min', 'max'].map((agg) => api.data(auth, path, { ...q, agg }, { signal }))
+        : [api.data(auth, path, q, { signal })]);
+      const cols = columns(device.sensors || [], mean, min, max);
+      const figures = (device.sensors || []).map((s) => {
+        const fig = h('figure', { class: 'chart', 'data-sensor': s.sensor_id });
+        charts.append(fig);
+        return [fig, s];
+      });
+      for (const [fig, s] of figures) plots.set(fig, drawChart(fig, s, cols.get(s.sensor_id), state.tz));
+      const n = mean.length;
+      status.textContent = `${RANGES[state.range]?.label || 'Range'}: ${n} ${q.interval ? `${q.interval} buckets (mean, band from min to max)` : 'readings'}` +
+        (n ? `, ${time(Date.parse(mean[0].timestamp), state.tz)} to ${time(Date.parse(mean[n - 1].timestamp), state.tz)}` : '');
+      Object.assign(charts.dataset, { state: 'ready', range: state.range, mode: q.interval ? 'aggregate' : 'raw' });
+      performance.measure(`sensorhub:charts:${state.range}`, 'sensorhub:load');
+      if (state.range === 'today') startLive(auth, deviceId, state.tz, signal, figures, cols, plots, live, onSignedOut);
+    } catch (e) {
+      if (e.name === 'AbortError') return;
+      if (e.signedOut) return onSignedOut(e.message);
+      status.textContent = e.message;
+      charts.dataset.state = 'error';
+    }
+  })();
+  return () => { controller.abort(); resize.disconnect(); };
+}
+
+function startLive(auth, deviceId, zone, signal, figures, cols, plots, live, onSignedOut) {
+  const setState = (s) => { live.dataset.state = s; live.textContent = s === 'live' ? '● Live' : 'Reconnecting…'; };
+  follow(auth, deviceId, zone, signal, {
+    onState: setState,
+    onSignedOut,
+    onReading(reading) {
+      const t = Date.parse(reading.timestamp) / 1000;
+      for (const [fig, s] of figures) {
+        const v = reading.sensors.find((x) => x.id === s.sensor_id);
+        const c = cols.get(s.sensor_id);
+        if (!v || !c) continue;
+        let i = c.xs.length;
+        while (i > 0 && c.xs[i - 1] > t) i--;
+        if (c.xs[i - 1] === t) c.ys[i - 1] = v.value; else { c.xs.splice(i, 0, t); c.ys.splice(i, 0, v.value); }
+        plots.get(fig).setData([c.xs, c.ys]);
+        fig.dataset.points = String(c.ys.length);
+      }
+      live.dataset.last = reading.timestamp;
+    },
+  });
+}
+
+async function download(auth, deviceId, q, status) {
+  try {
+    const params = { ...q, format: 'csv', ...(q.interval ? { agg: 'mean' } : {}) };
+    const res = await api.get(auth, `/devices/${encodeURIComponent(deviceId)}/data`, params, { accept: 'text/csv' });
+    const link = h('a', { href: URL.createObjectURL(await res.blob()), download: `${deviceId}${q.interval ? `-${q.interval}-mean` : ''}.csv` });
+    document.body.append(link);
+    link.click();
+    link.remove();
+    setTimeout(() => URL.revokeObjectURL(link.href), 10_000);
+  } catch (e) {
+    status.textContent = e.message;
+  }
+}

@@ -1,0 +1,193 @@
+//! The dashboard: its files, embedded in the binary, served at `/` (the
+//! page, never cached) and under `/assets/<hash>/` (cached for a year: the
+//! hash of all the files is in the path), with a strict
+//! Content-Security-Policy whose violation reports are counted.
+
+use super::AppState;
+use crate::config::dashboard::DashboardSettings;
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use sha2::{Digest, Sha256};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+
+/// One embedded file.
+struct Asset {
+    path: &'static str,
+    content_type: &'static str,
+    bytes: &'static [u8],
+}
+
+macro_rules! asset {
+    ($path:literal, $type:expr) => {
+        Asset { path: $path, content_type: $type, bytes: include_bytes!(concat!("../../dashboard/", $path)) }
+    };
+}
+
+const JS: &str = "text/javascript; charset=utf-8";
+const CSS: &str = "text/css; charset=utf-8";
+
+/// Every file under `/assets/<hash>/`.
+const ASSETS: &[Asset] = &[
+    asset!("app.js", JS),
+    asset!("api.js", JS),
+    asset!("chart.js", JS),
+    asset!("format.js", JS),
+    asset!("live.js", JS),
+    asset!("map.js", JS),
+    asset!("station.js", JS),
+    asset!("stations.js", JS),
+    asset!("style.css", CSS),
+    asset!("icon.svg", "image/svg+xml"),
+    asset!("vendor/uPlot.iife.min.js", JS),
+    asset!("vendor/uPlot.min.css", CSS),
+    asset!("vendor/topojson-client.min.js", JS),
+    asset!("vendor/countries-110m.json", "application/json"),
+];
+
+/// The page, with `{{assets}}`, `{{tiles}}` and `{{attribution}}` to fill.
+const INDEX: &str = include_str!("../../dashboard/index.html");
+
+/// Largest CSP report read.
+const REPORT_LIMIT: usize = 16 * 1024;
+
+/// The dashboard as served: the page, its assets' path prefix, its policy.
+pub struct Dashboard {
+    index: Bytes,
+    prefix: String,
+    csp: HeaderValue,
+    /// Second of the last CSP report logged (one a minute at most).
+    last_report_logged: AtomicI64,
+}
+
+impl Dashboard {
+    /// The dashboard for `settings`.
+    pub fn new(settings: &DashboardSettings) -> Self {
+        let mut hash = Sha256::new();
+        for a in ASSETS {
+            hash.update(a.path.as_bytes());
+            hash.update((a.bytes.len() as u64).to_le_bytes());
+            hash.update(a.bytes);
+        }
+        let digest = hash.finalize();
+        let hex: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
+        let prefix = format!("/assets/{hex}");
+        let tiles = settings.tiles.as_ref();
+        let index = INDEX
+            .replace("{{assets}}", &prefix)
+            .replace("{{tiles}}", &attribute(tiles.map_or("", |t| t.template.as_str())))
+            .replace("{{attribution}}", &attribute(settings.tiles_attribution.as_deref().unwrap_or("")));
+        let img = tiles.map_or_else(|| "'self'".to_owned(), |t| format!("'self' {}", t.origin));
+        let csp = format!(
+            "default-src 'none'; script-src 'self'; style-src 'self'; img-src {img}; connect-src 'self'; \
+             base-uri 'none'; form-action 'none'; frame-ancestors 'none'; report-uri /dashboard/csp-report"
+        );
+        Self {
+            index: Bytes::from(index),
+            prefix,
+            // The origin was checked to hold only host characters.
+            csp: HeaderValue::from_str(&csp).unwrap_or(HeaderValue::from_static("default-src 'none'")),
+            last_report_logged: AtomicI64::new(0),
+        }
+    }
+
+    /// `/assets/<hash>`, where the page finds its files.
+    pub fn assets_prefix(&self) -> &str {
+        &self.prefix
+    }
+}
+
+/// `text` escaped for an HTML attribute value.
+fn attribute(text: &str) -> String {
+    text.replace('&', "&amp;").replace('"', "&quot;").replace('<', "&lt;").replace('>', "&gt;")
+}
+
+/// The dashboard's routes.
+pub fn router(dashboard: Arc<Dashboard>) -> Router<AppState> {
+    let page = dashboard.clone();
+    let files = dashboard.clone();
+    Router::new()
+        .route("/", get(move || async move { index(&page) }))
+        .route(
+            "/assets/{hash}/{*file}",
+            get(move |Path((hash, file)): Path<(String, String)>| async move { asset(&files, &hash, &file) }),
+        )
+        .route(
+            "/dashboard/csp-report",
+            post(move |state: State<AppState>, body: Bytes| async move { csp_report(&dashboard, &state, &body) }),
+        )
+}
+
+fn index(d: &Dashboard) -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, HeaderValue::from_static("text/html; charset=utf-8")),
+            (header::CACHE_CONTROL, HeaderValue::from_static("no-cache")),
+            (header::CONTENT_SECURITY_POLICY, d.csp.clone()),
+            (header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff")),
+            (header::REFERRER_POLICY, HeaderValue::from_static("no-referrer")),
+            (header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY")),
+        ],
+        Body::from(d.index.clone()),
+    )
+        .into_response()
+}
+
+fn asset(d: &Dashboard, hash: &str, file: &str) -> Response {
+    let found = d.prefix.strip_prefix("/assets/") == Some(hash);
+    match ASSETS.iter().find(|a| found && a.path == file) {
+        Some(a) => (
+            [
+                (header::CONTENT_TYPE, HeaderValue::from_static(a.content_type)),
+                (header::CACHE_CONTROL, HeaderValue::from_static("public, max-age=31536000, immutable")),
+                (header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff")),
+            ],
+            Body::from(Bytes::from_static(a.bytes)),
+        )
+            .into_response(),
+        // An old page asking for files of an earlier build, or a wrong path.
+        None => super::error::ApiError::NotFound.into_response(),
+    }
+}
+
+/// Counts a CSP violation the browser reports, and logs one a minute.
+fn csp_report(d: &Dashboard, state: &AppState, body: &[u8]) -> StatusCode {
+    state.metrics.dashboard_csp_report();
+    let now = jiff::Timestamp::now().as_second();
+    let last = d.last_report_logged.load(Ordering::Relaxed);
+    if now - last >= 60
+        && d.last_report_logged.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+    {
+        let text = String::from_utf8_lossy(&body[..body.len().min(REPORT_LIMIT)]);
+        tracing::warn!(report = %text.chars().take(1000).collect::<String>(), "the dashboard reported a Content-Security-Policy violation");
+    }
+    StatusCode::NO_CONTENT
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_asset_the_page_and_modules_name_is_embedded() {
+        let d = Dashboard::new(&DashboardSettings::default());
+        let page = String::from_utf8(d.index.to_vec()).expect("utf-8");
+        for a in ASSETS.iter().filter(|a| a.path.ends_with(".js")) {
+            let text = std::str::from_utf8(a.bytes).expect("utf-8");
+            for line in text.lines().filter(|l| l.starts_with("import ")) {
+                let name = line.rsplit("'./").next().and_then(|s| s.split('\'').next()).expect("an import path");
+                assert!(ASSETS.iter().any(|x| x.path == name), "{} imports {name}, which is not embedded", a.path);
+            }
+        }
+        for part in page.split(&format!("{}/", d.prefix)).skip(1) {
+            let name = part.split('"').next().expect("a quoted path");
+            assert!(ASSETS.iter().any(|x| x.path == name), "the page names {name}, which is not embedded");
+        }
+        assert!(!page.contains("{{"), "every placeholder is filled");
+        assert!(!page.contains("<script>") && !page.contains("style="), "no inline script or style");
+    }
+}
