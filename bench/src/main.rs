@@ -2,6 +2,7 @@
 #![forbid(unsafe_code)]
 
 mod codecs;
+mod dashboard;
 mod dataset;
 mod hooks;
 mod hostile;
@@ -40,6 +41,10 @@ enum Cmd {
     Hooks(hooks::Args),
     /// Hold idle live streams (2,000 by default) and measure RSS per stream and ingest-to-event latency
     Live(live::Args),
+    /// The dashboard in headless Chromium: first-load bytes, and time to draw a year and a week of charts
+    Dashboard(dashboard::Args),
+    /// Write the README's dashboard screenshots (1440 and 390 px wide) from the demo
+    Screenshots(dashboard::ShotArgs),
     /// Write a dataset: provision.json and readings as CSV, NDJSON and InfluxDB line protocol
     Gen {
         /// small, medium or large
@@ -98,6 +103,8 @@ fn main() -> ExitCode {
     let result = match Cli::parse().command {
         Cmd::Gen { scale, seed, out, formats } => generate(&scale, seed, &out, &formats),
         Cmd::Codecs(args) => codecs::run(args),
+        Cmd::Dashboard(args) => dashboard::run(args),
+        Cmd::Screenshots(args) => dashboard::screenshots(args),
         Cmd::Mqtt(args) => mqtt::run(args),
         Cmd::Soak(args) => soak::run(args).map(|(s, path)| {
             println!("{}", soak::report(&s));

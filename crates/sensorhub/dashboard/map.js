@@ -86,14 +86,14 @@ function tiles(template, view) {
  * A marker's label, right of it or left of it, whichever does not cover a
  * label already placed; none when both would (the marker keeps its title).
  */
-function label(placed, text, x, y) {
-  const w = text.length * 7.5 + 4, hgt = 16;
-  for (const left of [x + 10, x - 10 - w]) {
-    const box = [left, y - 10, left + w, y - 10 + hgt];
+function label(placed, text, x, y, k) {
+  const w = (text.length * 7.5 + 4) * k, hgt = 16 * k, gap = 10 * k;
+  for (const left of [x + gap, x - gap - w]) {
+    const box = [left, y - hgt / 2 - 2, left + w, y + hgt / 2 - 2];
     const clear = placed.every((b) => box[2] < b[0] || box[0] > b[2] || box[3] < b[1] || box[1] > b[3]);
     if (clear && box[0] >= 0 && box[2] <= W) {
       placed.push(box);
-      return svg('text', { x: left.toFixed(1), y: (y + 4).toFixed(1) }, text);
+      return svg('text', { x: left.toFixed(1), y: (y + 4 * k).toFixed(1) }, text);
     }
   }
   return null;
@@ -115,12 +115,14 @@ export async function drawMap(container, stations, { tiles: template, attributio
     try { map.append(outlines(await loadCountries(), project)); } catch { /* markers still place the stations */ }
   }
   const labels = [];
+  // Phones show the map smaller and its labels larger (see style.css): labels take more room.
+  const k = container.clientWidth > 0 && container.clientWidth < 600 ? 1.7 : 1;
   for (const s of placed) {
     const [x, y] = project(s.long, s.lat);
     map.append(svg('a', { href: `#/station/${encodeURIComponent(s.device_id)}`, class: s.stale ? 'marker stale' : 'marker', 'data-device': s.device_id, 'aria-label': `${s.name} (${s.device_id})` },
       svg('title', {}, s.name),
       svg('circle', { cx: x.toFixed(1), cy: y.toFixed(1), r: 7 }),
-      label(labels, s.device_id, x, y)));
+      label(labels, s.device_id, x, y, k)));
   }
   container.replaceChildren(map);
   if (template && attribution) container.append(Object.assign(document.createElement('p'), { className: 'attribution', textContent: attribution }));

@@ -106,6 +106,7 @@ export function showStation(main, auth, deviceId, state, { navigate, onSignedOut
       const [mean, min, max] = await Promise.all(q.interval
         ? ['mean', 'min', 'max'].map((agg) => api.data(auth, path, { ...q, agg }, { signal }))
         : [api.data(auth, path, q, { signal })]);
+      performance.mark('sensorhub:data');
       const cols = columns(device.sensors || [], mean, min, max);
       const figures = (device.sensors || []).map((s) => {
         const fig = h('figure', { class: 'chart', 'data-sensor': s.sensor_id });
@@ -118,6 +119,7 @@ export function showStation(main, auth, deviceId, state, { navigate, onSignedOut
         (n ? `, ${time(Date.parse(mean[0].timestamp), state.tz)} to ${time(Date.parse(mean[n - 1].timestamp), state.tz)}` : '');
       Object.assign(charts.dataset, { state: 'ready', range: state.range, mode: q.interval ? 'aggregate' : 'raw' });
       performance.measure(`sensorhub:charts:${state.range}`, 'sensorhub:load');
+      performance.measure(`sensorhub:draw:${state.range}`, 'sensorhub:data');
       if (state.range === 'today') startLive(auth, deviceId, state.tz, signal, figures, cols, plots, live, onSignedOut);
     } catch (e) {
       if (e.name === 'AbortError') return;
