@@ -6,9 +6,11 @@ const STORE = 'sensorhub.auth';
 
 /** An answer other than 2xx, with a sentence a person can act on. */
 export class ApiError extends Error {
-  constructor(status, text) {
+  constructor(status, text, retryAfter = 0) {
     super(text);
     this.status = status;
+    /** Seconds the server asked to wait (429, 503), else 0. */
+    this.retryAfter = retryAfter;
   }
   /** Whether the credentials themselves were refused. */
   get signedOut() { return this.status === 401 || this.status === 403; }
@@ -82,7 +84,7 @@ export async function stream(auth, deviceId, params, lastEventId, signal) {
 async function failure(auth, res) {
   let body = {};
   try { body = await res.json(); } catch { /* not JSON: the status says enough */ }
-  return new ApiError(res.status, plainWords(auth, res, body));
+  return new ApiError(res.status, plainWords(auth, res, body), Number(res.headers.get('Retry-After')) || 0);
 }
 
 function plainWords(auth, res, body) {

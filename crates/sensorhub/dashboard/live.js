@@ -12,6 +12,7 @@ import * as api from './api.js';
 export async function follow(auth, deviceId, zone, signal, { onReading, onState, onSignedOut }) {
   let lastId = null;
   let retry = 2000;
+  let wait = retry;
   while (!signal.aborted) {
     try {
       const res = await api.stream(auth, deviceId, { tz: zone }, lastId, signal);
@@ -31,12 +32,15 @@ export async function follow(auth, deviceId, zone, signal, { onReading, onState,
           if (event.data) onReading(JSON.parse(event.data));
         }
       }
+      wait = retry;
     } catch (e) {
       if (signal.aborted || e.name === 'AbortError') return;
       if (e.signedOut) return onSignedOut(e.message);
+      // A refusal waits as long as the server asks (a 429 under the rate limit), else backs off.
+      wait = e.retryAfter ? e.retryAfter * 1000 : Math.min(wait * 2, 60_000);
     }
     onState('reconnecting');
-    await new Promise((resolve) => setTimeout(resolve, retry));
+    await new Promise((resolve) => setTimeout(resolve, wait));
   }
 }
 

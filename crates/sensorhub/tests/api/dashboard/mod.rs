@@ -92,6 +92,22 @@ async fn signing_in_lists_the_five_stations_and_maps_them() {
     let land = js(&b, "return (document.querySelector('svg.map path.land')?.getAttribute('d') || '').length").await;
     assert!(land.as_u64().is_some_and(|n| n > 100), "country outlines drawn from the vendored atlas: {land}");
     assert_eq!(js(&b, "return document.getElementById('who').textContent").await, "alice");
+    // Keyboard alone reaches a station: Tab to its first link, Enter opens it.
+    let body = b.client.find(Locator::Css("body")).await.expect("body");
+    let mut reached = false;
+    for _ in 0..30 {
+        body.send_keys("\u{E004}").await.expect("Tab");
+        if js(&b, "return !!document.activeElement.closest('a.marker, li.station a.name')").await == true {
+            reached = true;
+            break;
+        }
+    }
+    assert!(reached, "Tab reaches a station's link");
+    let target = js(&b, "return document.activeElement.closest('a').getAttribute('href')").await;
+    b.client.active_element().await.expect("focused").send_keys("\u{E007}").await.expect("Enter");
+    until(&b, "the station page by keyboard", &format!("return location.hash === {target}")).await;
+    b.client.goto(&format!("{}/#/", site.root)).await.expect("back");
+    until(&b, "the stations again", "return document.querySelectorAll('svg.map a.marker').length === 5").await;
     // A marker is a link to its station.
     b.client
         .find(Locator::Css("svg.map a.marker[data-device='AWS-002']"))
@@ -323,5 +339,26 @@ async fn a_configured_tile_server_draws_the_map_within_the_policy() {
         "tiles replace the outlines"
     );
     assert_no_console_errors(&b).await;
+    b.finish().await;
+}
+
+#[tokio::test]
+async fn a_rate_limited_page_says_when_to_try_again() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("limited.db").display().to_string();
+    let server = ServeProcess::start(&["--database", &db, "--demo", "--rate-limit", "2/minute"]);
+    let root = server.base.trim_end_matches("/external/v1");
+    let b = Browser::start(1440, 900).await.expect("a browser");
+    // The station page takes the two requests of the minute: the device list and today's readings.
+    b.client.goto(&format!("{root}/#key=pk-demo-alice-all&station=AWLR-001")).await.expect("open");
+    until(&b, "today's charts", "return document.getElementById('charts')?.dataset.state === 'ready'").await;
+    b.client.find(Locator::Css("button[data-range='7d']")).await.expect("7 days").click().await.expect("click");
+    until(
+        &b,
+        "the limit in words",
+        "return /^Too many requests in a short time\\. Try again in \\d+ s\\.$/.test(document.getElementById('station-status').textContent)",
+    )
+    .await;
+    assert_eq!(js(&b, "return document.getElementById('charts').dataset.state").await, "error");
     b.finish().await;
 }
