@@ -52,6 +52,13 @@ async fn assert_no_console_errors(b: &Browser) {
     assert!(errors.is_empty(), "console errors: {errors:?}");
 }
 
+/// Asserts that the session logged no error and broke no policy, then closes it.
+async fn finish_clean(site: &Site, b: Browser) {
+    assert_no_console_errors(&b).await;
+    assert_eq!(site.csp_reports().await, 0, "no Content-Security-Policy violation");
+    b.finish().await;
+}
+
 async fn sign_in(b: &Browser, user: &str, password: &str) {
     until(b, "the sign-in form", "return !!document.getElementById('username')").await;
     b.client.find(Locator::Id("username")).await.expect("username").send_keys(user).await.expect("type");
@@ -117,9 +124,7 @@ async fn signing_in_lists_the_five_stations_and_maps_them() {
         .await
         .expect("click");
     until(&b, "the station page", "return location.hash.startsWith('#/station/AWS-002')").await;
-    assert_no_console_errors(&b).await;
-    assert_eq!(site.csp_reports().await, 0, "no Content-Security-Policy violation");
-    b.finish().await;
+    finish_clean(&site, b).await;
 }
 
 #[tokio::test]
@@ -182,9 +187,7 @@ async fn a_station_page_draws_charts_and_a_year_asks_for_aggregates() {
     let jakarta =
         js(&b, "return performance.getEntriesByType('resource').some(e => e.name.includes('tz=Asia%2FJakarta'))").await;
     assert_eq!(jakarta, true, "requests carry the chosen zone");
-    assert_no_console_errors(&b).await;
-    assert_eq!(site.csp_reports().await, 0, "no Content-Security-Policy violation");
-    b.finish().await;
+    finish_clean(&site, b).await;
 }
 
 #[tokio::test]
@@ -216,8 +219,7 @@ async fn a_reading_sent_to_the_webhook_appears_live() {
         ),
     )
     .await;
-    assert_no_console_errors(&b).await;
-    b.finish().await;
+    finish_clean(&site, b).await;
 }
 
 #[tokio::test]
