@@ -6,6 +6,7 @@
 use fantoccini::wd::WebDriverCompatibleCommand;
 use fantoccini::{Client, ClientBuilder};
 use serde_json::{Value, json};
+use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -58,7 +59,9 @@ impl Browser {
     /// Starts chromedriver and a browser whose window is `width`×`height`.
     pub async fn start(width: u32, height: u32) -> BrowserResult<Self> {
         let port = free_port()?;
+        // A process group of its own: dropping the browser stops chromedriver and the Chromium it started.
         let mut driver = Command::new("chromedriver")
+            .process_group(0)
             .arg(format!("--port={port}"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -140,15 +143,18 @@ impl Browser {
     }
 
     /// Closes the session and stops chromedriver.
-    pub async fn finish(mut self) {
+    pub async fn finish(self) {
         let _ = self.client.clone().close().await;
-        let _ = self.driver.kill();
-        let _ = self.driver.wait();
+        // Drop stops chromedriver's group.
     }
 }
 
 impl Drop for Browser {
+    /// Stops chromedriver's whole group: Chromium too when the session was not
+    /// closed (a failed test).
     fn drop(&mut self) {
-        let _ = self.driver.kill();
+        let group = format!("-{}", self.driver.id());
+        let _ = Command::new("kill").args(["-KILL", "--", &group]).stderr(Stdio::null()).status();
+        let _ = self.driver.wait();
     }
 }

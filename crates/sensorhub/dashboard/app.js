@@ -60,11 +60,26 @@ function showSignIn() {
   user.focus();
 }
 
-/** `#/station/ID?range=…` → ['station', 'ID', URLSearchParams]. */
+/** `#/station/ID?range=…` → ['station', 'ID', URLSearchParams]; a malformed address is the stations view. */
 function parseHash() {
   const [path, query = ''] = location.hash.replace(/^#/, '').split('?');
-  return [...path.split('/').filter(Boolean).map(decodeURIComponent), new URLSearchParams(query)];
+  try {
+    return [...path.split('/').filter(Boolean).map(decodeURIComponent), new URLSearchParams(query)];
+  } catch {
+    return [new URLSearchParams()];
+  }
 }
+
+/** `zone` when the browser knows it (the API also takes hours such as `7`, which Intl does not), else the browser's. */
+function knownZone(zone) {
+  try {
+    if (zone) { new Intl.DateTimeFormat('en', { timeZone: zone }); return zone; }
+  } catch { /* fall through */ }
+  return localZone();
+}
+
+/** What to focus after the next page is drawn (the control that asked for it), so keyboard users keep their place. */
+let refocus = null;
 
 function route() {
   stop();
@@ -77,17 +92,20 @@ function route() {
   const params = parts.pop();
   if (parts[0] === 'station' && parts[1]) {
     const state = {
-      range: params.get('range') || 'today', tz: params.get('tz') || localZone(),
+      range: params.get('range') || 'today', tz: knownZone(params.get('tz')),
       from: params.get('from') || '', to: params.get('to') || '',
     };
-    const navigate = (next) => {
+    const navigate = (next, focus) => {
       const q = new URLSearchParams(Object.entries(next).filter(([, v]) => v));
+      refocus = focus || null;
       location.hash = `#/station/${encodeURIComponent(parts[1])}?${q}`;
     };
     stop = showStation(main, auth, parts[1], state, { navigate, onSignedOut: signedOut });
   } else {
     stop = showStations(main, auth, { zone: localZone(), tiles, onSignedOut: signedOut });
   }
+  if (refocus) main.querySelector(refocus)?.focus();
+  refocus = null;
 }
 
 /**
@@ -98,11 +116,14 @@ function route() {
 function takeKeyLink() {
   if (!location.hash.startsWith('#key=')) return;
   const link = new URLSearchParams(location.hash.slice(1));
-  api.remember(api.apiKey(link.get('key')));
+  const key = (link.get('key') || '').trim();
+  if (key) api.remember(api.apiKey(key));
   const station = link.get('station');
   history.replaceState(null, '', `${location.pathname}#/${station ? `station/${encodeURIComponent(station)}` : ''}`);
 }
 
+// The skip link moves focus without touching the address (which holds the route).
+document.querySelector('.skip').addEventListener('click', (e) => { e.preventDefault(); main.focus(); });
 signOut.addEventListener('click', () => { api.forget(); say(''); location.hash = '#/'; route(); });
 window.addEventListener('hashchange', () => { say(''); takeKeyLink(); route(); });
 takeKeyLink();

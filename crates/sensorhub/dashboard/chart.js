@@ -39,7 +39,7 @@ export function drawChart(figure, sensor, series, zone) {
   const { tip, hook } = tooltip(zone, banded);
   const plotted = [
     {},
-    { label: sensor.name, unit: sensor.unit, stroke: '#0b5cad', width: 1.5, spanGaps: banded, points: { show: false } },
+    { label: sensor.name, unit: sensor.unit, stroke: '#0b5cad', width: 1.5, spanGaps: false, points: { show: false } },
   ];
   const data = [series.xs, series.ys];
   if (banded) {

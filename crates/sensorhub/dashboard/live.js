@@ -17,22 +17,27 @@ export async function follow(auth, deviceId, zone, signal, { onReading, onState,
     try {
       const res = await api.stream(auth, deviceId, { tz: zone }, lastId, signal);
       onState('live');
-      const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
-      let buffer = '';
-      for (;;) {
-        const { value, done } = await reader.read();
-        if (done) break;
-        buffer += value.replace(/\r\n?/g, '\n');
-        let end;
-        while ((end = buffer.indexOf('\n\n')) >= 0) {
-          const event = parse(buffer.slice(0, end));
-          buffer = buffer.slice(end + 2);
-          if (event.retry) retry = event.retry;
-          if (event.id) lastId = event.id;
-          if (event.data) onReading(JSON.parse(event.data));
-        }
-      }
       wait = retry;
+      const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+      try {
+        let buffer = '';
+        for (;;) {
+          const { value, done } = await reader.read();
+          if (done) break;
+          // The server ends lines with LF; a CR is dropped wherever a chunk cuts.
+          buffer += value.replace(/\r/g, '');
+          let end;
+          while ((end = buffer.indexOf('\n\n')) >= 0) {
+            const event = parse(buffer.slice(0, end));
+            buffer = buffer.slice(end + 2);
+            if (event.retry) retry = event.retry;
+            if (event.id) lastId = event.id;
+            if (event.data) onReading(JSON.parse(event.data));
+          }
+        }
+      } finally {
+        reader.cancel().catch(() => {});
+      }
     } catch (e) {
       if (signal.aborted || e.name === 'AbortError') return;
       if (e.signedOut) return onSignedOut(e.message);

@@ -13,7 +13,8 @@ async function loadCountries() {
   if (!countries) {
     countries = fetch(new URL('./vendor/countries-110m.json', import.meta.url))
       .then((r) => r.json())
-      .then((topo) => window.topojson.feature(topo, topo.objects.countries).features);
+      .then((topo) => window.topojson.feature(topo, topo.objects.countries).features)
+      .catch((e) => { countries = null; throw e; });
   }
   return countries;
 }
@@ -119,8 +120,8 @@ export async function drawMap(container, stations, { tiles: template, attributio
   const k = container.clientWidth > 0 && container.clientWidth < 600 ? 1.7 : 1;
   for (const s of placed) {
     const [x, y] = project(s.long, s.lat);
-    map.append(svg('a', { href: `#/station/${encodeURIComponent(s.device_id)}`, class: s.stale ? 'marker stale' : 'marker', 'data-device': s.device_id, 'aria-label': `${s.name} (${s.device_id})` },
-      svg('title', {}, s.name),
+    map.append(svg('a', { href: `#/station/${encodeURIComponent(s.device_id)}`, class: s.stale ? 'marker stale' : 'marker', 'data-device': s.device_id, 'aria-label': `${s.name} (${s.device_id})${s.stale ? ', late' : ''}` },
+      svg('title', {}, s.stale ? `${s.name} (late)` : s.name),
       svg('circle', { cx: x.toFixed(1), cy: y.toFixed(1), r: 7 }),
       label(labels, s.device_id, x, y, k)));
   }

@@ -29,7 +29,32 @@ export function query(state, now = Date.now()) {
     return { tz: state.tz, start: `${state.from}T00:00:00`, end: `${state.to}T23:59:59`, interval };
   }
   if (!r.days) return { tz: state.tz };
-  return { tz: state.tz, start: iso(now - r.days * DAY), end: iso(now), interval: r.interval };
+  // Buckets start at local midnight: so does a bucketed range, so that its first bucket is whole.
+  const start = r.interval ? `${localDate(now - r.days * DAY, state.tz)}T00:00:00` : iso(now - r.days * DAY);
+  return { tz: state.tz, start, end: iso(now), interval: r.interval };
+}
+
+/** The date (YYYY-MM-DD) at `ms` in `zone`. */
+function localDate(ms, zone) {
+  return new Intl.DateTimeFormat('en-CA', { timeZone: zone, year: 'numeric', month: '2-digit', day: '2-digit' }).format(ms);
+}
+
+/** Seconds between points of a series: the interval's, or the device's reporting interval. */
+function stepOf(interval, device) {
+  const m = /^(\d+)(m|h|d|w|mo)$/.exec(interval || '');
+  if (!m) return device.interval_seconds || 0;
+  return Number(m[1]) * { m: 60, h: 3600, d: 86400, w: 604800, mo: 2678400 }[m[2]];
+}
+
+/** A null after each point followed by a silence of more than 2.5 steps, so that uPlot breaks the line there. */
+function breakGaps(c, step) {
+  if (!step) return;
+  for (let i = c.xs.length - 1; i > 0; i--) {
+    if (c.xs[i] - c.xs[i - 1] > 2.5 * step) {
+      c.xs.splice(i, 0, c.xs[i - 1] + step);
+      for (const k of ['ys', 'mins', 'maxs']) if (c[k]) c[k].splice(i, 0, null);
+    }
+  }
 }
 
 /** Per sensor id: {xs, ys} from raw readings, or with mins/maxs from three aggregates. */
@@ -68,15 +93,16 @@ export function showStation(main, auth, deviceId, state, { navigate, onSignedOut
   const status = h('p', { class: 'muted', id: 'station-status', 'aria-live': 'polite' }, 'Loading…');
   const live = h('span', { id: 'live', class: 'live', 'data-state': 'off' });
   const charts = h('div', { id: 'charts', class: 'charts', 'data-state': 'loading' });
-  const go = (change) => navigate({ ...state, ...change });
+  // `focus`: the control to focus on the page drawn next (the one that asked for it).
+  const go = (change, focus) => navigate({ ...state, ...change }, focus);
   const buttons = Object.entries(RANGES).filter(([k]) => k !== 'custom').map(([key, r]) =>
-    h('button', { type: 'button', class: 'range', 'data-range': key, 'aria-pressed': String(state.range === key), onclick: () => go({ range: key }) }, r.label));
+    h('button', { type: 'button', class: 'range', 'data-range': key, 'aria-pressed': String(state.range === key), onclick: () => go({ range: key }, `button[data-range="${key}"]`) }, r.label));
   const from = h('input', { type: 'date', id: 'from', value: state.from || '', required: true });
   const to = h('input', { type: 'date', id: 'to', value: state.to || '', required: true });
-  const custom = h('form', { class: 'custom', 'aria-label': 'Custom range', onsubmit: (e) => { e.preventDefault(); go({ range: 'custom', from: from.value, to: to.value }); } },
+  const custom = h('form', { class: 'custom', 'aria-label': 'Custom range', onsubmit: (e) => { e.preventDefault(); go({ range: 'custom', from: from.value, to: to.value }, '#show'); } },
     h('label', { for: 'from' }, 'From'), from, h('label', { for: 'to' }, 'To'), to,
-    h('button', { type: 'submit', 'aria-pressed': String(state.range === 'custom') }, 'Show'));
-  const tz = h('select', { id: 'tz', onchange: () => go({ tz: tz.value }) }, zones(state.tz));
+    h('button', { type: 'submit', id: 'show', 'aria-pressed': String(state.range === 'custom') }, 'Show'));
+  const tz = h('select', { id: 'tz', onchange: () => go({ tz: tz.value }, '#tz') }, zones(state.tz));
   const csv = h('button', { type: 'button', id: 'csv' }, 'Download CSV');
   main.replaceChildren(
     h('p', {}, h('a', { href: '#/' }, '← All stations')), title, status,
@@ -93,6 +119,15 @@ export function showStation(main, auth, deviceId, state, { navigate, onSignedOut
   });
   resize.observe(charts);
 
+  // Today's stream opens first, so that no reading stored while the page loads is missed;
+  // what arrives before the charts exist waits for them.
+  const early = [];
+  let addLive = (reading) => early.push(reading);
+  if (state.range === 'today') {
+    const setState = (s) => { live.dataset.state = s; live.textContent = s === 'live' ? '● Live' : 'Reconnecting…'; };
+    follow(auth, deviceId, state.tz, controller.signal, { onState: setState, onSignedOut, onReading: (r) => addLive(r) });
+  }
+
   (async () => {
     try {
       performance.mark('sensorhub:load');
@@ -108,6 +143,7 @@ export function showStation(main, auth, deviceId, state, { navigate, onSignedOut
         : [api.data(auth, path, q, { signal })]);
       performance.mark('sensorhub:data');
       const cols = columns(device.sensors || [], mean, min, max);
+      for (const c of cols.values()) breakGaps(c, stepOf(q.interval, device));
       const figures = (device.sensors || []).map((s) => {
         const fig = h('figure', { class: 'chart', 'data-sensor': s.sensor_id });
         charts.append(fig);
@@ -120,7 +156,8 @@ export function showStation(main, auth, deviceId, state, { navigate, onSignedOut
       Object.assign(charts.dataset, { state: 'ready', range: state.range, mode: q.interval ? 'aggregate' : 'raw' });
       performance.measure(`sensorhub:charts:${state.range}`, 'sensorhub:load');
       performance.measure(`sensorhub:draw:${state.range}`, 'sensorhub:data');
-      if (state.range === 'today') startLive(auth, deviceId, state.tz, signal, figures, cols, plots, live, onSignedOut);
+      addLive = (reading) => addReading(reading, figures, cols, plots, live);
+      early.splice(0).forEach(addLive);
     } catch (e) {
       if (e.name === 'AbortError') return;
       if (e.signedOut) return onSignedOut(e.message);
@@ -128,29 +165,24 @@ export function showStation(main, auth, deviceId, state, { navigate, onSignedOut
       charts.dataset.state = 'error';
     }
   })();
-  return () => { controller.abort(); resize.disconnect(); };
+  // uPlot keeps every chart in a global set until it is destroyed.
+  return () => { controller.abort(); resize.disconnect(); for (const p of plots.values()) p.destroy(); };
 }
 
-function startLive(auth, deviceId, zone, signal, figures, cols, plots, live, onSignedOut) {
-  const setState = (s) => { live.dataset.state = s; live.textContent = s === 'live' ? '● Live' : 'Reconnecting…'; };
-  follow(auth, deviceId, zone, signal, {
-    onState: setState,
-    onSignedOut,
-    onReading(reading) {
-      const t = Date.parse(reading.timestamp) / 1000;
-      for (const [fig, s] of figures) {
-        const v = reading.sensors.find((x) => x.id === s.sensor_id);
-        const c = cols.get(s.sensor_id);
-        if (!v || !c) continue;
-        let i = c.xs.length;
-        while (i > 0 && c.xs[i - 1] > t) i--;
-        if (c.xs[i - 1] === t) c.ys[i - 1] = v.value; else { c.xs.splice(i, 0, t); c.ys.splice(i, 0, v.value); }
-        plots.get(fig).setData([c.xs, c.ys]);
-        fig.dataset.points = String(c.ys.length);
-      }
-      live.dataset.last = reading.timestamp;
-    },
-  });
+/** Puts a streamed reading on the charts: in time order, replacing a value of the same second. */
+function addReading(reading, figures, cols, plots, live) {
+  const t = Date.parse(reading.timestamp) / 1000;
+  for (const [fig, s] of figures) {
+    const v = reading.sensors.find((x) => x.id === s.sensor_id);
+    const c = cols.get(s.sensor_id);
+    if (!v || !c) continue;
+    let i = c.xs.length;
+    while (i > 0 && c.xs[i - 1] > t) i--;
+    if (c.xs[i - 1] === t) c.ys[i - 1] = v.value; else { c.xs.splice(i, 0, t); c.ys.splice(i, 0, v.value); }
+    plots.get(fig).setData([c.xs, c.ys]);
+    fig.dataset.points = String(c.ys.filter((y) => y !== null).length);
+  }
+  live.dataset.last = reading.timestamp;
 }
 
 async function download(auth, deviceId, q, status) {

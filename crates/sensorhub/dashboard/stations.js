@@ -60,12 +60,20 @@ function row(device, latest, zone, now) {
     values(device, latest));
 }
 
+/** A selector for the station link `el` is (a marker or a name in the list), else null. */
+function focusKey(el) {
+  const link = el?.closest?.('a[data-device], li.station a.name');
+  if (!link) return null;
+  const id = CSS.escape(link.dataset.device || link.closest('li.station').dataset.device);
+  return link.matches('a.marker') ? `a.marker[data-device="${id}"]` : `li.station[data-device="${id}"] a.name`;
+}
+
 /** Renders the view into `main`; returns a function that stops its refreshes. */
 export function showStations(main, auth, { zone, tiles, onSignedOut }) {
   const controller = new AbortController();
   const mapBox = h('div', { id: 'map', class: 'map-box' });
-  const list = h('ul', { id: 'stations', class: 'stations', 'aria-live': 'polite', 'aria-busy': 'true' });
-  const status = h('p', { class: 'muted', id: 'stations-status' }, 'Loading stations…');
+  const list = h('ul', { id: 'stations', class: 'stations', 'aria-busy': 'true' });
+  const status = h('p', { class: 'muted', id: 'stations-status', 'aria-live': 'polite' }, 'Loading stations…');
   main.replaceChildren(h('h1', {}, 'Stations'), status, h('div', { class: 'overview' }, mapBox, list));
   let timer = 0;
   const load = async () => {
@@ -75,10 +83,13 @@ export function showStations(main, auth, { zone, tiles, onSignedOut }) {
       const stale = devices.filter((d) => isStale(d, now)).length;
       status.textContent = `${devices.length} station${devices.length === 1 ? '' : 's'}` +
         (stale ? `, ${stale} not reporting on time` : ', all reporting on time');
-      await drawMap(mapBox, devices.map((d) => ({ ...d, stale: isStale(d, now) })), tiles);
       const latest = await latestOf(auth, devices, controller.signal);
+      // A refresh redraws both; the link that had the focus gets it back.
+      const focused = focusKey(document.activeElement);
+      await drawMap(mapBox, devices.map((d) => ({ ...d, stale: isStale(d, now) })), tiles);
       list.replaceChildren(...devices.map((d) => row(d, latest.get(d.device_id), zone, Date.now())));
       list.setAttribute('aria-busy', 'false');
+      if (focused) main.querySelector(focused)?.focus();
     } catch (e) {
       if (e.name === 'AbortError') return;
       if (e.signedOut) return onSignedOut(e.message);
@@ -87,7 +98,10 @@ export function showStations(main, auth, { zone, tiles, onSignedOut }) {
     timer = setTimeout(load, REFRESH_MS);
   };
   const tick = setInterval(() => {
-    for (const el of list.querySelectorAll('.ago')) el.textContent = ago(Number(el.dataset.ms));
+    for (const el of list.querySelectorAll('.ago')) {
+      const text = ago(Number(el.dataset.ms));
+      if (el.textContent !== text) el.textContent = text;
+    }
   }, 15_000);
   load();
   return () => { controller.abort(); clearTimeout(timer); clearInterval(tick); };

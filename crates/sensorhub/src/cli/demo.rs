@@ -219,6 +219,13 @@ fn station_readings(
     })
 }
 
+/// Whether `store` holds the demo (its public key is there): only then do
+/// its stations keep reporting, never into an operator's own database.
+pub async fn is_demo(store: &Arc<dyn Store>) -> bool {
+    let digest = sensorhub_core::secret::key_digest("pk-demo-alice-all");
+    store.api_key_auth(&digest).await.is_ok_and(|key| key.is_some())
+}
+
 /// Keeps the demo stations reporting while `serve --demo` runs: each
 /// station's next reading is stored when its interval comes round, by the
 /// path webhook ingest takes (live streams and subscriptions see it).

@@ -94,7 +94,7 @@ pub async fn run(ctx: &Context, args: Args) -> CliResult {
         ),
         None => tracing::debug!("SENSORHUB_SECRET_KEY is not set and there is no subscription: no delivery worker"),
     }
-    if args.demo {
+    if args.demo && super::demo::is_demo(&store).await {
         super::demo::keep_reporting(state.store.clone());
     }
     crate::retention::spawn(store, settings.retention, settings.retention_every, metrics.clone());

@@ -4,10 +4,12 @@
 //! Content-Security-Policy whose violation reports are counted.
 
 use super::AppState;
+use super::error::ApiError;
 use crate::config::dashboard::DashboardSettings;
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::{Path, State};
+use axum::extract::rejection::PathRejection;
+use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -52,7 +54,7 @@ const ASSETS: &[Asset] = &[
 /// The page, with `{{assets}}`, `{{tiles}}` and `{{attribution}}` to fill.
 const INDEX: &str = include_str!("../../dashboard/index.html");
 
-/// Largest CSP report read.
+/// Largest CSP report accepted (a larger one is refused with 413).
 const REPORT_LIMIT: usize = 16 * 1024;
 
 /// The dashboard as served: the page, its assets' path prefix, its policy.
@@ -106,19 +108,29 @@ fn attribute(text: &str) -> String {
     text.replace('&', "&amp;").replace('"', "&quot;").replace('<', "&lt;").replace('>', "&gt;")
 }
 
-/// The dashboard's routes.
+/// The dashboard's routes. Another method on them, or a path that does not
+/// decode, is the 404 every unknown path gets, as before the dashboard.
 pub fn router(dashboard: Arc<Dashboard>) -> Router<AppState> {
     let page = dashboard.clone();
     let files = dashboard.clone();
+    let not_found = || async { ApiError::NotFound };
     Router::new()
-        .route("/", get(move || async move { index(&page) }))
+        .route("/", get(move || async move { index(&page) }).fallback(not_found))
         .route(
             "/assets/{hash}/{*file}",
-            get(move |Path((hash, file)): Path<(String, String)>| async move { asset(&files, &hash, &file) }),
+            get(move |path: Result<Path<(String, String)>, PathRejection>| async move {
+                match path {
+                    Ok(Path((hash, file))) => asset(&files, &hash, &file),
+                    Err(_) => ApiError::NotFound.into_response(),
+                }
+            })
+            .fallback(not_found),
         )
         .route(
             "/dashboard/csp-report",
-            post(move |state: State<AppState>, body: Bytes| async move { csp_report(&dashboard, &state, &body) }),
+            post(move |state: State<AppState>, body: Bytes| async move { csp_report(&dashboard, &state, &body) })
+                .fallback(not_found)
+                .layer(DefaultBodyLimit::max(REPORT_LIMIT)),
         )
 }
 
@@ -150,7 +162,7 @@ fn asset(d: &Dashboard, hash: &str, file: &str) -> Response {
         )
             .into_response(),
         // An old page asking for files of an earlier build, or a wrong path.
-        None => super::error::ApiError::NotFound.into_response(),
+        None => ApiError::NotFound.into_response(),
     }
 }
 
@@ -162,8 +174,9 @@ fn csp_report(d: &Dashboard, state: &AppState, body: &[u8]) -> StatusCode {
     if now - last >= 60
         && d.last_report_logged.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok()
     {
-        let text = String::from_utf8_lossy(&body[..body.len().min(REPORT_LIMIT)]);
-        tracing::warn!(report = %text.chars().take(1000).collect::<String>(), "the dashboard reported a Content-Security-Policy violation");
+        // Debug-quoted: a report is the client's text and must not forge log lines.
+        let text: String = String::from_utf8_lossy(body).chars().take(1000).collect();
+        tracing::warn!(report = ?text, "a browser reported a Content-Security-Policy violation on the dashboard");
     }
     StatusCode::NO_CONTENT
 }

@@ -195,7 +195,13 @@ async fn a_reading_sent_to_the_webhook_appears_live() {
     let site = demo_site();
     let b = Browser::start(390, 844).await.expect("a browser");
     b.client.goto(&format!("{}/#key=pk-demo-alice-all&station=AWLR-001", site.root)).await.expect("open");
-    until(&b, "the live stream", "return document.getElementById('live')?.dataset.state === 'live'").await;
+    until(
+        &b,
+        "today's charts and the live stream",
+        "return document.getElementById('charts')?.dataset.state === 'ready'
+            && document.getElementById('live').dataset.state === 'live'",
+    )
+    .await;
     let points = "return Number(document.querySelector('figure[data-sensor=\"AWLR1-wl\"]').dataset.points)";
     let before = js(&b, points).await.as_u64().expect("points");
     let now = jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
@@ -276,6 +282,18 @@ async fn the_page_and_its_files_are_served_with_their_policy_and_caching() {
     assert!(js.headers()["content-type"].to_str().expect("ascii").starts_with("text/javascript"));
     let stale = reqwest::get(format!("{}/assets/0000000000000000/app.js", site.root)).await.expect("old hash");
     assert_eq!(stale.status(), 404, "files of another build are not served");
+    // Other methods and undecodable paths get the JSON 404 every unknown path got before the dashboard.
+    let client = reqwest::Client::new();
+    for (method, path) in [
+        (reqwest::Method::POST, "/"),
+        (reqwest::Method::PUT, app),
+        (reqwest::Method::GET, "/dashboard/csp-report"),
+        (reqwest::Method::GET, "/assets/%FF/app.js"),
+    ] {
+        let answer = client.request(method.clone(), format!("{}{path}", site.root)).send().await.expect("answer");
+        assert_eq!(answer.status(), 404, "{method} {path}");
+        assert_eq!(answer.text().await.expect("body"), r#"{"message":"Not Found","data":null}"#, "{method} {path}");
+    }
 
     let dir = tempfile::tempdir().expect("temp dir");
     let db = dir.path().join("off.db").display().to_string();
@@ -348,10 +366,10 @@ async fn a_configured_tile_server_draws_the_map_within_the_policy() {
 async fn a_rate_limited_page_says_when_to_try_again() {
     let dir = tempfile::tempdir().expect("temp dir");
     let db = dir.path().join("limited.db").display().to_string();
-    let server = ServeProcess::start(&["--database", &db, "--demo", "--rate-limit", "2/minute"]);
+    let server = ServeProcess::start(&["--database", &db, "--demo", "--rate-limit", "3/minute"]);
     let root = server.base.trim_end_matches("/external/v1");
     let b = Browser::start(1440, 900).await.expect("a browser");
-    // The station page takes the two requests of the minute: the device list and today's readings.
+    // The station page takes the three requests of the minute: today's stream, the device list and today's readings.
     b.client.goto(&format!("{root}/#key=pk-demo-alice-all&station=AWLR-001")).await.expect("open");
     until(&b, "today's charts", "return document.getElementById('charts')?.dataset.state === 'ready'").await;
     b.client.find(Locator::Css("button[data-range='7d']")).await.expect("7 days").click().await.expect("click");
