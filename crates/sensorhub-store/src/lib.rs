@@ -211,7 +211,19 @@ pub trait Store: Send + Sync {
     async fn read_window(&self, scope: Scope, device_id: &str, range: TimeRange) -> StoreResult<Option<Window>>;
 
     /// Makes a provisioning document true, atomically: all of it or nothing.
-    async fn apply(&self, doc: Provision, readings: Vec<ReadingInput>) -> StoreResult<ApplyReport>;
+    async fn apply(&self, doc: Provision, readings: Vec<ReadingInput>) -> StoreResult<ApplyReport> {
+        self.apply_with_hooks(doc, readings, None).await
+    }
+
+    /// [`Store::apply`] with the document's webhook subscriptions resolved
+    /// (`sensorhub apply` reads their secret references and holds the
+    /// sealing key); a document listing subscriptions needs them.
+    async fn apply_with_hooks(
+        &self,
+        doc: Provision,
+        readings: Vec<ReadingInput>,
+        hooks: Option<hooks::ProvisionedHooks>,
+    ) -> StoreResult<ApplyReport>;
 
     /// Stores readings, atomically: all of them or, on the first error,
     /// none. With [`hooks::Outbox::Deliver`], the deliveries they owe to

@@ -37,6 +37,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/postgres/0004_retention.sql"),
     include_str!("../../migrations/postgres/0005_latest.sql"),
     include_str!("../../migrations/postgres/0006_subscriptions.sql"),
+    include_str!("../../migrations/postgres/0007_subscription_names.sql"),
 ];
 
 /// The schema version that adds the `latest` index, filled from the stored
@@ -309,9 +310,14 @@ impl Store for PgStore {
         Ok(Some(Window::after_first(device, first, range.end, |next| stream_from(pool, pk, next, range.end))))
     }
 
-    async fn apply(&self, doc: Provision, readings: Vec<ReadingInput>) -> StoreResult<ApplyReport> {
+    async fn apply_with_hooks(
+        &self,
+        doc: Provision,
+        readings: Vec<ReadingInput>,
+        hooks: Option<crate::hooks::ProvisionedHooks>,
+    ) -> StoreResult<ApplyReport> {
         let _writer = self.writer().await?;
-        write::apply(&mut self.pool.get().await?, doc, readings).await
+        write::apply(&mut self.pool.get().await?, doc, readings, hooks).await
     }
 
     async fn import(&self, source: ReadingSource, outbox: Outbox) -> StoreResult<ImportReport> {

@@ -35,6 +35,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/sqlite/0004_retention.sql"),
     include_str!("../../migrations/sqlite/0005_latest.sql"),
     include_str!("../../migrations/sqlite/0006_subscriptions.sql"),
+    include_str!("../../migrations/sqlite/0007_subscription_names.sql"),
 ];
 
 /// The schema version that adds the `latest` index, filled from the stored
@@ -268,8 +269,13 @@ impl Store for SqliteStore {
         Ok(Some(Window::after_first(device, first, range.end, |next| read::stream_from(reads, pk, next, range.end))))
     }
 
-    async fn apply(&self, doc: Provision, readings: Vec<ReadingInput>) -> StoreResult<ApplyReport> {
-        self.writes.run(move |c| write::apply(c, doc, readings)).await
+    async fn apply_with_hooks(
+        &self,
+        doc: Provision,
+        readings: Vec<ReadingInput>,
+        hooks: Option<crate::hooks::ProvisionedHooks>,
+    ) -> StoreResult<ApplyReport> {
+        self.writes.run(move |c| write::apply(c, doc, readings, hooks)).await
     }
 
     async fn import(&self, source: ReadingSource, outbox: Outbox) -> StoreResult<ImportReport> {

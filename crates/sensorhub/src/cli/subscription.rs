@@ -97,6 +97,7 @@ pub async fn run(ctx: &Context, cmd: Command) -> CliResult {
                 sealed_secret,
                 sealed_headers,
                 batch: false,
+                batch_max: sensorhub_core::provision::DEFAULT_BATCH,
                 allow_http,
             };
             store.add_subscription(sub).await?;
@@ -111,7 +112,8 @@ pub async fn run(ctx: &Context, cmd: Command) -> CliResult {
                 let state = if s.enabled { "enabled" } else { "disabled" };
                 let devices = s.devices.map_or_else(|| "(all)".to_owned(), |d| d.join(","));
                 let batch = if s.batch { " batch" } else { "" };
-                println!("{} {:<16} {state:<8} {} {devices}{batch}", s.id, s.username, s.url);
+                let name = s.name.map_or_else(String::new, |n| format!(" name={n}"));
+                println!("{} {:<16} {state:<8} {} {devices}{batch}{name}", s.id, s.username, s.url);
             }
         }
         Command::Remove { id } => {

@@ -2,6 +2,7 @@
 //! Standard Webhooks scheme, and their secrets are sealed at rest.
 
 pub mod headers;
+pub mod provision;
 pub mod retry;
 pub mod seal;
 pub mod send;

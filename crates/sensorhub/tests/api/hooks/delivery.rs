@@ -27,7 +27,7 @@ use std::time::Duration;
 const KEY: &str = "wh-alice-secret";
 
 /// A clock the test moves.
-struct TestClock(AtomicI64);
+pub(super) struct TestClock(AtomicI64);
 
 impl Clock for TestClock {
     fn now_ms(&self) -> i64 {
@@ -64,6 +64,7 @@ async fn subscribe(store: &dyn Store, url: &str) -> (String, SigningSecret) {
         sealed_secret: key().seal(&id, secret.as_bytes()).expect("seal"),
         sealed_headers: None,
         batch: false,
+        batch_max: 100,
         allow_http: true,
     };
     store.add_subscription(sub).await.expect("subscribe");
@@ -73,7 +74,7 @@ async fn subscribe(store: &dyn Store, url: &str) -> (String, SigningSecret) {
 /// A worker over `app`'s store on the test's clock (a minute ahead, so
 /// that what the test stores is due), with loopback allowed or not, and a
 /// half-second limit per attempt.
-fn worker(store: Arc<dyn Store>, allow_private: bool) -> (WorkerHandle, Arc<TestClock>) {
+pub(super) fn worker(store: Arc<dyn Store>, allow_private: bool) -> (WorkerHandle, Arc<TestClock>) {
     let clock = Arc::new(TestClock(AtomicI64::new(jiff::Timestamp::now().as_millisecond() + 60_000)));
     let settings =
         DeliverySettings { allow_private, timeout: Duration::from_millis(500), ..DeliverySettings::default() };
@@ -88,7 +89,11 @@ fn envelope(second: u32) -> String {
 
 /// Subscription `sub`'s deliveries once `done` holds of them (waiting for
 /// the worker to record an attempt).
-async fn recorded(store: &dyn Store, sub: &str, done: impl Fn(&[DeliveryRecord]) -> bool) -> Vec<DeliveryRecord> {
+pub(super) async fn recorded(
+    store: &dyn Store,
+    sub: &str,
+    done: impl Fn(&[DeliveryRecord]) -> bool,
+) -> Vec<DeliveryRecord> {
     for _ in 0..1000 {
         let list = store.deliveries(sub, false).await.expect("deliveries");
         if done(&list) {
@@ -100,7 +105,7 @@ async fn recorded(store: &dyn Store, sub: &str, done: impl Fn(&[DeliveryRecord])
 }
 
 /// Checks `got`'s signature with the Standard Webhooks reference library.
-fn verify(secret: &SigningSecret, got: &Received) {
+pub(super) fn verify(secret: &SigningSecret, got: &Received) {
     let reference = standardwebhooks::Webhook::new(&secret.reveal()).expect("secret");
     reference.verify(got.body.as_bytes(), &got.headers).expect("the signature verifies");
     assert_eq!(got.headers["content-type"], "application/json");

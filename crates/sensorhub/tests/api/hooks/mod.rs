@@ -1,8 +1,10 @@
 //! Outgoing webhooks (issue 15): subscriptions managed by command, their
 //! secrets shown once and sealed at rest; deliveries (delivery.rs) to a
-//! local receiver (receiver.rs).
+//! local receiver (receiver.rs); subscriptions in provisioning files
+//! (provision.rs).
 
 mod delivery;
+mod provision;
 mod receiver;
 
 use crate::cli::{failed, ok};
