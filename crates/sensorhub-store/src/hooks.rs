@@ -131,6 +131,9 @@ pub struct Delivery {
     pub created_at: i64,
     /// Since when the subscription's deliveries fail with no success (ms).
     pub failing_since: Option<i64>,
+    /// The most deliveries of its subscription one POST carries: 1 unless
+    /// the subscription batches.
+    pub batch_max: u32,
 }
 
 impl std::fmt::Debug for Delivery {
@@ -153,6 +156,38 @@ pub enum Attempt {
     Retry { at: i64, status: Option<u16>, error: String },
     /// Given up: the row stays, failed, for `deliveries` and `replay`.
     Failed { status: Option<u16>, error: String },
+}
+
+/// The batching subscriptions among `claimed` with room for more rows in
+/// their batch, and how many more.
+pub(crate) fn batch_room(claimed: &[Delivery]) -> Vec<(String, usize)> {
+    let mut counts: std::collections::BTreeMap<&str, (usize, usize)> = std::collections::BTreeMap::new();
+    for d in claimed.iter().filter(|d| d.batch_max > 1) {
+        counts.entry(&d.subscription_id).or_insert((0, d.batch_max as usize)).0 += 1;
+    }
+    counts.into_iter().filter(|(_, (n, max))| n < max).map(|(sub, (n, max))| (sub.to_owned(), max - n)).collect()
+}
+
+/// What came of an attempt of one outbox row, to record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finished {
+    /// The outbox row.
+    pub id: i64,
+    /// Its subscription.
+    pub subscription_id: String,
+    /// The outcome.
+    pub attempt: Attempt,
+}
+
+/// The subscriptions whose failing state a list of outcomes changes, each
+/// by its last outcome: `(succeeded, failing)`.
+pub(crate) fn failing_changes(done: &[Finished]) -> (Vec<&str>, Vec<&str>) {
+    let mut last: std::collections::BTreeMap<&str, bool> = std::collections::BTreeMap::new();
+    for f in done {
+        last.insert(&f.subscription_id, f.attempt == Attempt::Delivered);
+    }
+    let (ok, failing): (Vec<_>, Vec<_>) = last.into_iter().partition(|(_, delivered)| *delivered);
+    (ok.into_iter().map(|(s, _)| s).collect(), failing.into_iter().map(|(s, _)| s).collect())
 }
 
 /// A delivery as `subscription deliveries` lists it.

@@ -14,7 +14,7 @@ pub mod temp;
 mod upgrade;
 mod write;
 
-use crate::hooks::{Attempt, Delivery, DeliveryRecord, Outbox, Replay};
+use crate::hooks::{Delivery, DeliveryRecord, Finished, Outbox, Replay};
 use crate::{
     AccountAuth, AccountSummary, ApiKeyAuth, ApiKeySummary, ApplyReport, DeleteReport, DeviceHandle,
     IMPORT_COMMIT_EVERY, ImportReport, Installation, LatestValue, PartialImport, PoolStatus, ReadingSource,
@@ -404,8 +404,8 @@ impl Store for PgStore {
         outbox::claim(&mut self.pool.get().await?, now, lease, limit).await
     }
 
-    async fn finish_delivery(&self, id: i64, subscription_id: &str, now: i64, attempt: Attempt) -> StoreResult<()> {
-        outbox::finish(&mut self.pool.get().await?, id, subscription_id, now, &attempt).await
+    async fn finish_deliveries(&self, now: i64, done: Vec<Finished>) -> StoreResult<()> {
+        outbox::finish(&mut self.pool.get().await?, now, &done).await
     }
 
     async fn deliveries(&self, id: &str, failed_only: bool) -> StoreResult<Vec<DeliveryRecord>> {

@@ -11,7 +11,7 @@ mod retention;
 mod upgrade;
 mod write;
 
-use crate::hooks::{Attempt, Delivery, DeliveryRecord, Outbox, Replay};
+use crate::hooks::{Delivery, DeliveryRecord, Finished, Outbox, Replay};
 use crate::{
     AccountAuth, AccountSummary, ApiKeyAuth, ApiKeySummary, ApplyReport, DeleteReport, DeviceHandle,
     IMPORT_COMMIT_EVERY, ImportReport, Installation, LatestValue, PartialImport, PoolStatus, ReadingSource,
@@ -359,9 +359,8 @@ impl Store for SqliteStore {
         self.writes.run(move |c| outbox::claim(c, now, lease, limit)).await
     }
 
-    async fn finish_delivery(&self, id: i64, subscription_id: &str, now: i64, attempt: Attempt) -> StoreResult<()> {
-        let sub = subscription_id.to_owned();
-        self.writes.run(move |c| outbox::finish(c, id, &sub, now, &attempt)).await
+    async fn finish_deliveries(&self, now: i64, done: Vec<Finished>) -> StoreResult<()> {
+        self.writes.run(move |c| outbox::finish(c, now, &done)).await
     }
 
     async fn deliveries(&self, id: &str, failed_only: bool) -> StoreResult<Vec<DeliveryRecord>> {

@@ -4,7 +4,7 @@
 use super::{backends, reading};
 use sensorhub_core::provision::{Provision, parse_json};
 use sensorhub_store::hooks::{
-    Attempt, NewSubscription, Outbox, ProvisionedHooks, ProvisionedSubscription, Replay, SENSOR_DATA, Sealer,
+    Attempt, Finished, NewSubscription, Outbox, ProvisionedHooks, ProvisionedSubscription, Replay, SENSOR_DATA, Sealer,
 };
 use sensorhub_store::{ApplyReport, Store, StoreError};
 use std::sync::Arc;
@@ -123,6 +123,43 @@ async fn stored_readings_owe_deliveries_in_their_transaction() {
         assert!(matches!(missing, Err(StoreError::NotFound(_))));
         s.remove_subscription(&second.subscription_id).await.expect("remove");
         assert_eq!(s.outbox_backlog().await.expect("backlog"), 0, "a removed subscription owes nothing");
+    }
+}
+
+#[tokio::test]
+async fn a_batching_subscription_claims_its_due_rows_together_and_records_them_as_one() {
+    for b in backends().await {
+        let s = &*b.store;
+        s.add_subscription(NewSubscription { batch: true, batch_max: 3, ..new("sub_batch", "alice", None) })
+            .await
+            .expect("add");
+        s.add_subscription(new("sub_single", "alice", None)).await.expect("add");
+        let five = (0..5).map(|i| Ok(reading("D1", T + i * 60, &[("a", i as f64)])));
+        s.import(Box::new(five.collect::<Vec<_>>().into_iter()), Outbox::Deliver).await.expect("import");
+        let now = jiff::Timestamp::now().as_millisecond() + 1000;
+
+        // One row asked for; the batching subscription's first is topped up to 3.
+        let mut first = s.claim_deliveries(now, 30_000, 1).await.expect("claim");
+        if first[0].subscription_id == "sub_single" {
+            first.extend(s.claim_deliveries(now, 30_000, 1).await.expect("claim"));
+        }
+        let batch: Vec<_> = first.iter().filter(|d| d.subscription_id == "sub_batch").collect();
+        assert_eq!(batch.len(), 3, "{first:?}");
+        assert!(batch.iter().all(|d| d.batch_max == 3));
+        assert!(first.iter().filter(|d| d.subscription_id == "sub_single").all(|d| d.batch_max == 1));
+
+        let retry = Attempt::Retry { at: now + 5000, status: Some(503), error: "answered 503".into() };
+        let done = batch
+            .iter()
+            .map(|d| Finished { id: d.id, subscription_id: d.subscription_id.clone(), attempt: retry.clone() })
+            .collect();
+        s.finish_deliveries(now, done).await.expect("finish");
+        let owed = s.deliveries("sub_batch", false).await.expect("deliveries");
+        let retried: Vec<_> = owed.iter().filter(|d| d.attempts == 1).collect();
+        assert_eq!(retried.len(), 3, "every member got the outcome: {owed:?}");
+        assert!(retried.iter().all(|d| d.next_attempt == now + 5000 && d.last_status == Some(503)));
+        let subs = s.subscriptions().await.expect("list");
+        assert!(subs.iter().find(|x| x.id == "sub_batch").is_some_and(|x| x.batch && x.batch_max == 3));
     }
 }
 

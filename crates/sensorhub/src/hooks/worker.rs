@@ -1,9 +1,11 @@
 //! The delivery worker of `serve`: claims due deliveries from the outbox,
-//! sends each signed (at most N at once per endpoint), records what came
-//! of it by the retry rules, and disables a subscription whose endpoint
-//! has failed for too long. Instances share the outbox: a claim leases
+//! sends each signed, those of a batching subscription together (at most
+//! N POSTs at once per endpoint), records what came of it by the retry
+//! rules, and disables a subscription whose endpoint has failed for too
+//! long. Instances share the outbox: a claim leases
 //! rows to one worker. Time comes from a [`Clock`], so tests can move it.
 
+use super::batch::{Job, jobs};
 use super::headers::open_headers;
 use super::seal::SealingKey;
 use super::send::{Sender, Sent};
@@ -11,7 +13,7 @@ use super::sign::SigningSecret;
 use crate::config::hooks::DeliverySettings;
 use crate::metrics::Metrics;
 use sensorhub_store::Store;
-use sensorhub_store::hooks::{Attempt, Delivery};
+use sensorhub_store::hooks::{Attempt, Finished};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use tokio::sync::{Notify, Semaphore};
@@ -90,9 +92,10 @@ async fn run(shared: Arc<Shared>, wake: Arc<Notify>) {
         if free > 0 {
             match shared.store.claim_deliveries(shared.clock.now_ms(), lease, free).await {
                 Ok(due) => {
-                    claimed = due.len();
-                    for d in due {
-                        tasks.spawn(deliver(shared.clone(), d));
+                    let jobs = jobs(due);
+                    claimed = jobs.len();
+                    for job in jobs {
+                        tasks.spawn(deliver(shared.clone(), job));
                     }
                 }
                 Err(e) => tracing::warn!(error = %e, "cannot claim webhook deliveries; trying again"),
@@ -128,27 +131,29 @@ fn endpoint(url: &str) -> String {
         .unwrap_or_else(|| url.to_owned())
 }
 
-/// One attempt of delivery `d`, recorded.
-async fn deliver(shared: Arc<Shared>, d: Delivery) {
+/// One attempt of `job` (a delivery, or a batch of them), recorded.
+async fn deliver(shared: Arc<Shared>, job: Job) {
     let semaphore = {
         let mut endpoints = shared.endpoints.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         endpoints
-            .entry(endpoint(&d.url))
+            .entry(endpoint(&job.lead().url))
             .or_insert_with(|| Arc::new(Semaphore::new(shared.settings.per_endpoint)))
             .clone()
     };
     let sent = match semaphore.acquire().await {
-        Ok(_permit) => attempt(&shared, &d).await,
+        Ok(_permit) => attempt(&shared, &job).await,
         Err(_) => return,
     };
     let now = shared.clock.now_ms();
-    let result = shared.settings.policy.judge(&sent, d.attempts, d.created_at, now, 0.5 + fastrand::f64() / 2.0);
-    record(&shared, &d, now, result).await;
+    let result =
+        shared.settings.policy.judge(&sent, job.attempts(), job.created_at(), now, 0.5 + fastrand::f64() / 2.0);
+    record(&shared, &job, now, result).await;
 }
 
-/// Signs and sends `d`; a secret that does not open is a failure to retry
+/// Signs and sends `job`; a secret that does not open is a failure to retry
 /// (the operator may fix the key).
-async fn attempt(shared: &Shared, d: &Delivery) -> Sent {
+async fn attempt(shared: &Shared, job: &Job) -> Sent {
+    let d = job.lead();
     let secret = match shared.key.open(&d.subscription_id, &d.sealed_secret) {
         Ok(bytes) => match SigningSecret::from_bytes(bytes) {
             Ok(secret) => secret,
@@ -161,33 +166,43 @@ async fn attempt(shared: &Shared, d: &Delivery) -> Sent {
         Some(Ok(headers)) => headers,
         Some(Err(e)) => return Sent::Network(e.to_string()),
     };
+    let body = job.body();
     // The signed time is when it is sent (receivers check it against their clock).
     let timestamp = jiff::Timestamp::now().as_second();
-    let signed = secret.headers(&d.message_id, timestamp, d.body.as_bytes());
+    let signed = secret.headers(&job.message_id(), timestamp, body.as_bytes());
     headers.extend(signed.into_iter().map(|(name, value)| (name.to_owned(), value)));
-    shared.sender.post(&d.url, d.allow_http, &headers, d.body.clone()).await
+    shared.sender.post(&d.url, d.allow_http, &headers, body).await
 }
 
-/// Records the outcome of an attempt of `d` judged at `now`, and disables
-/// the subscription when its endpoint has failed for too long.
-async fn record(shared: &Shared, d: &Delivery, now: i64, result: Attempt) {
+/// Records the outcome of an attempt of `job` judged at `now` for every
+/// delivery it carries, and disables the subscription when its endpoint
+/// has failed for too long.
+async fn record(shared: &Shared, job: &Job, now: i64, result: Attempt) {
+    let d = job.lead();
     let outcome = match &result {
         Attempt::Delivered => "delivered",
         Attempt::Retry { .. } => "retried",
         Attempt::Failed { .. } => "failed",
     };
-    shared.metrics.deliveries.attempt(outcome);
+    for _ in 0..job.size() {
+        shared.metrics.deliveries.attempt(outcome);
+    }
+    let message = job.message_id();
     match &result {
         Attempt::Delivered => {}
         Attempt::Retry { error, .. } => {
-            tracing::debug!(subscription = %d.subscription_id, message = %d.message_id, %error, "webhook delivery to be retried");
+            tracing::debug!(subscription = %d.subscription_id, %message, deliveries = job.size(), %error, "webhook delivery to be retried");
         }
         Attempt::Failed { error, .. } => {
-            tracing::warn!(subscription = %d.subscription_id, account = %d.username, message = %d.message_id, %error, "webhook delivery failed");
+            tracing::warn!(subscription = %d.subscription_id, account = %d.username, %message, deliveries = job.size(), %error, "webhook delivery failed");
         }
     }
     let failing = result != Attempt::Delivered;
-    if let Err(e) = shared.store.finish_delivery(d.id, &d.subscription_id, now, result).await {
+    let done = job
+        .members()
+        .map(|m| Finished { id: m.id, subscription_id: m.subscription_id.clone(), attempt: result.clone() })
+        .collect();
+    if let Err(e) = shared.store.finish_deliveries(now, done).await {
         // The lease runs out and the delivery is tried again: at least once.
         tracing::warn!(subscription = %d.subscription_id, error = %e, "cannot record a webhook delivery; it will be tried again");
         return;

@@ -11,7 +11,7 @@ use sensorhub_core::retention::Retention;
 use sensorhub_core::secret::KeyDigest;
 use sensorhub_core::time::TimeRange;
 use sensorhub_store::hooks::{
-    Attempt, Delivery, DeliveryRecord, NewSubscription, Outbox, ProvisionedHooks, Replay, Subscription,
+    Delivery, DeliveryRecord, Finished, NewSubscription, Outbox, ProvisionedHooks, Replay, Subscription,
 };
 use sensorhub_store::{
     AccountAuth, AccountSummary, ApiKeyAuth, ApiKeySummary, ApplyReport, DeleteReport, DeviceHandle, ImportReport,
@@ -238,8 +238,8 @@ impl Store for PublishingStore {
         self.inner.claim_deliveries(now, lease, limit).await
     }
 
-    async fn finish_delivery(&self, id: i64, subscription_id: &str, now: i64, attempt: Attempt) -> StoreResult<()> {
-        self.inner.finish_delivery(id, subscription_id, now, attempt).await
+    async fn finish_deliveries(&self, now: i64, done: Vec<Finished>) -> StoreResult<()> {
+        self.inner.finish_deliveries(now, done).await
     }
 
     async fn deliveries(&self, id: &str, failed_only: bool) -> StoreResult<Vec<DeliveryRecord>> {

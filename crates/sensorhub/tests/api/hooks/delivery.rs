@@ -36,7 +36,7 @@ impl Clock for TestClock {
 }
 
 impl TestClock {
-    fn set(&self, ms: i64) {
+    pub(super) fn set(&self, ms: i64) {
         self.0.store(ms, Ordering::SeqCst);
     }
 }

@@ -112,6 +112,9 @@ on_each_backend! {
         ];
         let out = ok(&apply(&app.db, file, &envs));
         assert!(out.contains("webhook subscriptions: 2 created"), "{out}");
+        let subs = app.store.subscriptions().await.expect("list");
+        let flood = subs.iter().find(|s| s.name.as_deref() == Some("flood-warning")).expect("provisioned");
+        assert_eq!((flood.batch, flood.batch_max, flood.devices.clone()), (true, 50, None));
         assert_eq!(ok(&apply(&app.db, file, &envs)).trim(), "nothing changed: the database already matches");
     }
 }
