@@ -46,16 +46,34 @@ pub(super) async fn insert(tx: &Transaction<'_>, rows: &[OutboxRow]) -> StoreRes
 }
 
 pub(super) async fn claim(c: &mut Client, now: i64, lease: i64, limit: usize) -> StoreResult<Vec<Delivery>> {
-    let mut claimed = claim_due(c, now, lease, limit, None).await?;
+    let tx = unsynced(c).await?;
+    let mut claimed = claim_due(&tx, now, lease, limit, None).await?;
     for (sub, room) in batch_room(&claimed) {
-        claimed.extend(claim_due(c, now, lease, room, Some(&sub)).await?);
+        claimed.extend(claim_due(&tx, now, lease, room, Some(&sub)).await?);
     }
+    tx.commit().await?;
     Ok(claimed)
+}
+
+/// A transaction whose commit is not waited onto the disk
+/// (`synchronous_commit = off`), for the outbox's bookkeeping only: leases
+/// and outcomes lost to a crash leave deliveries due again, which
+/// at-least-once delivery allows.
+async fn unsynced(c: &mut Client) -> StoreResult<Transaction<'_>> {
+    let tx = c.transaction().await?;
+    tx.batch_execute("SET LOCAL synchronous_commit = off").await?;
+    Ok(tx)
 }
 
 /// Leases up to `limit` due rows (of subscription `only`, if given), oldest
 /// first, skipping rows another claimer holds.
-async fn claim_due(c: &Client, now: i64, lease: i64, limit: usize, only: Option<&str>) -> StoreResult<Vec<Delivery>> {
+async fn claim_due(
+    c: &impl GenericClient,
+    now: i64,
+    lease: i64,
+    limit: usize,
+    only: Option<&str>,
+) -> StoreResult<Vec<Delivery>> {
     let rows = c
         .query(
             "WITH due AS (
@@ -104,7 +122,7 @@ pub(super) async fn finish(c: &mut Client, now: i64, done: &[Finished]) -> Store
             Attempt::Failed { status, error } => failed.push(f.id, 0, *status, error),
         }
     }
-    let tx = c.transaction().await?;
+    let tx = unsynced(c).await?;
     if !delivered.is_empty() {
         tx.execute("DELETE FROM outbox WHERE id = ANY($1)", &[&delivered]).await?;
     }

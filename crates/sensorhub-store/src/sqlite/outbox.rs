@@ -41,13 +41,28 @@ pub(super) fn insert(tx: &Transaction<'_>, rows: &[OutboxRow]) -> StoreResult<()
 }
 
 pub(super) fn claim(c: &mut Connection, now: i64, lease: i64, limit: usize) -> StoreResult<Vec<Delivery>> {
-    let tx = begin(c)?;
-    let mut claimed = claim_due(&tx, now, lease, limit, None)?;
-    for (sub, room) in batch_room(&claimed) {
-        claimed.extend(claim_due(&tx, now, lease, room, Some(&sub))?);
-    }
-    tx.commit()?;
-    Ok(claimed)
+    unsynced(c, |c| {
+        let tx = begin(c)?;
+        let mut claimed = claim_due(&tx, now, lease, limit, None)?;
+        for (sub, room) in batch_room(&claimed) {
+            claimed.extend(claim_due(&tx, now, lease, room, Some(&sub))?);
+        }
+        tx.commit()?;
+        Ok(claimed)
+    })
+}
+
+/// Runs `f` with `synchronous = NORMAL`: its commit is not waited onto the
+/// disk (the next durable commit takes it along). For the outbox's
+/// bookkeeping only, leases and outcomes: lost to a power cut, they leave
+/// deliveries due again, which at-least-once delivery allows; they then
+/// cost ingest, which shares the one writer, no fsync of their own.
+fn unsynced<R>(c: &mut Connection, f: impl FnOnce(&mut Connection) -> StoreResult<R>) -> StoreResult<R> {
+    let durable: i64 = c.query_row("PRAGMA synchronous", [], |r| r.get(0))?;
+    c.pragma_update(None, "synchronous", "NORMAL")?;
+    let result = f(c);
+    c.pragma_update(None, "synchronous", durable)?;
+    result
 }
 
 /// Leases up to `limit` due rows (of subscription `only`, if given), oldest first.
@@ -96,6 +111,10 @@ fn claim_due(
 
 /// Records outcomes, in one transaction.
 pub(super) fn finish(c: &mut Connection, now: i64, done: &[Finished]) -> StoreResult<()> {
+    unsynced(c, |c| finish_unsynced(c, now, done))
+}
+
+fn finish_unsynced(c: &mut Connection, now: i64, done: &[Finished]) -> StoreResult<()> {
     let tx = begin(c)?;
     {
         let mut delivered = tx.prepare_cached("DELETE FROM outbox WHERE id = ?1")?;

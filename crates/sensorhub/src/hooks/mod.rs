@@ -4,6 +4,7 @@
 pub mod batch;
 pub mod headers;
 pub mod provision;
+pub mod record;
 pub mod retry;
 pub mod seal;
 pub mod send;

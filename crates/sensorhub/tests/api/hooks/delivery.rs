@@ -75,9 +75,14 @@ async fn subscribe(store: &dyn Store, url: &str) -> (String, SigningSecret) {
 /// that what the test stores is due), with loopback allowed or not, and a
 /// half-second limit per attempt.
 pub(super) fn worker(store: Arc<dyn Store>, allow_private: bool) -> (WorkerHandle, Arc<TestClock>) {
-    let clock = Arc::new(TestClock(AtomicI64::new(jiff::Timestamp::now().as_millisecond() + 60_000)));
     let settings =
         DeliverySettings { allow_private, timeout: Duration::from_millis(500), ..DeliverySettings::default() };
+    worker_with(store, settings)
+}
+
+/// A worker as [`worker`] makes, with `settings`.
+fn worker_with(store: Arc<dyn Store>, settings: DeliverySettings) -> (WorkerHandle, Arc<TestClock>) {
+    let clock = Arc::new(TestClock(AtomicI64::new(jiff::Timestamp::now().as_millisecond() + 60_000)));
     (spawn(store, key(), settings, Arc::new(Metrics::default()), clock.clone()).expect("worker"), clock)
 }
 
@@ -201,6 +206,37 @@ on_each_backend! {
         assert_eq!(message_id(&rx.next().await), message_id(&first));
         recorded(&*app.store, &sub, <[_]>::is_empty).await;
         assert_eq!(app.store.replay_deliveries(&sub, Replay::Failed, 0).await.expect("replay"), 0);
+    }
+
+    async fn an_endpoint_failing_for_too_long_gets_its_subscription_disabled() {
+        let app = TestApp::with(ingest()).await;
+        let mut rx = Receiver::start(vec![Reply::Status(503), Reply::Status(503)]).await;
+        let (sub, _) = subscribe(&*app.store, &rx.url).await;
+        let settings = DeliverySettings {
+            allow_private: true,
+            timeout: Duration::from_millis(500),
+            disable_after: Duration::from_secs(1),
+            ..DeliverySettings::default()
+        };
+        let (worker, clock) = worker_with(app.store.clone(), settings);
+        assert_eq!(app.webhook(Some(KEY), &envelope(6)).await.status, 200);
+        worker.wake();
+        rx.next().await;
+        let list = recorded(&*app.store, &sub, |d| d.first().is_some_and(|d| d.attempts == 1)).await;
+        let enabled = |subs: Vec<sensorhub_store::hooks::Subscription>| subs.iter().any(|s| s.id == sub && s.enabled);
+        assert!(enabled(app.store.subscriptions().await.expect("list")), "one failure disables nothing");
+        clock.set(list[0].next_attempt);
+        worker.wake();
+        rx.next().await;
+        for _ in 0..1000 {
+            if !enabled(app.store.subscriptions().await.expect("list")) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(!enabled(app.store.subscriptions().await.expect("list")), "failing for over a second: disabled");
+        let list = recorded(&*app.store, &sub, |d| d.first().is_some_and(|d| d.attempts == 2)).await;
+        assert_eq!(list[0].state, "pending", "what it owes stays owed");
     }
 
     async fn private_targets_are_refused_unless_the_operator_allows_them() {
