@@ -148,6 +148,7 @@ on_each_backend! {
             let again = rx.next().await;
             verify(&secret, &again);
             assert_eq!(message_id(&again), message_id(&first), "one webhook-id for every attempt");
+            assert_eq!(again.peer, first.peer, "the connection is kept for the next attempt");
         }
         assert!(recorded(&*app.store, &sub, <[_]>::is_empty).await.is_empty(), "delivered: no longer owed");
         assert_eq!(app.store.outbox_backlog().await.expect("backlog"), 0);
