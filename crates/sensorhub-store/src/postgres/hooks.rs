@@ -176,52 +176,36 @@ pub(super) async fn provision(
     };
     let (row, change) = match subscription_write(p, devices, stored, sealer)? {
         SubscriptionWrite::Unchanged => return Ok(Change::Unchanged),
-        SubscriptionWrite::Insert(row) => {
-            tx.execute(
-                "INSERT INTO subscriptions (id, account_id, name, url, all_devices, events, secret, headers, enabled,
-                                            batch, batch_max, allow_http, created_at)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
-                &[
-                    &row.id,
-                    &account,
-                    &p.name,
-                    &row.url,
-                    &row.devices.is_none(),
-                    &row.events,
-                    &row.secret,
-                    &row.headers,
-                    &row.enabled,
-                    &row.batch,
-                    &i32::try_from(row.batch_max).unwrap_or(i32::MAX),
-                    &row.allow_http,
-                    &now(),
-                ],
-            )
-            .await?;
-            (row, Change::Created)
-        }
-        SubscriptionWrite::Update(row) => {
-            tx.execute(
-                "UPDATE subscriptions SET url = $2, all_devices = $3, events = $4, secret = $5, headers = $6,
-                        enabled = $7, batch = $8, batch_max = $9, allow_http = $10 WHERE id = $1",
-                &[
-                    &row.id,
-                    &row.url,
-                    &row.devices.is_none(),
-                    &row.events,
-                    &row.secret,
-                    &row.headers,
-                    &row.enabled,
-                    &row.batch,
-                    &i32::try_from(row.batch_max).unwrap_or(i32::MAX),
-                    &row.allow_http,
-                ],
-            )
-            .await?;
-            tx.execute("DELETE FROM subscription_devices WHERE subscription_id = $1", &[&row.id]).await?;
-            (row, Change::Updated)
-        }
+        SubscriptionWrite::Insert(row) => (row, Change::Created),
+        SubscriptionWrite::Update(row) => (row, Change::Updated),
     };
+    // One statement for both: an update keeps the name and creation time.
+    tx.execute(
+        "INSERT INTO subscriptions (id, account_id, name, url, all_devices, events, secret, headers, enabled,
+                                    batch, batch_max, allow_http, created_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+         ON CONFLICT (id) DO UPDATE SET url = excluded.url, all_devices = excluded.all_devices,
+             events = excluded.events, secret = excluded.secret, headers = excluded.headers,
+             enabled = excluded.enabled, batch = excluded.batch, batch_max = excluded.batch_max,
+             allow_http = excluded.allow_http",
+        &[
+            &row.id,
+            &account,
+            &p.name,
+            &row.url,
+            &row.devices.is_none(),
+            &row.events,
+            &row.secret,
+            &row.headers,
+            &row.enabled,
+            &row.batch,
+            &i32::try_from(row.batch_max).unwrap_or(i32::MAX),
+            &row.allow_http,
+            &now(),
+        ],
+    )
+    .await?;
+    tx.execute("DELETE FROM subscription_devices WHERE subscription_id = $1", &[&row.id]).await?;
     let pks: Vec<i64> = row.devices.iter().flatten().copied().collect();
     tx.execute(
         "INSERT INTO subscription_devices (subscription_id, device_pk) SELECT $1, unnest($2::bigint[])",

@@ -169,50 +169,35 @@ pub(super) fn provision(
     };
     let (row, change) = match subscription_write(p, devices, stored, sealer)? {
         SubscriptionWrite::Unchanged => return Ok(Change::Unchanged),
-        SubscriptionWrite::Insert(row) => {
-            tx.execute(
-                "INSERT INTO subscriptions (id, account_id, name, url, all_devices, events, secret, headers, enabled,
-                                            batch, batch_max, allow_http, created_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
-                params![
-                    row.id,
-                    account,
-                    p.name,
-                    row.url,
-                    row.devices.is_none(),
-                    row.events,
-                    row.secret,
-                    row.headers,
-                    row.enabled,
-                    row.batch,
-                    row.batch_max,
-                    row.allow_http,
-                    now()
-                ],
-            )?;
-            (row, Change::Created)
-        }
-        SubscriptionWrite::Update(row) => {
-            tx.execute(
-                "UPDATE subscriptions SET url = ?2, all_devices = ?3, events = ?4, secret = ?5, headers = ?6,
-                        enabled = ?7, batch = ?8, batch_max = ?9, allow_http = ?10 WHERE id = ?1",
-                params![
-                    row.id,
-                    row.url,
-                    row.devices.is_none(),
-                    row.events,
-                    row.secret,
-                    row.headers,
-                    row.enabled,
-                    row.batch,
-                    row.batch_max,
-                    row.allow_http
-                ],
-            )?;
-            tx.execute("DELETE FROM subscription_devices WHERE subscription_id = ?1", [&row.id])?;
-            (row, Change::Updated)
-        }
+        SubscriptionWrite::Insert(row) => (row, Change::Created),
+        SubscriptionWrite::Update(row) => (row, Change::Updated),
     };
+    // One statement for both: an update keeps the name and creation time.
+    tx.execute(
+        "INSERT INTO subscriptions (id, account_id, name, url, all_devices, events, secret, headers, enabled,
+                                    batch, batch_max, allow_http, created_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
+         ON CONFLICT (id) DO UPDATE SET url = excluded.url, all_devices = excluded.all_devices,
+             events = excluded.events, secret = excluded.secret, headers = excluded.headers,
+             enabled = excluded.enabled, batch = excluded.batch, batch_max = excluded.batch_max,
+             allow_http = excluded.allow_http",
+        params![
+            row.id,
+            account,
+            p.name,
+            row.url,
+            row.devices.is_none(),
+            row.events,
+            row.secret,
+            row.headers,
+            row.enabled,
+            row.batch,
+            row.batch_max,
+            row.allow_http,
+            now()
+        ],
+    )?;
+    tx.execute("DELETE FROM subscription_devices WHERE subscription_id = ?1", [&row.id])?;
     let mut stmt =
         tx.prepare_cached("INSERT INTO subscription_devices (subscription_id, device_pk) VALUES (?1, ?2)")?;
     for pk in row.devices.iter().flatten() {
