@@ -18,6 +18,7 @@ use sensorhub_store::Store;
 use sensorhub_store::hooks::{Attempt, Finished};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use tokio::sync::{Notify, Semaphore};
 use tokio::task::JoinSet;
 
@@ -75,6 +76,7 @@ pub fn spawn(
     let wake = Arc::new(Notify::new());
     let sender = Sender::new(settings.allow_private, settings.timeout)?;
     let recorder = Recorder::spawn(store.clone(), settings.disable_after);
+    tokio::spawn(count_backlog(store.clone(), metrics.clone()));
     let endpoints = Mutex::new(HashMap::new());
     let shared = Arc::new(Shared { store, key, sender, settings, metrics, clock, recorder, endpoints });
     tokio::spawn(run(shared, wake.clone()));
@@ -105,14 +107,7 @@ async fn run(shared: Arc<Shared>, wake: Arc<Notify>) {
             match shared.store.claim_deliveries(shared.clock.now_ms(), lease, free).await {
                 Ok(due) => {
                     more_due = due.len() >= free;
-                    let jobs = jobs(due);
-                    if jobs.is_empty() {
-                        match shared.store.outbox_backlog().await {
-                            Ok(n) => shared.metrics.deliveries.backlog(n),
-                            Err(e) => tracing::debug!(error = %e, "cannot count the webhook outbox"),
-                        }
-                    }
-                    for job in jobs {
+                    for job in jobs(due) {
                         tasks.spawn(deliver(shared.clone(), job));
                     }
                 }
@@ -123,6 +118,23 @@ async fn run(shared: Arc<Shared>, wake: Arc<Notify>) {
             Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
             () = wake.notified() => next_look = tokio::time::Instant::now(),
             () = tokio::time::sleep_until(next_look) => {}
+        }
+    }
+}
+
+/// How often the backlog gauge is refreshed, busy or idle.
+pub const BACKLOG_EVERY: Duration = Duration::from_secs(2);
+
+/// Keeps the backlog gauge current: a count of the pending deliveries
+/// every [`BACKLOG_EVERY`] (a read; it waits on no writer).
+async fn count_backlog(store: Arc<dyn Store>, metrics: Arc<Metrics>) {
+    let mut tick = tokio::time::interval(BACKLOG_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        match store.outbox_backlog().await {
+            Ok(n) => metrics.deliveries.backlog(n),
+            Err(e) => tracing::debug!(error = %e, "cannot count the webhook outbox"),
         }
     }
 }

@@ -82,8 +82,15 @@ pub(super) fn worker(store: Arc<dyn Store>, allow_private: bool) -> (WorkerHandl
 
 /// A worker as [`worker`] makes, with `settings`.
 fn worker_with(store: Arc<dyn Store>, settings: DeliverySettings) -> (WorkerHandle, Arc<TestClock>) {
+    let (worker, clock, _) = worker_metered(store, settings);
+    (worker, clock)
+}
+
+/// A worker as [`worker_with`] makes, and its metrics.
+fn worker_metered(store: Arc<dyn Store>, settings: DeliverySettings) -> (WorkerHandle, Arc<TestClock>, Arc<Metrics>) {
     let clock = Arc::new(TestClock(AtomicI64::new(jiff::Timestamp::now().as_millisecond() + 60_000)));
-    (spawn(store, key(), settings, Arc::new(Metrics::default()), clock.clone()).expect("worker"), clock)
+    let metrics = Arc::new(Metrics::default());
+    (spawn(store, key(), settings, metrics.clone(), clock.clone()).expect("worker"), clock, metrics)
 }
 
 fn envelope(second: u32) -> String {
@@ -238,6 +245,32 @@ on_each_backend! {
         assert!(!enabled(app.store.subscriptions().await.expect("list")), "failing for over a second: disabled");
         let list = recorded(&*app.store, &sub, |d| d.first().is_some_and(|d| d.attempts == 2)).await;
         assert_eq!(list[0].state, "pending", "what it owes stays owed");
+    }
+
+    async fn the_backlog_gauge_follows_a_busy_worker() {
+        let app = TestApp::with(ingest()).await;
+        // 200 deliveries of 100 ms each, 4 at once: the worker is busy for 5 s.
+        let mut rx = Receiver::start(vec![Reply::Stall(Duration::from_millis(100)); 200]).await;
+        let (sub, _) = subscribe(&*app.store, &rx.url).await;
+        let readings = (0..200).map(|i| crate::harness::reading("AWLR-001", 1_777_964_400 + i * 60, "AWLR1-batt", 90.0));
+        app.store.import(Box::new(readings.map(Ok)), Outbox::Deliver).await.expect("import");
+        let settings = DeliverySettings { allow_private: true, ..DeliverySettings::default() };
+        let (worker, _clock, metrics) = worker_metered(app.store.clone(), settings);
+        worker.wake();
+        let mut seen = Vec::new();
+        for _ in 0..60 {
+            seen.push(metrics.deliveries.backlog_now());
+            if seen.iter().any(|&n| n > 0 && n < 200) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(seen.iter().any(|&n| n > 0 && n < 200), "counted while busy, some delivered: {seen:?}");
+        assert!(rx.got.len() < 200, "still delivering when it was counted");
+        for _ in 0..200 {
+            rx.next().await;
+        }
+        recorded(&*app.store, &sub, <[_]>::is_empty).await;
     }
 
     async fn private_targets_are_refused_unless_the_operator_allows_them() {
