@@ -325,6 +325,10 @@ pub trait Store: Send + Sync {
 
     /// Deliveries pending, over all subscriptions.
     async fn outbox_backlog(&self) -> StoreResult<u64>;
+
+    /// Removes failed deliveries whose reading was stored before `before`
+    /// (ms); returns how many.
+    async fn prune_failed_deliveries(&self, before: i64) -> StoreResult<u64>;
 }
 
 impl Window {

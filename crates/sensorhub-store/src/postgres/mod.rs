@@ -419,6 +419,10 @@ impl Store for PgStore {
     async fn outbox_backlog(&self) -> StoreResult<u64> {
         outbox::backlog(&self.pool.get().await?).await
     }
+
+    async fn prune_failed_deliveries(&self, before: i64) -> StoreResult<u64> {
+        outbox::prune_failed(&self.pool.get().await?, before).await
+    }
 }
 
 /// Streams readings of `device_pk` from `next` to `end`, one pooled

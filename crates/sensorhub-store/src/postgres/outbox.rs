@@ -246,3 +246,7 @@ pub(super) async fn backlog(c: &impl GenericClient) -> StoreResult<u64> {
     let n: i64 = c.query_one("SELECT count(*) FROM outbox WHERE state = 'pending'", &[]).await?.get(0);
     Ok(n as u64)
 }
+
+pub(super) async fn prune_failed(c: &impl GenericClient, before: i64) -> StoreResult<u64> {
+    Ok(c.execute("DELETE FROM outbox WHERE state = 'failed' AND created_at < $1", &[&before]).await?)
+}

@@ -376,6 +376,10 @@ impl Store for SqliteStore {
     async fn outbox_backlog(&self) -> StoreResult<u64> {
         self.reads.run(outbox::backlog).await
     }
+
+    async fn prune_failed_deliveries(&self, before: i64) -> StoreResult<u64> {
+        self.writes.run(move |c| outbox::prune_failed(c, before)).await
+    }
 }
 
 #[cfg(test)]

@@ -201,3 +201,10 @@ pub(super) fn backlog(c: &mut Connection) -> StoreResult<u64> {
     let n: i64 = c.query_row("SELECT count(*) FROM outbox WHERE state = 'pending'", [], |r| r.get(0))?;
     Ok(n as u64)
 }
+
+pub(super) fn prune_failed(c: &mut Connection, before: i64) -> StoreResult<u64> {
+    let tx = begin(c)?;
+    let n = tx.execute("DELETE FROM outbox WHERE state = 'failed' AND created_at < ?1", [before])?;
+    tx.commit()?;
+    Ok(n as u64)
+}

@@ -163,6 +163,29 @@ async fn a_batching_subscription_claims_its_due_rows_together_and_records_them_a
     }
 }
 
+#[tokio::test]
+async fn failed_deliveries_are_pruned_by_age_and_nothing_else() {
+    for b in backends().await {
+        let s = &*b.store;
+        s.add_subscription(new("sub_p", "alice", None)).await.expect("add");
+        let three = (0..3).map(|i| Ok(reading("D1", T + i * 60, &[("a", 1.0)])));
+        s.import(Box::new(three.collect::<Vec<_>>().into_iter()), Outbox::Deliver).await.expect("import");
+        let now = jiff::Timestamp::now().as_millisecond() + 1000;
+        let claimed = s.claim_deliveries(now, 30_000, 10).await.expect("claim");
+        let failed = Attempt::Failed { status: Some(410), error: "answered 410".into() };
+        let done = claimed[..2]
+            .iter()
+            .map(|d| Finished { id: d.id, subscription_id: d.subscription_id.clone(), attempt: failed.clone() })
+            .collect();
+        s.finish_deliveries(now, done).await.expect("finish");
+        let stored = claimed[0].created_at;
+        assert_eq!(s.prune_failed_deliveries(stored).await.expect("prune"), 0, "none stored before");
+        assert_eq!(s.prune_failed_deliveries(stored + 1).await.expect("prune"), 2, "the two failed ones");
+        let left = s.deliveries("sub_p", false).await.expect("deliveries");
+        assert_eq!((left.len(), left[0].state.as_str()), (1, "pending"), "pending ones stay");
+    }
+}
+
 /// A sealer for the test: a counter byte, then the bytes (so that each
 /// sealing differs, as the real one's nonce makes it).
 #[derive(Default)]

@@ -253,6 +253,10 @@ impl Store for PublishingStore {
     async fn outbox_backlog(&self) -> StoreResult<u64> {
         self.inner.outbox_backlog().await
     }
+
+    async fn prune_failed_deliveries(&self, before: i64) -> StoreResult<u64> {
+        self.inner.prune_failed_deliveries(before).await
+    }
 }
 
 #[cfg(test)]
