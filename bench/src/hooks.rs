@@ -4,7 +4,8 @@
 //! subscription and with 3 active ones (delivering meanwhile), their ratio
 //! (target ≥ 0.8), and how fast a backlog of `--backlog` deliveries
 //! (written by `sensorhub import --deliver` while no instance delivers)
-//! drains once a server with the key starts: deliveries/s.
+//! drains once a server with the key starts: deliveries/s. With `--batch N`
+//! the subscriptions batch up to N readings per POST.
 
 use crate::dataset;
 use crate::run::Server;
@@ -42,6 +43,9 @@ pub struct Args {
     /// Loopback port of the server
     #[arg(long, default_value_t = 18440)]
     port: u16,
+    /// Subscriptions batch up to this many readings per POST (`--batch-max`; 0: one per POST)
+    #[arg(long, default_value_t = 0)]
+    batch: u32,
 }
 
 /// What the scenario measured.
@@ -66,6 +70,8 @@ pub struct Hooks {
     pub deliveries_per_s: f64,
     /// Deliveries in flight per endpoint.
     pub concurrency: usize,
+    /// Readings per batched POST at most (0: one per POST).
+    pub batch: u32,
 }
 
 /// Runs `sensorhub ARGS --database DB` and returns its stdout.
@@ -84,14 +90,16 @@ fn sensorhub(exe: &Path, db: &Path, args: &[&str]) -> Result<String, String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// Starts the receiver; returns its URL and the count of deliveries it got.
+/// Starts the receiver; returns its URL and the count of deliveries
+/// (readings: a batched POST counts its members) it got.
 async fn receiver() -> Result<(String, Arc<AtomicU64>), String> {
     let count = Arc::new(AtomicU64::new(0));
     let counted = count.clone();
     let app = axum::Router::new().route(
         "/hook",
-        axum::routing::post(move || {
-            counted.fetch_add(1, Ordering::Relaxed);
+        axum::routing::post(move |body: axum::body::Bytes| {
+            let members = body.windows(13).filter(|w| w == b"\"webhook_id\":").count();
+            counted.fetch_add(members.max(1) as u64, Ordering::Relaxed);
             async { axum::http::StatusCode::NO_CONTENT }
         }),
     );
@@ -162,13 +170,14 @@ pub fn run(args: Args) -> Result<(Hooks, PathBuf), String> {
     // Ingest without subscriptions, then with three delivering.
     let server = serve(true)?;
     let ingest_none_rps = rt.block_on(load(port, args.clients, args.seconds, 0))?;
+    let batch_max = args.batch.to_string();
+    let mut add = vec!["subscription", "add", "--account", dataset::BENCH_USER.0, "--url", &url, "--allow-http"];
+    if args.batch > 0 {
+        add.extend(["--batch", "--batch-max", &batch_max]);
+    }
     let mut ids = Vec::new();
     for _ in 0..3 {
-        let added = sensorhub(
-            &bin,
-            &db,
-            &["subscription", "add", "--account", dataset::BENCH_USER.0, "--url", &url, "--allow-http"],
-        )?;
+        let added = sensorhub(&bin, &db, &add)?;
         ids.extend(added.split_whitespace().find(|w| w.starts_with("sub_")).map(str::to_owned));
     }
     drop(server);
@@ -185,7 +194,7 @@ pub fn run(args: Args) -> Result<(Hooks, PathBuf), String> {
     for id in &ids {
         sensorhub(&bin, &db, &["subscription", "remove", id])?;
     }
-    sensorhub(&bin, &db, &["subscription", "add", "--account", dataset::BENCH_USER.0, "--url", &url, "--allow-http"])?;
+    sensorhub(&bin, &db, &add)?;
     let file = dir.join("backlog.ndjson");
     let mut lines = String::new();
     for k in 0..args.backlog {
@@ -226,6 +235,7 @@ pub fn run(args: Args) -> Result<(Hooks, PathBuf), String> {
         drain_s,
         deliveries_per_s: backlog as f64 / drain_s,
         concurrency: args.concurrency,
+        batch: args.batch,
     };
     std::fs::create_dir_all(&args.out).map_err(|e| e.to_string())?;
     let date = jiff::Timestamp::now().strftime("%Y-%m-%dT%H%M%SZ").to_string();
@@ -249,7 +259,7 @@ pub fn report(h: &Hooks) -> String {
     format!(
         "webhook ingest: {:.0} req/s without subscriptions; with 3: {:.0} req/s writing their outbox only \
          (ratio {:.2}), {:.0} req/s while delivering on the same cores (ratio {:.2}; target >= 0.8)\n\
-         backlog of {} deliveries drained in {:.1} s: {:.0} deliveries/s ({} per endpoint at once)",
+         backlog of {} deliveries drained in {:.1} s: {:.0} deliveries/s ({} per endpoint at once{})",
         h.ingest_none_rps,
         h.ingest_three_outbox_rps,
         h.outbox_ratio,
@@ -258,6 +268,7 @@ pub fn report(h: &Hooks) -> String {
         h.backlog,
         h.drain_s,
         h.deliveries_per_s,
-        h.concurrency
+        h.concurrency,
+        if h.batch > 0 { format!(", batches of up to {}", h.batch) } else { String::new() }
     )
 }

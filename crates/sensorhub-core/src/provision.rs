@@ -9,6 +9,9 @@ use crate::time::parse_reading_timestamp;
 use serde::Deserialize;
 use std::collections::{HashMap, HashSet};
 
+mod subscriptions;
+pub use subscriptions::{DEFAULT_BATCH, EVENTS, HeaderValueSpec, MAX_BATCH, SecretRef, SubscriptionSpec};
+
 /// An error in a provisioning document or an import, naming where it is.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{position}: {message}")]
@@ -76,6 +79,10 @@ pub struct AccountSpec {
     /// a device says otherwise. Omitted leaves it as it is.
     #[serde(default)]
     pub retention: Option<crate::retention::Retention>,
+    /// Outgoing webhook subscriptions, known by their `name`; subscriptions
+    /// of the account not listed are left alone.
+    #[serde(default)]
+    pub subscriptions: Vec<SubscriptionSpec>,
 }
 
 /// An API key of an account.
@@ -324,6 +331,7 @@ impl Provision {
                     return Err(InputError::new(kat, "duplicate webhook key"));
                 }
             }
+            subscriptions::check(&a.subscriptions, &at)?;
         }
         let mut device_ids = HashSet::new();
         for (i, d) in self.devices.iter().enumerate() {

@@ -6,6 +6,7 @@
 
 pub(crate) mod latest;
 pub(crate) mod outbox;
+pub(crate) mod subscriptions;
 
 use crate::chunk::{self, CHUNK_SECONDS, chunk_of};
 use crate::{Changes, StoreError, StoreResult};

@@ -35,6 +35,8 @@ pub struct NewSubscription {
     pub sealed_headers: Option<Vec<u8>>,
     /// Whether readings that arrive together go out in one delivery.
     pub batch: bool,
+    /// The most readings in one batched delivery.
+    pub batch_max: u32,
     /// Whether a plain `http://` URL is allowed.
     pub allow_http: bool,
 }
@@ -58,10 +60,14 @@ pub struct Subscription {
     pub enabled: bool,
     /// Whether readings that arrive together go out in one delivery.
     pub batch: bool,
+    /// The most readings in one batched delivery.
+    pub batch_max: u32,
     /// Whether a plain `http://` URL is allowed.
     pub allow_http: bool,
     /// When it was created (seconds since the epoch).
     pub created_at: i64,
+    /// Its name in the provisioning file that made it (`apply`), if any.
+    pub name: Option<String>,
 }
 
 impl std::fmt::Debug for Subscription {
@@ -72,6 +78,7 @@ impl std::fmt::Debug for Subscription {
             .field("url", &self.url)
             .field("devices", &self.devices)
             .field("enabled", &self.enabled)
+            .field("name", &self.name)
             .finish_non_exhaustive()
     }
 }
@@ -124,6 +131,9 @@ pub struct Delivery {
     pub created_at: i64,
     /// Since when the subscription's deliveries fail with no success (ms).
     pub failing_since: Option<i64>,
+    /// The most deliveries of its subscription one POST carries: 1 unless
+    /// the subscription batches.
+    pub batch_max: u32,
 }
 
 impl std::fmt::Debug for Delivery {
@@ -146,6 +156,38 @@ pub enum Attempt {
     Retry { at: i64, status: Option<u16>, error: String },
     /// Given up: the row stays, failed, for `deliveries` and `replay`.
     Failed { status: Option<u16>, error: String },
+}
+
+/// The batching subscriptions among `claimed` with room for more rows in
+/// their batch, and how many more.
+pub(crate) fn batch_room(claimed: &[Delivery]) -> Vec<(String, usize)> {
+    let mut counts: std::collections::BTreeMap<&str, (usize, usize)> = std::collections::BTreeMap::new();
+    for d in claimed.iter().filter(|d| d.batch_max > 1) {
+        counts.entry(&d.subscription_id).or_insert((0, d.batch_max as usize)).0 += 1;
+    }
+    counts.into_iter().filter(|(_, (n, max))| n < max).map(|(sub, (n, max))| (sub.to_owned(), max - n)).collect()
+}
+
+/// What came of an attempt of one outbox row, to record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finished {
+    /// The outbox row.
+    pub id: i64,
+    /// Its subscription.
+    pub subscription_id: String,
+    /// The outcome.
+    pub attempt: Attempt,
+}
+
+/// The subscriptions whose failing state a list of outcomes changes, each
+/// by its last outcome: `(succeeded, failing)`.
+pub(crate) fn failing_changes(done: &[Finished]) -> (Vec<&str>, Vec<&str>) {
+    let mut last: std::collections::BTreeMap<&str, bool> = std::collections::BTreeMap::new();
+    for f in done {
+        last.insert(&f.subscription_id, f.attempt == Attempt::Delivered);
+    }
+    let (ok, failing): (Vec<_>, Vec<_>) = last.into_iter().partition(|(_, delivered)| *delivered);
+    (ok.into_iter().map(|(s, _)| s).collect(), failing.into_iter().map(|(s, _)| s).collect())
 }
 
 /// A delivery as `subscription deliveries` lists it.
@@ -176,4 +218,74 @@ pub enum Replay {
     Failed,
     /// One delivery (failed or pending), by outbox row.
     One(i64),
+}
+
+/// Seals and opens subscription secrets and headers for `apply`, which
+/// compares what a provisioning file gives with what is stored (sealed
+/// bytes differ at each sealing). The key lives in the binary; the store
+/// sees only this.
+pub trait Sealer: Send + Sync {
+    /// `secret` sealed for subscription `id`.
+    fn seal_secret(&self, id: &str, secret: &[u8]) -> Result<Vec<u8>, String>;
+    /// The secret of subscription `id` that `seal_secret` sealed.
+    fn open_secret(&self, id: &str, sealed: &[u8]) -> Result<Vec<u8>, String>;
+    /// `headers` sealed for subscription `id`.
+    fn seal_headers(&self, id: &str, headers: &[(String, String)]) -> Result<Vec<u8>, String>;
+    /// The headers of subscription `id` that `seal_headers` sealed.
+    fn open_headers(&self, id: &str, sealed: &[u8]) -> Result<Vec<(String, String)>, String>;
+}
+
+/// A subscription of a provisioning document with its references resolved
+/// (by `sensorhub apply`), for the store to make true.
+#[derive(Clone)]
+pub struct ProvisionedSubscription {
+    /// The owning account (one of the document's).
+    pub username: String,
+    /// Where it is in the document, e.g. `accounts[0].subscriptions[1]`.
+    pub at: String,
+    /// Its name, unique per account: how a re-apply finds it.
+    pub name: String,
+    /// Where deliveries are POSTed (checked).
+    pub url: String,
+    /// The devices it covers; `None` for all that the account sees.
+    pub devices: Option<Vec<String>>,
+    /// Event kinds.
+    pub events: Vec<String>,
+    /// On or off; `None` leaves a stored one as it is (new: on).
+    pub enabled: Option<bool>,
+    /// Extra request headers, resolved and checked, by name.
+    pub headers: Vec<(String, String)>,
+    /// Whether readings that arrive together go out in one delivery.
+    pub batch: bool,
+    /// The most readings in one batched delivery.
+    pub batch_max: u32,
+    /// Whether a plain `http://` URL is allowed.
+    pub allow_http: bool,
+    /// The signing secret's bytes (read from its reference).
+    pub secret: Vec<u8>,
+}
+
+impl std::fmt::Debug for ProvisionedSubscription {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProvisionedSubscription")
+            .field("username", &self.username)
+            .field("name", &self.name)
+            .field("url", &self.url)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The subscriptions of a provisioning document, and what seals their secrets.
+#[derive(Clone)]
+pub struct ProvisionedHooks {
+    /// Every account's subscriptions, in document order.
+    pub subscriptions: Vec<ProvisionedSubscription>,
+    /// Seals secrets and headers (the operator's key).
+    pub sealer: std::sync::Arc<dyn Sealer>,
+}
+
+impl std::fmt::Debug for ProvisionedHooks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProvisionedHooks").field("subscriptions", &self.subscriptions).finish_non_exhaustive()
+    }
 }

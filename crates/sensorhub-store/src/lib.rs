@@ -211,7 +211,19 @@ pub trait Store: Send + Sync {
     async fn read_window(&self, scope: Scope, device_id: &str, range: TimeRange) -> StoreResult<Option<Window>>;
 
     /// Makes a provisioning document true, atomically: all of it or nothing.
-    async fn apply(&self, doc: Provision, readings: Vec<ReadingInput>) -> StoreResult<ApplyReport>;
+    async fn apply(&self, doc: Provision, readings: Vec<ReadingInput>) -> StoreResult<ApplyReport> {
+        self.apply_with_hooks(doc, readings, None).await
+    }
+
+    /// [`Store::apply`] with the document's webhook subscriptions resolved
+    /// (`sensorhub apply` reads their secret references and holds the
+    /// sealing key); a document listing subscriptions needs them.
+    async fn apply_with_hooks(
+        &self,
+        doc: Provision,
+        readings: Vec<ReadingInput>,
+        hooks: Option<hooks::ProvisionedHooks>,
+    ) -> StoreResult<ApplyReport>;
 
     /// Stores readings, atomically: all of them or, on the first error,
     /// none. With [`hooks::Outbox::Deliver`], the deliveries they owe to
@@ -281,19 +293,27 @@ pub trait Store: Send + Sync {
     /// Claims up to `limit` deliveries due at `now` (ms) of enabled
     /// subscriptions, oldest first, for `lease` ms: no other worker (of
     /// this or another instance) gets them meanwhile; if the claimer
-    /// reports nothing by then, they are due again.
+    /// reports nothing by then, they are due again. A subscription that
+    /// batches gets its claimed rows topped up with its other due ones, up
+    /// to its `batch_max`, so readings that arrived together go together.
     async fn claim_deliveries(&self, now: i64, lease: i64, limit: usize) -> StoreResult<Vec<hooks::Delivery>>;
 
+    /// Records what attempts came to at `now` (ms), in one transaction, and
+    /// whether each subscription is failing since then (by its last outcome).
+    async fn finish_deliveries(&self, now: i64, done: Vec<hooks::Finished>) -> StoreResult<()>;
+
     /// Records what an attempt of delivery `id` of subscription
-    /// `subscription_id` came to at `now` (ms), and whether the
-    /// subscription is failing since then.
+    /// `subscription_id` came to at `now` (ms).
     async fn finish_delivery(
         &self,
         id: i64,
         subscription_id: &str,
         now: i64,
         attempt: hooks::Attempt,
-    ) -> StoreResult<()>;
+    ) -> StoreResult<()> {
+        let done = hooks::Finished { id, subscription_id: subscription_id.to_owned(), attempt };
+        self.finish_deliveries(now, vec![done]).await
+    }
 
     /// The pending and failed deliveries of subscription `id` (only the
     /// failed ones with `failed_only`), oldest first.
@@ -305,6 +325,10 @@ pub trait Store: Send + Sync {
 
     /// Deliveries pending, over all subscriptions.
     async fn outbox_backlog(&self) -> StoreResult<u64>;
+
+    /// Removes failed deliveries whose reading was stored before `before`
+    /// (ms); returns how many.
+    async fn prune_failed_deliveries(&self, before: i64) -> StoreResult<u64>;
 }
 
 impl Window {

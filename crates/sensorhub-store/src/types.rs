@@ -179,6 +179,8 @@ pub struct ApplyReport {
     pub api_keys: Changes,
     /// Webhook keys created / updated.
     pub webhook_keys: Changes,
+    /// Outgoing webhook subscriptions created / updated.
+    pub subscriptions: Changes,
     /// Readings created or changed; readings equal to what was stored are not counted.
     pub readings: Changes,
 }

@@ -103,6 +103,11 @@ impl DeliveryMetrics {
     pub fn backlog(&self, n: u64) {
         self.backlog.set(i64::try_from(n).unwrap_or(i64::MAX));
     }
+
+    /// The deliveries pending, as last counted.
+    pub fn backlog_now(&self) -> i64 {
+        self.backlog.get()
+    }
 }
 
 /// The metrics of live streams.

@@ -1,7 +1,8 @@
 //! The retention task of `serve`: a pass over every device shortly after
 //! the start and then every `--retention-every`, removing readings past
 //! their retention (the store drops whole hours in short transactions),
-//! with what it removed in the log and in `/metrics`.
+//! with what it removed in the log and in `/metrics`, and failed webhook
+//! deliveries past [`FAILED_DELIVERIES_KEPT`].
 
 use crate::metrics::Metrics;
 use sensorhub_core::retention::Retention;
@@ -12,14 +13,24 @@ use std::time::Duration;
 /// Wait before the first pass, so that a start is not slowed by it.
 const FIRST_PASS_AFTER: Duration = Duration::from_secs(10);
 
+/// How long failed webhook deliveries are kept (from when their reading was
+/// stored) for `subscription deliveries` and `replay`.
+pub const FAILED_DELIVERIES_KEPT: Duration = Duration::from_secs(30 * 24 * 3600);
+
 /// Runs one pass now: what it removed.
 pub async fn pass(
     store: &dyn Store,
     default: Retention,
     metrics: &Metrics,
 ) -> sensorhub_store::StoreResult<RetentionReport> {
-    let report = store.expire_readings(default, jiff::Timestamp::now().as_second()).await?;
+    let now = jiff::Timestamp::now();
+    let report = store.expire_readings(default, now.as_second()).await?;
     metrics.retention(&report);
+    let kept = i64::try_from(FAILED_DELIVERIES_KEPT.as_millis()).unwrap_or(i64::MAX);
+    let pruned = store.prune_failed_deliveries(now.as_millisecond().saturating_sub(kept)).await?;
+    if pruned > 0 {
+        tracing::info!(deliveries = pruned, "failed webhook deliveries older than 30 days removed");
+    }
     if !report.is_empty() {
         tracing::info!(
             devices = report.devices,

@@ -14,7 +14,7 @@ pub mod temp;
 mod upgrade;
 mod write;
 
-use crate::hooks::{Attempt, Delivery, DeliveryRecord, Outbox, Replay};
+use crate::hooks::{Delivery, DeliveryRecord, Finished, Outbox, Replay};
 use crate::{
     AccountAuth, AccountSummary, ApiKeyAuth, ApiKeySummary, ApplyReport, DeleteReport, DeviceHandle,
     IMPORT_COMMIT_EVERY, ImportReport, Installation, LatestValue, PartialImport, PoolStatus, ReadingSource,
@@ -37,6 +37,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/postgres/0004_retention.sql"),
     include_str!("../../migrations/postgres/0005_latest.sql"),
     include_str!("../../migrations/postgres/0006_subscriptions.sql"),
+    include_str!("../../migrations/postgres/0007_subscription_names.sql"),
 ];
 
 /// The schema version that adds the `latest` index, filled from the stored
@@ -309,9 +310,14 @@ impl Store for PgStore {
         Ok(Some(Window::after_first(device, first, range.end, |next| stream_from(pool, pk, next, range.end))))
     }
 
-    async fn apply(&self, doc: Provision, readings: Vec<ReadingInput>) -> StoreResult<ApplyReport> {
+    async fn apply_with_hooks(
+        &self,
+        doc: Provision,
+        readings: Vec<ReadingInput>,
+        hooks: Option<crate::hooks::ProvisionedHooks>,
+    ) -> StoreResult<ApplyReport> {
         let _writer = self.writer().await?;
-        write::apply(&mut self.pool.get().await?, doc, readings).await
+        write::apply(&mut self.pool.get().await?, doc, readings, hooks).await
     }
 
     async fn import(&self, source: ReadingSource, outbox: Outbox) -> StoreResult<ImportReport> {
@@ -398,8 +404,8 @@ impl Store for PgStore {
         outbox::claim(&mut self.pool.get().await?, now, lease, limit).await
     }
 
-    async fn finish_delivery(&self, id: i64, subscription_id: &str, now: i64, attempt: Attempt) -> StoreResult<()> {
-        outbox::finish(&mut self.pool.get().await?, id, subscription_id, now, &attempt).await
+    async fn finish_deliveries(&self, now: i64, done: Vec<Finished>) -> StoreResult<()> {
+        outbox::finish(&mut self.pool.get().await?, now, &done).await
     }
 
     async fn deliveries(&self, id: &str, failed_only: bool) -> StoreResult<Vec<DeliveryRecord>> {
@@ -412,6 +418,10 @@ impl Store for PgStore {
 
     async fn outbox_backlog(&self) -> StoreResult<u64> {
         outbox::backlog(&self.pool.get().await?).await
+    }
+
+    async fn prune_failed_deliveries(&self, before: i64) -> StoreResult<u64> {
+        outbox::prune_failed(&self.pool.get().await?, before).await
     }
 }
 

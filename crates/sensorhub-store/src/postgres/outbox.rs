@@ -4,7 +4,9 @@
 //! takes the write lock that readings' writes hold.
 
 use crate::decide::outbox::OutboxRow;
-use crate::hooks::{Attempt, Delivery, DeliveryRecord, Replay, SENSOR_DATA, no_such_subscription};
+use crate::hooks::{
+    Attempt, Delivery, DeliveryRecord, Finished, Replay, SENSOR_DATA, batch_room, failing_changes, no_such_subscription,
+};
 use crate::{StoreError, StoreResult};
 use deadpool_postgres::{Client, GenericClient, Transaction};
 
@@ -44,18 +46,48 @@ pub(super) async fn insert(tx: &Transaction<'_>, rows: &[OutboxRow]) -> StoreRes
 }
 
 pub(super) async fn claim(c: &mut Client, now: i64, lease: i64, limit: usize) -> StoreResult<Vec<Delivery>> {
+    let tx = unsynced(c).await?;
+    let mut claimed = claim_due(&tx, now, lease, limit, None).await?;
+    for (sub, room) in batch_room(&claimed) {
+        claimed.extend(claim_due(&tx, now, lease, room, Some(&sub)).await?);
+    }
+    tx.commit().await?;
+    Ok(claimed)
+}
+
+/// A transaction whose commit is not waited onto the disk
+/// (`synchronous_commit = off`), for the outbox's bookkeeping only: leases
+/// and outcomes lost to a crash leave deliveries due again, which
+/// at-least-once delivery allows.
+async fn unsynced(c: &mut Client) -> StoreResult<Transaction<'_>> {
+    let tx = c.transaction().await?;
+    tx.batch_execute("SET LOCAL synchronous_commit = off").await?;
+    Ok(tx)
+}
+
+/// Leases up to `limit` due rows (of subscription `only`, if given), oldest
+/// first, skipping rows another claimer holds.
+async fn claim_due(
+    c: &impl GenericClient,
+    now: i64,
+    lease: i64,
+    limit: usize,
+    only: Option<&str>,
+) -> StoreResult<Vec<Delivery>> {
     let rows = c
         .query(
             "WITH due AS (
                  SELECT o.id FROM outbox o JOIN subscriptions s ON s.id = o.subscription_id
                  WHERE o.state = 'pending' AND o.next_attempt <= $1 AND s.enabled
+                   AND ($4::text IS NULL OR o.subscription_id = $4)
                  ORDER BY o.next_attempt, o.id LIMIT $3
                  FOR UPDATE OF o SKIP LOCKED)
              UPDATE outbox o SET next_attempt = $2 FROM due, subscriptions s, accounts a
              WHERE o.id = due.id AND s.id = o.subscription_id AND a.id = s.account_id
              RETURNING o.id, o.subscription_id, a.username, s.url, s.allow_http, s.secret, o.message_id, o.body,
-                       o.attempts, o.created_at, s.failing_since, s.headers",
-            &[&now, &(now + lease), &(limit as i64)],
+                       o.attempts, o.created_at, s.failing_since, s.headers,
+                       CASE WHEN s.batch THEN greatest(s.batch_max, 1) ELSE 1 END",
+            &[&now, &(now + lease), &(limit as i64), &only],
         )
         .await?;
     let mut claimed: Vec<Delivery> = rows
@@ -73,51 +105,83 @@ pub(super) async fn claim(c: &mut Client, now: i64, lease: i64, limit: usize) ->
             created_at: r.get(9),
             failing_since: r.get(10),
             sealed_headers: r.get(11),
+            batch_max: u32::try_from(r.get::<_, i32>(12)).unwrap_or(1),
         })
         .collect();
     claimed.sort_by_key(|d| d.id);
     Ok(claimed)
 }
 
-pub(super) async fn finish(c: &mut Client, id: i64, sub: &str, now: i64, attempt: &Attempt) -> StoreResult<()> {
-    let tx = c.transaction().await?;
-    match attempt {
-        Attempt::Delivered => {
-            tx.execute("DELETE FROM outbox WHERE id = $1", &[&id]).await?;
-            tx.execute(
-                "UPDATE subscriptions SET failing_since = NULL WHERE id = $1 AND failing_since IS NOT NULL",
-                &[&sub],
-            )
-            .await?;
+/// Records outcomes in one transaction, one statement per kind.
+pub(super) async fn finish(c: &mut Client, now: i64, done: &[Finished]) -> StoreResult<()> {
+    let (mut delivered, mut retry, mut failed) = (Vec::new(), Outcomes::default(), Outcomes::default());
+    for f in done {
+        match &f.attempt {
+            Attempt::Delivered => delivered.push(f.id),
+            Attempt::Retry { at, status, error } => retry.push(f.id, *at, *status, error),
+            Attempt::Failed { status, error } => failed.push(f.id, 0, *status, error),
         }
-        Attempt::Retry { at, status, error } => {
-            tx.execute(
-                "UPDATE outbox SET attempts = attempts + 1, next_attempt = $2, last_status = $3, last_error = $4
-                 WHERE id = $1",
-                &[&id, at, &status.map(i32::from), error],
-            )
-            .await?;
-            failing(&tx, sub, now).await?;
-        }
-        Attempt::Failed { status, error } => {
-            tx.execute(
-                "UPDATE outbox SET state = 'failed', attempts = attempts + 1, last_status = $2, last_error = $3
-                 WHERE id = $1",
-                &[&id, &status.map(i32::from), error],
-            )
-            .await?;
-            failing(&tx, sub, now).await?;
-        }
+    }
+    let tx = unsynced(c).await?;
+    if !delivered.is_empty() {
+        tx.execute("DELETE FROM outbox WHERE id = ANY($1)", &[&delivered]).await?;
+    }
+    if !retry.ids.is_empty() {
+        tx.execute(
+            "UPDATE outbox o SET attempts = o.attempts + 1, next_attempt = t.at, last_status = t.status,
+                    last_error = t.error
+             FROM unnest($1::bigint[], $2::bigint[], $3::integer[], $4::text[]) AS t (id, at, status, error)
+             WHERE o.id = t.id",
+            &[&retry.ids, &retry.at, &retry.status, &retry.error],
+        )
+        .await?;
+    }
+    if !failed.ids.is_empty() {
+        tx.execute(
+            "UPDATE outbox o SET state = 'failed', attempts = o.attempts + 1, last_status = t.status,
+                    last_error = t.error
+             FROM unnest($1::bigint[], $2::integer[], $3::text[]) AS t (id, status, error)
+             WHERE o.id = t.id",
+            &[&failed.ids, &failed.status, &failed.error],
+        )
+        .await?;
+    }
+    let (succeeded, failing) = failing_changes(done);
+    if !succeeded.is_empty() {
+        tx.execute(
+            "UPDATE subscriptions SET failing_since = NULL WHERE id = ANY($1) AND failing_since IS NOT NULL",
+            &[&succeeded],
+        )
+        .await?;
+    }
+    if !failing.is_empty() {
+        // Failing since `now` unless it already was.
+        tx.execute(
+            "UPDATE subscriptions SET failing_since = $2 WHERE id = ANY($1) AND failing_since IS NULL",
+            &[&failing, &now],
+        )
+        .await?;
     }
     tx.commit().await?;
     Ok(())
 }
 
-/// Notes that subscription `sub` fails since `now` unless it already did.
-async fn failing(tx: &Transaction<'_>, sub: &str, now: i64) -> StoreResult<()> {
-    tx.execute("UPDATE subscriptions SET failing_since = $2 WHERE id = $1 AND failing_since IS NULL", &[&sub, &now])
-        .await?;
-    Ok(())
+/// Outcomes of one kind as columns, for `unnest`.
+#[derive(Default)]
+struct Outcomes<'a> {
+    ids: Vec<i64>,
+    at: Vec<i64>,
+    status: Vec<Option<i32>>,
+    error: Vec<&'a str>,
+}
+
+impl<'a> Outcomes<'a> {
+    fn push(&mut self, id: i64, at: i64, status: Option<u16>, error: &'a str) {
+        self.ids.push(id);
+        self.at.push(at);
+        self.status.push(status.map(i32::from));
+        self.error.push(error);
+    }
 }
 
 /// Refuses an unknown subscription.
@@ -181,4 +245,8 @@ pub(super) async fn replay(c: &mut Client, id: &str, which: Replay, now: i64) ->
 pub(super) async fn backlog(c: &impl GenericClient) -> StoreResult<u64> {
     let n: i64 = c.query_one("SELECT count(*) FROM outbox WHERE state = 'pending'", &[]).await?.get(0);
     Ok(n as u64)
+}
+
+pub(super) async fn prune_failed(c: &impl GenericClient, before: i64) -> StoreResult<u64> {
+    Ok(c.execute("DELETE FROM outbox WHERE state = 'failed' AND created_at < $1", &[&before]).await?)
 }

@@ -8,11 +8,12 @@
 use super::read::device_sensors;
 use crate::decide::latest::Newest;
 use crate::decide::outbox::Deliveries;
+use crate::decide::subscriptions::provisioned_of;
 use crate::decide::{
     self, AccountWrite, Change, DeviceSensors, HourRow, Hours, KeyWrite, Links, ScopeRequest, SensorWrite,
     StoredAccount, StoredKey, invalid, now,
 };
-use crate::hooks::Outbox;
+use crate::hooks::{Outbox, ProvisionedHooks};
 use crate::{ApplyReport, DeleteReport, ImportReport, ReadingSource, StoreError, StoreResult};
 use deadpool_postgres::{Client, GenericClient, Transaction};
 use sensorhub_core::model::{DeviceSpec, ReadingInput};
@@ -44,7 +45,12 @@ pub(super) async fn begin_bulk(c: &mut Client) -> StoreResult<Transaction<'_>> {
     Ok(tx)
 }
 
-pub(super) async fn apply(c: &mut Client, mut doc: Provision, readings: Vec<ReadingInput>) -> StoreResult<ApplyReport> {
+pub(super) async fn apply(
+    c: &mut Client,
+    mut doc: Provision,
+    readings: Vec<ReadingInput>,
+    hooks: Option<ProvisionedHooks>,
+) -> StoreResult<ApplyReport> {
     let tx = begin_bulk(c).await?;
     let mut report = ApplyReport::default();
     let mut devices = Vec::with_capacity(doc.devices.len());
@@ -52,7 +58,12 @@ pub(super) async fn apply(c: &mut Client, mut doc: Provision, readings: Vec<Read
         devices.push(upsert_device(&tx, d, &format!("devices[{i}]")).await?);
     }
     for (i, a) in std::mem::take(&mut doc.accounts).into_iter().enumerate() {
-        apply_account(&tx, a, &format!("accounts[{i}]"), &mut report).await?;
+        let at = format!("accounts[{i}]");
+        let subs = provisioned_of(hooks.as_ref(), &a, &at)?;
+        let (account_id, visible) = apply_account(&tx, a, &at, &mut report).await?;
+        for (p, sealer) in subs {
+            report.subscriptions.count(super::hooks::provision(&tx, account_id, &visible, p, sealer).await?);
+        }
     }
     // Owners last: they may be accounts the document has just created.
     for ((i, d), change) in doc.devices.iter().enumerate().zip(&mut devices) {
@@ -145,7 +156,7 @@ async fn device_pk(tx: &Transaction<'_>, device_id: &str) -> StoreResult<Option<
 }
 
 /// Resolves a list of device ids to their numbers, in order, naming the first unknown one.
-async fn device_pks(tx: &Transaction<'_>, ids: &[String], at: &str) -> StoreResult<Vec<i64>> {
+pub(super) async fn device_pks(tx: &Transaction<'_>, ids: &[String], at: &str) -> StoreResult<Vec<i64>> {
     let mut out = Vec::with_capacity(ids.len());
     for (j, id) in ids.iter().enumerate() {
         let pk = device_pk(tx, id).await?;
@@ -222,7 +233,13 @@ async fn set_links(
     Ok(())
 }
 
-async fn apply_account(tx: &Transaction<'_>, a: AccountSpec, at: &str, report: &mut ApplyReport) -> StoreResult<()> {
+/// Makes account item `a` true; returns the account's number and the devices it sees.
+async fn apply_account(
+    tx: &Transaction<'_>,
+    a: AccountSpec,
+    at: &str,
+    report: &mut ApplyReport,
+) -> StoreResult<(i64, BTreeSet<i64>)> {
     let stored = tx
         .query_opt("SELECT id, password_hash, disabled FROM accounts WHERE username = $1", &[&a.username])
         .await?
@@ -288,7 +305,7 @@ async fn apply_account(tx: &Transaction<'_>, a: AccountSpec, at: &str, report: &
         let kat = format!("{at}.webhook_keys[{k}]");
         report.webhook_keys.count(upsert_webhook_key(tx, account_id, &key.key, key.revoked, &kat).await?);
     }
-    Ok(())
+    Ok((account_id, visible))
 }
 
 async fn upsert_api_key(

@@ -11,7 +11,7 @@ mod retention;
 mod upgrade;
 mod write;
 
-use crate::hooks::{Attempt, Delivery, DeliveryRecord, Outbox, Replay};
+use crate::hooks::{Delivery, DeliveryRecord, Finished, Outbox, Replay};
 use crate::{
     AccountAuth, AccountSummary, ApiKeyAuth, ApiKeySummary, ApplyReport, DeleteReport, DeviceHandle,
     IMPORT_COMMIT_EVERY, ImportReport, Installation, LatestValue, PartialImport, PoolStatus, ReadingSource,
@@ -35,6 +35,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/sqlite/0004_retention.sql"),
     include_str!("../../migrations/sqlite/0005_latest.sql"),
     include_str!("../../migrations/sqlite/0006_subscriptions.sql"),
+    include_str!("../../migrations/sqlite/0007_subscription_names.sql"),
 ];
 
 /// The schema version that adds the `latest` index, filled from the stored
@@ -268,8 +269,13 @@ impl Store for SqliteStore {
         Ok(Some(Window::after_first(device, first, range.end, |next| read::stream_from(reads, pk, next, range.end))))
     }
 
-    async fn apply(&self, doc: Provision, readings: Vec<ReadingInput>) -> StoreResult<ApplyReport> {
-        self.writes.run(move |c| write::apply(c, doc, readings)).await
+    async fn apply_with_hooks(
+        &self,
+        doc: Provision,
+        readings: Vec<ReadingInput>,
+        hooks: Option<crate::hooks::ProvisionedHooks>,
+    ) -> StoreResult<ApplyReport> {
+        self.writes.run(move |c| write::apply(c, doc, readings, hooks)).await
     }
 
     async fn import(&self, source: ReadingSource, outbox: Outbox) -> StoreResult<ImportReport> {
@@ -353,9 +359,8 @@ impl Store for SqliteStore {
         self.writes.run(move |c| outbox::claim(c, now, lease, limit)).await
     }
 
-    async fn finish_delivery(&self, id: i64, subscription_id: &str, now: i64, attempt: Attempt) -> StoreResult<()> {
-        let sub = subscription_id.to_owned();
-        self.writes.run(move |c| outbox::finish(c, id, &sub, now, &attempt)).await
+    async fn finish_deliveries(&self, now: i64, done: Vec<Finished>) -> StoreResult<()> {
+        self.writes.run(move |c| outbox::finish(c, now, &done)).await
     }
 
     async fn deliveries(&self, id: &str, failed_only: bool) -> StoreResult<Vec<DeliveryRecord>> {
@@ -370,6 +375,10 @@ impl Store for SqliteStore {
 
     async fn outbox_backlog(&self) -> StoreResult<u64> {
         self.reads.run(outbox::backlog).await
+    }
+
+    async fn prune_failed_deliveries(&self, before: i64) -> StoreResult<u64> {
+        self.writes.run(move |c| outbox::prune_failed(c, before)).await
     }
 }
 

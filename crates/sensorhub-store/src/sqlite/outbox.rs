@@ -4,7 +4,9 @@
 
 use super::write::begin;
 use crate::decide::outbox::OutboxRow;
-use crate::hooks::{Attempt, Delivery, DeliveryRecord, Replay, SENSOR_DATA, no_such_subscription};
+use crate::hooks::{
+    Attempt, Delivery, DeliveryRecord, Finished, Replay, SENSOR_DATA, batch_room, failing_changes, no_such_subscription,
+};
 use crate::{StoreError, StoreResult};
 use rusqlite::{Connection, OptionalExtension, Transaction, params};
 
@@ -39,16 +41,49 @@ pub(super) fn insert(tx: &Transaction<'_>, rows: &[OutboxRow]) -> StoreResult<()
 }
 
 pub(super) fn claim(c: &mut Connection, now: i64, lease: i64, limit: usize) -> StoreResult<Vec<Delivery>> {
-    let tx = begin(c)?;
+    unsynced(c, |c| {
+        let tx = begin(c)?;
+        let mut claimed = claim_due(&tx, now, lease, limit, None)?;
+        for (sub, room) in batch_room(&claimed) {
+            claimed.extend(claim_due(&tx, now, lease, room, Some(&sub))?);
+        }
+        tx.commit()?;
+        Ok(claimed)
+    })
+}
+
+/// Runs `f` with `synchronous = NORMAL`: its commit is not waited onto the
+/// disk (the next durable commit takes it along). For the outbox's
+/// bookkeeping only, leases and outcomes: lost to a power cut, they leave
+/// deliveries due again, which at-least-once delivery allows; they then
+/// cost ingest, which shares the one writer, no fsync of their own.
+fn unsynced<R>(c: &mut Connection, f: impl FnOnce(&mut Connection) -> StoreResult<R>) -> StoreResult<R> {
+    let durable: i64 = c.query_row("PRAGMA synchronous", [], |r| r.get(0))?;
+    c.pragma_update(None, "synchronous", "NORMAL")?;
+    let result = f(c);
+    c.pragma_update(None, "synchronous", durable)?;
+    result
+}
+
+/// Leases up to `limit` due rows (of subscription `only`, if given), oldest first.
+fn claim_due(
+    tx: &Transaction<'_>,
+    now: i64,
+    lease: i64,
+    limit: usize,
+    only: Option<&str>,
+) -> StoreResult<Vec<Delivery>> {
     let claimed: Vec<Delivery> = {
         let mut stmt = tx.prepare_cached(
             "SELECT o.id, o.subscription_id, a.username, s.url, s.allow_http, s.secret, o.message_id, o.body,
-                    o.attempts, o.created_at, s.failing_since, s.headers
+                    o.attempts, o.created_at, s.failing_since, s.headers,
+                    CASE WHEN s.batch = 1 THEN max(s.batch_max, 1) ELSE 1 END
              FROM outbox o JOIN subscriptions s ON s.id = o.subscription_id JOIN accounts a ON a.id = s.account_id
              WHERE o.state = 'pending' AND o.next_attempt <= ?1 AND s.enabled = 1
+               AND (?3 IS NULL OR o.subscription_id = ?3)
              ORDER BY o.next_attempt, o.id LIMIT ?2",
         )?;
-        stmt.query_map(params![now, limit as i64], |r| {
+        stmt.query_map(params![now, limit as i64, only], |r| {
             Ok(Delivery {
                 id: r.get(0)?,
                 subscription_id: r.get(1)?,
@@ -62,6 +97,7 @@ pub(super) fn claim(c: &mut Connection, now: i64, lease: i64, limit: usize) -> S
                 created_at: r.get(9)?,
                 failing_since: r.get(10)?,
                 sealed_headers: r.get(11)?,
+                batch_max: r.get(12)?,
             })
         })?
         .collect::<Result<_, _>>()?
@@ -70,45 +106,46 @@ pub(super) fn claim(c: &mut Connection, now: i64, lease: i64, limit: usize) -> S
     for d in &claimed {
         lease_stmt.execute(params![d.id, now + lease])?;
     }
-    drop(lease_stmt);
-    tx.commit()?;
     Ok(claimed)
 }
 
-pub(super) fn finish(c: &mut Connection, id: i64, sub: &str, now: i64, attempt: &Attempt) -> StoreResult<()> {
+/// Records outcomes, in one transaction.
+pub(super) fn finish(c: &mut Connection, now: i64, done: &[Finished]) -> StoreResult<()> {
+    unsynced(c, |c| finish_unsynced(c, now, done))
+}
+
+fn finish_unsynced(c: &mut Connection, now: i64, done: &[Finished]) -> StoreResult<()> {
     let tx = begin(c)?;
-    match attempt {
-        Attempt::Delivered => {
-            tx.execute("DELETE FROM outbox WHERE id = ?1", [id])?;
-            tx.execute("UPDATE subscriptions SET failing_since = NULL WHERE id = ?1", [sub])?;
+    {
+        let mut delivered = tx.prepare_cached("DELETE FROM outbox WHERE id = ?1")?;
+        let mut retry = tx.prepare_cached(
+            "UPDATE outbox SET attempts = attempts + 1, next_attempt = ?2, last_status = ?3, last_error = ?4
+             WHERE id = ?1",
+        )?;
+        let mut failed = tx.prepare_cached(
+            "UPDATE outbox SET state = 'failed', attempts = attempts + 1, last_status = ?2, last_error = ?3
+             WHERE id = ?1",
+        )?;
+        for f in done {
+            match &f.attempt {
+                Attempt::Delivered => delivered.execute([f.id])?,
+                Attempt::Retry { at, status, error } => retry.execute(params![f.id, at, status, error])?,
+                Attempt::Failed { status, error } => failed.execute(params![f.id, status, error])?,
+            };
         }
-        Attempt::Retry { at, status, error } => {
-            tx.execute(
-                "UPDATE outbox SET attempts = attempts + 1, next_attempt = ?2, last_status = ?3, last_error = ?4
-                 WHERE id = ?1",
-                params![id, at, status, error],
-            )?;
-            failing(&tx, sub, now)?;
+        let (succeeded, failing) = failing_changes(done);
+        let mut ok = tx.prepare_cached("UPDATE subscriptions SET failing_since = NULL WHERE id = ?1")?;
+        for sub in succeeded {
+            ok.execute([sub])?;
         }
-        Attempt::Failed { status, error } => {
-            tx.execute(
-                "UPDATE outbox SET state = 'failed', attempts = attempts + 1, last_status = ?2, last_error = ?3
-                 WHERE id = ?1",
-                params![id, status, error],
-            )?;
-            failing(&tx, sub, now)?;
+        // Failing since `now` unless it already was.
+        let mut since =
+            tx.prepare_cached("UPDATE subscriptions SET failing_since = coalesce(failing_since, ?2) WHERE id = ?1")?;
+        for sub in failing {
+            since.execute(params![sub, now])?;
         }
     }
     tx.commit()?;
-    Ok(())
-}
-
-/// Notes that subscription `sub` fails since `now` unless it already did.
-fn failing(tx: &Transaction<'_>, sub: &str, now: i64) -> StoreResult<()> {
-    tx.execute(
-        "UPDATE subscriptions SET failing_since = coalesce(failing_since, ?2) WHERE id = ?1",
-        params![sub, now],
-    )?;
     Ok(())
 }
 
@@ -162,5 +199,12 @@ pub(super) fn replay(c: &mut Connection, id: &str, which: Replay, now: i64) -> S
 
 pub(super) fn backlog(c: &mut Connection) -> StoreResult<u64> {
     let n: i64 = c.query_row("SELECT count(*) FROM outbox WHERE state = 'pending'", [], |r| r.get(0))?;
+    Ok(n as u64)
+}
+
+pub(super) fn prune_failed(c: &mut Connection, before: i64) -> StoreResult<u64> {
+    let tx = begin(c)?;
+    let n = tx.execute("DELETE FROM outbox WHERE state = 'failed' AND created_at < ?1", [before])?;
+    tx.commit()?;
     Ok(n as u64)
 }

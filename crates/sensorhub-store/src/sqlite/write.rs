@@ -5,11 +5,12 @@ use super::read::device_sensors;
 use super::{hour_key, key_chunk};
 use crate::decide::latest::Newest;
 use crate::decide::outbox::Deliveries;
+use crate::decide::subscriptions::provisioned_of;
 use crate::decide::{
     self, AccountWrite, Change, DeviceSensors, HourRow, Hours, KeyWrite, Links, ScopeRequest, SensorWrite,
     StoredAccount, StoredKey, invalid, now,
 };
-use crate::hooks::Outbox;
+use crate::hooks::{Outbox, ProvisionedHooks};
 use crate::{ApplyReport, DeleteReport, ImportReport, ReadingSource, StoreError, StoreResult};
 use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
 use sensorhub_core::model::{DeviceSpec, ReadingInput};
@@ -23,7 +24,12 @@ pub(super) fn begin(c: &mut Connection) -> StoreResult<Transaction<'_>> {
     Ok(c.transaction_with_behavior(TransactionBehavior::Immediate)?)
 }
 
-pub(super) fn apply(c: &mut Connection, mut doc: Provision, readings: Vec<ReadingInput>) -> StoreResult<ApplyReport> {
+pub(super) fn apply(
+    c: &mut Connection,
+    mut doc: Provision,
+    readings: Vec<ReadingInput>,
+    hooks: Option<ProvisionedHooks>,
+) -> StoreResult<ApplyReport> {
     let tx = begin(c)?;
     let mut report = ApplyReport::default();
     let mut devices = Vec::with_capacity(doc.devices.len());
@@ -31,7 +37,12 @@ pub(super) fn apply(c: &mut Connection, mut doc: Provision, readings: Vec<Readin
         devices.push(upsert_device(&tx, d, &format!("devices[{i}]"))?);
     }
     for (i, a) in std::mem::take(&mut doc.accounts).into_iter().enumerate() {
-        apply_account(&tx, a, &format!("accounts[{i}]"), &mut report)?;
+        let at = format!("accounts[{i}]");
+        let subs = provisioned_of(hooks.as_ref(), &a, &at)?;
+        let (account_id, visible) = apply_account(&tx, a, &at, &mut report)?;
+        for (p, sealer) in subs {
+            report.subscriptions.count(super::hooks::provision(&tx, account_id, &visible, p, sealer)?);
+        }
     }
     // Owners last: they may be accounts the document has just created.
     for ((i, d), change) in doc.devices.iter().enumerate().zip(&mut devices) {
@@ -126,7 +137,7 @@ fn device_pk(tx: &Transaction<'_>, device_id: &str) -> StoreResult<Option<i64>> 
 }
 
 /// Resolves a list of device ids to their numbers, in order, naming the first unknown one.
-fn device_pks(tx: &Transaction<'_>, ids: &[String], at: &str) -> StoreResult<Vec<i64>> {
+pub(super) fn device_pks(tx: &Transaction<'_>, ids: &[String], at: &str) -> StoreResult<Vec<i64>> {
     let mut out = Vec::with_capacity(ids.len());
     for (j, id) in ids.iter().enumerate() {
         out.push(device_pk(tx, id)?.ok_or_else(|| invalid(format!("{at}[{j}]"), format!("unknown device {id:?}")))?);
@@ -187,7 +198,13 @@ fn set_links(tx: &Transaction<'_>, table: &str, owner_col: &str, owner: i64, pks
     Ok(())
 }
 
-fn apply_account(tx: &Transaction<'_>, a: AccountSpec, at: &str, report: &mut ApplyReport) -> StoreResult<()> {
+/// Makes account item `a` true; returns the account's number and the devices it sees.
+fn apply_account(
+    tx: &Transaction<'_>,
+    a: AccountSpec,
+    at: &str,
+    report: &mut ApplyReport,
+) -> StoreResult<(i64, BTreeSet<i64>)> {
     let stored = tx
         .query_row("SELECT id, password_hash, disabled FROM accounts WHERE username = ?1", [&a.username], |r| {
             Ok(StoredAccount { id: r.get(0)?, password_hash: r.get(1)?, disabled: r.get(2)? })
@@ -243,7 +260,7 @@ fn apply_account(tx: &Transaction<'_>, a: AccountSpec, at: &str, report: &mut Ap
         let kat = format!("{at}.webhook_keys[{k}]");
         report.webhook_keys.count(upsert_webhook_key(tx, account_id, &key.key, key.revoked, &kat)?);
     }
-    Ok(())
+    Ok((account_id, visible))
 }
 
 fn upsert_api_key(

@@ -2,8 +2,13 @@
 //! every backend; an account subscribes only to devices it sees.
 
 use super::{backends, reading};
-use sensorhub_store::StoreError;
-use sensorhub_store::hooks::{Attempt, NewSubscription, Outbox, Replay, SENSOR_DATA};
+use sensorhub_core::provision::{Provision, parse_json};
+use sensorhub_store::hooks::{
+    Attempt, Finished, NewSubscription, Outbox, ProvisionedHooks, ProvisionedSubscription, Replay, SENSOR_DATA, Sealer,
+};
+use sensorhub_store::{ApplyReport, Store, StoreError};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
 
 fn new(id: &str, username: &str, devices: Option<&[&str]>) -> NewSubscription {
     NewSubscription {
@@ -15,6 +20,7 @@ fn new(id: &str, username: &str, devices: Option<&[&str]>) -> NewSubscription {
         sealed_secret: vec![1, 2, 3, 0, 255],
         sealed_headers: None,
         batch: false,
+        batch_max: 100,
         allow_http: false,
     }
 }
@@ -117,6 +123,170 @@ async fn stored_readings_owe_deliveries_in_their_transaction() {
         assert!(matches!(missing, Err(StoreError::NotFound(_))));
         s.remove_subscription(&second.subscription_id).await.expect("remove");
         assert_eq!(s.outbox_backlog().await.expect("backlog"), 0, "a removed subscription owes nothing");
+    }
+}
+
+#[tokio::test]
+async fn a_batching_subscription_claims_its_due_rows_together_and_records_them_as_one() {
+    for b in backends().await {
+        let s = &*b.store;
+        s.add_subscription(NewSubscription { batch: true, batch_max: 3, ..new("sub_batch", "alice", None) })
+            .await
+            .expect("add");
+        s.add_subscription(new("sub_single", "alice", None)).await.expect("add");
+        let five = (0..5).map(|i| Ok(reading("D1", T + i * 60, &[("a", i as f64)])));
+        s.import(Box::new(five.collect::<Vec<_>>().into_iter()), Outbox::Deliver).await.expect("import");
+        let now = jiff::Timestamp::now().as_millisecond() + 1000;
+
+        // One row asked for; the batching subscription's first is topped up to 3.
+        let mut first = s.claim_deliveries(now, 30_000, 1).await.expect("claim");
+        if first[0].subscription_id == "sub_single" {
+            first.extend(s.claim_deliveries(now, 30_000, 1).await.expect("claim"));
+        }
+        let batch: Vec<_> = first.iter().filter(|d| d.subscription_id == "sub_batch").collect();
+        assert_eq!(batch.len(), 3, "{first:?}");
+        assert!(batch.iter().all(|d| d.batch_max == 3));
+        assert!(first.iter().filter(|d| d.subscription_id == "sub_single").all(|d| d.batch_max == 1));
+
+        let retry = Attempt::Retry { at: now + 5000, status: Some(503), error: "answered 503".into() };
+        let done = batch
+            .iter()
+            .map(|d| Finished { id: d.id, subscription_id: d.subscription_id.clone(), attempt: retry.clone() })
+            .collect();
+        s.finish_deliveries(now, done).await.expect("finish");
+        let owed = s.deliveries("sub_batch", false).await.expect("deliveries");
+        let retried: Vec<_> = owed.iter().filter(|d| d.attempts == 1).collect();
+        assert_eq!(retried.len(), 3, "every member got the outcome: {owed:?}");
+        assert!(retried.iter().all(|d| d.next_attempt == now + 5000 && d.last_status == Some(503)));
+        let subs = s.subscriptions().await.expect("list");
+        assert!(subs.iter().find(|x| x.id == "sub_batch").is_some_and(|x| x.batch && x.batch_max == 3));
+    }
+}
+
+#[tokio::test]
+async fn failed_deliveries_are_pruned_by_age_and_nothing_else() {
+    for b in backends().await {
+        let s = &*b.store;
+        s.add_subscription(new("sub_p", "alice", None)).await.expect("add");
+        let three = (0..3).map(|i| Ok(reading("D1", T + i * 60, &[("a", 1.0)])));
+        s.import(Box::new(three.collect::<Vec<_>>().into_iter()), Outbox::Deliver).await.expect("import");
+        let now = jiff::Timestamp::now().as_millisecond() + 1000;
+        let claimed = s.claim_deliveries(now, 30_000, 10).await.expect("claim");
+        let failed = Attempt::Failed { status: Some(410), error: "answered 410".into() };
+        let done = claimed[..2]
+            .iter()
+            .map(|d| Finished { id: d.id, subscription_id: d.subscription_id.clone(), attempt: failed.clone() })
+            .collect();
+        s.finish_deliveries(now, done).await.expect("finish");
+        let stored = claimed[0].created_at;
+        assert_eq!(s.prune_failed_deliveries(stored).await.expect("prune"), 0, "none stored before");
+        assert_eq!(s.prune_failed_deliveries(stored + 1).await.expect("prune"), 2, "the two failed ones");
+        let left = s.deliveries("sub_p", false).await.expect("deliveries");
+        assert_eq!((left.len(), left[0].state.as_str()), (1, "pending"), "pending ones stay");
+    }
+}
+
+/// A sealer for the test: a counter byte, then the bytes (so that each
+/// sealing differs, as the real one's nonce makes it).
+#[derive(Default)]
+struct Counting(AtomicU8);
+
+impl Sealer for Counting {
+    fn seal_secret(&self, _: &str, secret: &[u8]) -> Result<Vec<u8>, String> {
+        Ok([&[self.0.fetch_add(1, Ordering::SeqCst)], secret].concat())
+    }
+    fn open_secret(&self, _: &str, sealed: &[u8]) -> Result<Vec<u8>, String> {
+        sealed.get(1..).map(<[u8]>::to_vec).ok_or_else(|| "too short".to_owned())
+    }
+    fn seal_headers(&self, id: &str, headers: &[(String, String)]) -> Result<Vec<u8>, String> {
+        self.seal_secret(id, serde_json::to_string(headers).map_err(|e| e.to_string())?.as_bytes())
+    }
+    fn open_headers(&self, id: &str, sealed: &[u8]) -> Result<Vec<(String, String)>, String> {
+        serde_json::from_slice(&self.open_secret(id, sealed)?).map_err(|e| e.to_string())
+    }
+}
+
+/// Alice's subscription `name` to `url` as `apply` resolves it.
+fn provisioned(name: &str, url: &str, devices: Option<&[&str]>, secret: u8) -> ProvisionedSubscription {
+    ProvisionedSubscription {
+        username: "alice".into(),
+        at: "accounts[0].subscriptions[0]".into(),
+        name: name.into(),
+        url: url.into(),
+        devices: devices.map(|d| d.iter().map(|s| (*s).to_owned()).collect()),
+        events: vec![SENSOR_DATA.into()],
+        enabled: None,
+        headers: vec![("X-API-KEY".into(), "k".into())],
+        batch: false,
+        batch_max: 100,
+        allow_http: false,
+        secret: vec![secret; 32],
+    }
+}
+
+/// Applies a document naming alice's subscriptions, with `subs` resolved.
+async fn apply_subs(
+    s: &dyn Store,
+    sealer: &Arc<Counting>,
+    subs: Vec<ProvisionedSubscription>,
+) -> Result<ApplyReport, StoreError> {
+    let listed: Vec<_> =
+        subs.iter().map(|p| serde_json::json!({"name": p.name, "url": p.url, "secret": {"env": "UNUSED"}})).collect();
+    let mut doc: Provision =
+        parse_json(&serde_json::json!({"accounts": [{"username": "alice", "subscriptions": listed}]}).to_string())?;
+    let readings = doc.check()?;
+    let hooks = ProvisionedHooks { subscriptions: subs, sealer: sealer.clone() };
+    s.apply_with_hooks(doc, readings, Some(hooks)).await
+}
+
+#[tokio::test]
+async fn provisioned_subscriptions_are_found_by_name_and_reapplied_without_change() {
+    for b in backends().await {
+        let s = &*b.store;
+        let sealer = Arc::new(Counting::default());
+        let one = provisioned("partner", "https://p.example/hook", Some(&["D1"]), 1);
+        let report = apply_subs(s, &sealer, vec![one.clone()]).await.expect("apply");
+        assert_eq!((report.subscriptions.created, report.subscriptions.updated), (1, 0));
+        let first = s.subscriptions().await.expect("list");
+        assert_eq!(first.len(), 1);
+        assert_eq!(first[0].name.as_deref(), Some("partner"));
+        assert_eq!((first[0].devices.clone(), first[0].enabled), (Some(vec!["D1".to_owned()]), true));
+        assert_eq!(sealer.open_secret(&first[0].id, &first[0].sealed_secret), Ok(vec![1; 32]));
+
+        let again = apply_subs(s, &sealer, vec![one.clone()]).await.expect("re-apply");
+        assert!(again.is_noop(), "{again:?}");
+        assert_eq!(s.subscriptions().await.expect("list"), first, "the same row, the same sealed secret");
+
+        // Turned off by command (or by a failing endpoint): an omitted `enabled` leaves it off.
+        s.set_subscription_enabled(&first[0].id, false).await.expect("disable");
+        assert!(apply_subs(s, &sealer, vec![one.clone()]).await.expect("re-apply").is_noop());
+        // A new URL, all devices and a new secret update it in place.
+        let moved = provisioned("partner", "https://p.example/v2", None, 2);
+        let report = apply_subs(s, &sealer, vec![moved]).await.expect("apply");
+        assert_eq!((report.subscriptions.created, report.subscriptions.updated), (0, 1));
+        let now = s.subscriptions().await.expect("list");
+        assert_eq!(
+            (now.len(), now[0].id.as_str(), now[0].url.as_str()),
+            (1, first[0].id.as_str(), "https://p.example/v2")
+        );
+        assert_eq!((now[0].devices.clone(), now[0].enabled), (None, false));
+        assert_eq!(sealer.open_secret(&now[0].id, &now[0].sealed_secret), Ok(vec![2; 32]));
+
+        // A device the account does not see refuses the whole document.
+        let before = s.subscriptions().await.expect("list");
+        let unseen = provisioned("other", "https://o.example/", Some(&["D1", "D2"]), 3);
+        let e = apply_subs(s, &sealer, vec![unseen]).await.expect_err("D2 is not alice's");
+        assert!(e.to_string().contains("accounts[0].subscriptions[0].devices[1]"), "{e}");
+        assert_eq!(s.subscriptions().await.expect("list"), before, "nothing was written");
+
+        // Without resolved secrets a document with subscriptions is refused.
+        let mut doc: Provision = parse_json(
+            r#"{"accounts":[{"username":"alice","subscriptions":[{"name":"x","url":"https://x.example/","secret":{"env":"X"}}]}]}"#,
+        )
+        .expect("parse");
+        let readings = doc.check().expect("check");
+        let e = s.apply(doc, readings).await.expect_err("unresolved");
+        assert!(e.to_string().contains("accounts[0].subscriptions"), "{e}");
     }
 }
 

@@ -1,4 +1,5 @@
-//! `sensorhub apply FILE`: make a provisioning document true, atomically.
+//! `sensorhub apply FILE`: make a provisioning document true, atomically,
+//! its webhook subscriptions' secret references read first.
 
 use super::{CliResult, Context, print_report};
 use sensorhub_core::provision::{Provision, parse_json};
@@ -20,8 +21,11 @@ pub async fn run(ctx: &Context, args: Args) -> CliResult {
     for warning in doc.warnings() {
         eprintln!("warning: {name}: {warning}");
     }
+    // Secret references are read before the database is touched.
+    let hooks = crate::hooks::provision::resolve(&doc).map_err(|e| format!("{name}: {e}; nothing was written"))?;
     let store = ctx.open().await?;
-    let report = store.apply(doc, readings).await.map_err(|e| format!("{name}: {e}; nothing was written"))?;
+    let report =
+        store.apply_with_hooks(doc, readings, hooks).await.map_err(|e| format!("{name}: {e}; nothing was written"))?;
     print_report(&report);
     Ok(())
 }

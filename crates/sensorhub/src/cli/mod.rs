@@ -168,6 +168,7 @@ pub fn print_report(report: &sensorhub_store::ApplyReport) {
         ("devices", report.devices),
         ("api keys", report.api_keys),
         ("webhook keys", report.webhook_keys),
+        ("webhook subscriptions", report.subscriptions),
     ];
     for (name, c) in kinds {
         if c.created + c.updated > 0 {

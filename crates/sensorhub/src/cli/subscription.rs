@@ -7,6 +7,7 @@ use crate::hooks::headers::{parse_header, seal_headers};
 use crate::hooks::seal::SealingKey;
 use crate::hooks::sign::SigningSecret;
 use crate::hooks::target::check_url;
+use sensorhub_core::provision::{DEFAULT_BATCH, MAX_BATCH};
 use sensorhub_core::secret::generate_key;
 use sensorhub_store::hooks::{NewSubscription, Replay, SENSOR_DATA};
 
@@ -30,6 +31,12 @@ pub enum Command {
         /// An extra request header, `Name: value` (repeatable; stored sealed, e.g. a receiver's API key)
         #[arg(long = "header", value_parser = parse_header)]
         headers: Vec<(String, String)>,
+        /// Send readings that arrive together in one POST (`sensor-data.batch`)
+        #[arg(long)]
+        batch: bool,
+        /// The most readings in one batched POST [default: 100]
+        #[arg(long, requires = "batch", value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_BATCH)))]
+        batch_max: Option<u32>,
     },
     /// List subscriptions
     List,
@@ -78,7 +85,7 @@ pub enum Command {
 pub async fn run(ctx: &Context, cmd: Command) -> CliResult {
     let store = ctx.open().await?;
     match cmd {
-        Command::Add { account, url, devices, allow_http, headers } => {
+        Command::Add { account, url, devices, allow_http, headers, batch, batch_max } => {
             check_url(&url, allow_http)?;
             let key = SealingKey::from_env()?;
             let id = generate_key("sub_")?;
@@ -96,7 +103,8 @@ pub async fn run(ctx: &Context, cmd: Command) -> CliResult {
                 events,
                 sealed_secret,
                 sealed_headers,
-                batch: false,
+                batch,
+                batch_max: batch_max.unwrap_or(DEFAULT_BATCH),
                 allow_http,
             };
             store.add_subscription(sub).await?;
@@ -110,8 +118,9 @@ pub async fn run(ctx: &Context, cmd: Command) -> CliResult {
             for s in subs {
                 let state = if s.enabled { "enabled" } else { "disabled" };
                 let devices = s.devices.map_or_else(|| "(all)".to_owned(), |d| d.join(","));
-                let batch = if s.batch { " batch" } else { "" };
-                println!("{} {:<16} {state:<8} {} {devices}{batch}", s.id, s.username, s.url);
+                let batch = if s.batch { format!(" batch={}", s.batch_max) } else { String::new() };
+                let name = s.name.map_or_else(String::new, |n| format!(" name={n}"));
+                println!("{} {:<16} {state:<8} {} {devices}{batch}{name}", s.id, s.username, s.url);
             }
         }
         Command::Remove { id } => {

@@ -1,7 +1,11 @@
 //! Outgoing webhooks (issue 15): partners' subscriptions are signed by the
 //! Standard Webhooks scheme, and their secrets are sealed at rest.
 
+pub mod batch;
 pub mod headers;
+pub mod pool;
+pub mod provision;
+pub mod record;
 pub mod retry;
 pub mod seal;
 pub mod send;

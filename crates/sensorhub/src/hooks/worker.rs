@@ -1,19 +1,24 @@
-//! The delivery worker of `serve`: claims due deliveries from the outbox,
-//! sends each signed (at most N at once per endpoint), records what came
-//! of it by the retry rules, and disables a subscription whose endpoint
-//! has failed for too long. Instances share the outbox: a claim leases
-//! rows to one worker. Time comes from a [`Clock`], so tests can move it.
+//! The delivery worker of `serve`: claims due deliveries from the outbox
+//! (many per claim, a claim being a write transaction), sends each signed,
+//! those of a batching subscription together (at most N POSTs at once per
+//! endpoint), and hands what came of it by the retry rules to the recorder
+//! (record.rs), which writes many outcomes per transaction. Instances share
+//! the outbox: a claim leases rows to one worker. Time comes from a
+//! [`Clock`], so tests can move it.
 
+use super::batch::{Job, jobs};
 use super::headers::open_headers;
+use super::record::{Outcome, Recorder};
 use super::seal::SealingKey;
 use super::send::{Sender, Sent};
 use super::sign::SigningSecret;
 use crate::config::hooks::DeliverySettings;
 use crate::metrics::Metrics;
 use sensorhub_store::Store;
-use sensorhub_store::hooks::{Attempt, Delivery};
+use sensorhub_store::hooks::{Attempt, Finished};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use tokio::sync::{Notify, Semaphore};
 use tokio::task::JoinSet;
 
@@ -53,6 +58,8 @@ struct Shared {
     settings: DeliverySettings,
     metrics: Arc<Metrics>,
     clock: Arc<dyn Clock>,
+    /// Writes outcomes, many per transaction.
+    recorder: Recorder,
     /// One semaphore per endpoint (scheme, host and port).
     endpoints: Mutex<HashMap<String, Arc<Semaphore>>>,
 }
@@ -68,8 +75,10 @@ pub fn spawn(
 ) -> Result<WorkerHandle, String> {
     let wake = Arc::new(Notify::new());
     let sender = Sender::new(settings.allow_private, settings.timeout)?;
-    let shared =
-        Arc::new(Shared { store, key, sender, settings, metrics, clock, endpoints: Mutex::new(HashMap::new()) });
+    let recorder = Recorder::spawn(store.clone(), settings.disable_after);
+    tokio::spawn(count_backlog(store.clone(), metrics.clone()));
+    let endpoints = Mutex::new(HashMap::new());
+    let shared = Arc::new(Shared { store, key, sender, settings, metrics, clock, recorder, endpoints });
     tokio::spawn(run(shared, wake.clone()));
     Ok(WorkerHandle { wake })
 }
@@ -84,38 +93,48 @@ fn lease(s: &DeliverySettings) -> i64 {
 async fn run(shared: Arc<Shared>, wake: Arc<Notify>) {
     let mut tasks = JoinSet::new();
     let lease = lease(&shared.settings);
+    let in_flight = shared.settings.in_flight;
+    // Whether the last claim filled every free slot (more may be due).
+    let mut more_due = false;
+    let mut next_look = tokio::time::Instant::now();
     loop {
-        let free = shared.settings.in_flight.saturating_sub(tasks.len());
-        let mut claimed = 0;
-        if free > 0 {
+        let free = in_flight.saturating_sub(tasks.len());
+        // A claim is a write transaction: made for many slots at once, when
+        // half of them are free and more is due, or at each look.
+        let look = tokio::time::Instant::now() >= next_look || (more_due && tasks.len() <= in_flight / 2);
+        if free > 0 && look {
+            next_look = tokio::time::Instant::now() + shared.settings.poll;
             match shared.store.claim_deliveries(shared.clock.now_ms(), lease, free).await {
                 Ok(due) => {
-                    claimed = due.len();
-                    for d in due {
-                        tasks.spawn(deliver(shared.clone(), d));
+                    more_due = due.len() >= free;
+                    for job in jobs(due) {
+                        tasks.spawn(deliver(shared.clone(), job));
                     }
                 }
                 Err(e) => tracing::warn!(error = %e, "cannot claim webhook deliveries; trying again"),
             }
         }
-        if claimed == 0 {
-            match shared.store.outbox_backlog().await {
-                Ok(n) => shared.metrics.deliveries.backlog(n),
-                Err(e) => tracing::debug!(error = %e, "cannot count the webhook outbox"),
-            }
-        }
-        if claimed > 0 && claimed == free {
-            // There may be more due: make room first.
-            tasks.join_next().await;
-            continue;
-        }
-        if claimed > 0 {
-            continue;
-        }
         tokio::select! {
             Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
-            () = wake.notified() => {}
-            () = tokio::time::sleep(shared.settings.poll) => {}
+            () = wake.notified() => next_look = tokio::time::Instant::now(),
+            () = tokio::time::sleep_until(next_look) => {}
+        }
+    }
+}
+
+/// How often the backlog gauge is refreshed, busy or idle.
+pub const BACKLOG_EVERY: Duration = Duration::from_secs(2);
+
+/// Keeps the backlog gauge current: a count of the pending deliveries
+/// every [`BACKLOG_EVERY`] (a read; it waits on no writer).
+async fn count_backlog(store: Arc<dyn Store>, metrics: Arc<Metrics>) {
+    let mut tick = tokio::time::interval(BACKLOG_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        match store.outbox_backlog().await {
+            Ok(n) => metrics.deliveries.backlog(n),
+            Err(e) => tracing::debug!(error = %e, "cannot count the webhook outbox"),
         }
     }
 }
@@ -128,27 +147,29 @@ fn endpoint(url: &str) -> String {
         .unwrap_or_else(|| url.to_owned())
 }
 
-/// One attempt of delivery `d`, recorded.
-async fn deliver(shared: Arc<Shared>, d: Delivery) {
+/// One attempt of `job` (a delivery, or a batch of them), recorded.
+async fn deliver(shared: Arc<Shared>, job: Job) {
     let semaphore = {
         let mut endpoints = shared.endpoints.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         endpoints
-            .entry(endpoint(&d.url))
+            .entry(endpoint(&job.lead().url))
             .or_insert_with(|| Arc::new(Semaphore::new(shared.settings.per_endpoint)))
             .clone()
     };
     let sent = match semaphore.acquire().await {
-        Ok(_permit) => attempt(&shared, &d).await,
+        Ok(_permit) => attempt(&shared, &job).await,
         Err(_) => return,
     };
     let now = shared.clock.now_ms();
-    let result = shared.settings.policy.judge(&sent, d.attempts, d.created_at, now, 0.5 + fastrand::f64() / 2.0);
-    record(&shared, &d, now, result).await;
+    let result =
+        shared.settings.policy.judge(&sent, job.attempts(), job.created_at(), now, 0.5 + fastrand::f64() / 2.0);
+    record(&shared, &job, now, result);
 }
 
-/// Signs and sends `d`; a secret that does not open is a failure to retry
+/// Signs and sends `job`; a secret that does not open is a failure to retry
 /// (the operator may fix the key).
-async fn attempt(shared: &Shared, d: &Delivery) -> Sent {
+async fn attempt(shared: &Shared, job: &Job) -> Sent {
+    let d = job.lead();
     let secret = match shared.key.open(&d.subscription_id, &d.sealed_secret) {
         Ok(bytes) => match SigningSecret::from_bytes(bytes) {
             Ok(secret) => secret,
@@ -161,50 +182,46 @@ async fn attempt(shared: &Shared, d: &Delivery) -> Sent {
         Some(Ok(headers)) => headers,
         Some(Err(e)) => return Sent::Network(e.to_string()),
     };
+    let body = job.body();
     // The signed time is when it is sent (receivers check it against their clock).
     let timestamp = jiff::Timestamp::now().as_second();
-    let signed = secret.headers(&d.message_id, timestamp, d.body.as_bytes());
+    let signed = secret.headers(&job.message_id(), timestamp, body.as_bytes());
     headers.extend(signed.into_iter().map(|(name, value)| (name.to_owned(), value)));
-    shared.sender.post(&d.url, d.allow_http, &headers, d.body.clone()).await
+    shared.sender.post(&d.url, d.allow_http, &headers, body).await
 }
 
-/// Records the outcome of an attempt of `d` judged at `now`, and disables
-/// the subscription when its endpoint has failed for too long.
-async fn record(shared: &Shared, d: &Delivery, now: i64, result: Attempt) {
+/// Hands the outcome of an attempt of `job` judged at `now` to the
+/// recorder, for every delivery it carries.
+fn record(shared: &Shared, job: &Job, now: i64, result: Attempt) {
+    let d = job.lead();
     let outcome = match &result {
         Attempt::Delivered => "delivered",
         Attempt::Retry { .. } => "retried",
         Attempt::Failed { .. } => "failed",
     };
-    shared.metrics.deliveries.attempt(outcome);
+    for _ in 0..job.size() {
+        shared.metrics.deliveries.attempt(outcome);
+    }
+    let message = job.message_id();
     match &result {
         Attempt::Delivered => {}
         Attempt::Retry { error, .. } => {
-            tracing::debug!(subscription = %d.subscription_id, message = %d.message_id, %error, "webhook delivery to be retried");
+            tracing::debug!(subscription = %d.subscription_id, %message, deliveries = job.size(), %error, "webhook delivery to be retried");
         }
         Attempt::Failed { error, .. } => {
-            tracing::warn!(subscription = %d.subscription_id, account = %d.username, message = %d.message_id, %error, "webhook delivery failed");
+            tracing::warn!(subscription = %d.subscription_id, account = %d.username, %message, deliveries = job.size(), %error, "webhook delivery failed");
         }
     }
-    let failing = result != Attempt::Delivered;
-    if let Err(e) = shared.store.finish_delivery(d.id, &d.subscription_id, now, result).await {
-        // The lease runs out and the delivery is tried again: at least once.
-        tracing::warn!(subscription = %d.subscription_id, error = %e, "cannot record a webhook delivery; it will be tried again");
-        return;
-    }
-    let limit = i64::try_from(shared.settings.disable_after.as_millis()).unwrap_or(i64::MAX);
-    if failing && d.failing_since.is_some_and(|since| now.saturating_sub(since) >= limit) {
-        match shared.store.set_subscription_enabled(&d.subscription_id, false).await {
-            Ok(()) => tracing::warn!(
-                account = %d.username,
-                subscription = %d.subscription_id,
-                url = %d.url,
-                failing_for_s = (now - d.failing_since.unwrap_or(now)) / 1000,
-                "webhook endpoint failing for too long: subscription disabled (`sensorhub subscription enable` turns it on again)"
-            ),
-            Err(e) => {
-                tracing::warn!(subscription = %d.subscription_id, error = %e, "cannot disable a failing webhook subscription")
-            }
-        }
-    }
+    let done = job
+        .members()
+        .map(|m| Finished { id: m.id, subscription_id: m.subscription_id.clone(), attempt: result.clone() })
+        .collect();
+    shared.recorder.record(Outcome {
+        done,
+        now,
+        subscription_id: d.subscription_id.clone(),
+        username: d.username.clone(),
+        url: d.url.clone(),
+        failing_since: d.failing_since,
+    });
 }

@@ -10,7 +10,9 @@ use sensorhub_core::provision::Provision;
 use sensorhub_core::retention::Retention;
 use sensorhub_core::secret::KeyDigest;
 use sensorhub_core::time::TimeRange;
-use sensorhub_store::hooks::{Attempt, Delivery, DeliveryRecord, NewSubscription, Outbox, Replay, Subscription};
+use sensorhub_store::hooks::{
+    Delivery, DeliveryRecord, Finished, NewSubscription, Outbox, ProvisionedHooks, Replay, Subscription,
+};
 use sensorhub_store::{
     AccountAuth, AccountSummary, ApiKeyAuth, ApiKeySummary, ApplyReport, DeleteReport, DeviceHandle, ImportReport,
     Installation, LatestValue, PartialImport, PoolStatus, ReadingSource, ReadingStream, RetentionReport, Scope, Store,
@@ -97,10 +99,15 @@ impl Store for PublishingStore {
         result
     }
 
-    async fn apply(&self, doc: Provision, readings: Vec<ReadingInput>) -> StoreResult<ApplyReport> {
+    async fn apply_with_hooks(
+        &self,
+        doc: Provision,
+        readings: Vec<ReadingInput>,
+        hooks: Option<ProvisionedHooks>,
+    ) -> StoreResult<ApplyReport> {
         let live: Vec<LiveReading> = readings.iter().take(PUBLISH_PER_WRITE).map(LiveReading::of).collect();
         let left_out = readings.len() - live.len();
-        let report = self.inner.apply(doc, readings).await?;
+        let report = self.inner.apply_with_hooks(doc, readings, hooks).await?;
         self.hub.metrics.live_unpublished(left_out);
         self.hub.publish(live).await;
         Ok(report)
@@ -231,8 +238,8 @@ impl Store for PublishingStore {
         self.inner.claim_deliveries(now, lease, limit).await
     }
 
-    async fn finish_delivery(&self, id: i64, subscription_id: &str, now: i64, attempt: Attempt) -> StoreResult<()> {
-        self.inner.finish_delivery(id, subscription_id, now, attempt).await
+    async fn finish_deliveries(&self, now: i64, done: Vec<Finished>) -> StoreResult<()> {
+        self.inner.finish_deliveries(now, done).await
     }
 
     async fn deliveries(&self, id: &str, failed_only: bool) -> StoreResult<Vec<DeliveryRecord>> {
@@ -245,6 +252,10 @@ impl Store for PublishingStore {
 
     async fn outbox_backlog(&self) -> StoreResult<u64> {
         self.inner.outbox_backlog().await
+    }
+
+    async fn prune_failed_deliveries(&self, before: i64) -> StoreResult<u64> {
+        self.inner.prune_failed_deliveries(before).await
     }
 }
 

@@ -27,7 +27,7 @@ use std::time::Duration;
 const KEY: &str = "wh-alice-secret";
 
 /// A clock the test moves.
-struct TestClock(AtomicI64);
+pub(super) struct TestClock(AtomicI64);
 
 impl Clock for TestClock {
     fn now_ms(&self) -> i64 {
@@ -36,7 +36,7 @@ impl Clock for TestClock {
 }
 
 impl TestClock {
-    fn set(&self, ms: i64) {
+    pub(super) fn set(&self, ms: i64) {
         self.0.store(ms, Ordering::SeqCst);
     }
 }
@@ -64,6 +64,7 @@ async fn subscribe(store: &dyn Store, url: &str) -> (String, SigningSecret) {
         sealed_secret: key().seal(&id, secret.as_bytes()).expect("seal"),
         sealed_headers: None,
         batch: false,
+        batch_max: 100,
         allow_http: true,
     };
     store.add_subscription(sub).await.expect("subscribe");
@@ -73,11 +74,23 @@ async fn subscribe(store: &dyn Store, url: &str) -> (String, SigningSecret) {
 /// A worker over `app`'s store on the test's clock (a minute ahead, so
 /// that what the test stores is due), with loopback allowed or not, and a
 /// half-second limit per attempt.
-fn worker(store: Arc<dyn Store>, allow_private: bool) -> (WorkerHandle, Arc<TestClock>) {
-    let clock = Arc::new(TestClock(AtomicI64::new(jiff::Timestamp::now().as_millisecond() + 60_000)));
+pub(super) fn worker(store: Arc<dyn Store>, allow_private: bool) -> (WorkerHandle, Arc<TestClock>) {
     let settings =
         DeliverySettings { allow_private, timeout: Duration::from_millis(500), ..DeliverySettings::default() };
-    (spawn(store, key(), settings, Arc::new(Metrics::default()), clock.clone()).expect("worker"), clock)
+    worker_with(store, settings)
+}
+
+/// A worker as [`worker`] makes, with `settings`.
+fn worker_with(store: Arc<dyn Store>, settings: DeliverySettings) -> (WorkerHandle, Arc<TestClock>) {
+    let (worker, clock, _) = worker_metered(store, settings);
+    (worker, clock)
+}
+
+/// A worker as [`worker_with`] makes, and its metrics.
+fn worker_metered(store: Arc<dyn Store>, settings: DeliverySettings) -> (WorkerHandle, Arc<TestClock>, Arc<Metrics>) {
+    let clock = Arc::new(TestClock(AtomicI64::new(jiff::Timestamp::now().as_millisecond() + 60_000)));
+    let metrics = Arc::new(Metrics::default());
+    (spawn(store, key(), settings, metrics.clone(), clock.clone()).expect("worker"), clock, metrics)
 }
 
 fn envelope(second: u32) -> String {
@@ -88,7 +101,11 @@ fn envelope(second: u32) -> String {
 
 /// Subscription `sub`'s deliveries once `done` holds of them (waiting for
 /// the worker to record an attempt).
-async fn recorded(store: &dyn Store, sub: &str, done: impl Fn(&[DeliveryRecord]) -> bool) -> Vec<DeliveryRecord> {
+pub(super) async fn recorded(
+    store: &dyn Store,
+    sub: &str,
+    done: impl Fn(&[DeliveryRecord]) -> bool,
+) -> Vec<DeliveryRecord> {
     for _ in 0..1000 {
         let list = store.deliveries(sub, false).await.expect("deliveries");
         if done(&list) {
@@ -100,7 +117,7 @@ async fn recorded(store: &dyn Store, sub: &str, done: impl Fn(&[DeliveryRecord])
 }
 
 /// Checks `got`'s signature with the Standard Webhooks reference library.
-fn verify(secret: &SigningSecret, got: &Received) {
+pub(super) fn verify(secret: &SigningSecret, got: &Received) {
     let reference = standardwebhooks::Webhook::new(&secret.reveal()).expect("secret");
     reference.verify(got.body.as_bytes(), &got.headers).expect("the signature verifies");
     assert_eq!(got.headers["content-type"], "application/json");
@@ -138,6 +155,7 @@ on_each_backend! {
             let again = rx.next().await;
             verify(&secret, &again);
             assert_eq!(message_id(&again), message_id(&first), "one webhook-id for every attempt");
+            assert_eq!(again.peer, first.peer, "the connection is kept for the next attempt");
         }
         assert!(recorded(&*app.store, &sub, <[_]>::is_empty).await.is_empty(), "delivered: no longer owed");
         assert_eq!(app.store.outbox_backlog().await.expect("backlog"), 0);
@@ -196,6 +214,63 @@ on_each_backend! {
         assert_eq!(message_id(&rx.next().await), message_id(&first));
         recorded(&*app.store, &sub, <[_]>::is_empty).await;
         assert_eq!(app.store.replay_deliveries(&sub, Replay::Failed, 0).await.expect("replay"), 0);
+    }
+
+    async fn an_endpoint_failing_for_too_long_gets_its_subscription_disabled() {
+        let app = TestApp::with(ingest()).await;
+        let mut rx = Receiver::start(vec![Reply::Status(503), Reply::Status(503)]).await;
+        let (sub, _) = subscribe(&*app.store, &rx.url).await;
+        let settings = DeliverySettings {
+            allow_private: true,
+            timeout: Duration::from_millis(500),
+            disable_after: Duration::from_secs(1),
+            ..DeliverySettings::default()
+        };
+        let (worker, clock) = worker_with(app.store.clone(), settings);
+        assert_eq!(app.webhook(Some(KEY), &envelope(6)).await.status, 200);
+        worker.wake();
+        rx.next().await;
+        let list = recorded(&*app.store, &sub, |d| d.first().is_some_and(|d| d.attempts == 1)).await;
+        let enabled = |subs: Vec<sensorhub_store::hooks::Subscription>| subs.iter().any(|s| s.id == sub && s.enabled);
+        assert!(enabled(app.store.subscriptions().await.expect("list")), "one failure disables nothing");
+        clock.set(list[0].next_attempt);
+        worker.wake();
+        rx.next().await;
+        for _ in 0..1000 {
+            if !enabled(app.store.subscriptions().await.expect("list")) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(!enabled(app.store.subscriptions().await.expect("list")), "failing for over a second: disabled");
+        let list = recorded(&*app.store, &sub, |d| d.first().is_some_and(|d| d.attempts == 2)).await;
+        assert_eq!(list[0].state, "pending", "what it owes stays owed");
+    }
+
+    async fn the_backlog_gauge_follows_a_busy_worker() {
+        let app = TestApp::with(ingest()).await;
+        // 200 deliveries of 100 ms each, 4 at once: the worker is busy for 5 s.
+        let mut rx = Receiver::start(vec![Reply::Stall(Duration::from_millis(100)); 200]).await;
+        let (sub, _) = subscribe(&*app.store, &rx.url).await;
+        let readings = (0..200).map(|i| crate::harness::reading("AWLR-001", 1_777_964_400 + i * 60, "AWLR1-batt", 90.0));
+        app.store.import(Box::new(readings.map(Ok)), Outbox::Deliver).await.expect("import");
+        let settings = DeliverySettings { allow_private: true, ..DeliverySettings::default() };
+        let (worker, _clock, metrics) = worker_metered(app.store.clone(), settings);
+        worker.wake();
+        let mut seen = Vec::new();
+        for _ in 0..60 {
+            seen.push(metrics.deliveries.backlog_now());
+            if seen.iter().any(|&n| n > 0 && n < 200) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(seen.iter().any(|&n| n > 0 && n < 200), "counted while busy, some delivered: {seen:?}");
+        assert!(rx.got.len() < 200, "still delivering when it was counted");
+        for _ in 0..200 {
+            rx.next().await;
+        }
+        recorded(&*app.store, &sub, <[_]>::is_empty).await;
     }
 
     async fn private_targets_are_refused_unless_the_operator_allows_them() {

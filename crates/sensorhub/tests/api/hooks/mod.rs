@@ -1,8 +1,11 @@
 //! Outgoing webhooks (issue 15): subscriptions managed by command, their
 //! secrets shown once and sealed at rest; deliveries (delivery.rs) to a
-//! local receiver (receiver.rs).
+//! local receiver (receiver.rs), batched (batch.rs); subscriptions in
+//! provisioning files (provision.rs).
 
+mod batch;
 mod delivery;
+mod provision;
 mod receiver;
 
 use crate::cli::{failed, ok};

@@ -4,9 +4,11 @@
 
 use axum::Router;
 use axum::body::Bytes;
+use axum::extract::ConnectInfo;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use std::collections::VecDeque;
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -26,6 +28,8 @@ pub enum Reply {
 pub struct Received {
     pub headers: HeaderMap,
     pub body: String,
+    /// The sender's address: the same for requests on one connection.
+    pub peer: SocketAddr,
 }
 
 /// The receiver: its URL and what it got.
@@ -41,18 +45,20 @@ impl Receiver {
         let (tx, got) = mpsc::unbounded_channel();
         let app = Router::new().route(
             "/hook",
-            axum::routing::post(move |headers: HeaderMap, body: Bytes| {
+            axum::routing::post(move |ConnectInfo(peer): ConnectInfo<SocketAddr>, headers: HeaderMap, body: Bytes| {
                 let (script, tx) = (script.clone(), tx.clone());
                 async move {
                     let reply = script.lock().expect("script").pop_front();
-                    let _ = tx.send(Received { headers, body: String::from_utf8_lossy(&body).into_owned() });
+                    let _ = tx.send(Received { headers, body: String::from_utf8_lossy(&body).into_owned(), peer });
                     answer(reply).await
                 }
             }),
         );
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
-        tokio::spawn(async move { axum::serve(listener, app).await });
+        tokio::spawn(
+            async move { axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await },
+        );
         Self { url: format!("http://{addr}/hook"), got }
     }
 
