@@ -94,7 +94,9 @@ async fn signing_in_lists_the_five_stations_and_maps_them() {
     let with_values = js(&b, "return [...document.querySelectorAll('li.station')].filter(li => li.querySelectorAll('.values li').length >= 4).length").await;
     assert_eq!(with_values, 5, "every station shows its latest values");
     let when = js(&b, "return document.querySelector('li.station .when').textContent").await;
-    assert!(when.as_str().is_some_and(|w| w.contains("Last update") && w.contains("ago")), "{when}");
+    let ago = js(&b, "return document.querySelector('li.station .when .ago').textContent").await;
+    assert!(when.as_str().is_some_and(|w| w.starts_with("Last update")), "{when}");
+    assert!(ago.as_str().is_some_and(|a| a == "just now" || a.ends_with(" ago")), "how long ago: {ago}");
     assert_eq!(js(&b, "return document.querySelectorAll('svg.map a.marker').length").await, 5, "five markers");
     let land = js(&b, "return (document.querySelector('svg.map path.land')?.getAttribute('d') || '').length").await;
     assert!(land.as_u64().is_some_and(|n| n > 100), "country outlines drawn from the vendored atlas: {land}");
