@@ -179,7 +179,10 @@ function addReading(reading, figures, cols, plots, live) {
     let i = c.xs.length;
     while (i > 0 && c.xs[i - 1] > t) i--;
     if (c.xs[i - 1] === t) c.ys[i - 1] = v.value; else { c.xs.splice(i, 0, t); c.ys.splice(i, 0, v.value); }
-    plots.get(fig).setData([c.xs, c.ys]);
+    // A chart the user zoomed into an earlier stretch stays there; otherwise it follows the new reading.
+    const plot = plots.get(fig);
+    const zoomed = plot.scales.x.max < c.xs[c.xs.length - 2];
+    plot.setData([c.xs, c.ys], !zoomed);
     fig.dataset.points = String(c.ys.filter((y) => y !== null).length);
   }
   live.dataset.last = reading.timestamp;

@@ -57,9 +57,13 @@ impl TileUrl {
             .or_else(|| template.strip_prefix("http://"))
             .ok_or_else(|| bad("must start with https:// or http://"))?;
         let host = rest.split('/').next().unwrap_or_default();
-        let host_ok = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '[' | ']');
+        // What a Content-Security-Policy host-source can name: a name or IPv4 address, and a port.
+        let host_ok = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':');
         if host.is_empty() || !host.chars().all(host_ok) {
-            return Err(bad("the host must be a plain name or address (no placeholders such as {s})"));
+            return Err(bad(
+                "the host must be a plain name or IPv4 address, with an optional port (no placeholders such as {s}, \
+                 no IPv6 literal)",
+            ));
         }
         for p in ["{z}", "{x}", "{y}"] {
             if !rest[host.len()..].contains(p) {
@@ -101,6 +105,7 @@ mod tests {
             "https://x.org/{z}/{x}.png",
             "https://x.org/{z}/{x}/{y}.png; script-src *",
             "https:///{z}/{x}/{y}",
+            "http://[::1]:8000/{z}/{x}/{y}.png",
         ] {
             assert!(TileUrl::parse(bad).is_err(), "{bad} is refused");
         }
