@@ -62,6 +62,9 @@ pub struct Hooks {
     pub ingest_three_rps: f64,
     /// `ingest_three_rps / ingest_none_rps` (target ≥ 0.8).
     pub ratio: f64,
+    /// Deliveries per second made meanwhile (from the backlog the outbox
+    /// phase left and the new readings).
+    pub deliveries_while_ingesting_per_s: f64,
     /// Deliveries the drained backlog held.
     pub backlog: u64,
     /// Time to drain it, s.
@@ -185,7 +188,13 @@ pub fn run(args: Args) -> Result<(Hooks, PathBuf), String> {
     let ingest_three_outbox_rps = rt.block_on(load(port, args.clients, args.seconds, 1_000_000))?;
     drop(server);
     let server = serve(true)?;
-    let ingest_three_rps = rt.block_on(load(port, args.clients, args.seconds, 2_000_000))?;
+    let (ingest_three_rps, delivered_meanwhile) = rt.block_on(async {
+        let before = delivered.load(Ordering::Relaxed);
+        let started = Instant::now();
+        let rps = load(port, args.clients, args.seconds, 2_000_000).await?;
+        let per_s = (delivered.load(Ordering::Relaxed) - before) as f64 / started.elapsed().as_secs_f64();
+        Ok::<_, String>((rps, per_s))
+    })?;
     drop(server);
 
     // A backlog for one fresh subscription, written while nobody delivers,
@@ -231,6 +240,7 @@ pub fn run(args: Args) -> Result<(Hooks, PathBuf), String> {
         outbox_ratio: ingest_three_outbox_rps / ingest_none_rps.max(1e-9),
         ingest_three_rps,
         ratio: ingest_three_rps / ingest_none_rps.max(1e-9),
+        deliveries_while_ingesting_per_s: delivered_meanwhile,
         backlog,
         drain_s,
         deliveries_per_s: backlog as f64 / drain_s,
@@ -258,13 +268,15 @@ fn outbox_backlog(db: &Path) -> Result<u64, String> {
 pub fn report(h: &Hooks) -> String {
     format!(
         "webhook ingest: {:.0} req/s without subscriptions; with 3: {:.0} req/s writing their outbox only \
-         (ratio {:.2}), {:.0} req/s while delivering on the same cores (ratio {:.2}; target >= 0.8)\n\
+         (ratio {:.2}), {:.0} req/s while delivering on the same cores (ratio {:.2}; target >= 0.8; \
+         {:.0} deliveries/s meanwhile)\n\
          backlog of {} deliveries drained in {:.1} s: {:.0} deliveries/s ({} per endpoint at once{})",
         h.ingest_none_rps,
         h.ingest_three_outbox_rps,
         h.outbox_ratio,
         h.ingest_three_rps,
         h.ratio,
+        h.deliveries_while_ingesting_per_s,
         h.backlog,
         h.drain_s,
         h.deliveries_per_s,

@@ -159,6 +159,15 @@ pub trait Store: Send + Sync {
     /// The state of the connection pool.
     fn pool_status(&self) -> PoolStatus;
 
+    /// Writes of readings (webhook ingest, MQTT batches) waiting for the
+    /// store's one writer or being written: while it is above 0,
+    /// background writers (the delivery worker's bookkeeping) may give
+    /// them the writer first. A counter read, no query. 0 where writers do
+    /// not queue behind one another (PostgreSQL).
+    fn ingest_waiting(&self) -> usize {
+        0
+    }
+
     /// Devices visible in `scope`, ordered by `device_id`, with sensors and last update.
     async fn list_devices(&self, scope: Scope) -> StoreResult<Vec<Device>>;
 

@@ -413,6 +413,7 @@ async fn readings_ingested_together_are_each_answered_on_their_own() {
                 refused.push((i, e.to_string()));
             }
         }
+        assert_eq!(s.ingest_waiting(), 0, "every write, refused or not, is counted out of the writer's queue");
         assert_eq!(refused.len(), 1, "{refused:?}");
         assert_eq!(refused[0].0, 77);
         assert!(refused[0].1.contains("unknown sensor \"zz\""), "{refused:?}");

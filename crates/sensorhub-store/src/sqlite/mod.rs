@@ -26,6 +26,7 @@ use sensorhub_core::secret::KeyDigest;
 use sensorhub_core::time::TimeRange;
 use std::path::Path;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Migrations in order; `PRAGMA user_version` records how many ran.
 const MIGRATIONS: &[&str] = &[
@@ -105,6 +106,8 @@ pub struct SqliteStore {
     ping: Mutex<Option<rusqlite::Connection>>,
     /// Single readings, committed in groups.
     group: crate::group::GroupCommit,
+    /// Writes of readings under way (see [`Store::ingest_waiting`]).
+    ingest_waiting: AtomicUsize,
     path: std::path::PathBuf,
 }
 
@@ -134,7 +137,14 @@ impl SqliteStore {
             let writes = group_writes.clone();
             async move { writes.run(move |c| write::ingest_group(c, &readings)).await }
         });
-        Ok(Self { reads, writes, ping: Mutex::new(None), group, path: path.to_owned() })
+        Ok(Self {
+            reads,
+            writes,
+            ping: Mutex::new(None),
+            group,
+            ingest_waiting: AtomicUsize::new(0),
+            path: path.to_owned(),
+        })
     }
 
     /// Checks that the file answers a read, on the readiness connection.
@@ -150,6 +160,23 @@ impl SqliteStore {
             *slot = None;
         }
         Ok(result?)
+    }
+}
+
+/// Counts one write of readings in [`SqliteStore::ingest_waiting`] from
+/// its call until it returns (or its future is dropped).
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl<'a> Waiting<'a> {
+    fn enter(count: &'a AtomicUsize) -> Self {
+        count.fetch_add(1, Ordering::Relaxed);
+        Self(count)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -197,6 +224,10 @@ impl Store for SqliteStore {
     fn pool_status(&self) -> PoolStatus {
         let (r, w) = (self.reads.status(), self.writes.status());
         PoolStatus { max: r.max + w.max, in_use: r.in_use + w.in_use, idle: r.idle + w.idle }
+    }
+
+    fn ingest_waiting(&self) -> usize {
+        self.ingest_waiting.load(Ordering::Relaxed)
     }
 
     async fn list_devices(&self, scope: Scope) -> StoreResult<Vec<Device>> {
@@ -279,14 +310,17 @@ impl Store for SqliteStore {
     }
 
     async fn import(&self, source: ReadingSource, outbox: Outbox) -> StoreResult<ImportReport> {
+        let _waiting = Waiting::enter(&self.ingest_waiting);
         Ok(self.writes.run(move |c| write::import(c, source, None, outbox)).await?.0)
     }
 
     async fn ingest(&self, reading: ReadingInput) -> StoreResult<()> {
+        let _waiting = Waiting::enter(&self.ingest_waiting);
         self.group.write(reading).await
     }
 
     async fn import_batched(&self, source: ReadingSource, outbox: Outbox) -> Result<ImportReport, PartialImport> {
+        let _waiting = Waiting::enter(&self.ingest_waiting);
         crate::import_in_steps(source, |source| {
             self.writes.run(move |c| write::import(c, source, Some(IMPORT_COMMIT_EVERY), outbox))
         })

@@ -22,6 +22,9 @@ pub struct DeliveryFlags {
     /// Deliveries in flight to one endpoint at once [default: 4]
     #[arg(long, env = "SENSORHUB_WEBHOOK_CONCURRENCY")]
     pub webhook_concurrency: Option<usize>,
+    /// Percent of its time the delivery worker may hold back its database writes while readings wait for SQLite's one writer (0: never) [default: 90]
+    #[arg(long, env = "SENSORHUB_WEBHOOK_INGEST_FIRST", value_parser = clap::value_parser!(u8).range(0..=99))]
+    pub webhook_ingest_first: Option<u8>,
 }
 
 /// How the delivery worker runs.
@@ -41,6 +44,9 @@ pub struct DeliverySettings {
     pub in_flight: usize,
     /// The longest wait between two looks at the outbox when idle.
     pub poll: Duration,
+    /// Percent of its time the worker may hold back its claims and records
+    /// while readings wait for the store's writer (hooks/yielding.rs).
+    pub ingest_first: u8,
 }
 
 impl Default for DeliverySettings {
@@ -53,6 +59,7 @@ impl Default for DeliverySettings {
             per_endpoint: 4,
             in_flight: 64,
             poll: Duration::from_millis(500),
+            ingest_first: 90,
         }
     }
 }
@@ -82,6 +89,7 @@ impl DeliverySettings {
             per_endpoint,
             in_flight: d.in_flight.max(per_endpoint),
             poll: d.poll,
+            ingest_first: flags.webhook_ingest_first.unwrap_or(d.ingest_first),
         })
     }
 }
@@ -93,10 +101,14 @@ mod tests {
     #[test]
     fn flags_override_defaults_and_zeros_are_refused() {
         assert_eq!(DeliverySettings::resolve(&DeliveryFlags::default()), Ok(DeliverySettings::default()));
-        let flags =
-            DeliveryFlags { webhook_timeout: Some(3), webhook_concurrency: Some(2), ..DeliveryFlags::default() };
+        let flags = DeliveryFlags {
+            webhook_timeout: Some(3),
+            webhook_concurrency: Some(2),
+            webhook_ingest_first: Some(0),
+            ..DeliveryFlags::default()
+        };
         let s = DeliverySettings::resolve(&flags).expect("valid");
-        assert_eq!((s.timeout, s.per_endpoint), (Duration::from_secs(3), 2));
+        assert_eq!((s.timeout, s.per_endpoint, s.ingest_first), (Duration::from_secs(3), 2, 0));
         assert!(
             DeliverySettings::resolve(&DeliveryFlags { webhook_retry_for: Some(0), ..DeliveryFlags::default() })
                 .is_err()

@@ -199,6 +199,7 @@ pub const KNOWN_ENV: &[&str] = &[
     "SENSORHUB_WEBHOOK_RETRY_FOR",
     "SENSORHUB_WEBHOOK_DISABLE_AFTER",
     "SENSORHUB_WEBHOOK_CONCURRENCY",
+    "SENSORHUB_WEBHOOK_INGEST_FIRST",
 ];
 
 /// Names of `SENSORHUB_*` variables that sensorhub does not know.

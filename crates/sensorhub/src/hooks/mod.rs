@@ -12,3 +12,4 @@ pub mod send;
 pub mod sign;
 pub mod target;
 pub mod worker;
+pub mod yielding;

@@ -4,9 +4,12 @@
 //! every write transaction waits for the one writer and an fsync, so one
 //! per attempt would compete with ingest. An outcome not yet written when
 //! the process dies is lost with its lease, and the delivery made again:
-//! at least once, as before. After writing, subscriptions whose endpoint
+//! at least once, as before. Readings waiting for the writer go first,
+//! within a budget (yielding.rs). After writing, subscriptions whose endpoint
 //! has failed for too long are disabled.
 
+use super::yielding::IngestFirst;
+use crate::config::hooks::DeliverySettings;
 use sensorhub_store::Store;
 use sensorhub_store::hooks::{Attempt, Finished};
 use std::sync::Arc;
@@ -38,10 +41,11 @@ pub struct Recorder(mpsc::UnboundedSender<Outcome>);
 
 impl Recorder {
     /// Starts the recorder over `store`; a subscription failing for
-    /// `disable_after` is disabled.
-    pub fn spawn(store: Arc<dyn Store>, disable_after: Duration) -> Self {
+    /// `settings.disable_after` is disabled.
+    pub fn spawn(store: Arc<dyn Store>, settings: &DeliverySettings) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(store, disable_after, rx));
+        let turn = IngestFirst::new(settings.ingest_first);
+        tokio::spawn(run(store, settings.disable_after, turn, rx));
         Self(tx)
     }
 
@@ -52,7 +56,12 @@ impl Recorder {
     }
 }
 
-async fn run(store: Arc<dyn Store>, disable_after: Duration, mut rx: mpsc::UnboundedReceiver<Outcome>) {
+async fn run(
+    store: Arc<dyn Store>,
+    disable_after: Duration,
+    mut turn: IngestFirst,
+    mut rx: mpsc::UnboundedReceiver<Outcome>,
+) {
     let limit = i64::try_from(disable_after.as_millis()).unwrap_or(i64::MAX);
     while let Some(first) = rx.recv().await {
         let deadline = tokio::time::Instant::now() + GATHER_FOR;
@@ -69,6 +78,14 @@ async fn run(store: Arc<dyn Store>, disable_after: Duration, mut rx: mpsc::Unbou
                 },
                 () = tokio::time::sleep_until(deadline) => break,
             }
+        }
+        // Readings waiting for the writer go first, within a budget; what
+        // arrives meanwhile joins this transaction.
+        turn.wait(|| store.ingest_waiting()).await;
+        while rows < GATHER_ROWS {
+            let Ok(o) = rx.try_recv() else { break };
+            rows += o.done.len();
+            gathered.push(o);
         }
         write(&*store, limit, gathered).await;
     }

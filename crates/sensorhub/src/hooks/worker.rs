@@ -3,8 +3,9 @@
 //! those of a batching subscription together (at most N POSTs at once per
 //! endpoint), and hands what came of it by the retry rules to the recorder
 //! (record.rs), which writes many outcomes per transaction. Instances share
-//! the outbox: a claim leases rows to one worker. Time comes from a
-//! [`Clock`], so tests can move it.
+//! the outbox: a claim leases rows to one worker. Claims and records give
+//! the writer to waiting readings first, within a budget (yielding.rs).
+//! Time comes from a [`Clock`], so tests can move it.
 
 use super::batch::{Job, jobs};
 use super::headers::open_headers;
@@ -12,6 +13,7 @@ use super::record::{Outcome, Recorder};
 use super::seal::SealingKey;
 use super::send::{Sender, Sent};
 use super::sign::SigningSecret;
+use super::yielding::IngestFirst;
 use crate::config::hooks::DeliverySettings;
 use crate::metrics::Metrics;
 use sensorhub_store::Store;
@@ -75,7 +77,7 @@ pub fn spawn(
 ) -> Result<WorkerHandle, String> {
     let wake = Arc::new(Notify::new());
     let sender = Sender::new(settings.allow_private, settings.timeout)?;
-    let recorder = Recorder::spawn(store.clone(), settings.disable_after);
+    let recorder = Recorder::spawn(store.clone(), &settings);
     tokio::spawn(count_backlog(store.clone(), metrics.clone()));
     let endpoints = Mutex::new(HashMap::new());
     let shared = Arc::new(Shared { store, key, sender, settings, metrics, clock, recorder, endpoints });
@@ -97,12 +99,16 @@ async fn run(shared: Arc<Shared>, wake: Arc<Notify>) {
     // Whether the last claim filled every free slot (more may be due).
     let mut more_due = false;
     let mut next_look = tokio::time::Instant::now();
+    let mut turn = IngestFirst::new(shared.settings.ingest_first);
     loop {
-        let free = in_flight.saturating_sub(tasks.len());
         // A claim is a write transaction: made for many slots at once, when
         // half of them are free and more is due, or at each look.
         let look = tokio::time::Instant::now() >= next_look || (more_due && tasks.len() <= in_flight / 2);
-        if free > 0 && look {
+        if tasks.len() < in_flight && look {
+            // Readings waiting for the writer go first, within a budget.
+            turn.wait(|| shared.store.ingest_waiting()).await;
+            while tasks.try_join_next().is_some() {}
+            let free = in_flight.saturating_sub(tasks.len());
             next_look = tokio::time::Instant::now() + shared.settings.poll;
             match shared.store.claim_deliveries(shared.clock.now_ms(), lease, free).await {
                 Ok(due) => {

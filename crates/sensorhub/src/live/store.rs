@@ -133,6 +133,10 @@ impl Store for PublishingStore {
         self.inner.pool_status()
     }
 
+    fn ingest_waiting(&self) -> usize {
+        self.inner.ingest_waiting()
+    }
+
     async fn list_devices(&self, scope: Scope) -> StoreResult<Vec<Device>> {
         self.inner.list_devices(scope).await
     }
