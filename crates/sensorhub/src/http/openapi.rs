@@ -88,9 +88,71 @@ impl Modify for RateLimitHeaders {
 )]
 struct ApiDoc;
 
-/// The document as JSON.
+/// The document as JSON, with the outgoing webhooks added.
 pub fn document_json() -> String {
-    ApiDoc::openapi().to_json().unwrap_or_else(|_| "{}".into())
+    let Ok(mut doc) = serde_json::to_value(ApiDoc::openapi()) else { return "{}".into() };
+    doc["webhooks"] = outgoing_webhooks();
+    serde_json::to_string(&doc).unwrap_or_else(|_| "{}".into())
+}
+
+/// OpenAPI 3.1's `webhooks`: what sensorhub POSTs to a subscription's URL
+/// (README, "Outgoing webhooks"), with the Standard Webhooks headers.
+fn outgoing_webhooks() -> serde_json::Value {
+    let header = |name: &str, text: &str| serde_json::json!({"name": name, "in": "header", "required": true, "description": text, "schema": {"type": "string"}});
+    let parameters = serde_json::json!([
+        header(
+            "webhook-id",
+            "The delivery's id, the same on every attempt (msg_…, or batch_… for a batch): de-duplicate by it"
+        ),
+        header("webhook-timestamp", "Seconds since the epoch when this attempt was sent"),
+        header(
+            "webhook-signature",
+            "v1,<base64 of HMAC-SHA256 over \"{webhook-id}.{webhook-timestamp}.{body}\" keyed with the secret's bytes (whsec_…)>"
+        ),
+    ]);
+    let reading = serde_json::json!({
+        "type": "object",
+        "required": ["event", "device_id", "timestamp", "data"],
+        "properties": {
+            "event": {"const": "sensor-data"},
+            "device_id": {"type": "string"},
+            "timestamp": {"type": "string", "format": "date-time", "description": "RFC 3339, UTC"},
+            "data": {"type": "object", "required": ["sensors"], "properties": {
+                "sensors": {"type": "array", "items": {"$ref": "#/components/schemas/SensorValue"}}}},
+        },
+    });
+    let responses = serde_json::json!({
+        "2XX": {"description": "Delivered"},
+        "408": {"description": "Retried with backoff"},
+        "429": {"description": "Retried after Retry-After, or with backoff"},
+        "5XX": {"description": "Retried with backoff for --webhook-retry-for (24 h)"},
+        "default": {"description": "Any other answer (other 4xx, 3xx) fails the delivery at once; it can be replayed"},
+    });
+    let post = |summary: &str, schema: serde_json::Value| {
+        serde_json::json!({"post": {
+            "summary": summary,
+            "parameters": parameters,
+            "requestBody": {"required": true, "content": {"application/json": {"schema": schema}}},
+            "responses": responses,
+        }})
+    };
+    serde_json::json!({
+        "sensor-data": post("One reading, POSTed to each enabled subscription covering its device", reading.clone()),
+        "sensor-data.batch": post(
+            "The readings due together, for a subscription added with --batch",
+            serde_json::json!({
+                "type": "object",
+                "required": ["event", "data"],
+                "properties": {
+                    "event": {"const": "sensor-data.batch"},
+                    "data": {"type": "array", "items": {"type": "object", "required": ["webhook_id", "envelope"], "properties": {
+                        "webhook_id": {"type": "string", "description": "The id this reading would have had alone"},
+                        "envelope": reading,
+                    }}},
+                },
+            }),
+        ),
+    })
 }
 
 /// GET /openapi.json.
@@ -119,8 +181,15 @@ mod tests {
         let limited = &doc["paths"]["/external/v1/devices"]["get"]["responses"];
         assert!(limited["429"]["headers"].get("Retry-After").is_some());
         assert!(limited["200"]["headers"].get("RateLimit-Remaining").is_some());
-        for schema in ["Device", "Reading", "ErrorBody", "WebhookEnvelope", "WebhookReply"] {
+        for schema in ["Device", "Reading", "ErrorBody", "WebhookEnvelope", "WebhookReply", "SensorValue"] {
             assert!(doc["components"]["schemas"].get(schema).is_some(), "{schema}");
+        }
+        // The outgoing webhooks, signed per Standard Webhooks.
+        for event in ["sensor-data", "sensor-data.batch"] {
+            let post = &doc["webhooks"][event]["post"];
+            let headers: Vec<_> = post["parameters"].as_array().expect("headers").iter().map(|p| &p["name"]).collect();
+            assert_eq!(headers, ["webhook-id", "webhook-timestamp", "webhook-signature"], "{event}");
+            assert!(post["requestBody"]["content"]["application/json"]["schema"].is_object(), "{event}");
         }
     }
 }
