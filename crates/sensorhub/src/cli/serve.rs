@@ -33,7 +33,7 @@ pub struct Args {
 pub async fn run(ctx: &Context, args: Args) -> CliResult {
     let settings = ServeSettings::resolve(&args.settings, &ctx.file)?;
     let mqtt = MqttSettings::resolve(&args.mqtt, ctx.file.mqtt.as_ref(), settings.webhook.max_future_skew)?;
-    let deliveries = DeliverySettings::resolve(&args.deliveries)?;
+    let deliveries = DeliverySettings::resolve(&args.deliveries, ctx.file.webhooks.as_ref())?;
     let dashboard = crate::config::dashboard::resolve(&args.dashboard, ctx.file.dashboard.as_ref())?;
     let key = match SealingKey::from_env() {
         Ok(key) => Some(key),

@@ -1,8 +1,29 @@
 //! Settings of outgoing webhook deliveries (`serve --webhook-…`): flags
-//! and `SENSORHUB_WEBHOOK_…` variables, resolved into [`DeliverySettings`].
+//! and `SENSORHUB_WEBHOOK_…` variables over the config file's `[webhooks]`
+//! table, resolved into [`DeliverySettings`].
 
 use crate::hooks::retry::RetryPolicy;
+use serde::Deserialize;
 use std::time::Duration;
+
+/// The `[webhooks]` table of the config file: the flags' values, by the
+/// flags' names without `webhook-`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeliveryFile {
+    /// `--webhook-allow-private`.
+    pub allow_private: Option<bool>,
+    /// `--webhook-timeout` (seconds).
+    pub timeout: Option<u64>,
+    /// `--webhook-retry-for` (seconds).
+    pub retry_for: Option<u64>,
+    /// `--webhook-disable-after` (seconds).
+    pub disable_after: Option<u64>,
+    /// `--webhook-concurrency`.
+    pub concurrency: Option<usize>,
+    /// `--webhook-ingest-first` (percent).
+    pub ingest_first: Option<u8>,
+}
 
 /// Flags of outgoing webhook deliveries.
 #[derive(Debug, Clone, Default, clap::Args)]
@@ -65,31 +86,41 @@ impl Default for DeliverySettings {
 }
 
 impl DeliverySettings {
-    /// The settings `flags` give over the defaults; refuses zeros.
-    pub fn resolve(flags: &DeliveryFlags) -> Result<Self, String> {
+    /// The settings `flags` give over `file` over the defaults; refuses zeros.
+    pub fn resolve(flags: &DeliveryFlags, file: Option<&DeliveryFile>) -> Result<Self, String> {
         let d = Self::default();
+        let file = file.cloned().unwrap_or_default();
         let secs = |name: &str, v: Option<u64>, default: Duration| match v {
             Some(0) => Err(format!("--{name} must be at least 1 second")),
             Some(s) => Ok(Duration::from_secs(s)),
             None => Ok(default),
         };
-        let per_endpoint = match flags.webhook_concurrency {
+        let per_endpoint = match flags.webhook_concurrency.or(file.concurrency) {
             Some(0) => return Err("--webhook-concurrency must be at least 1".into()),
             Some(n) => n,
             None => d.per_endpoint,
         };
+        let ingest_first = match flags.webhook_ingest_first.or(file.ingest_first) {
+            Some(p) if p > 99 => return Err("--webhook-ingest-first must be 0 to 99 (percent)".into()),
+            Some(p) => p,
+            None => d.ingest_first,
+        };
         Ok(Self {
-            allow_private: flags.webhook_allow_private,
-            timeout: secs("webhook-timeout", flags.webhook_timeout, d.timeout)?,
+            allow_private: flags.webhook_allow_private || file.allow_private == Some(true),
+            timeout: secs("webhook-timeout", flags.webhook_timeout.or(file.timeout), d.timeout)?,
             policy: RetryPolicy {
-                retry_for: secs("webhook-retry-for", flags.webhook_retry_for, d.policy.retry_for)?,
+                retry_for: secs("webhook-retry-for", flags.webhook_retry_for.or(file.retry_for), d.policy.retry_for)?,
                 ..d.policy
             },
-            disable_after: secs("webhook-disable-after", flags.webhook_disable_after, d.disable_after)?,
+            disable_after: secs(
+                "webhook-disable-after",
+                flags.webhook_disable_after.or(file.disable_after),
+                d.disable_after,
+            )?,
             per_endpoint,
             in_flight: d.in_flight.max(per_endpoint),
             poll: d.poll,
-            ingest_first: flags.webhook_ingest_first.unwrap_or(d.ingest_first),
+            ingest_first,
         })
     }
 }
@@ -100,18 +131,36 @@ mod tests {
 
     #[test]
     fn flags_override_defaults_and_zeros_are_refused() {
-        assert_eq!(DeliverySettings::resolve(&DeliveryFlags::default()), Ok(DeliverySettings::default()));
+        assert_eq!(DeliverySettings::resolve(&DeliveryFlags::default(), None), Ok(DeliverySettings::default()));
         let flags = DeliveryFlags {
             webhook_timeout: Some(3),
             webhook_concurrency: Some(2),
             webhook_ingest_first: Some(0),
             ..DeliveryFlags::default()
         };
-        let s = DeliverySettings::resolve(&flags).expect("valid");
+        let s = DeliverySettings::resolve(&flags, None).expect("valid");
         assert_eq!((s.timeout, s.per_endpoint, s.ingest_first), (Duration::from_secs(3), 2, 0));
         assert!(
-            DeliverySettings::resolve(&DeliveryFlags { webhook_retry_for: Some(0), ..DeliveryFlags::default() })
+            DeliverySettings::resolve(&DeliveryFlags { webhook_retry_for: Some(0), ..DeliveryFlags::default() }, None)
                 .is_err()
         );
+    }
+
+    #[test]
+    fn the_webhooks_table_is_read_under_the_flags() {
+        let file: crate::config::FileConfig = toml::from_str(
+            "[webhooks]\nallow_private = true\ntimeout = 5\nretry_for = 3600\nconcurrency = 8\ningest_first = 50",
+        )
+        .expect("valid config");
+        let s = DeliverySettings::resolve(&DeliveryFlags::default(), file.webhooks.as_ref()).expect("valid");
+        assert!(s.allow_private);
+        assert_eq!((s.timeout, s.policy.retry_for), (Duration::from_secs(5), Duration::from_secs(3600)));
+        assert_eq!((s.per_endpoint, s.ingest_first), (8, 50));
+        let flags = DeliveryFlags { webhook_timeout: Some(2), ..DeliveryFlags::default() };
+        let s = DeliverySettings::resolve(&flags, file.webhooks.as_ref()).expect("valid");
+        assert_eq!(s.timeout, Duration::from_secs(2), "a flag wins over the file");
+        let bad = DeliveryFile { ingest_first: Some(100), ..DeliveryFile::default() };
+        assert!(DeliverySettings::resolve(&DeliveryFlags::default(), Some(&bad)).is_err());
+        assert!(toml::from_str::<crate::config::FileConfig>("[webhooks]\nnope = 1").is_err(), "unknown keys refused");
     }
 }

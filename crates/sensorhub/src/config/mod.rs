@@ -126,6 +126,8 @@ pub struct FileConfig {
     pub mqtt: Option<mqtt::MqttFile>,
     /// The dashboard (`[dashboard]`).
     pub dashboard: Option<dashboard::DashboardFile>,
+    /// Outgoing webhook deliveries (`[webhooks]`).
+    pub webhooks: Option<hooks::DeliveryFile>,
 }
 
 /// `default_tz` may be a number of hours or a string.
