@@ -147,6 +147,16 @@ pub trait Store: Send + Sync {
     /// Checks that the database answers (readiness).
     async fn ping(&self) -> StoreResult<()>;
 
+    /// A number that grows with every change that may take access away (a
+    /// password changed, an account disabled, a key revoked or narrowed, a
+    /// device taken from an account or a key), whoever made it: long-lived
+    /// things (open streams) read it often and check their caller again
+    /// when it moved. One row, read without waiting on writers.
+    async fn access_generation(&self) -> StoreResult<i64>;
+
+    /// This installation's random id (32 hex digits), made with the schema.
+    async fn installation_id(&self) -> StoreResult<String>;
+
     /// The credentials of `username`, for HTTP Basic.
     async fn account_auth(&self, username: &str) -> StoreResult<Option<AccountAuth>>;
 

@@ -5,6 +5,8 @@
 //! (default `postgres://postgres@127.0.0.1:5432/test`); a test fails, never
 //! skips, when it is not there.
 
+#[path = "contract/access.rs"]
+mod access;
 #[path = "contract/hooks.rs"]
 mod hooks;
 #[path = "contract/latest.rs"]

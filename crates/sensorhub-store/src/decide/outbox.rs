@@ -13,6 +13,8 @@ use std::fmt::Write as _;
 /// One delivery owed, as the transaction writes it.
 pub(crate) struct OutboxRow {
     pub subscription_id: String,
+    /// The reading's device (a claim checks the account still sees it).
+    pub device_pk: i64,
     pub message_id: String,
     pub body: String,
 }
@@ -48,7 +50,12 @@ impl Deliveries {
         let body = envelope(device, r);
         for sub in &device.subscriptions {
             let message_id = self.next_id()?;
-            self.rows.push(OutboxRow { subscription_id: sub.clone(), message_id, body: body.clone() });
+            self.rows.push(OutboxRow {
+                subscription_id: sub.clone(),
+                device_pk: device.pk,
+                message_id,
+                body: body.clone(),
+            });
         }
         Ok(())
     }

@@ -38,6 +38,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/postgres/0005_latest.sql"),
     include_str!("../../migrations/postgres/0006_subscriptions.sql"),
     include_str!("../../migrations/postgres/0007_subscription_names.sql"),
+    include_str!("../../migrations/postgres/0008_access.sql"),
 ];
 
 /// The schema version that adds the `latest` index, filled from the stored
@@ -223,6 +224,14 @@ impl Store for PgStore {
     async fn ping(&self) -> StoreResult<()> {
         self.ping.get().await?.query_one("SELECT 1", &[]).await?;
         Ok(())
+    }
+
+    async fn access_generation(&self) -> StoreResult<i64> {
+        read::access_generation(&self.pool.get().await?).await
+    }
+
+    async fn installation_id(&self) -> StoreResult<String> {
+        read::installation_id(&self.pool.get().await?).await
     }
 
     async fn account_auth(&self, username: &str) -> StoreResult<Option<AccountAuth>> {

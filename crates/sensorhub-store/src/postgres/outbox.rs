@@ -34,12 +34,13 @@ pub(super) async fn insert(tx: &Transaction<'_>, rows: &[OutboxRow]) -> StoreRes
     }
     let now = jiff::Timestamp::now().as_millisecond();
     let subs: Vec<&str> = rows.iter().map(|r| r.subscription_id.as_str()).collect();
+    let devices: Vec<i64> = rows.iter().map(|r| r.device_pk).collect();
     let ids: Vec<&str> = rows.iter().map(|r| r.message_id.as_str()).collect();
     let bodies: Vec<&str> = rows.iter().map(|r| r.body.as_str()).collect();
     tx.execute(
-        "INSERT INTO outbox (subscription_id, message_id, body, created_at, next_attempt)
-         SELECT s, m, b, $4, $4 FROM unnest($1::text[], $2::text[], $3::text[]) AS t (s, m, b)",
-        &[&subs, &ids, &bodies, &now],
+        "INSERT INTO outbox (subscription_id, message_id, body, created_at, next_attempt, device_pk)
+         SELECT s, m, b, $4, $4, d FROM unnest($1::text[], $2::text[], $3::text[], $5::bigint[]) AS t (s, m, b, d)",
+        &[&subs, &ids, &bodies, &now, &devices],
     )
     .await?;
     Ok(())

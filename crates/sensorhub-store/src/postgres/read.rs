@@ -306,6 +306,15 @@ pub(super) async fn read_batch(
     Ok(batch)
 }
 
+pub(super) async fn access_generation(c: &impl GenericClient) -> StoreResult<i64> {
+    let stmt = c.prepare_cached("SELECT generation FROM access_generation").await?;
+    Ok(c.query_one(&stmt, &[]).await?.get(0))
+}
+
+pub(super) async fn installation_id(c: &impl GenericClient) -> StoreResult<String> {
+    Ok(c.query_one("SELECT value FROM installation WHERE key = 'id'", &[]).await?.get(0))
+}
+
 pub(super) async fn is_empty(c: &impl GenericClient) -> StoreResult<bool> {
     let row =
         c.query_one("SELECT NOT EXISTS (SELECT 1 FROM accounts) AND NOT EXISTS (SELECT 1 FROM devices)", &[]).await?;

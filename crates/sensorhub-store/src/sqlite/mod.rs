@@ -37,6 +37,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/sqlite/0005_latest.sql"),
     include_str!("../../migrations/sqlite/0006_subscriptions.sql"),
     include_str!("../../migrations/sqlite/0007_subscription_names.sql"),
+    include_str!("../../migrations/sqlite/0008_access.sql"),
 ];
 
 /// The schema version that adds the `latest` index, filled from the stored
@@ -204,6 +205,14 @@ fn migrate(conn: &mut rusqlite::Connection) -> StoreResult<()> {
 impl Store for SqliteStore {
     async fn ping(&self) -> StoreResult<()> {
         self.ping_now()
+    }
+
+    async fn access_generation(&self) -> StoreResult<i64> {
+        self.reads.run_short(read::access_generation).await
+    }
+
+    async fn installation_id(&self) -> StoreResult<String> {
+        self.reads.run_short(read::installation_id).await
     }
 
     async fn account_auth(&self, username: &str) -> StoreResult<Option<AccountAuth>> {

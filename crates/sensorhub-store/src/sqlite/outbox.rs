@@ -32,10 +32,11 @@ pub(super) fn insert(tx: &Transaction<'_>, rows: &[OutboxRow]) -> StoreResult<()
     }
     let now = jiff::Timestamp::now().as_millisecond();
     let mut stmt = tx.prepare_cached(
-        "INSERT INTO outbox (subscription_id, message_id, body, created_at, next_attempt) VALUES (?1, ?2, ?3, ?4, ?4)",
+        "INSERT INTO outbox (subscription_id, device_pk, message_id, body, created_at, next_attempt)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?5)",
     )?;
     for row in rows {
-        stmt.execute(params![row.subscription_id, row.message_id, row.body, now])?;
+        stmt.execute(params![row.subscription_id, row.device_pk, row.message_id, row.body, now])?;
     }
     Ok(())
 }

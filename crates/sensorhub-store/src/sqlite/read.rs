@@ -200,6 +200,14 @@ pub(super) fn read_hours(
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
+pub(super) fn access_generation(c: &mut Connection) -> StoreResult<i64> {
+    Ok(c.prepare_cached("SELECT generation FROM access_generation")?.query_row([], |r| r.get(0))?)
+}
+
+pub(super) fn installation_id(c: &mut Connection) -> StoreResult<String> {
+    Ok(c.query_row("SELECT value FROM installation WHERE key = 'id'", [], |r| r.get(0))?)
+}
+
 pub(super) fn is_empty(c: &mut Connection) -> StoreResult<bool> {
     Ok(c.query_row("SELECT NOT EXISTS (SELECT 1 FROM accounts) AND NOT EXISTS (SELECT 1 FROM devices)", [], |r| {
         r.get(0)

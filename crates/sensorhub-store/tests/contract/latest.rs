@@ -142,6 +142,10 @@ async fn the_migration_fills_the_index_from_stored_hours() {
     let conn = rusqlite::Connection::open(&path).expect("open file");
     conn.execute_batch(
         "DROP TABLE outbox; DROP TABLE subscription_devices; DROP TABLE subscriptions; DROP TABLE latest;
+         DROP TABLE access_generation; DROP TABLE installation;
+         DROP TRIGGER access_account_changed; DROP TRIGGER access_account_removed; DROP TRIGGER access_key_changed;
+         DROP TRIGGER access_key_removed; DROP TRIGGER access_account_device_removed;
+         DROP TRIGGER access_key_device_removed; DROP TRIGGER access_device_removed;
          PRAGMA user_version = 4",
     )
     .expect("back to version 4");
@@ -159,7 +163,8 @@ async fn the_migration_fills_the_index_from_stored_hours() {
     let connection = tokio::spawn(connection);
     client
         .batch_execute(
-            "DROP TABLE outbox, subscription_devices, subscriptions, latest;
+            "DROP TABLE outbox, subscription_devices, subscriptions, latest, access_generation, installation;
+             DROP FUNCTION sensorhub_access_changed() CASCADE;
              DELETE FROM sensorhub_schema WHERE version >= 5",
         )
         .await

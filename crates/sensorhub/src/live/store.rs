@@ -117,6 +117,14 @@ impl Store for PublishingStore {
         self.inner.ping().await
     }
 
+    async fn access_generation(&self) -> StoreResult<i64> {
+        self.inner.access_generation().await
+    }
+
+    async fn installation_id(&self) -> StoreResult<String> {
+        self.inner.installation_id().await
+    }
+
     async fn account_auth(&self, username: &str) -> StoreResult<Option<AccountAuth>> {
         self.inner.account_auth(username).await
     }

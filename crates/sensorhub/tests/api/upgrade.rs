@@ -127,7 +127,7 @@ async fn a_sqlite_file_of_schema_2_upgrades_through_a_kill() {
             .query_row("SELECT count(*) FROM sqlite_schema WHERE name = 'readings'", [], |r| r.get(0))
             .expect("schema");
         let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).expect("version");
-        assert_eq!((old, version), (0, 7), "the old table is gone, the schema is the newest (7)");
+        assert_eq!((old, version), (0, 8), "the old table is gone, the schema is the newest (8)");
     }
     assert!(!migrate(&db).contains("upgrading"), "a second run has nothing to upgrade");
     assert_latest_is_the_newest_of_each_sensor(&db).await;
@@ -155,7 +155,7 @@ async fn a_postgres_database_of_schema_2_upgrades_through_a_kill() {
     let log = migrate(&url);
     assert!(log.contains("upgrade of stored readings finished"), "{log}");
     assert_eq!(count("SELECT count(*) FROM pg_tables WHERE tablename = 'readings'").await, 0);
-    assert_eq!(count("SELECT max(version)::bigint FROM sensorhub_schema").await, 7, "the newest schema");
+    assert_eq!(count("SELECT max(version)::bigint FROM sensorhub_schema").await, 8, "the newest schema");
     // A schema newer than this binary knows is refused, not written to.
     client.batch_execute("INSERT INTO sensorhub_schema (version) VALUES (99)").await.expect("bump");
     let out =
