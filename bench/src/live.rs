@@ -36,9 +36,12 @@ pub struct Args {
     /// Where the JSON results go
     #[arg(long, default_value = "bench/results")]
     out: PathBuf,
-    /// Loopback port of the server
+    /// Loopback port of the server (the isolation phase's server uses the next one)
     #[arg(long, default_value_t = 18430)]
     port: u16,
+    /// Stream requests sent at once with one key in the isolation phase
+    #[arg(long, default_value_t = 800)]
+    flood: usize,
 }
 
 /// What the scenario measured.
@@ -64,6 +67,8 @@ pub struct Live {
     pub max_ms: f64,
     /// Webhook POST latency (to its 200), p50, ms.
     pub ingest_p50_ms: f64,
+    /// The isolation phase (issue 23).
+    pub isolation: crate::isolation::Isolation,
 }
 
 /// When each reading (by its value) was sent, and every latency measured.
@@ -114,7 +119,7 @@ async fn read_events(mut s: TcpStream, clock: Arc<Clock>, expected: u64) {
     }
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
+pub(crate) fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return f64::NAN;
     }
@@ -184,6 +189,8 @@ pub fn run(args: Args) -> Result<(Live, PathBuf), String> {
     let port = args.port;
     let mut cmd = Command::new(&sensorhub);
     cmd.args(["serve", "--rate-limit", "off", "--webhook-mode", "ingest", "--listen", &format!("127.0.0.1:{port}")])
+        // One user holds every stream here: lift the per-caller and per-address caps.
+        .args(["--max-streams-per-caller", "1000000", "--max-streams-per-address", "1000000"])
         .arg("--database")
         .arg(&db)
         .env("SENSORHUB_LOG", "warn");
@@ -231,6 +238,8 @@ pub fn run(args: Args) -> Result<(Live, PathBuf), String> {
     });
     drop(server);
     let (rss_before_mib, rss_streams_mib, ingest_p50_ms, complete) = result?;
+    let other = stations.get(1).map_or(dataset::REF_DEVICE, |s| s.id.as_str());
+    let isolation = crate::isolation::run(&sensorhub, &db, port + 1, args.flood, other)?;
     let mut latencies = clock.latencies.lock().map_err(|_| "poisoned")?.clone();
     latencies.sort_by(f64::total_cmp);
     if !complete {
@@ -247,6 +256,7 @@ pub fn run(args: Args) -> Result<(Live, PathBuf), String> {
         p99_ms: percentile(&latencies, 0.99),
         max_ms: latencies.last().copied().unwrap_or(f64::NAN),
         ingest_p50_ms,
+        isolation,
     };
     std::fs::create_dir_all(&args.out).map_err(|e| e.to_string())?;
     let date = jiff::Timestamp::now().strftime("%Y-%m-%dT%H%M%SZ").to_string();
@@ -287,5 +297,6 @@ pub fn report(l: &Live) -> String {
         l.p99_ms,
         l.max_ms,
         l.ingest_p50_ms,
-    )
+    ) + "\n"
+        + &crate::isolation::report(&l.isolation)
 }

@@ -6,6 +6,7 @@ mod dashboard;
 mod dataset;
 mod hooks;
 mod hostile;
+mod isolation;
 mod live;
 mod mqtt;
 mod profiles;

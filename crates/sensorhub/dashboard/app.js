@@ -111,20 +111,49 @@ function route() {
 /**
  * A `#key=<id>` link signs in with that key (`&station=<device>` opens that
  * station); the fragment never reaches the server or its logs, and leaves
- * the address bar at once.
+ * the address bar at once. A tab already signed in otherwise asks first: a
+ * link someone sent must not quietly replace the session in use. Returns
+ * whether it is asking (the route waits for the answer).
  */
 function takeKeyLink() {
-  if (!location.hash.startsWith('#key=')) return;
+  if (!location.hash.startsWith('#key=')) return false;
   const link = new URLSearchParams(location.hash.slice(1));
   const key = (link.get('key') || '').trim();
-  if (key) api.remember(api.apiKey(key));
   const station = link.get('station');
-  history.replaceState(null, '', `${location.pathname}#/${station ? `station/${encodeURIComponent(station)}` : ''}`);
+  const target = `#/${station ? `station/${encodeURIComponent(station)}` : ''}`;
+  history.replaceState(null, '', `${location.pathname}${target}`);
+  if (!key) return false;
+  const current = api.credentials();
+  if (current && !(current.kind === 'key' && current.key === key)) {
+    askToSwitch(current, key);
+    return true;
+  }
+  api.remember(api.apiKey(key));
+  return false;
+}
+
+/** Asks whether to leave the session in use for the link's key. */
+function askToSwitch(current, key) {
+  stop();
+  stop = () => {};
+  const choose = (switching) => {
+    if (switching) api.remember(api.apiKey(key));
+    else history.replaceState(null, '', `${location.pathname}#/`);
+    say('');
+    route();
+  };
+  const stay = h('button', { type: 'button', id: 'keep-session', onclick: () => choose(false) }, `Stay signed in as ${api.describe(current)}`);
+  main.replaceChildren(h('div', { class: 'sign-in', role: 'dialog', 'aria-labelledby': 'switch-title', 'aria-describedby': 'switch-text' },
+    h('h1', { id: 'switch-title' }, 'Switch to the link\'s key?'),
+    h('p', { id: 'switch-text' }, `This link opens the dashboard with the API key ${key}. This tab is signed in as ${api.describe(current)}: switching signs it out.`),
+    h('div', { class: 'choices' },
+      h('button', { type: 'button', id: 'switch-key', onclick: () => choose(true) }, 'Switch to the key'),
+      stay)));
+  stay.focus();
 }
 
 // The skip link moves focus without touching the address (which holds the route).
 document.querySelector('.skip').addEventListener('click', (e) => { e.preventDefault(); main.focus(); });
 signOut.addEventListener('click', () => { api.forget(); say(''); location.hash = '#/'; route(); });
-window.addEventListener('hashchange', () => { say(''); takeKeyLink(); route(); });
-takeKeyLink();
-route();
+window.addEventListener('hashchange', () => { say(''); if (!takeKeyLink()) route(); });
+if (!takeKeyLink()) route();

@@ -114,6 +114,8 @@ impl DeliveryMetrics {
 #[derive(Default)]
 struct LiveMetrics {
     streams: Gauge,
+    refused: Family<ReasonLabels, Counter>,
+    revoked: Counter,
     events_sent: Counter,
     cut: Counter,
     unshared: Counter,
@@ -125,6 +127,19 @@ impl LiveMetrics {
     fn register(&self, registry: &mut Registry) {
         registry.register("live_streams", "Live streams (Server-Sent Events) open now", self.streams.clone());
         registry.register("live_events_sent", "Reading events written to live streams", self.events_sent.clone());
+        registry.register(
+            "live_streams_refused",
+            "Streams refused with 429 by a cap: the instance's stream budget (total), the caller's share or the client address's",
+            self.refused.clone(),
+        );
+        for reason in ["total", "caller", "address"] {
+            let _ = self.refused.get_or_create(&ReasonLabels { reason });
+        }
+        registry.register(
+            "live_streams_revoked",
+            "Open streams ended because their caller lost access (key revoked or narrowed, account disabled, password changed, device taken away)",
+            self.revoked.clone(),
+        );
         registry.register(
             "live_streams_cut",
             "Live streams cut because their client fell too far behind (its queue was full)",
@@ -347,6 +362,16 @@ impl Metrics {
     /// Counts a live stream closed.
     pub fn live_stream_closed(&self) {
         self.live.streams.dec();
+    }
+
+    /// Counts a stream refused by the cap named by `reason`.
+    pub fn live_stream_refused(&self, reason: &'static str) {
+        self.live.refused.get_or_create(&ReasonLabels { reason }).inc();
+    }
+
+    /// Counts an open stream ended because its caller lost access.
+    pub fn live_stream_revoked(&self) {
+        self.live.revoked.inc();
     }
 
     /// Counts a live stream cut for lagging.

@@ -73,6 +73,7 @@ pub async fn run(ctx: &Context, args: Args) -> CliResult {
         rate_limit_fail: settings.rate_limit_fail,
         login_failure_limit: settings.login_failure_limit,
         dashboard,
+        streams: settings.streams,
         ..ServerOptions::default()
     };
     tracing::info!(rate_limit = %options.rate_limit, rate_limit_store = %store_name, webhook_mode = ?options.webhook.mode, retention = %settings.retention, "settings");

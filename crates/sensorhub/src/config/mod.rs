@@ -122,6 +122,12 @@ pub struct FileConfig {
     pub write_timeout: Option<u64>,
     /// Connections served at once.
     pub max_connections: Option<usize>,
+    /// Live streams open at once (within `max_connections`).
+    pub max_streams: Option<usize>,
+    /// Live streams one caller may hold.
+    pub max_streams_per_caller: Option<usize>,
+    /// Live streams one client address may hold.
+    pub max_streams_per_address: Option<usize>,
     /// MQTT ingestion (`[mqtt]`).
     pub mqtt: Option<mqtt::MqttFile>,
     /// The dashboard (`[dashboard]`).
@@ -192,6 +198,9 @@ pub const KNOWN_ENV: &[&str] = &[
     "SENSORHUB_REQUEST_TIMEOUT",
     "SENSORHUB_WRITE_TIMEOUT",
     "SENSORHUB_MAX_CONNECTIONS",
+    "SENSORHUB_MAX_STREAMS",
+    "SENSORHUB_MAX_STREAMS_PER_CALLER",
+    "SENSORHUB_MAX_STREAMS_PER_ADDRESS",
     "SENSORHUB_RETENTION",
     "SENSORHUB_RETENTION_EVERY",
     "SENSORHUB_LOG",

@@ -7,6 +7,7 @@ use super::{DEFAULT_LISTEN, FileConfig, Secret, Url};
 use crate::http::client_ip::{loopback, parse_networks};
 use crate::http::webhook::WebhookMode;
 use crate::http::{ConnectionLimits, MetricsAccess, RateLimitFail, WebhookSettings};
+use crate::live::slots::StreamLimits;
 use crate::ratelimit::RateLimitSetting;
 use axum::http::HeaderName;
 use jiff::tz::Offset;
@@ -107,6 +108,15 @@ pub struct ServeFlags {
     /// Connections served at once; more wait in the listen backlog [default: 4096]
     #[arg(long, env = "SENSORHUB_MAX_CONNECTIONS")]
     pub max_connections: Option<usize>,
+    /// Live streams open at once, within --max-connections (the rest stay free for other requests) [default: half of --max-connections]
+    #[arg(long, env = "SENSORHUB_MAX_STREAMS")]
+    pub max_streams: Option<usize>,
+    /// Live streams one caller (a username or an API key) may hold at once; past it, 429 [default: 64]
+    #[arg(long, env = "SENSORHUB_MAX_STREAMS_PER_CALLER")]
+    pub max_streams_per_caller: Option<usize>,
+    /// Live streams one client address (an IPv4 address or an IPv6 /64) may hold at once; past it, 429 [default: 32]
+    #[arg(long, env = "SENSORHUB_MAX_STREAMS_PER_ADDRESS")]
+    pub max_streams_per_address: Option<usize>,
     /// How long readings are kept unless their device or its owner says otherwise: forever, or 36h, 90d, 8w, 2y [default: forever]
     #[arg(long, env = "SENSORHUB_RETENTION")]
     pub retention: Option<String>,
@@ -158,6 +168,8 @@ pub struct ServeSettings {
     pub request_timeout: Duration,
     /// Timeouts and the cap of connections (and the shutdown grace).
     pub connections: ConnectionLimits,
+    /// How many live streams may be open: in all, per caller, per address.
+    pub streams: StreamLimits,
     /// How long readings are kept by default (never `inherit`).
     pub retention: Retention,
     /// Time between retention passes.
@@ -269,6 +281,7 @@ impl ServeSettings {
                 flags.shutdown_grace.or(file.shutdown_grace).unwrap_or(DEFAULT_SHUTDOWN_GRACE),
             ),
         };
+        let streams = resolve_streams(flags, file, max_connections)?;
         let request_timeout =
             seconds("request-timeout", flags.request_timeout, file.request_timeout, DEFAULT_REQUEST_TIMEOUT)?;
         let retention = match flags.retention.as_ref().or(file.retention.as_ref()) {
@@ -296,10 +309,41 @@ impl ServeSettings {
             rate_limit_fail: flags.rate_limit_fail.or(file.rate_limit_fail).unwrap_or_default(),
             request_timeout,
             connections,
+            streams,
             retention,
             retention_every,
         })
     }
+}
+
+/// The stream caps: the budget defaults to half of `max_connections` and
+/// must leave some connections to other requests; each cap is at least 1.
+fn resolve_streams(flags: &ServeFlags, file: &FileConfig, max_connections: usize) -> Result<StreamLimits, String> {
+    let defaults = StreamLimits::for_connections(max_connections);
+    let at_least_one = |name: &str, value: Option<usize>, default: usize| match value.unwrap_or(default) {
+        0 => Err(format!("--{name} must be at least 1")),
+        n => Ok(n),
+    };
+    let total = at_least_one("max-streams", flags.max_streams.or(file.max_streams), defaults.total)?;
+    if total >= max_connections && max_connections > 1 {
+        return Err(format!(
+            "--max-streams ({total}) must be below --max-connections ({max_connections}): streams may not take \
+             every connection"
+        ));
+    }
+    Ok(StreamLimits {
+        total,
+        per_caller: at_least_one(
+            "max-streams-per-caller",
+            flags.max_streams_per_caller.or(file.max_streams_per_caller),
+            defaults.per_caller,
+        )?,
+        per_address: at_least_one(
+            "max-streams-per-address",
+            flags.max_streams_per_address.or(file.max_streams_per_address),
+            defaults.per_address,
+        )?,
+    })
 }
 
 #[cfg(test)]
@@ -328,6 +372,24 @@ mod tests {
         assert_eq!(s.trusted_proxies, loopback());
         assert_eq!((s.metrics_listen, s.metrics_access.token_digest), (None, None));
         assert_eq!(s.counters, CounterStore::Memory);
+        assert_eq!(s.streams, StreamLimits { total: 2048, per_caller: 64, per_address: 32 });
+    }
+
+    #[test]
+    fn the_stream_budget_follows_the_connections_and_stays_below_them() {
+        let resolve = |flags: ServeFlags| ServeSettings::resolve(&flags, &FileConfig::default());
+        let s = resolve(ServeFlags { max_connections: Some(600), ..ServeFlags::default() }).expect("half");
+        assert_eq!(s.streams.total, 300);
+        let s = resolve(ServeFlags { max_connections: Some(600), max_streams: Some(100), ..ServeFlags::default() })
+            .expect("given");
+        assert_eq!(s.streams.total, 100);
+        let e = resolve(ServeFlags { max_connections: Some(600), max_streams: Some(600), ..ServeFlags::default() })
+            .expect_err("every connection");
+        assert!(e.contains("--max-streams (600) must be below --max-connections (600)"), "{e}");
+        let e = resolve(ServeFlags { max_streams_per_caller: Some(0), ..ServeFlags::default() }).expect_err("zero");
+        assert!(e.contains("--max-streams-per-caller"), "{e}");
+        let f = file("max_streams_per_address = 4");
+        assert_eq!(ServeSettings::resolve(&ServeFlags::default(), &f).expect("file").streams.per_address, 4);
     }
 
     #[test]

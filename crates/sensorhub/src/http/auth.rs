@@ -5,6 +5,7 @@
 use super::AppState;
 use super::error::{ApiError, WebhookError};
 use super::ratelimit::Guard;
+use crate::live::access::Credential;
 use axum::extract::{FromRequestParts, RawPathParams};
 use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
@@ -13,10 +14,23 @@ use sensorhub_core::secret::{digest_parts, key_digest, verify_dummy, verify_pass
 use sensorhub_store::Scope;
 
 /// Who is asking, and what they may see.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Caller {
     /// The devices visible to this caller.
     pub scope: Scope,
+    /// What the caller proved, for whatever outlives the request (a
+    /// stream) to check again.
+    pub credential: Credential,
+}
+
+impl Caller {
+    /// The digest that names this caller's credential (for per-caller caps).
+    pub fn key(&self) -> [u8; 32] {
+        match &self.credential {
+            Credential::Account { account_id, .. } => digest_parts(&[b"account", &account_id.to_be_bytes()]),
+            Credential::Key(digest) => digest_parts(&[b"key", digest]),
+        }
+    }
 }
 
 /// A caller authenticated with HTTP Basic.
@@ -117,7 +131,13 @@ impl FromRequestParts<AppState> for BasicCaller {
         if account.disabled {
             return Err(ApiError::Forbidden);
         }
-        Ok(BasicCaller(Caller { scope: Scope::Account { account_id: account.account_id, key: None } }))
+        let scope = Scope::Account { account_id: account.account_id, key: None };
+        let credential = Credential::Account {
+            account_id: account.account_id,
+            username: user,
+            password_hash: account.password_hash,
+        };
+        Ok(BasicCaller(Caller { scope, credential }))
     }
 }
 
@@ -133,7 +153,7 @@ impl FromRequestParts<AppState> for PublicCaller {
         match state.store.api_key_auth(&digest).await? {
             Some(key) if !key.revoked && !key.account_disabled => {
                 guard.caller(b"key", &digest).await?;
-                Ok(PublicCaller(Caller { scope: key.scope() }))
+                Ok(PublicCaller(Caller { scope: key.scope(), credential: Credential::Key(digest) }))
             }
             _ => {
                 guard.before_verify().await?;

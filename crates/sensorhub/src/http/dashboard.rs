@@ -5,7 +5,10 @@
 
 use super::AppState;
 use super::error::ApiError;
+use super::ratelimit::ClientAddress;
 use crate::config::dashboard::DashboardSettings;
+use crate::ratelimit::memory::MemoryLimiter;
+use crate::ratelimit::{Limiter, Quota};
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::PathRejection;
@@ -16,6 +19,7 @@ use axum::routing::{get, post};
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::Duration;
 
 /// One embedded file.
 struct Asset {
@@ -57,6 +61,10 @@ const INDEX: &str = include_str!("../../dashboard/index.html");
 /// Largest CSP report accepted (a larger one is refused with 413).
 const REPORT_LIMIT: usize = 16 * 1024;
 
+/// CSP reports one client address may send a minute; past it, 429 (a page
+/// that breaks its policy reports a few times per load, not more).
+pub const REPORTS_PER_MINUTE: u32 = 10;
+
 /// The dashboard as served: the page, its assets' path prefix, its policy.
 pub struct Dashboard {
     index: Bytes,
@@ -64,6 +72,8 @@ pub struct Dashboard {
     csp: HeaderValue,
     /// Second of the last CSP report logged (one a minute at most).
     last_report_logged: AtomicI64,
+    /// CSP reports per client address.
+    reports: Arc<MemoryLimiter>,
 }
 
 impl Dashboard {
@@ -94,6 +104,7 @@ impl Dashboard {
             // The origin was checked to hold only host characters.
             csp: HeaderValue::from_str(&csp).unwrap_or(HeaderValue::from_static("default-src 'none'")),
             last_report_logged: AtomicI64::new(0),
+            reports: super::memory_limiter(Quota { count: REPORTS_PER_MINUTE, period: Duration::from_secs(60) }),
         }
     }
 
@@ -128,9 +139,11 @@ pub fn router(dashboard: Arc<Dashboard>) -> Router<AppState> {
         )
         .route(
             "/dashboard/csp-report",
-            post(move |state: State<AppState>, body: Bytes| async move { csp_report(&dashboard, &state, &body) })
-                .fallback(not_found)
-                .layer(DefaultBodyLimit::max(REPORT_LIMIT)),
+            post(move |state: State<AppState>, ClientAddress(address): ClientAddress, body: Bytes| async move {
+                csp_report(&dashboard, &state, address, &body).await
+            })
+            .fallback(not_found)
+            .layer(DefaultBodyLimit::max(REPORT_LIMIT)),
         )
 }
 
@@ -166,8 +179,16 @@ fn asset(d: &Dashboard, hash: &str, file: &str) -> Response {
     }
 }
 
-/// Counts a CSP violation the browser reports, and logs one a minute.
-fn csp_report(d: &Dashboard, state: &AppState, body: &[u8]) -> StatusCode {
+/// Counts a CSP violation the browser reports, and logs one a minute;
+/// 429 past [`REPORTS_PER_MINUTE`] from the client's address.
+async fn csp_report(d: &Dashboard, state: &AppState, address: [u8; 32], body: &[u8]) -> Response {
+    let decision = d.reports.check(&address).await;
+    if !decision.allowed {
+        state.metrics.rate_limited("csp");
+        let mut res = ApiError::TooManyRequests.into_response();
+        res.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(decision.retry_after_secs));
+        return res;
+    }
     state.metrics.dashboard_csp_report();
     let now = jiff::Timestamp::now().as_second();
     let last = d.last_report_logged.load(Ordering::Relaxed);
@@ -178,7 +199,7 @@ fn csp_report(d: &Dashboard, state: &AppState, body: &[u8]) -> StatusCode {
         let text: String = String::from_utf8_lossy(body).chars().take(1000).collect();
         tracing::warn!(report = ?text, "a browser reported a Content-Security-Policy violation on the dashboard");
     }
-    StatusCode::NO_CONTENT
+    StatusCode::NO_CONTENT.into_response()
 }
 
 #[cfg(test)]

@@ -39,6 +39,10 @@ pub enum ApiError {
     /// 429; `Retry-After` and the `RateLimit-*` headers are added by the rate-limit layer.
     #[error("too many requests")]
     TooManyRequests,
+    /// 429 for a stream past a cap (see `live::slots`), with `Retry-After`;
+    /// the connection is closed so that it does not hold a place either.
+    #[error("too many streams")]
+    TooManyStreams,
     /// 413: the body is larger than `--max-body-bytes`.
     #[error("payload too large")]
     PayloadTooLarge,
@@ -70,6 +74,9 @@ pub struct Envelope<'a, T: Serialize> {
     pub detail: Option<&'a str>,
 }
 
+/// Seconds a client refused a stream is told to wait (`Retry-After`).
+pub const STREAM_RETRY_AFTER: u64 = 10;
+
 /// `application/json`, on every answer.
 pub const JSON: HeaderValue = HeaderValue::from_static("application/json");
 
@@ -86,7 +93,7 @@ impl ApiError {
                 (StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed")
             }
             // The spec's spelling for the read endpoints, kept on purpose.
-            ApiError::TooManyRequests => (StatusCode::TOO_MANY_REQUESTS, "To Many Request"),
+            ApiError::TooManyRequests | ApiError::TooManyStreams => (StatusCode::TOO_MANY_REQUESTS, "To Many Request"),
             ApiError::PayloadTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "Payload Too Large"),
             ApiError::UnsupportedMediaType(_) => (StatusCode::UNSUPPORTED_MEDIA_TYPE, "Unsupported Media Type"),
             ApiError::Unavailable(_) | ApiError::Busy(_) => (StatusCode::SERVICE_UNAVAILABLE, "Service Unavailable"),
@@ -133,6 +140,10 @@ impl ApiError {
             }
             ApiError::Busy(_) => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            }
+            ApiError::TooManyStreams => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from(STREAM_RETRY_AFTER));
+                headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
             }
             ApiError::PayloadTooLarge => {
                 // The rest of the body is not read: the connection cannot be reused.

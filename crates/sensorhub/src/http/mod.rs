@@ -78,6 +78,11 @@ pub struct AppState {
     pub mqtt: Option<Arc<crate::mqtt::MqttStatus>>,
     /// The dashboard at `/`; `None` when it is off.
     pub dashboard: Option<Arc<dashboard::Dashboard>>,
+    /// The store's access generation as last read: it moves when access
+    /// may have been taken away, and open streams then check their caller.
+    pub access: tokio::sync::watch::Receiver<i64>,
+    /// Open streams, counted against their caps.
+    pub streams: Arc<crate::live::slots::StreamSlots>,
 }
 
 /// How the webhook treats envelopes.
@@ -129,6 +134,8 @@ pub struct ServerOptions {
     pub login_slot_wait: Duration,
     /// The dashboard at `/`; `None`: not served.
     pub dashboard: Option<crate::config::dashboard::DashboardSettings>,
+    /// How many streams may be open: in all, per caller, per address.
+    pub streams: crate::live::slots::StreamLimits,
 }
 
 /// Who may read `/metrics`, and on which listener.
@@ -169,6 +176,7 @@ impl Default for ServerOptions {
             login_failure_limit: RateLimitSetting::On(Quota { count: 30, period: Duration::from_secs(3600) }),
             login_slot_wait: logins::DEFAULT_SLOT_WAIT,
             dashboard: Some(crate::config::dashboard::DashboardSettings::default()),
+            streams: crate::live::slots::StreamLimits::default(),
         }
     }
 }
@@ -178,11 +186,7 @@ impl AppState {
     /// in Redis when it is given, else in this process's memory.
     pub fn new(store: Arc<dyn Store>, options: ServerOptions) -> Self {
         let metrics = Arc::new(Metrics::default());
-        let memory = |quota| {
-            let limiter = Arc::new(MemoryLimiter::new(quota));
-            spawn_sweeper(&limiter);
-            limiter
-        };
+        let memory = memory_limiter;
         let (limiter, login_limiter): (SharedLimiter, SharedLimiter) = match (options.rate_limit, &options.redis) {
             (RateLimitSetting::Off, _) => (None, None),
             (RateLimitSetting::On(quota), None) => {
@@ -220,6 +224,7 @@ impl AppState {
         };
         let live = crate::live::LiveHub::new(options.redis.clone(), metrics.clone());
         live.start();
+        let access = crate::live::access::watch(store.clone());
         Self {
             store: Arc::new(crate::live::PublishingStore::new(store, live.clone())),
             live,
@@ -238,8 +243,17 @@ impl AppState {
             request_timeout: options.request_timeout,
             mqtt: None,
             dashboard: options.dashboard.map(|d| Arc::new(dashboard::Dashboard::new(&d))),
+            access,
+            streams: crate::live::slots::StreamSlots::new(options.streams),
         }
     }
+}
+
+/// A limiter of `quota` in this process's memory, swept once a minute.
+fn memory_limiter(quota: Quota) -> Arc<MemoryLimiter> {
+    let limiter = Arc::new(MemoryLimiter::new(quota));
+    spawn_sweeper(&limiter);
+    limiter
 }
 
 /// Forgets callers whose quota is whole again, once a minute, for as long

@@ -8,7 +8,7 @@ use super::AppState;
 use super::client_ip::client_ip;
 use super::error::ApiError;
 use crate::ratelimit::Decision;
-use axum::extract::Request;
+use axum::extract::{FromRequestParts, Request};
 use axum::http::request::Parts;
 use axum::http::{HeaderName, HeaderValue};
 use axum::middleware::Next;
@@ -43,6 +43,32 @@ pub async fn headers(mut req: Request, next: Next) -> Response {
     res
 }
 
+/// The digest that names the client address of the request in `parts`, as
+/// limits count it: an IPv4 address, or an IPv6 /64.
+pub fn address_key(parts: &Parts, state: &AppState) -> [u8; 32] {
+    // Canonical first: on a dual-stack listener an IPv4 client arrives as
+    // `::ffff:a.b.c.d`, and cut to /64 every IPv4 client would share one key.
+    let ip = client_ip(&parts.headers, &parts.extensions, state.forwarded_for.as_ref());
+    let ip_bytes = match ip {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+        // One IPv6 client usually holds a whole /64: count it as one.
+        IpAddr::V6(v6) => (u128::from(v6) & !((1u128 << 64) - 1)).to_be_bytes(),
+    };
+    digest_parts(&[b"ip", &ip_bytes])
+}
+
+/// The digest of the client's address ([`address_key`]), for limits kept
+/// by handlers (the stream caps, CSP reports).
+pub struct ClientAddress(pub [u8; 32]);
+
+impl FromRequestParts<AppState> for ClientAddress {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
+        Ok(ClientAddress(address_key(parts, state)))
+    }
+}
+
 /// The rate-limit side of authenticating one request.
 pub struct Guard<'a> {
     state: &'a AppState,
@@ -55,20 +81,7 @@ pub struct Guard<'a> {
 impl<'a> Guard<'a> {
     /// A guard for the request in `parts`.
     pub fn new(parts: &Parts, state: &'a AppState, kind: &'static str) -> Self {
-        // Canonical first: on a dual-stack listener an IPv4 client arrives as
-        // `::ffff:a.b.c.d`, and cut to /64 every IPv4 client would share one key.
-        let ip = client_ip(&parts.headers, &parts.extensions, state.forwarded_for.as_ref());
-        let ip_bytes = match ip {
-            IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
-            // One IPv6 client usually holds a whole /64: count it as one.
-            IpAddr::V6(v6) => (u128::from(v6) & !((1u128 << 64) - 1)).to_be_bytes(),
-        };
-        Self {
-            state,
-            ip_key: digest_parts(&[b"ip", &ip_bytes]),
-            slot: parts.extensions.get::<RateSlot>().cloned(),
-            kind,
-        }
+        Self { state, ip_key: address_key(parts, state), slot: parts.extensions.get::<RateSlot>().cloned(), kind }
     }
 
     fn record(&self, d: Decision) {

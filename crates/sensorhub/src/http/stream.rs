@@ -4,14 +4,19 @@
 //! array shows it, in the client's `tz`; its `id` lets a client resume with
 //! `Last-Event-ID` (see [`crate::live`] for the retention window); a
 //! comment line every [`HEARTBEAT`] keeps proxies and clients from
-//! thinking the stream dead.
+//! thinking the stream dead. A stream holds a place under the stream caps
+//! ([`crate::live::slots`]) and ends when its caller loses access
+//! ([`crate::live::access`]).
 
 use super::AppState;
 use super::auth::{BasicCaller, Caller, PublicCaller};
 use super::encode::{Format, ReadingEncoder};
 use super::error::ApiError;
+use super::ratelimit::ClientAddress;
 use super::readings::DevicePath;
 use super::schema::ErrorBody;
+use crate::live::access::still_allowed;
+use crate::live::slots::StreamSlot;
 use crate::live::{LiveReading, Next, Subscription};
 use crate::metrics::Metrics;
 use axum::body::Body;
@@ -20,11 +25,14 @@ use axum::http::request::Parts;
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use sensorhub_core::time::Zone;
-use sensorhub_store::{DeviceHandle, ReadingBatch, Scope, Store, StoredValue};
+use futures_util::StreamExt;
+use sensorhub_core::time::{TimeRange, Zone};
+use sensorhub_store::{DeviceHandle, ReadingBatch, Store, StoredValue};
 use serde::Deserialize;
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::watch;
 
 /// Time between two heartbeat comments.
 pub const HEARTBEAT: Duration = Duration::from_secs(15);
@@ -69,15 +77,17 @@ impl<S: Send + Sync> FromRequestParts<S> for StreamParams {
         (status = 403, description = "Forbidden: the account is disabled", body = ErrorBody),
         (status = 404, description = "Device not found", body = ErrorBody),
         (status = 405, description = "Method Not Allowed", body = ErrorBody),
-        (status = 429, description = "To Many Request", body = ErrorBody),
+        (status = 429, description = "To Many Request: over the rate limit, or past a stream cap (the caller's, the client address's or the instance's), with Retry-After", body = ErrorBody),
     ))]
 pub async fn stream_basic(
     state: State<AppState>,
+    seen: AccessSeen,
     caller: BasicCaller,
     device: DevicePath,
     params: StreamParams,
+    address: ClientAddress,
 ) -> Result<Response, ApiError> {
-    stream(state, caller, device, params).await
+    stream(state, seen, caller, device, params, address).await
 }
 
 /// A device's new readings as Server-Sent Events (API key id in the path).
@@ -94,38 +104,70 @@ pub async fn stream_basic(
         (status = 403, description = "Forbidden: unknown or revoked key, or disabled account", body = ErrorBody),
         (status = 404, description = "Device not found", body = ErrorBody),
         (status = 405, description = "Method Not Allowed", body = ErrorBody),
-        (status = 429, description = "To Many Request", body = ErrorBody),
+        (status = 429, description = "To Many Request: over the rate limit, or past a stream cap (the caller's, the client address's or the instance's), with Retry-After", body = ErrorBody),
     ))]
 pub async fn stream_public(
     state: State<AppState>,
+    seen: AccessSeen,
     caller: PublicCaller,
     device: DevicePath,
     params: StreamParams,
+    address: ClientAddress,
 ) -> Result<Response, ApiError> {
-    stream(state, caller, device, params).await
+    stream(state, seen, caller, device, params, address).await
+}
+
+/// The access generation as it stood before the request was authenticated:
+/// a stream whose caller was checked against an older state checks again
+/// at once. Listed before the caller among a handler's extractors.
+pub struct AccessSeen(i64);
+
+impl FromRequestParts<AppState> for AccessSeen {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(_: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
+        Ok(AccessSeen(*state.access.borrow()))
+    }
 }
 
 /// Both stream endpoints: `tz` is checked before the store is asked, as on
-/// the data endpoints; the subscription starts once the device is found.
+/// the data endpoints; once the device is found the stream takes its place
+/// under the caps (429 past them) and subscribes. A resuming client's
+/// retained events are resent only where their readings are still stored.
 async fn stream<C: Into<Caller>>(
     State(state): State<AppState>,
+    AccessSeen(seen): AccessSeen,
     caller: C,
     DevicePath(device_id): DevicePath,
     params: StreamParams,
+    ClientAddress(address): ClientAddress,
 ) -> Result<Response, ApiError> {
     let zone = state.rules.zone(params.tz.as_deref()).map_err(|e| ApiError::BadRequest(e.to_string()))?;
-    let scope = caller.into().scope;
-    let device = state.store.find_device(scope, &device_id).await?.ok_or(ApiError::DeviceNotFound)?;
-    let subscription = state.live.subscribe(&device_id, params.last_event_id);
+    let caller = caller.into();
+    let device = state.store.find_device(caller.scope, &device_id).await?.ok_or(ApiError::DeviceNotFound)?;
+    let slot = state.streams.take(caller.key(), address).map_err(|refused| {
+        state.metrics.live_stream_refused(refused.reason());
+        ApiError::TooManyStreams
+    })?;
+    let mut subscription = state.live.subscribe(&device_id, params.last_event_id);
+    if subscription.replay_seconds().next().is_some() {
+        let stored = stored_seconds(&*state.store, &device, subscription.replay_seconds()).await?;
+        subscription.replay_only(|second| stored.contains(&second));
+    }
+    let mut access = state.access.clone();
+    let check_now = *access.borrow_and_update() != seen;
     let events = Events {
         encoder: encoder(&device, &zone),
         device,
         zone,
-        scope,
+        caller,
         device_id,
         store: state.store.clone(),
         metrics: state.metrics.clone(),
         subscription,
+        access,
+        check_now,
+        _slot: slot,
     };
     let headers = [
         (header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream")),
@@ -133,6 +175,22 @@ async fn stream<C: Into<Caller>>(
         (header::HeaderName::from_static("x-accel-buffering"), HeaderValue::from_static("no")),
     ];
     Ok((headers, Body::from_stream(events.into_stream())).into_response())
+}
+
+/// Which of `seconds` (of `device`'s retained events) still hold a stored
+/// reading: one range read from the first to the last.
+async fn stored_seconds(
+    store: &dyn Store,
+    device: &DeviceHandle,
+    seconds: impl Iterator<Item = i64>,
+) -> Result<HashSet<i64>, ApiError> {
+    let (start, end) = seconds.fold((i64::MAX, i64::MIN), |(lo, hi), s| (lo.min(s), hi.max(s)));
+    let mut batches = store.read_readings(device, TimeRange { start, end });
+    let mut stored = HashSet::new();
+    while let Some(batch) = batches.next().await {
+        stored.extend(batch?.timestamps);
+    }
+    Ok(stored)
 }
 
 fn encoder(device: &DeviceHandle, zone: &Zone) -> ReadingEncoder {
@@ -143,39 +201,83 @@ fn encoder(device: &DeviceHandle, zone: &Zone) -> ReadingEncoder {
     ReadingEncoder::with_format(Format::Ndjson, &device.sensors, offset, named)
 }
 
-/// One client's stream: its subscription and how it renders events.
+/// One client's stream: its subscription, how it renders events, and what
+/// it needs to check its caller again.
 struct Events {
     subscription: Subscription,
     device: DeviceHandle,
     encoder: ReadingEncoder,
     zone: Zone,
-    scope: Scope,
+    caller: Caller,
     device_id: String,
     store: Arc<dyn Store>,
     metrics: Arc<Metrics>,
+    /// Moves when access may have been taken away anywhere.
+    access: watch::Receiver<i64>,
+    /// The caller was checked against an older access state: check it first.
+    check_now: bool,
+    /// The stream's place under the caps, held while it is open.
+    _slot: StreamSlot,
+}
+
+/// What woke a stream.
+enum Wake {
+    Next(Next),
+    Heartbeat,
+    Access,
 }
 
 impl Events {
     /// The body: the retry hint, then events and heartbeats until the
-    /// client is cut, the hub closes, or the device is no longer visible.
+    /// client is cut, the hub closes, the caller loses access, or the
+    /// device is no longer visible.
     fn into_stream(self) -> impl futures_util::Stream<Item = std::io::Result<Bytes>> + Send {
         let first = Bytes::from(format!("retry: {RETRY_MS}\n\n"));
         let mut heartbeat = tokio::time::interval_at(tokio::time::Instant::now() + HEARTBEAT, HEARTBEAT);
         heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let rest = futures_util::stream::unfold((self, heartbeat), |(mut events, mut heartbeat)| async move {
-            let next = tokio::select! {
-                next = events.subscription.next() => Some(next),
-                _ = heartbeat.tick() => None,
-            };
-            let chunk = match next {
-                None => Ok(Bytes::from_static(b":\n\n")),
-                Some(Next::Event(event)) => Ok(events.render(event.id, &event.reading).await?),
-                Some(Next::Lagging) => Err(std::io::Error::other("the client fell behind the live stream")),
-                Some(Next::Closed) => return None,
-            };
-            Some((chunk, (events, heartbeat)))
+            loop {
+                let wake = if std::mem::take(&mut events.check_now) {
+                    Wake::Access
+                } else {
+                    tokio::select! {
+                        next = events.subscription.next() => Wake::Next(next),
+                        _ = heartbeat.tick() => Wake::Heartbeat,
+                        Ok(()) = events.access.changed() => Wake::Access,
+                    }
+                };
+                let chunk = match wake {
+                    Wake::Heartbeat => Ok(Bytes::from_static(b":\n\n")),
+                    Wake::Access if events.allowed().await => continue,
+                    Wake::Access => {
+                        events.metrics.live_stream_revoked();
+                        return None;
+                    }
+                    Wake::Next(Next::Event(event)) => Ok(events.render(event.id, &event.reading).await?),
+                    Wake::Next(Next::Lagging) => Err(std::io::Error::other("the client fell behind the live stream")),
+                    Wake::Next(Next::Closed) => return None,
+                };
+                return Some((chunk, (events, heartbeat)));
+            }
         });
         futures_util::StreamExt::chain(futures_util::stream::once(async move { Ok(first) }), rest)
+    }
+
+    /// Whether the caller would still be let in: `false` ends the stream.
+    /// Streams check at slightly different moments after a change (up to
+    /// [`RECHECK_SPREAD`]), so that thousands of them do not ask the
+    /// database at once. A database that does not answer keeps the stream
+    /// open (it is checked again at the next change).
+    async fn allowed(&self) -> bool {
+        let spread = RECHECK_SPREAD.mul_f64(fastrand::f64());
+        tokio::time::sleep(spread).await;
+        match still_allowed(&*self.store, &self.caller.credential, self.caller.scope, &self.device_id).await {
+            Ok(allowed) => allowed,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot check a stream's caller again; it stays open");
+                true
+            }
+        }
     }
 
     /// `id: …` and `data: {reading}` of one event; `None` ends the stream
@@ -185,7 +287,7 @@ impl Events {
             Ok(batch) => batch,
             Err(_) => {
                 // A sensor added since the stream began: look the device up again.
-                match self.store.find_device(self.scope, &self.device_id).await {
+                match self.store.find_device(self.caller.scope, &self.device_id).await {
                     Ok(Some(device)) => {
                         self.encoder = encoder(&device, &self.zone);
                         self.device = device;
@@ -207,6 +309,9 @@ impl Events {
         Some(Bytes::from(out))
     }
 }
+
+/// The longest a stream waits, after access changed, before it checks its caller.
+const RECHECK_SPREAD: Duration = Duration::from_millis(250);
 
 /// `reading` as a batch of one over `device`'s sensors, values in idx
 /// order (the last of a sensor given twice); `Err` holds the batch without

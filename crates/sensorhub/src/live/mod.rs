@@ -12,7 +12,9 @@
 //! Each client has a queue of at most [`CLIENT_QUEUE`] events; a client
 //! whose queue is full is cut (its queue freed), so memory stays bounded.
 
+pub mod access;
 mod redis;
+pub mod slots;
 mod store;
 
 pub use store::PublishingStore;
@@ -272,15 +274,17 @@ impl LiveHub {
     }
 
     /// Subscribes to `device_id`'s events. With `last_id` (a resuming
-    /// client's `Last-Event-ID`), the retained events after it come first.
+    /// client's `Last-Event-ID`), the retained events after it come first
+    /// (see [`Subscription::replay_only`]).
     pub fn subscribe(self: &Arc<Self>, device_id: &str, last_id: Option<u64>) -> Subscription {
         let client = Arc::new(Client::default());
         let mut devices = self.devices();
         let device = devices.entry(device_id.to_owned()).or_default();
         device.forget_old(Instant::now());
-        if let Some(last) = last_id {
-            client.queue().events.extend(device.retained.iter().filter(|e| e.id > last).cloned());
-        }
+        let replay = match last_id {
+            Some(last) => device.retained.iter().filter(|e| e.id > last).cloned().collect(),
+            None => VecDeque::new(),
+        };
         if self.closed.load(Ordering::Acquire) {
             client.end(|| Next::Closed);
         } else {
@@ -288,7 +292,7 @@ impl LiveHub {
         }
         drop(devices);
         self.metrics.live_stream_opened();
-        Subscription { hub: self.clone(), device_id: device_id.to_owned(), client }
+        Subscription { hub: self.clone(), device_id: device_id.to_owned(), client, replay }
     }
 
     /// Ends every subscription (the server is shutting down) and refuses new ones.
@@ -322,11 +326,28 @@ pub struct Subscription {
     hub: Arc<LiveHub>,
     device_id: String,
     client: Arc<Client>,
+    /// Retained events a resuming client gets before live ones.
+    replay: VecDeque<Arc<LiveEvent>>,
 }
 
 impl Subscription {
+    /// The seconds of the retained events this subscription resends first.
+    pub fn replay_seconds(&self) -> impl Iterator<Item = i64> + '_ {
+        self.replay.iter().map(|e| e.reading.timestamp)
+    }
+
+    /// Keeps only the retained events to resend whose second `stored`
+    /// says is still stored: readings removed since they were published
+    /// (`readings delete`, retention) are not resent.
+    pub fn replay_only(&mut self, stored: impl Fn(i64) -> bool) {
+        self.replay.retain(|e| stored(e.reading.timestamp));
+    }
+
     /// The next event, or why there is none.
-    pub async fn next(&self) -> Next {
+    pub async fn next(&mut self) -> Next {
+        if let Some(event) = self.replay.pop_front() {
+            return Next::Event(event);
+        }
         loop {
             {
                 let mut q = self.client.queue();
@@ -372,12 +393,12 @@ mod tests {
     #[tokio::test]
     async fn clients_get_their_device_in_order_and_resume_after_an_id() {
         let hub = LiveHub::new(None, Arc::new(Metrics::default()));
-        let sub = hub.subscribe("A", None);
+        let mut sub = hub.subscribe("A", None);
         hub.publish(vec![reading("A", 1), reading("B", 2), reading("A", 3)]).await;
         let (first, second) = (event(sub.next().await), event(sub.next().await));
         assert_eq!((first.reading.timestamp, second.reading.timestamp), (1, 3), "only device A, in order");
         assert!(second.id > first.id);
-        let resumed = hub.subscribe("A", Some(first.id));
+        let mut resumed = hub.subscribe("A", Some(first.id));
         assert_eq!(event(resumed.next().await).id, second.id, "the missed event, not the seen one");
         hub.publish(vec![reading("A", 4)]).await;
         assert_eq!(event(resumed.next().await).reading.timestamp, 4, "then live ones, nothing twice");
@@ -391,13 +412,13 @@ mod tests {
     async fn a_full_queue_cuts_the_client_and_frees_it() {
         let metrics = Arc::new(Metrics::default());
         let hub = LiveHub::new(None, metrics.clone());
-        let slow = hub.subscribe("A", None);
+        let mut slow = hub.subscribe("A", None);
         let readings = (0..=CLIENT_QUEUE as i64).map(|t| reading("A", t)).collect();
         hub.publish(readings).await;
         assert!(matches!(slow.next().await, Next::Lagging));
         assert!(hub.devices()["A"].clients.is_empty());
         assert_eq!(hub.devices()["A"].retained.len(), RETAIN_EVENTS, "retention is bounded too");
-        let late = hub.subscribe("A", None);
+        let mut late = hub.subscribe("A", None);
         hub.close();
         assert!(matches!(late.next().await, Next::Closed));
         let text = metrics.render(sensorhub_store::PoolStatus { max: 1, in_use: 0, idle: 1 });

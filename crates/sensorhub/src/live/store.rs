@@ -289,7 +289,7 @@ mod tests {
         let mut doc: Provision = sensorhub_core::provision::parse_json(doc).expect("parses");
         let readings = doc.check().expect("valid");
         store.apply(doc, readings).await.expect("applies");
-        let sub = hub.subscribe("D", None);
+        let mut sub = hub.subscribe("D", None);
         let input = |t: i64, sensor: &str| ReadingInput {
             device_id: "D".into(),
             timestamp: t,

@@ -4,6 +4,7 @@
 #[macro_use]
 mod harness;
 
+mod access;
 mod aggregate;
 mod auth;
 mod backends;

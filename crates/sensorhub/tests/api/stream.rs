@@ -21,7 +21,7 @@ use tokio::io::AsyncWriteExt;
 /// The longest any test waits for one thing to happen.
 const WAIT: Duration = Duration::from_secs(10);
 
-fn ingest() -> ServerOptions {
+pub(crate) fn ingest() -> ServerOptions {
     ServerOptions {
         webhook: WebhookSettings { mode: WebhookMode::Ingest, ..WebhookSettings::default() },
         ..ServerOptions::default()
@@ -70,6 +70,19 @@ impl Sse {
         }
     }
 
+    /// Reads until the server ends the stream, for at most `limit`;
+    /// whether it ended. Events and heartbeats meanwhile are skipped.
+    pub(crate) async fn ends_within(&mut self, limit: std::time::Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            match tokio::time::timeout_at(deadline, self.body.next()).await {
+                Err(_) => return false,
+                Ok(None | Some(Err(_))) => return true,
+                Ok(Some(Ok(chunk))) => self.buf.extend_from_slice(&chunk),
+            }
+        }
+    }
+
     /// The next event's id and data.
     pub(crate) async fn event(&mut self) -> (u64, String) {
         loop {
@@ -85,7 +98,7 @@ impl Sse {
 }
 
 /// An ingest envelope of AWLR-001 at `time` with `data`.
-fn envelope(time: &str, data: &str) -> String {
+pub(crate) fn envelope(time: &str, data: &str) -> String {
     format!(r#"{{"event":"sensor-data","device_id":"AWLR-001","timestamp":"{time}","data":{data}}}"#)
 }
 

@@ -384,3 +384,38 @@ async fn a_rate_limited_page_says_when_to_try_again() {
     assert_eq!(js(&b, "return document.getElementById('charts').dataset.state").await, "error");
     b.finish().await;
 }
+
+#[tokio::test]
+async fn a_key_link_in_a_signed_in_tab_asks_before_switching() {
+    let site = demo_site();
+    let b = Browser::start(1440, 900).await.expect("a browser");
+    b.client.goto(&format!("{}/", site.root)).await.expect("open");
+    sign_in(&b, "alice", "alice-demo-password").await;
+    until(&b, "alice's five stations", "return document.querySelectorAll('li.station').length === 5").await;
+    let ask = "the question whether to switch";
+    let asking = "return !!document.getElementById('switch-key') && document.activeElement.id === 'keep-session'";
+    b.client.goto(&format!("{}/#key=pk-demo-budi", site.root)).await.expect("open the link");
+    until(&b, ask, asking).await;
+    assert_eq!(js(&b, "return location.hash").await, "#/", "the key left the address bar while asking");
+    assert_eq!(js(&b, "return document.getElementById('who').textContent").await, "alice", "nothing switched yet");
+    let text = js(&b, "return document.getElementById('switch-text').textContent").await;
+    assert!(text.as_str().is_some_and(|t| t.contains("pk-demo-budi") && t.contains("alice")), "{text}");
+    b.client.find(Locator::Id("keep-session")).await.expect("stay").click().await.expect("click");
+    until(&b, "alice's stations again", "return document.querySelectorAll('li.station').length === 5").await;
+    assert_eq!(js(&b, "return document.getElementById('who').textContent").await, "alice");
+    // Asked again, and this time switched.
+    b.client.goto(&format!("{}/#key=pk-demo-budi", site.root)).await.expect("open the link again");
+    until(&b, ask, asking).await;
+    b.client.find(Locator::Id("switch-key")).await.expect("switch").click().await.expect("click");
+    until(&b, "budi's two stations", "return document.querySelectorAll('li.station').length === 2").await;
+    assert_eq!(js(&b, "return document.getElementById('who').textContent").await, "key pk-demo-budi");
+    // A link with the key already in use opens without asking.
+    b.client.goto(&format!("{}/#key=pk-demo-budi&station=AWS-002", site.root)).await.expect("same key");
+    until(
+        &b,
+        "the station without a question",
+        "return location.hash.startsWith('#/station/AWS-002') && !document.getElementById('switch-key')",
+    )
+    .await;
+    finish_clean(&site, b).await;
+}
