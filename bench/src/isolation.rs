@@ -10,6 +10,7 @@
 
 use crate::dataset;
 use crate::run::Server;
+use crate::stats::percentile;
 use serde::Serialize;
 use std::path::Path;
 use std::process::Command;
@@ -162,11 +163,11 @@ pub fn run(sensorhub: &Path, db: &Path, port: u16, flood: usize, other: &str) ->
             flood,
             flood_open,
             flood_refused: refused,
-            healthz_p50_ms: crate::live::percentile(&healthz, 0.5),
+            healthz_p50_ms: percentile(&healthz, 0.5),
             healthz_max_ms: healthz.last().copied().unwrap_or(f64::NAN),
-            latest_p50_ms: crate::live::percentile(&latest, 0.5),
+            latest_p50_ms: percentile(&latest, 0.5),
             revoked_streams,
-            revoke_p50_ms: crate::live::percentile(&revoke_ms, 0.5),
+            revoke_p50_ms: percentile(&revoke_ms, 0.5),
             revoke_max_ms: revoke_ms.last().copied().unwrap_or(f64::NAN),
         })
     });

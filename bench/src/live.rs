@@ -9,6 +9,7 @@
 
 use crate::dataset;
 use crate::run::{Server, basic};
+use crate::stats::percentile;
 use serde::Serialize;
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -117,13 +118,6 @@ async fn read_events(mut s: TcpStream, clock: Arc<Clock>, expected: u64) {
             got += 1;
         }
     }
-}
-
-pub(crate) fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    sorted[((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1]
 }
 
 /// Sends one webhook POST of reading `k` (value `k`) and waits for its answer.

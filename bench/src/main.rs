@@ -12,6 +12,7 @@ mod mqtt;
 mod profiles;
 mod run;
 mod soak;
+mod stats;
 mod wrk;
 
 use clap::{Parser, Subcommand};

@@ -176,7 +176,7 @@ impl Default for ServerOptions {
             login_failure_limit: RateLimitSetting::On(Quota { count: 30, period: Duration::from_secs(3600) }),
             login_slot_wait: logins::DEFAULT_SLOT_WAIT,
             dashboard: Some(crate::config::dashboard::DashboardSettings::default()),
-            streams: crate::live::slots::StreamLimits::default(),
+            streams: crate::live::slots::StreamLimits::for_connections(ConnectionLimits::default().max_connections),
         }
     }
 }

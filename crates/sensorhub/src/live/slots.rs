@@ -36,12 +36,6 @@ impl StreamLimits {
     }
 }
 
-impl Default for StreamLimits {
-    fn default() -> Self {
-        Self::for_connections(crate::http::ConnectionLimits::default().max_connections)
-    }
-}
-
 /// Which cap refused a stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refused {
