@@ -14,6 +14,7 @@ pub mod postgres;
 pub mod sqlite;
 pub mod stats;
 mod types;
+mod write;
 
 pub use types::*;
 

@@ -96,7 +96,7 @@ pub(crate) fn idx_of(mut mask: u64) -> Vec<i16> {
 }
 
 /// Stored hours a recomputation reads per query.
-pub(crate) const SEARCH_BATCH: i64 = 64;
+pub(crate) const SEARCH_BATCH: usize = 64;
 
 /// A recomputation of some of a device's entries from its stored hours,
 /// fed the hours newest first: a sensor's entry is the newest value of the

@@ -2,7 +2,8 @@
 //! `sensorhub copy`: rows by natural key, ids renumbered on the way in,
 //! hours of readings sent with binary `COPY`.
 
-use super::write::{begin_bulk, copy_hours};
+use super::tx::copy_hours;
+use super::write::begin_bulk;
 use crate::decide::HourRow;
 use crate::{
     AccountDeviceRow, AccountRow, DeviceRow, Installation, KeyRow, SensorRow, StoreError, StoreResult, StoredHour,
@@ -238,7 +239,7 @@ pub(super) async fn restore_hours(c: &mut Client, device_id: &str, hours: Vec<St
     for r in &rows {
         newest.add_hour(pk, r.chunk, &r.data)?;
     }
-    super::latest::upsert(&tx, &newest.take()).await?;
+    crate::write::tx::Tx::upsert_latest(&super::tx::PgTx::new(&tx), &newest.take()).await?;
     tx.commit().await?;
     Ok(())
 }

@@ -11,6 +11,7 @@ mod outbox;
 mod read;
 mod retention;
 pub mod temp;
+mod tx;
 mod upgrade;
 mod write;
 
@@ -204,7 +205,7 @@ impl PgStore {
                 let tx = client.transaction().await?;
                 tx.batch_execute(sql).await?;
                 if i + 1 == LATEST_VERSION {
-                    latest::fill(&tx).await?;
+                    crate::write::remove::fill_latest(&tx::PgTx::new(&tx)).await?;
                 }
                 tx.execute("INSERT INTO sensorhub_schema (version) VALUES ($1)", &[&((i + 1) as i32)]).await?;
                 tx.commit().await?;
@@ -291,7 +292,7 @@ impl Store for PgStore {
     }
 
     async fn add_hour_summaries(&self, batch: usize) -> StoreResult<u64> {
-        let (mut after, mut total) = ((i64::MIN, i64::MIN), 0);
+        let (mut after, mut total) = (None, 0);
         loop {
             let (next, rewritten) = {
                 let _writer = self.writer().await?;
@@ -299,7 +300,7 @@ impl Store for PgStore {
             };
             total += rewritten;
             match next {
-                Some(key) => after = key,
+                Some(hour) => after = Some(hour),
                 None => return Ok(total),
             }
             tokio::time::sleep(crate::IMPORT_PAUSE).await;

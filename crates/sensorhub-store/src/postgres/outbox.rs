@@ -12,7 +12,7 @@ use deadpool_postgres::{Client, GenericClient, Transaction};
 
 /// The enabled subscriptions to sensor data that cover device `pk`: all
 /// of their account's devices, or a list naming it.
-pub(super) async fn subscriptions_of(tx: &Transaction<'_>, pk: i64) -> StoreResult<Vec<String>> {
+pub(super) async fn subscriptions_of(tx: &impl GenericClient, pk: i64) -> StoreResult<Vec<String>> {
     let stmt = tx
         .prepare_cached(
             "SELECT s.id FROM subscriptions s
@@ -28,7 +28,7 @@ pub(super) async fn subscriptions_of(tx: &Transaction<'_>, pk: i64) -> StoreResu
 
 /// Writes the deliveries gathered by a transaction of readings, due now,
 /// in one statement.
-pub(super) async fn insert(tx: &Transaction<'_>, rows: &[OutboxRow]) -> StoreResult<()> {
+pub(super) async fn insert(tx: &impl GenericClient, rows: &[OutboxRow]) -> StoreResult<()> {
     if rows.is_empty() {
         return Ok(());
     }

@@ -6,7 +6,7 @@
 
 use super::write::begin;
 use crate::StoreResult;
-use crate::decide::{Expiry, RETENTION_BATCH, RetentionSettings};
+use crate::decide::RetentionSettings;
 use deadpool_postgres::Client;
 
 /// Every device with its own and its owner's retention columns.
@@ -20,40 +20,11 @@ pub(super) async fn settings(c: &Client) -> StoreResult<Vec<RetentionSettings>> 
     Ok(rows.iter().map(|r| (r.get(0), r.get(1), r.get(2))).collect())
 }
 
-/// One transaction of the expiry of device `pk` before second `cutoff`:
-/// what it removed, and whether the device is done.
+/// One transaction of the expiry of device `pk` before second `cutoff`
+/// ([`crate::write::remove::expire_batch`]).
 pub(super) async fn expire_batch(c: &mut Client, pk: i64, cutoff: i64) -> StoreResult<(crate::RetentionReport, bool)> {
     let tx = begin(c).await?;
-    let mut expiry = Expiry::new();
-    let (last_whole, boundary) = Expiry::hours(cutoff);
-    let rows = tx
-        .query(
-            "DELETE FROM hours WHERE device_pk = $1 AND chunk IN
-               (SELECT chunk FROM hours WHERE device_pk = $1 AND chunk <= $2 ORDER BY chunk LIMIT $3)
-             RETURNING chunk, data",
-            &[&pk, &last_whole, &(RETENTION_BATCH as i64)],
-        )
-        .await?;
-    for r in &rows {
-        expiry.dropped(pk, r.get(0), r.get(1))?;
-    }
-    let done = rows.len() < RETENTION_BATCH;
-    // Sensors whose newest reading is past retention have no reading left
-    // once this pass is through.
-    super::latest::expire(&tx, pk, cutoff).await?;
-    if done {
-        let row = tx
-            .query_opt("SELECT data FROM hours WHERE device_pk = $1 AND chunk = $2 FOR UPDATE", &[&pk, &boundary])
-            .await?;
-        if let Some(kept) = row.map(|r| expiry.trim(pk, r.get(0), cutoff)).transpose()?.flatten() {
-            if kept.is_empty() {
-                tx.execute("DELETE FROM hours WHERE device_pk = $1 AND chunk = $2", &[&pk, &boundary]).await?;
-            } else {
-                tx.execute("UPDATE hours SET data = $3 WHERE device_pk = $1 AND chunk = $2", &[&pk, &boundary, &kept])
-                    .await?;
-            }
-        }
-    }
+    let out = crate::write::remove::expire_batch(&super::tx::PgTx::new(&tx), pk, cutoff).await?;
     tx.commit().await?;
-    Ok((expiry.report, done))
+    Ok(out)
 }

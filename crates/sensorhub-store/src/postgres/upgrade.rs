@@ -53,7 +53,7 @@ pub(super) async fn run(client: &mut Client, batch: usize) -> StoreResult<()> {
             &[&pks, &chunks, &datas],
         )
         .await?;
-        super::latest::upsert(&tx, &newest.take()).await?;
+        crate::write::tx::Tx::upsert_latest(&super::tx::PgTx::new(&tx), &newest.take()).await?;
         tx.commit().await?;
         log.batch(rows.len() as u64);
     }

@@ -6,14 +6,14 @@
 //! table, then one `INSERT … ON CONFLICT` moves them into place.
 
 use super::read::device_sensors;
-use crate::decide::latest::Newest;
-use crate::decide::outbox::Deliveries;
+use super::tx::PgTx;
 use crate::decide::subscriptions::provisioned_of;
 use crate::decide::{
-    self, AccountWrite, Change, DeviceSensors, HourRow, Hours, KeyWrite, Links, ScopeRequest, SensorWrite,
-    StoredAccount, StoredKey, invalid, now,
+    self, AccountWrite, Change, KeyWrite, Links, ScopeRequest, SensorWrite, StoredAccount, StoredKey, invalid, now,
 };
 use crate::hooks::{Outbox, ProvisionedHooks};
+use crate::write::readings::{self, ReadingWriter};
+use crate::write::remove;
 use crate::{ApplyReport, DeleteReport, ImportReport, ReadingSource, StoreError, StoreResult};
 use deadpool_postgres::{Client, GenericClient, Transaction};
 use sensorhub_core::model::{DeviceSpec, ReadingInput};
@@ -21,9 +21,7 @@ use sensorhub_core::provision::{AccountSpec, KeyDevices, Provision};
 use sensorhub_core::retention::Retention;
 use sensorhub_core::secret::{key_digest, key_prefix};
 use sensorhub_core::time::TimeRange;
-use std::collections::{BTreeSet, HashMap};
-use tokio_postgres::binary_copy::BinaryCopyInWriter;
-use tokio_postgres::types::Type;
+use std::collections::BTreeSet;
 
 /// The advisory lock every writing transaction holds ("writes").
 const WRITE_LOCK: i64 = 0x7772_6974_6573;
@@ -74,11 +72,13 @@ pub(super) async fn apply(
         }
         report.devices.count(*change);
     }
+    let pg = PgTx::new(&tx);
     let mut writer = ReadingWriter::new(Outbox::Skip);
     for r in &readings {
-        writer.write(&tx, r).await?;
+        writer.write(&pg, r).await?;
     }
-    report.readings.updated += writer.finish(&tx).await?;
+    report.readings.updated += writer.finish(&pg).await?;
+    drop(pg);
     tx.commit().await?;
     Ok(report)
 }
@@ -390,201 +390,26 @@ async fn upsert_webhook_key(
     }
 }
 
-/// Stores readings inside a transaction, resolving device and sensor ids
-/// once per device and gathering them by hour ([`Hours`]).
-#[derive(Default)]
-struct ReadingWriter {
-    devices: crate::decide::FastMap<String, Option<DeviceSensors>>,
-    hours: Hours,
-    /// The newest value of each sensor written, for the `latest` index.
-    newest: Newest,
-    /// Readings that were new or different from what was stored.
-    changed: u64,
-    /// Whether this transaction's connection has the staging table.
-    staged: bool,
-    /// The deliveries the readings owe.
-    deliveries: Deliveries,
-}
-
-impl ReadingWriter {
-    fn new(outbox: Outbox) -> Self {
-        Self { deliveries: Deliveries::new(outbox), ..Self::default() }
-    }
-
-    /// Looks device `device_id` up, once per transaction.
-    async fn load(&mut self, tx: &Transaction<'_>, device_id: &str) -> StoreResult<()> {
-        if !self.devices.contains_key(device_id) {
-            let entry = match device_pk(tx, device_id).await? {
-                Some(pk) => {
-                    let mut device = DeviceSensors::new(pk, device_sensors(tx, pk).await?);
-                    if self.deliveries.wanted() {
-                        device.subscriptions = super::outbox::subscriptions_of(tx, pk).await?;
-                    }
-                    Some(device)
-                }
-                None => None,
-            };
-            self.devices.insert(device_id.to_owned(), entry);
-        }
-        Ok(())
-    }
-
-    /// Checks one reading and adds it to the hour being gathered, and to
-    /// the deliveries it owes.
-    async fn write(&mut self, tx: &Transaction<'_>, r: &ReadingInput) -> StoreResult<()> {
-        self.load(tx, &r.device_id).await?;
-        let device =
-            self.devices.get(&r.device_id).and_then(Option::as_ref).ok_or_else(|| decide::unknown_device(r))?;
-        let (pk, pairs) = (device.pk, device.values(r)?);
-        self.deliveries.add(device, r)?;
-        if self.hours.is_full_for(pk, r.timestamp) {
-            self.flush(tx).await?;
-        }
-        self.newest.add(pk, r.timestamp, &pairs);
-        self.hours.add(pk, r.timestamp, pairs);
-        Ok(())
-    }
-
-    /// Merges every gathered hour with its stored row (all read in one
-    /// query) and writes the rows that change, in one binary COPY.
-    async fn flush(&mut self, tx: &Transaction<'_>) -> StoreResult<()> {
-        if self.hours.is_empty() {
-            return Ok(());
-        }
-        let rows = self.hours.take();
-        let devices: Vec<i64> = rows.iter().map(|r| r.device_pk).collect();
-        let chunks: Vec<i64> = rows.iter().map(|r| r.chunk).collect();
-        let stored = tx
-            .query(
-                "SELECT r.device_pk, r.chunk, r.data FROM hours r
-                 JOIN unnest($1::bigint[], $2::bigint[]) AS k(device_pk, chunk)
-                   ON r.device_pk = k.device_pk AND r.chunk = k.chunk",
-                &[&devices, &chunks],
-            )
-            .await?;
-        let mut old: HashMap<(i64, i64), &[u8]> = HashMap::with_capacity(stored.len());
-        for r in &stored {
-            old.insert((r.get(0), r.get(1)), r.get(2));
-        }
-        let mut changed = Vec::with_capacity(rows.len());
-        for row in rows {
-            let before = old.get(&(row.device_pk, row.chunk)).copied();
-            if let Some((row, n)) = decide::merge_hour(row, before)? {
-                changed.push(row);
-                self.changed += n;
-            }
-        }
-        if !changed.is_empty() {
-            self.store(tx, &changed).await?;
-        }
-        Ok(())
-    }
-
-    /// Writes whole hour rows, replacing those stored.
-    async fn store(&mut self, tx: &Transaction<'_>, rows: &[HourRow]) -> StoreResult<()> {
-        if !self.staged {
-            tx.batch_execute(
-                "CREATE TEMP TABLE IF NOT EXISTS readings_in (device_pk bigint, chunk bigint, data bytea)
-                 ON COMMIT DELETE ROWS",
-            )
-            .await?;
-            self.staged = true;
-        }
-        copy_hours(tx, "COPY readings_in (device_pk, chunk, data) FROM STDIN (FORMAT binary)", rows).await?;
-        tx.batch_execute(
-            "INSERT INTO hours (device_pk, chunk, data) SELECT device_pk, chunk, data FROM readings_in
-             ON CONFLICT (device_pk, chunk) DO UPDATE SET data = excluded.data;
-             TRUNCATE readings_in",
-        )
-        .await?;
-        Ok(())
-    }
-
-    /// Writes what is gathered; returns how many readings were new or different.
-    async fn finish(mut self, tx: &Transaction<'_>) -> StoreResult<u64> {
-        // The index's upsert is pipelined with the hours' statements: a
-        // group commit waits for no extra round trip.
-        let newest = self.newest.take();
-        let deliveries = std::mem::take(&mut self.deliveries.rows);
-        futures_util::future::try_join3(
-            self.flush(tx),
-            super::latest::upsert(tx, &newest),
-            super::outbox::insert(tx, &deliveries),
-        )
-        .await?;
-        Ok(self.changed)
-    }
-}
-
-/// Sends hour rows through `copy` (a `COPY … FROM STDIN (FORMAT binary)`
-/// of columns device_pk, chunk, data).
-pub(super) async fn copy_hours(tx: &Transaction<'_>, copy: &str, rows: &[HourRow]) -> StoreResult<u64> {
-    let sink = tx.copy_in(copy).await?;
-    let writer = BinaryCopyInWriter::new(sink, &[Type::INT8, Type::INT8, Type::BYTEA]);
-    futures_util::pin_mut!(writer);
-    for r in rows {
-        writer.as_mut().write(&[&r.device_pk, &r.chunk, &r.data]).await?;
-    }
-    Ok(writer.finish().await?)
-}
-
-/// Readings taken from the source at a time.
-const IMPORT_SLICE: usize = 4096;
-
-/// Stores readings from `source` in one transaction: all of them, or with
-/// `limit`, those it takes that long to write; then also returns the rest of
-/// the source when there may be more.
+/// Stores readings from `source` in one transaction ([`crate::write::readings::import`]).
 pub(super) async fn import(
     c: &mut Client,
     source: ReadingSource,
     limit: Option<std::time::Duration>,
     outbox: Outbox,
 ) -> StoreResult<(ImportReport, Option<ReadingSource>)> {
-    let started = std::time::Instant::now();
     let tx = begin_bulk(c).await?;
-    let mut report = ImportReport::default();
-    let mut writer = ReadingWriter::new(outbox);
-    // The source may block (it reads a file): it is drained in slices on
-    // the blocking pool, never on the async worker.
-    let mut source = Some(source);
-    let mut rest = None;
-    while let Some(mut src) = source.take() {
-        let (src, items) = tokio::task::spawn_blocking(move || {
-            let items: Vec<_> = src.by_ref().take(IMPORT_SLICE).collect();
-            (src, items)
-        })
-        .await
-        .map_err(|e| StoreError::Backend(format!("reading the input failed: {e}").into()))?;
-        let more = items.len() == IMPORT_SLICE;
-        for item in items {
-            let r = item?;
-            report.readings += 1;
-            report.values += r.values.len() as u64;
-            writer.write(&tx, &r).await?;
-        }
-        if more && limit.is_some_and(|l| started.elapsed() >= l) {
-            rest = Some(src);
-        } else if more {
-            source = Some(src);
-        }
-    }
-    writer.finish(&tx).await?;
+    let out = readings::import(&PgTx::new(&tx), source, limit, outbox).await?;
     tx.commit().await?;
-    Ok((report, rest))
+    Ok(out)
 }
 
-/// Stores single readings in one transaction; each gets its own outcome
-/// (a refused one leaves the others: it is checked before anything of it is
-/// gathered). An error of the transaction itself (a lock wait past its
-/// limit, a lost connection) is everyone's: nothing is written then.
-pub(super) async fn ingest_group(c: &mut Client, readings: &[ReadingInput]) -> StoreResult<Vec<StoreResult<()>>> {
+/// Stores single readings in one transaction, each with its own outcome
+/// ([`crate::write::readings::ingest_group`]). An error of the transaction
+/// itself (a lock wait past its limit, a lost connection) is everyone's:
+/// nothing is written then.
+pub(super) async fn ingest_group(c: &mut Client, group: &[ReadingInput]) -> StoreResult<Vec<StoreResult<()>>> {
     let tx = begin(c).await?;
-    let mut writer = ReadingWriter::new(Outbox::Deliver);
-    let mut outcomes = Vec::with_capacity(readings.len());
-    for r in readings {
-        outcomes.push(writer.write(&tx, r).await);
-    }
-    writer.finish(&tx).await?;
+    let outcomes = readings::ingest_group(&PgTx::new(&tx), group).await?;
     tx.commit().await?;
     Ok(outcomes)
 }
@@ -623,82 +448,22 @@ pub(super) async fn grant_write_to_viewers(c: &mut Client) -> StoreResult<u64> {
     Ok(n)
 }
 
-/// Hours read at a time while deleting, so that a long range is never held in memory whole.
-const DELETE_BATCH: i64 = 512;
-
 pub(super) async fn delete_readings(c: &mut Client, device_id: &str, range: TimeRange) -> StoreResult<DeleteReport> {
     let tx = begin_bulk(c).await?;
-    let pk =
-        device_pk(&tx, device_id).await?.ok_or_else(|| StoreError::NotFound(format!("no device {device_id:?}")))?;
-    let (mut next, last) = decide::chunks_of(range);
-    let mut report = DeleteReport::default();
-    // The sensors whose newest reading goes: their entries are recomputed.
-    let stale = super::latest::within(&tx, pk, range.start, range.end).await?;
-    loop {
-        let rows = tx
-            .query(
-                "SELECT chunk, data FROM hours WHERE device_pk = $1 AND chunk >= $2 AND chunk <= $3
-                 ORDER BY chunk LIMIT $4",
-                &[&pk, &next, &last, &DELETE_BATCH],
-            )
-            .await?;
-        let Some(end) = rows.last().map(|r| r.get::<_, i64>(0)) else { break };
-        let (mut gone, mut trimmed, mut data) = (Vec::new(), Vec::new(), Vec::new());
-        for r in &rows {
-            let chunk: i64 = r.get(0);
-            let Some((kept, readings, values)) = decide::cut_hour(pk, chunk, r.get(1), range)? else { continue };
-            if kept.is_empty() {
-                gone.push(chunk);
-            } else {
-                trimmed.push(chunk);
-                data.push(kept);
-            }
-            report.readings += readings;
-            report.values += values;
-            report.hours += 1;
-        }
-        tx.execute("DELETE FROM hours WHERE device_pk = $1 AND chunk = ANY($2)", &[&pk, &gone]).await?;
-        tx.execute(
-            "UPDATE hours r SET data = t.data FROM unnest($2::bigint[], $3::bytea[]) AS t(chunk, data)
-             WHERE r.device_pk = $1 AND r.chunk = t.chunk",
-            &[&pk, &trimmed, &data],
-        )
-        .await?;
-        next = end + 1;
-    }
-    // Their readings after the range are none (each was the newest).
-    super::latest::recompute(&tx, pk, stale, last).await?;
+    let report = remove::delete_readings(&PgTx::new(&tx), device_id, range).await?;
     tx.commit().await?;
     Ok(report)
 }
 
-/// One transaction of [`crate::Store::add_hour_summaries`]: up to `batch`
-/// hours after `(device_pk, chunk)` `after`. Returns the last one read
-/// (`None` at the end) and how many hours were rewritten.
+/// One transaction of [`crate::Store::add_hour_summaries`] ([`remove::add_hour_summaries`]),
+/// under the write lock: a concurrent write to the same hour must not be lost.
 pub(super) async fn add_hour_summaries(
     c: &mut Client,
-    after: (i64, i64),
+    after: Option<(i64, i64)>,
     batch: usize,
 ) -> StoreResult<(Option<(i64, i64)>, u64)> {
-    // The write lock: a concurrent write to the same hour must not be lost.
     let tx = begin_bulk(c).await?;
-    let rows = tx
-        .query(
-            "SELECT device_pk, chunk, data FROM hours WHERE (device_pk, chunk) > ($1, $2)
-             ORDER BY device_pk, chunk LIMIT $3",
-            &[&after.0, &after.1, &(batch.max(1) as i64)],
-        )
-        .await?;
-    let update = tx.prepare_cached("UPDATE hours SET data = $3 WHERE device_pk = $1 AND chunk = $2").await?;
-    let mut rewritten = 0;
-    for r in &rows {
-        let (pk, chunk, data): (i64, i64, &[u8]) = (r.get(0), r.get(1), r.get(2));
-        if let Some(new) = crate::chunk::with_summaries(data).ok_or_else(|| crate::decide::malformed(pk, chunk))? {
-            tx.execute(&update, &[&pk, &chunk, &new]).await?;
-            rewritten += 1;
-        }
-    }
+    let out = remove::add_hour_summaries(&PgTx::new(&tx), after, batch).await?;
     tx.commit().await?;
-    let next = (rows.len() >= batch.max(1)).then(|| rows.last().map(|r| (r.get(0), r.get(1)))).flatten();
-    Ok((next, rewritten))
+    Ok(out)
 }

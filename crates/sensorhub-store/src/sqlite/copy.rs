@@ -227,7 +227,7 @@ pub(super) fn restore_hours(c: &mut Connection, device_id: &str, hours: Vec<Stor
             newest.add_hour(pk, h.chunk, &h.data)?;
         }
     }
-    super::latest::upsert(&tx, &newest.take())?;
+    super::tx::ready(crate::write::tx::Tx::upsert_latest(&super::tx::SqliteTx(&tx), &newest.take()))?;
     tx.commit()?;
     Ok(())
 }

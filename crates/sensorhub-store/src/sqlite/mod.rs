@@ -8,6 +8,7 @@ mod outbox;
 mod pool;
 mod read;
 mod retention;
+mod tx;
 mod upgrade;
 mod write;
 
@@ -192,7 +193,7 @@ fn migrate(conn: &mut rusqlite::Connection) -> StoreResult<()> {
     for (i, sql) in MIGRATIONS.iter().enumerate().skip(version) {
         tx.execute_batch(sql)?;
         if i + 1 == LATEST_VERSION {
-            latest::fill(&tx)?;
+            tx::ready(crate::write::remove::fill_latest(&tx::SqliteTx(&tx)))?;
         }
         tx.pragma_update(None, "user_version", (i + 1) as i64)?;
         tracing::info!(version = i + 1, "applied migration");
@@ -283,12 +284,12 @@ impl Store for SqliteStore {
     }
 
     async fn add_hour_summaries(&self, batch: usize) -> StoreResult<u64> {
-        let (mut after, mut total) = (i64::MIN, 0);
+        let (mut after, mut total) = (None, 0);
         loop {
             let (next, rewritten) = self.writes.run(move |c| write::add_hour_summaries(c, after, batch)).await?;
             total += rewritten;
             match next {
-                Some(key) => after = key,
+                Some(hour) => after = Some(hour),
                 None => return Ok(total),
             }
             tokio::time::sleep(crate::IMPORT_PAUSE).await;

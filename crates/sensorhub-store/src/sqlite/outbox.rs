@@ -12,7 +12,7 @@ use rusqlite::{Connection, OptionalExtension, Transaction, params};
 
 /// The enabled subscriptions to sensor data that cover device `pk`: all
 /// of their account's devices, or a list naming it.
-pub(super) fn subscriptions_of(tx: &Transaction<'_>, pk: i64) -> StoreResult<Vec<String>> {
+pub(super) fn subscriptions_of(tx: &Connection, pk: i64) -> StoreResult<Vec<String>> {
     let mut stmt = tx.prepare_cached(
         "SELECT s.id FROM subscriptions s
          WHERE s.enabled = 1 AND instr(',' || s.events || ',', ',' || ?2 || ',') > 0
@@ -26,7 +26,7 @@ pub(super) fn subscriptions_of(tx: &Transaction<'_>, pk: i64) -> StoreResult<Vec
 }
 
 /// Writes the deliveries gathered by a transaction of readings, due now.
-pub(super) fn insert(tx: &Transaction<'_>, rows: &[OutboxRow]) -> StoreResult<()> {
+pub(super) fn insert(tx: &Connection, rows: &[OutboxRow]) -> StoreResult<()> {
     if rows.is_empty() {
         return Ok(());
     }

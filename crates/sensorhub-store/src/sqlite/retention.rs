@@ -4,11 +4,11 @@
 //! are returned to the disk when the file has incremental auto-vacuum (new
 //! files do) and reused by later writes otherwise.
 
+use super::tx::{SqliteTx, ready};
 use super::write::begin;
-use super::{HOUR_BIAS, hour_key};
 use crate::StoreResult;
-use crate::decide::{Expiry, RETENTION_BATCH, RetentionSettings};
-use rusqlite::{Connection, OptionalExtension, params};
+use crate::decide::RetentionSettings;
+use rusqlite::Connection;
 
 /// Every device with its own and its owner's retention columns.
 pub(super) fn settings(c: &mut Connection) -> StoreResult<Vec<RetentionSettings>> {
@@ -19,43 +19,13 @@ pub(super) fn settings(c: &mut Connection) -> StoreResult<Vec<RetentionSettings>
     Ok(rows)
 }
 
-/// One transaction of the expiry of device `pk` before second `cutoff`:
-/// what it removed, and whether the device is done.
+/// One transaction of the expiry of device `pk` before second `cutoff`
+/// ([`crate::write::remove::expire_batch`]).
 pub(super) fn expire_batch(c: &mut Connection, pk: i64, cutoff: i64) -> StoreResult<(crate::RetentionReport, bool)> {
     let tx = begin(c)?;
-    let mut expiry = Expiry::new();
-    let (last_whole, boundary) = Expiry::hours(cutoff);
-    let rows: Vec<(i64, Vec<u8>)> = tx
-        .prepare_cached("SELECT key, data FROM hours WHERE key BETWEEN ?1 AND ?2 ORDER BY key LIMIT ?3")?
-        .query_map(params![hour_key(pk, -HOUR_BIAS), hour_key(pk, last_whole), RETENTION_BATCH as i64], |r| {
-            Ok((r.get(0)?, r.get(1)?))
-        })?
-        .collect::<Result<_, _>>()?;
-    let done = rows.len() < RETENTION_BATCH;
-    {
-        let mut delete = tx.prepare_cached("DELETE FROM hours WHERE key = ?1")?;
-        for (key, data) in &rows {
-            expiry.dropped(pk, super::key_chunk(*key), data)?;
-            delete.execute([key])?;
-        }
-    }
-    // Sensors whose newest reading is past retention have no reading left
-    // once this pass is through.
-    super::latest::expire(&tx, pk, cutoff)?;
-    if done {
-        let key = hour_key(pk, boundary);
-        let data: Option<Vec<u8>> =
-            tx.query_row("SELECT data FROM hours WHERE key = ?1", [key], |r| r.get(0)).optional()?;
-        if let Some(kept) = data.map(|d| expiry.trim(pk, &d, cutoff)).transpose()?.flatten() {
-            if kept.is_empty() {
-                tx.execute("DELETE FROM hours WHERE key = ?1", [key])?;
-            } else {
-                tx.execute("UPDATE hours SET data = ?2 WHERE key = ?1", params![key, kept])?;
-            }
-        }
-    }
+    let out = ready(crate::write::remove::expire_batch(&SqliteTx(&tx), pk, cutoff))?;
     tx.commit()?;
-    Ok((expiry.report, done))
+    Ok(out)
 }
 
 /// Returns free pages to the disk (a no-op unless the file has incremental

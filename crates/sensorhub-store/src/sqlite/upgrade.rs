@@ -65,7 +65,7 @@ pub(super) fn run(c: &mut Connection, batch: usize) -> StoreResult<()> {
                 delete.execute(params![pk, chunk])?;
             }
         }
-        super::latest::upsert(&tx, &newest.take())?;
+        super::tx::ready(crate::write::tx::Tx::upsert_latest(&super::tx::SqliteTx(&tx), &newest.take()))?;
         tx.commit()?;
         log.batch(rows.len() as u64);
     }

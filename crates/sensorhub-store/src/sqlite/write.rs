@@ -2,15 +2,14 @@
 //! Every entry point runs in one `IMMEDIATE` transaction: all or nothing.
 
 use super::read::device_sensors;
-use super::{hour_key, key_chunk};
-use crate::decide::latest::Newest;
-use crate::decide::outbox::Deliveries;
+use super::tx::{SqliteTx, ready};
 use crate::decide::subscriptions::provisioned_of;
 use crate::decide::{
-    self, AccountWrite, Change, DeviceSensors, HourRow, Hours, KeyWrite, Links, ScopeRequest, SensorWrite,
-    StoredAccount, StoredKey, invalid, now,
+    self, AccountWrite, Change, KeyWrite, Links, ScopeRequest, SensorWrite, StoredAccount, StoredKey, invalid, now,
 };
 use crate::hooks::{Outbox, ProvisionedHooks};
+use crate::write::readings::{self, ReadingWriter};
+use crate::write::remove;
 use crate::{ApplyReport, DeleteReport, ImportReport, ReadingSource, StoreError, StoreResult};
 use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
 use sensorhub_core::model::{DeviceSpec, ReadingInput};
@@ -53,11 +52,12 @@ pub(super) fn apply(
         }
         report.devices.count(*change);
     }
-    let mut writer = ReadingWriter::new(&tx, Outbox::Skip);
+    let sql = SqliteTx(&tx);
+    let mut writer = ReadingWriter::new(Outbox::Skip);
     for r in &readings {
-        writer.write(r)?;
+        ready(writer.write(&sql, r))?;
     }
-    report.readings.updated += writer.finish()?;
+    report.readings.updated += ready(writer.finish(&sql))?;
     tx.commit()?;
     Ok(report)
 }
@@ -349,134 +349,25 @@ fn upsert_webhook_key(
     }
 }
 
-/// Stores readings inside a transaction, resolving device and sensor ids
-/// once per device and gathering them by hour ([`Hours`]); a value at an
-/// existing second and sensor is replaced, the others at that second are kept.
-struct ReadingWriter<'t, 'c> {
-    tx: &'t Transaction<'c>,
-    devices: crate::decide::FastMap<String, Option<DeviceSensors>>,
-    hours: Hours,
-    /// The newest value of each sensor written, for the `latest` index.
-    newest: Newest,
-    /// Readings that were new or different from what was stored.
-    changed: u64,
-    /// The deliveries the readings owe.
-    deliveries: Deliveries,
-}
-
-impl<'t, 'c> ReadingWriter<'t, 'c> {
-    fn new(tx: &'t Transaction<'c>, outbox: Outbox) -> Self {
-        Self {
-            tx,
-            devices: Default::default(),
-            hours: Hours::default(),
-            newest: Newest::default(),
-            changed: 0,
-            deliveries: Deliveries::new(outbox),
-        }
-    }
-
-    /// Looks device `device_id` up, once per transaction.
-    fn load(&mut self, device_id: &str) -> StoreResult<()> {
-        if !self.devices.contains_key(device_id) {
-            let entry = match device_pk(self.tx, device_id)? {
-                Some(pk) => {
-                    let mut device = DeviceSensors::new(pk, device_sensors(self.tx, pk)?);
-                    if self.deliveries.wanted() {
-                        device.subscriptions = super::outbox::subscriptions_of(self.tx, pk)?;
-                    }
-                    Some(device)
-                }
-                None => None,
-            };
-            self.devices.insert(device_id.to_owned(), entry);
-        }
-        Ok(())
-    }
-
-    /// Checks one reading and adds it to the hour being gathered, and to
-    /// the deliveries it owes.
-    fn write(&mut self, r: &ReadingInput) -> StoreResult<()> {
-        self.load(&r.device_id)?;
-        let device =
-            self.devices.get(&r.device_id).and_then(Option::as_ref).ok_or_else(|| decide::unknown_device(r))?;
-        let (pk, pairs) = (device.pk, device.values(r)?);
-        self.deliveries.add(device, r)?;
-        if self.hours.is_full_for(pk, r.timestamp) {
-            self.flush()?;
-        }
-        self.newest.add(pk, r.timestamp, &pairs);
-        self.hours.add(pk, r.timestamp, pairs);
-        Ok(())
-    }
-
-    /// Merges every gathered hour into its row; rows that would not change
-    /// are not written.
-    fn flush(&mut self) -> StoreResult<()> {
-        let mut select = self.tx.prepare_cached("SELECT data FROM hours WHERE key = ?1")?;
-        let mut upsert = self.tx.prepare_cached(
-            "INSERT INTO hours (key, data) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE SET data = excluded.data",
-        )?;
-        for row in self.hours.take() {
-            let key = super::checked_hour_key(row.device_pk, row.chunk)?;
-            let old: Option<Vec<u8>> = select.query_row(params![key], |r| r.get(0)).optional()?;
-            if let Some((HourRow { data, .. }, changed)) = decide::merge_hour(row, old.as_deref())? {
-                upsert.execute(params![key, &data])?;
-                self.changed += changed;
-            }
-        }
-        Ok(())
-    }
-
-    /// Writes what is gathered; returns how many readings were new or
-    /// different (0 when everything was stored already).
-    fn finish(mut self) -> StoreResult<u64> {
-        self.flush()?;
-        super::latest::upsert(self.tx, &self.newest.take())?;
-        super::outbox::insert(self.tx, &self.deliveries.rows)?;
-        Ok(self.changed)
-    }
-}
-
-/// Stores readings from `source` in one transaction: all of them, or with
-/// `limit`, those it takes that long to write; then also returns the rest of
-/// the source when there may be more.
+/// Stores readings from `source` in one transaction ([`crate::write::readings::import`]).
 pub(super) fn import(
     c: &mut Connection,
-    mut source: ReadingSource,
+    source: ReadingSource,
     limit: Option<std::time::Duration>,
     outbox: Outbox,
 ) -> StoreResult<(ImportReport, Option<ReadingSource>)> {
-    let started = std::time::Instant::now();
     let tx = begin(c)?;
-    let mut report = ImportReport::default();
-    let mut writer = ReadingWriter::new(&tx, outbox);
-    let mut rest = None;
-    while let Some(item) = source.next() {
-        let r = item?;
-        report.readings += 1;
-        report.values += r.values.len() as u64;
-        writer.write(&r)?;
-        if report.readings % 1024 == 0 && limit.is_some_and(|l| started.elapsed() >= l) {
-            rest = Some(source);
-            break;
-        }
-    }
-    writer.finish()?;
+    let out = ready(readings::import(&SqliteTx(&tx), source, limit, outbox))?;
     tx.commit()?;
-    Ok((report, rest))
+    Ok(out)
 }
 
-/// Stores single readings in one transaction; each gets its own outcome
-/// (a refused one leaves the others). An error of the transaction itself
-/// (busy, disk full) is everyone's: nothing is written then.
-pub(super) fn ingest_group(c: &mut Connection, readings: &[ReadingInput]) -> StoreResult<Vec<StoreResult<()>>> {
+/// Stores single readings in one transaction, each with its own outcome
+/// ([`crate::write::readings::ingest_group`]). An error of the transaction
+/// itself (busy, disk full) is everyone's: nothing is written then.
+pub(super) fn ingest_group(c: &mut Connection, group: &[ReadingInput]) -> StoreResult<Vec<StoreResult<()>>> {
     let tx = begin(c)?;
-    let mut writer = ReadingWriter::new(&tx, Outbox::Deliver);
-    // Checks come before anything is gathered, so a refused reading adds
-    // nothing; a group is far smaller than the hours gathered before a flush.
-    let outcomes = readings.iter().map(|r| writer.write(r)).collect();
-    writer.finish()?;
+    let outcomes = ready(readings::ingest_group(&SqliteTx(&tx), group))?;
     tx.commit()?;
     Ok(outcomes)
 }
@@ -517,70 +408,21 @@ pub(super) fn grant_write_to_viewers(c: &mut Connection) -> StoreResult<u64> {
     Ok(n as u64)
 }
 
-/// Hours read at a time while deleting, so that a long range is never held in memory whole.
-const DELETE_BATCH: i64 = 512;
-
 pub(super) fn delete_readings(c: &mut Connection, device_id: &str, range: TimeRange) -> StoreResult<DeleteReport> {
     let tx = begin(c)?;
-    let pk = device_pk(&tx, device_id)?.ok_or_else(|| StoreError::NotFound(format!("no device {device_id:?}")))?;
-    let (mut next, last) = decide::chunks_of(range);
-    let mut report = DeleteReport::default();
-    // The sensors whose newest reading goes: their entries are recomputed.
-    let stale = super::latest::within(&tx, pk, range.start, range.end)?;
-    {
-        let mut select =
-            tx.prepare_cached("SELECT key, data FROM hours WHERE key BETWEEN ?1 AND ?2 ORDER BY key LIMIT ?3")?;
-        let mut delete = tx.prepare_cached("DELETE FROM hours WHERE key = ?1")?;
-        let mut update = tx.prepare_cached("UPDATE hours SET data = ?2 WHERE key = ?1")?;
-        loop {
-            let rows: Vec<(i64, Vec<u8>)> = select
-                .query_map(params![hour_key(pk, next), hour_key(pk, last), DELETE_BATCH], |r| {
-                    Ok((key_chunk(r.get(0)?), r.get(1)?))
-                })?
-                .collect::<Result<_, _>>()?;
-            let Some(&(end, _)) = rows.last() else { break };
-            for (chunk, data) in rows {
-                let Some((kept, readings, values)) = decide::cut_hour(pk, chunk, &data, range)? else { continue };
-                if kept.is_empty() {
-                    delete.execute(params![hour_key(pk, chunk)])?;
-                } else {
-                    update.execute(params![hour_key(pk, chunk), kept])?;
-                }
-                report.readings += readings;
-                report.values += values;
-                report.hours += 1;
-            }
-            next = end + 1;
-        }
-    }
-    // Their readings after the range are none (each was the newest).
-    super::latest::recompute(&tx, pk, stale, last)?;
+    let report = ready(remove::delete_readings(&SqliteTx(&tx), device_id, range))?;
     tx.commit()?;
     Ok(report)
 }
 
-/// One transaction of [`crate::Store::add_hour_summaries`]: up to `batch`
-/// hours after key `after`. Returns the last key read (`None` at the end)
-/// and how many hours were rewritten.
-pub(super) fn add_hour_summaries(c: &mut Connection, after: i64, batch: usize) -> StoreResult<(Option<i64>, u64)> {
+/// One transaction of [`crate::Store::add_hour_summaries`] ([`remove::add_hour_summaries`]).
+pub(super) fn add_hour_summaries(
+    c: &mut Connection,
+    after: Option<(i64, i64)>,
+    batch: usize,
+) -> StoreResult<(Option<(i64, i64)>, u64)> {
     let tx = begin(c)?;
-    let rows: Vec<(i64, Vec<u8>)> = tx
-        .prepare_cached("SELECT key, data FROM hours WHERE key > ?1 ORDER BY key LIMIT ?2")?
-        .query_map(params![after, batch.max(1) as i64], |r| Ok((r.get(0)?, r.get(1)?)))?
-        .collect::<Result<_, _>>()?;
-    let mut rewritten = 0;
-    {
-        let mut update = tx.prepare_cached("UPDATE hours SET data = ?2 WHERE key = ?1")?;
-        for (key, data) in &rows {
-            let chunk = super::key_chunk(*key);
-            let pk = key >> 32;
-            if let Some(new) = crate::chunk::with_summaries(data).ok_or_else(|| crate::decide::malformed(pk, chunk))? {
-                update.execute(params![key, new])?;
-                rewritten += 1;
-            }
-        }
-    }
+    let out = ready(remove::add_hour_summaries(&SqliteTx(&tx), after, batch))?;
     tx.commit()?;
-    let next = (rows.len() >= batch.max(1)).then(|| rows.last().map(|r| r.0)).flatten();
-    Ok((next, rewritten))
+    Ok(out)
 }

@@ -1,0 +1,195 @@
+//! The transaction seam on PostgreSQL ([`crate::write::tx::Tx`]): each
+//! primitive operation as one statement (arrays through `unnest`, hour rows
+//! through a binary `COPY`), so that a step costs few round trips, and
+//! operations sent together travel in one.
+
+use crate::decide::HourRow;
+use crate::decide::latest::{LatestRow, idx_of, mask_of};
+use crate::decide::outbox::OutboxRow;
+use crate::write::tx::{Slice, Tx};
+use crate::{ReadingSource, StoreError, StoreResult};
+use deadpool_postgres::{GenericClient, Transaction};
+use sensorhub_core::model::SensorMeta;
+use std::sync::atomic::{AtomicBool, Ordering};
+use tokio_postgres::binary_copy::BinaryCopyInWriter;
+use tokio_postgres::types::Type;
+
+/// A writing transaction.
+pub(super) struct PgTx<'a> {
+    tx: &'a Transaction<'a>,
+    /// Whether this connection has the staging table of hour rows.
+    staged: AtomicBool,
+}
+
+impl<'a> PgTx<'a> {
+    /// The seam over `tx`.
+    pub(super) fn new(tx: &'a Transaction<'a>) -> Self {
+        Self { tx, staged: AtomicBool::new(false) }
+    }
+}
+
+/// Sends hour rows through `copy` (a `COPY … FROM STDIN (FORMAT binary)`
+/// of columns device_pk, chunk, data).
+pub(super) async fn copy_hours(tx: &Transaction<'_>, copy: &str, rows: &[HourRow]) -> StoreResult<u64> {
+    let sink = tx.copy_in(copy).await?;
+    let writer = BinaryCopyInWriter::new(sink, &[Type::INT8, Type::INT8, Type::BYTEA]);
+    futures_util::pin_mut!(writer);
+    for r in rows {
+        writer.as_mut().write(&[&r.device_pk, &r.chunk, &r.data]).await?;
+    }
+    Ok(writer.finish().await?)
+}
+
+fn hour_rows(rows: &[tokio_postgres::Row]) -> Vec<HourRow> {
+    rows.iter().map(|r| HourRow { device_pk: r.get(0), chunk: r.get(1), data: r.get(2) }).collect()
+}
+
+impl Tx for PgTx<'_> {
+    async fn device_pk(&self, device_id: &str) -> StoreResult<Option<i64>> {
+        let stmt = self.tx.prepare_cached("SELECT id FROM devices WHERE device_id = $1").await?;
+        Ok(self.tx.query_opt(&stmt, &[&device_id]).await?.map(|r| r.get(0)))
+    }
+
+    async fn device_sensors(&self, pk: i64) -> StoreResult<Vec<SensorMeta>> {
+        super::read::device_sensors(self.tx, pk).await
+    }
+
+    async fn subscriptions_of(&self, pk: i64) -> StoreResult<Vec<String>> {
+        super::outbox::subscriptions_of(self.tx, pk).await
+    }
+
+    async fn hours(&self, keys: &[(i64, i64)]) -> StoreResult<Vec<HourRow>> {
+        let devices: Vec<i64> = keys.iter().map(|k| k.0).collect();
+        let chunks: Vec<i64> = keys.iter().map(|k| k.1).collect();
+        let stmt = self
+            .tx
+            .prepare_cached(
+                "SELECT r.device_pk, r.chunk, r.data FROM hours r
+                 JOIN unnest($1::bigint[], $2::bigint[]) AS k(device_pk, chunk)
+                   ON r.device_pk = k.device_pk AND r.chunk = k.chunk",
+            )
+            .await?;
+        Ok(hour_rows(&self.tx.query(&stmt, &[&devices, &chunks]).await?))
+    }
+
+    async fn hours_between(
+        &self,
+        pk: i64,
+        first: i64,
+        last: i64,
+        limit: usize,
+        newest_first: bool,
+    ) -> StoreResult<Vec<HourRow>> {
+        let sql = if newest_first {
+            "SELECT device_pk, chunk, data FROM hours WHERE device_pk = $1 AND chunk BETWEEN $2 AND $3
+             ORDER BY chunk DESC LIMIT $4"
+        } else {
+            "SELECT device_pk, chunk, data FROM hours WHERE device_pk = $1 AND chunk BETWEEN $2 AND $3
+             ORDER BY chunk LIMIT $4"
+        };
+        Ok(hour_rows(&self.tx.query(sql, &[&pk, &first, &last, &(limit as i64)]).await?))
+    }
+
+    async fn hours_after(&self, after: Option<(i64, i64)>, limit: usize) -> StoreResult<Vec<HourRow>> {
+        let (pk, chunk) = after.unwrap_or((i64::MIN, i64::MIN));
+        let rows = self
+            .tx
+            .query(
+                "SELECT device_pk, chunk, data FROM hours WHERE (device_pk, chunk) > ($1, $2)
+                 ORDER BY device_pk, chunk LIMIT $3",
+                &[&pk, &chunk, &(limit as i64)],
+            )
+            .await?;
+        Ok(hour_rows(&rows))
+    }
+
+    async fn put_hours(&self, rows: &[HourRow]) -> StoreResult<()> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        if !self.staged.swap(true, Ordering::Relaxed) {
+            self.tx
+                .batch_execute(
+                    "CREATE TEMP TABLE IF NOT EXISTS readings_in (device_pk bigint, chunk bigint, data bytea)
+                     ON COMMIT DELETE ROWS",
+                )
+                .await?;
+        }
+        copy_hours(self.tx, "COPY readings_in (device_pk, chunk, data) FROM STDIN (FORMAT binary)", rows).await?;
+        self.tx
+            .batch_execute(
+                "INSERT INTO hours (device_pk, chunk, data) SELECT device_pk, chunk, data FROM readings_in
+                 ON CONFLICT (device_pk, chunk) DO UPDATE SET data = excluded.data;
+                 TRUNCATE readings_in",
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn remove_hours(&self, pk: i64, chunks: &[i64]) -> StoreResult<()> {
+        if !chunks.is_empty() {
+            self.tx.execute("DELETE FROM hours WHERE device_pk = $1 AND chunk = ANY($2)", &[&pk, &chunks]).await?;
+        }
+        Ok(())
+    }
+
+    async fn upsert_latest(&self, rows: &[LatestRow]) -> StoreResult<()> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let devices: Vec<i64> = rows.iter().map(|r| r.device_pk).collect();
+        let idx: Vec<i16> = rows.iter().map(|r| r.idx).collect();
+        let seconds: Vec<i64> = rows.iter().map(|r| r.second).collect();
+        let values: Vec<i64> = rows.iter().map(|r| r.value).collect();
+        let stmt = self
+            .tx
+            .prepare_cached(
+                "INSERT INTO latest (device_pk, idx, second, value)
+                 SELECT * FROM unnest($1::bigint[], $2::smallint[], $3::bigint[], $4::bigint[])
+                 ON CONFLICT (device_pk, idx) DO UPDATE SET second = excluded.second, value = excluded.value
+                 WHERE excluded.second >= latest.second",
+            )
+            .await?;
+        self.tx.execute(&stmt, &[&devices, &idx, &seconds, &values]).await?;
+        Ok(())
+    }
+
+    async fn latest_within(&self, pk: i64, start: i64, end: i64) -> StoreResult<u64> {
+        let rows = self
+            .tx
+            .query("SELECT idx FROM latest WHERE device_pk = $1 AND second BETWEEN $2 AND $3", &[&pk, &start, &end])
+            .await?;
+        Ok(mask_of(rows.iter().map(|r| i64::from(r.get::<_, i16>(0)))))
+    }
+
+    async fn remove_latest(&self, pk: i64, mask: u64) -> StoreResult<()> {
+        self.tx.execute("DELETE FROM latest WHERE device_pk = $1 AND idx = ANY($2)", &[&pk, &idx_of(mask)]).await?;
+        Ok(())
+    }
+
+    async fn expire_latest(&self, pk: i64, cutoff: i64) -> StoreResult<()> {
+        self.tx.execute("DELETE FROM latest WHERE device_pk = $1 AND second < $2", &[&pk, &cutoff]).await?;
+        Ok(())
+    }
+
+    async fn sensor_masks(&self) -> StoreResult<Vec<(i64, u64)>> {
+        let rows =
+            self.tx.query("SELECT device_pk, bit_or(1::bigint << idx) FROM sensors GROUP BY device_pk", &[]).await?;
+        Ok(rows.iter().map(|r| (r.get(0), r.get::<_, i64>(1) as u64)).collect())
+    }
+
+    async fn insert_outbox(&self, rows: &[OutboxRow]) -> StoreResult<()> {
+        super::outbox::insert(self.tx, rows).await
+    }
+
+    async fn take(&self, mut source: ReadingSource, n: usize) -> StoreResult<(ReadingSource, Slice)> {
+        // The source may block (it reads a file): it is drained on the
+        // blocking pool, never on the async worker.
+        tokio::task::spawn_blocking(move || {
+            let items: Slice = source.by_ref().take(n).collect();
+            (source, items)
+        })
+        .await
+        .map_err(|e| StoreError::Backend(format!("reading the input failed: {e}").into()))
+    }
+}

@@ -1,0 +1,155 @@
+//! The transaction seam on SQLite ([`crate::write::tx::Tx`]): each
+//! primitive operation as a prepared statement on the writer's connection,
+//! inside its `IMMEDIATE` transaction. The futures are ready when first
+//! polled, so a step runs to its end on the writer's thread ([`ready`]).
+
+use super::{checked_hour_key, hour_key, key_chunk};
+use crate::decide::HourRow;
+use crate::decide::latest::{LatestRow, idx_of, mask_of};
+use crate::decide::outbox::OutboxRow;
+use crate::write::tx::{Slice, Tx};
+use crate::{ReadingSource, StoreError, StoreResult};
+use futures_util::FutureExt;
+use rusqlite::{Connection, OptionalExtension, params};
+use sensorhub_core::model::SensorMeta;
+use std::future::Future;
+
+/// A step's future run to its end here; SQLite's never wait.
+pub(super) fn ready<T>(step: impl Future<Output = StoreResult<T>>) -> StoreResult<T> {
+    step.now_or_never().unwrap_or_else(|| Err(StoreError::Backend("a SQLite write step waited".into())))
+}
+
+/// The writer's connection inside a transaction.
+pub(super) struct SqliteTx<'c>(pub &'c Connection);
+
+fn rows(c: &Connection, sql: &str, p: impl rusqlite::Params) -> StoreResult<Vec<HourRow>> {
+    let mut stmt = c.prepare_cached(sql)?;
+    let rows = stmt.query_map(p, |r| {
+        let key: i64 = r.get(0)?;
+        Ok(HourRow { device_pk: key >> 32, chunk: key_chunk(key), data: r.get(1)? })
+    })?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+impl Tx for SqliteTx<'_> {
+    async fn device_pk(&self, device_id: &str) -> StoreResult<Option<i64>> {
+        let mut stmt = self.0.prepare_cached("SELECT id FROM devices WHERE device_id = ?1")?;
+        Ok(stmt.query_row([device_id], |r| r.get(0)).optional()?)
+    }
+
+    async fn device_sensors(&self, pk: i64) -> StoreResult<Vec<SensorMeta>> {
+        super::read::device_sensors(self.0, pk)
+    }
+
+    async fn subscriptions_of(&self, pk: i64) -> StoreResult<Vec<String>> {
+        super::outbox::subscriptions_of(self.0, pk)
+    }
+
+    async fn hours(&self, keys: &[(i64, i64)]) -> StoreResult<Vec<HourRow>> {
+        let mut stmt = self.0.prepare_cached("SELECT data FROM hours WHERE key = ?1")?;
+        let mut out = Vec::with_capacity(keys.len());
+        for &(device_pk, chunk) in keys {
+            let found: Option<Vec<u8>> =
+                stmt.query_row([checked_hour_key(device_pk, chunk)?], |r| r.get(0)).optional()?;
+            out.extend(found.map(|data| HourRow { device_pk, chunk, data }));
+        }
+        Ok(out)
+    }
+
+    async fn hours_between(
+        &self,
+        pk: i64,
+        first: i64,
+        last: i64,
+        limit: usize,
+        newest_first: bool,
+    ) -> StoreResult<Vec<HourRow>> {
+        let sql = if newest_first {
+            "SELECT key, data FROM hours WHERE key BETWEEN ?1 AND ?2 ORDER BY key DESC LIMIT ?3"
+        } else {
+            "SELECT key, data FROM hours WHERE key BETWEEN ?1 AND ?2 ORDER BY key LIMIT ?3"
+        };
+        rows(self.0, sql, params![hour_key(pk, first), hour_key(pk, last), limit as i64])
+    }
+
+    async fn hours_after(&self, after: Option<(i64, i64)>, limit: usize) -> StoreResult<Vec<HourRow>> {
+        let after = after.map_or(i64::MIN, |(pk, chunk)| hour_key(pk, chunk));
+        rows(self.0, "SELECT key, data FROM hours WHERE key > ?1 ORDER BY key LIMIT ?2", params![after, limit as i64])
+    }
+
+    async fn put_hours(&self, rows: &[HourRow]) -> StoreResult<()> {
+        let mut stmt = self.0.prepare_cached(
+            "INSERT INTO hours (key, data) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE SET data = excluded.data",
+        )?;
+        for row in rows {
+            stmt.execute(params![checked_hour_key(row.device_pk, row.chunk)?, row.data])?;
+        }
+        Ok(())
+    }
+
+    async fn remove_hours(&self, pk: i64, chunks: &[i64]) -> StoreResult<()> {
+        let mut stmt = self.0.prepare_cached("DELETE FROM hours WHERE key = ?1")?;
+        for &chunk in chunks {
+            stmt.execute([hour_key(pk, chunk)])?;
+        }
+        Ok(())
+    }
+
+    async fn upsert_latest(&self, rows: &[LatestRow]) -> StoreResult<()> {
+        let mut stmt = self.0.prepare_cached(
+            "INSERT INTO latest (device_pk, idx, second, value) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT (device_pk, idx) DO UPDATE SET second = excluded.second, value = excluded.value
+             WHERE excluded.second >= latest.second",
+        )?;
+        for r in rows {
+            stmt.execute(params![r.device_pk, r.idx, r.second, r.value])?;
+        }
+        Ok(())
+    }
+
+    async fn latest_within(&self, pk: i64, start: i64, end: i64) -> StoreResult<u64> {
+        let mut stmt =
+            self.0.prepare_cached("SELECT idx FROM latest WHERE device_pk = ?1 AND second BETWEEN ?2 AND ?3")?;
+        let idx = stmt.query_map(params![pk, start, end], |r| r.get(0))?.collect::<Result<Vec<i64>, _>>()?;
+        Ok(mask_of(idx))
+    }
+
+    async fn remove_latest(&self, pk: i64, mask: u64) -> StoreResult<()> {
+        let mut stmt = self.0.prepare_cached("DELETE FROM latest WHERE device_pk = ?1 AND idx = ?2")?;
+        for idx in idx_of(mask) {
+            stmt.execute(params![pk, idx])?;
+        }
+        Ok(())
+    }
+
+    async fn expire_latest(&self, pk: i64, cutoff: i64) -> StoreResult<()> {
+        self.0
+            .prepare_cached("DELETE FROM latest WHERE device_pk = ?1 AND second < ?2")?
+            .execute(params![pk, cutoff])?;
+        Ok(())
+    }
+
+    async fn sensor_masks(&self) -> StoreResult<Vec<(i64, u64)>> {
+        let mut stmt = self.0.prepare("SELECT device_pk, idx FROM sensors ORDER BY device_pk")?;
+        let sensors = stmt.query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?)))?;
+        let mut devices: Vec<(i64, u64)> = Vec::new();
+        for sensor in sensors {
+            let (pk, idx) = sensor?;
+            match devices.last_mut() {
+                Some((last, mask)) if *last == pk => *mask |= mask_of([idx]),
+                _ => devices.push((pk, mask_of([idx]))),
+            }
+        }
+        Ok(devices)
+    }
+
+    async fn insert_outbox(&self, rows: &[OutboxRow]) -> StoreResult<()> {
+        super::outbox::insert(self.0, rows)
+    }
+
+    async fn take(&self, mut source: ReadingSource, n: usize) -> StoreResult<(ReadingSource, Slice)> {
+        // The writer's thread may block: read the source right here.
+        let items = source.by_ref().take(n).collect();
+        Ok((source, items))
+    }
+}

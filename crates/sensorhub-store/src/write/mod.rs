@@ -1,0 +1,8 @@
+//! The write steps, written once for every backend against the
+//! transaction seam ([`tx::Tx`]): the reading writer, removals and
+//! rewrites of stored hours. Each backend opens the transaction, runs a
+//! step with its own [`tx::Tx`], and commits.
+
+pub(crate) mod readings;
+pub(crate) mod remove;
+pub(crate) mod tx;

@@ -1,0 +1,158 @@
+//! The reading writer, once for every backend: readings are checked
+//! against their device's sensors (looked up once per device and
+//! transaction), gathered by hour, merged with the stored hours and
+//! written, with the `latest` index and the outbox rows they owe, in the
+//! transaction they came in.
+
+use super::tx::Tx;
+use crate::decide::latest::Newest;
+use crate::decide::outbox::Deliveries;
+use crate::decide::{self, DeviceSensors, FastMap, Hours};
+use crate::hooks::Outbox;
+use crate::{ImportReport, ReadingSource, StoreResult};
+use sensorhub_core::model::ReadingInput;
+
+/// Readings taken from an import's source at a time; after each slice a
+/// batched import looks at the clock.
+const IMPORT_SLICE: usize = 4096;
+
+/// Stores readings inside one transaction; a value at an existing second
+/// and sensor is replaced, the others at that second are kept.
+pub(crate) struct ReadingWriter {
+    devices: FastMap<String, Option<DeviceSensors>>,
+    hours: Hours,
+    /// The newest value of each sensor written, for the `latest` index.
+    newest: Newest,
+    /// Readings that were new or different from what was stored.
+    changed: u64,
+    /// The deliveries the readings owe.
+    deliveries: Deliveries,
+}
+
+impl ReadingWriter {
+    /// A writer whose readings owe deliveries when `outbox` says so.
+    pub(crate) fn new(outbox: Outbox) -> Self {
+        Self {
+            devices: FastMap::default(),
+            hours: Hours::default(),
+            newest: Newest::default(),
+            changed: 0,
+            deliveries: Deliveries::new(outbox),
+        }
+    }
+
+    /// Looks device `device_id` up, once per transaction.
+    async fn load(&mut self, tx: &impl Tx, device_id: &str) -> StoreResult<()> {
+        if !self.devices.contains_key(device_id) {
+            let entry = match tx.device_pk(device_id).await? {
+                Some(pk) => {
+                    let mut device = DeviceSensors::new(pk, tx.device_sensors(pk).await?);
+                    if self.deliveries.wanted() {
+                        device.subscriptions = tx.subscriptions_of(pk).await?;
+                    }
+                    Some(device)
+                }
+                None => None,
+            };
+            self.devices.insert(device_id.to_owned(), entry);
+        }
+        Ok(())
+    }
+
+    /// Checks one reading and adds it to the hour being gathered, and to
+    /// the deliveries it owes; a refused reading adds nothing.
+    pub(crate) async fn write(&mut self, tx: &impl Tx, r: &ReadingInput) -> StoreResult<()> {
+        self.load(tx, &r.device_id).await?;
+        let device =
+            self.devices.get(&r.device_id).and_then(Option::as_ref).ok_or_else(|| decide::unknown_device(r))?;
+        let (pk, pairs) = (device.pk, device.values(r)?);
+        self.deliveries.add(device, r)?;
+        if self.hours.is_full_for(pk, r.timestamp) {
+            self.flush(tx).await?;
+        }
+        self.newest.add(pk, r.timestamp, &pairs);
+        self.hours.add(pk, r.timestamp, pairs);
+        Ok(())
+    }
+
+    /// Merges every gathered hour with its stored row (read together) and
+    /// writes the rows that change.
+    async fn flush(&mut self, tx: &impl Tx) -> StoreResult<()> {
+        if self.hours.is_empty() {
+            return Ok(());
+        }
+        let rows = self.hours.take();
+        let keys: Vec<(i64, i64)> = rows.iter().map(|r| (r.device_pk, r.chunk)).collect();
+        let stored: FastMap<(i64, i64), Vec<u8>> =
+            tx.hours(&keys).await?.into_iter().map(|r| ((r.device_pk, r.chunk), r.data)).collect();
+        let mut changed = Vec::with_capacity(rows.len());
+        for row in rows {
+            let before = stored.get(&(row.device_pk, row.chunk)).map(Vec::as_slice);
+            if let Some((row, n)) = decide::merge_hour(row, before)? {
+                changed.push(row);
+                self.changed += n;
+            }
+        }
+        if !changed.is_empty() {
+            tx.put_hours(&changed).await?;
+        }
+        Ok(())
+    }
+
+    /// Writes what is gathered, with the index and the outbox rows (sent
+    /// together where the backend can); returns how many readings were new
+    /// or different (0 when everything was stored already).
+    pub(crate) async fn finish(mut self, tx: &impl Tx) -> StoreResult<u64> {
+        let newest = self.newest.take();
+        let deliveries = std::mem::take(&mut self.deliveries.rows);
+        futures_util::future::try_join3(self.flush(tx), tx.upsert_latest(&newest), tx.insert_outbox(&deliveries))
+            .await?;
+        Ok(self.changed)
+    }
+}
+
+/// Stores readings from `source` in one transaction: all of them, or with
+/// `limit`, those it takes that long to write; then also returns the rest
+/// of the source when there may be more.
+pub(crate) async fn import(
+    tx: &impl Tx,
+    source: ReadingSource,
+    limit: Option<std::time::Duration>,
+    outbox: Outbox,
+) -> StoreResult<(ImportReport, Option<ReadingSource>)> {
+    let started = std::time::Instant::now();
+    let mut report = ImportReport::default();
+    let mut writer = ReadingWriter::new(outbox);
+    let mut source = Some(source);
+    let mut rest = None;
+    while let Some(src) = source.take() {
+        let (src, items) = tx.take(src, IMPORT_SLICE).await?;
+        let more = items.len() == IMPORT_SLICE;
+        for item in items {
+            let r = item?;
+            report.readings += 1;
+            report.values += r.values.len() as u64;
+            writer.write(tx, &r).await?;
+        }
+        if more && limit.is_some_and(|l| started.elapsed() >= l) {
+            rest = Some(src);
+        } else if more {
+            source = Some(src);
+        }
+    }
+    writer.finish(tx).await?;
+    Ok((report, rest))
+}
+
+/// Stores single readings in one transaction (a group commit); each gets
+/// its own outcome: a refused one is checked before anything of it is
+/// gathered, so the others are stored.
+pub(crate) async fn ingest_group(tx: &impl Tx, readings: &[ReadingInput]) -> StoreResult<Vec<StoreResult<()>>> {
+    let mut writer = ReadingWriter::new(Outbox::Deliver);
+    let mut outcomes = Vec::with_capacity(readings.len());
+    for r in readings {
+        outcomes.push(writer.write(tx, r).await);
+    }
+    writer.finish(tx).await?;
+    Ok(outcomes)
+}
