@@ -78,7 +78,6 @@ pub(super) async fn apply(
         writer.write(&pg, r).await?;
     }
     report.readings.updated += writer.finish(&pg).await?;
-    drop(pg);
     tx.commit().await?;
     Ok(report)
 }
