@@ -8,6 +8,7 @@ mod copy;
 mod hooks;
 mod latest;
 mod outbox;
+mod provision;
 mod read;
 mod retention;
 pub mod temp;

@@ -26,6 +26,11 @@ impl<'a> PgTx<'a> {
     pub(super) fn new(tx: &'a Transaction<'a>) -> Self {
         Self { tx, staged: AtomicBool::new(false) }
     }
+
+    /// The transaction itself.
+    pub(super) fn tx(&self) -> &'a Transaction<'a> {
+        self.tx
+    }
 }
 
 /// Sends hour rows through `copy` (a `COPY … FROM STDIN (FORMAT binary)`

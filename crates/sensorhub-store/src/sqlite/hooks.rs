@@ -1,16 +1,11 @@
 //! Webhook subscriptions on SQLite: their rows and device lists, added by
 //! command or made true by a provisioning document.
 
-use super::write::{begin, device_pks};
-use crate::decide::subscriptions::{SubscriptionRow, SubscriptionWrite, subscription_devices, subscription_write};
-use crate::decide::{Change, now};
-use crate::hooks::{
-    NewSubscription, ProvisionedSubscription, Sealer, Subscription, join_events, no_such_subscription, split_events,
-    unseen_device,
-};
+use super::write::begin;
+use crate::decide::now;
+use crate::hooks::{NewSubscription, Subscription, join_events, no_such_subscription, split_events, unseen_device};
 use crate::{StoreError, StoreResult};
-use rusqlite::{Connection, OptionalExtension, Transaction, params};
-use std::collections::BTreeSet;
+use rusqlite::{Connection, OptionalExtension, params};
 
 pub(super) fn add(c: &mut Connection, sub: NewSubscription) -> StoreResult<()> {
     let tx = begin(c)?;
@@ -122,86 +117,4 @@ fn update(c: &mut Connection, id: &str, sql: &str, value: &dyn rusqlite::ToSql) 
     }
     tx.commit()?;
     Ok(())
-}
-
-/// Makes provisioned subscription `p` of account `account` (which sees
-/// `visible`) true, found by its name.
-pub(super) fn provision(
-    tx: &Transaction<'_>,
-    account: i64,
-    visible: &BTreeSet<i64>,
-    p: &ProvisionedSubscription,
-    sealer: &dyn Sealer,
-) -> StoreResult<Change> {
-    let listed = p.devices.as_ref().map(|l| device_pks(tx, l, &format!("{}.devices", p.at))).transpose()?;
-    let devices = subscription_devices(listed.as_deref(), visible, &p.at)?;
-    let stored = tx
-        .query_row(
-            "SELECT id, url, all_devices, events, enabled, batch, batch_max, allow_http, secret, headers
-             FROM subscriptions WHERE account_id = ?1 AND name = ?2",
-            params![account, p.name],
-            |r| {
-                Ok(SubscriptionRow {
-                    id: r.get(0)?,
-                    url: r.get(1)?,
-                    devices: (!r.get::<_, bool>(2)?).then(BTreeSet::new),
-                    events: r.get(3)?,
-                    enabled: r.get(4)?,
-                    batch: r.get(5)?,
-                    batch_max: r.get(6)?,
-                    allow_http: r.get(7)?,
-                    secret: r.get(8)?,
-                    headers: r.get(9)?,
-                })
-            },
-        )
-        .optional()?;
-    let stored = match stored {
-        Some(mut row) => {
-            if let Some(set) = &mut row.devices {
-                let mut stmt =
-                    tx.prepare_cached("SELECT device_pk FROM subscription_devices WHERE subscription_id = ?1")?;
-                *set = stmt.query_map([&row.id], |r| r.get(0))?.collect::<Result<_, _>>()?;
-            }
-            Some(row)
-        }
-        None => None,
-    };
-    let (row, change) = match subscription_write(p, devices, stored, sealer)? {
-        SubscriptionWrite::Unchanged => return Ok(Change::Unchanged),
-        SubscriptionWrite::Insert(row) => (row, Change::Created),
-        SubscriptionWrite::Update(row) => (row, Change::Updated),
-    };
-    // One statement for both: an update keeps the name and creation time.
-    tx.execute(
-        "INSERT INTO subscriptions (id, account_id, name, url, all_devices, events, secret, headers, enabled,
-                                    batch, batch_max, allow_http, created_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
-         ON CONFLICT (id) DO UPDATE SET url = excluded.url, all_devices = excluded.all_devices,
-             events = excluded.events, secret = excluded.secret, headers = excluded.headers,
-             enabled = excluded.enabled, batch = excluded.batch, batch_max = excluded.batch_max,
-             allow_http = excluded.allow_http",
-        params![
-            row.id,
-            account,
-            p.name,
-            row.url,
-            row.devices.is_none(),
-            row.events,
-            row.secret,
-            row.headers,
-            row.enabled,
-            row.batch,
-            row.batch_max,
-            row.allow_http,
-            now()
-        ],
-    )?;
-    tx.execute("DELETE FROM subscription_devices WHERE subscription_id = ?1", [&row.id])?;
-    let mut stmt =
-        tx.prepare_cached("INSERT INTO subscription_devices (subscription_id, device_pk) VALUES (?1, ?2)")?;
-    for pk in row.devices.iter().flatten() {
-        stmt.execute(params![row.id, pk])?;
-    }
-    Ok(change)
 }

@@ -6,6 +6,7 @@ mod hooks;
 mod latest;
 mod outbox;
 mod pool;
+mod provision;
 mod read;
 mod retention;
 mod tx;

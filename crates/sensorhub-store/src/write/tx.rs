@@ -15,6 +15,7 @@ use crate::decide::outbox::OutboxRow;
 use crate::{ReadingSource, StoreResult};
 use sensorhub_core::model::{ReadingInput, SensorMeta};
 use sensorhub_core::provision::InputError;
+use std::collections::BTreeSet;
 
 /// The lowest hour number a range of hours may start from.
 pub(crate) const FIRST_HOUR: i64 = -(1 << 31);
@@ -84,4 +85,116 @@ pub(crate) trait Tx {
     /// source may block (it reads a file): where blocking a thread matters,
     /// the backend reads it where that is allowed.
     async fn take(&self, source: ReadingSource, n: usize) -> StoreResult<(ReadingSource, Slice)>;
+}
+
+/// A device row as provisioning compares it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct DeviceRow {
+    pub name: String,
+    pub kind: String,
+    pub lat: f64,
+    pub long: f64,
+    pub interval_seconds: i64,
+}
+
+/// The rows a retention setting lives on.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum RetentionOf {
+    Account(i64),
+    Device(i64),
+}
+
+/// Which key table a key lives in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum KeyKind {
+    /// `api_keys` (public reads), which may be scoped to devices.
+    Api,
+    /// `webhook_keys` (the webhook receiver).
+    Webhook,
+}
+
+/// A new key row.
+pub(crate) struct NewKey<'a> {
+    pub kind: KeyKind,
+    pub digest: &'a [u8],
+    pub prefix: &'a str,
+    pub account_id: i64,
+    pub scoped: bool,
+    pub revoked: bool,
+}
+
+/// The primitive operations of provisioning (`apply`, the admin commands).
+pub(crate) trait ProvisionTx: Tx {
+    /// Device `device_id`'s number and row.
+    async fn device_row(&self, device_id: &str) -> StoreResult<Option<(i64, DeviceRow)>>;
+
+    /// Adds a device; its number.
+    async fn insert_device(&self, device_id: &str, row: &DeviceRow) -> StoreResult<i64>;
+
+    /// Replaces device `pk`'s row.
+    async fn update_device(&self, pk: i64, row: &DeviceRow) -> StoreResult<()>;
+
+    /// Writes sensor `sensor` at `idx` of device `pk`, adding it when `new`.
+    async fn put_sensor(&self, pk: i64, idx: usize, sensor: &SensorMeta, new: bool) -> StoreResult<()>;
+
+    /// Sets a retention column (`None` clears it); whether it changed.
+    async fn set_retention(&self, of: RetentionOf, seconds: Option<i64>) -> StoreResult<bool>;
+
+    /// Account `username`'s number, password hash and disabled flag.
+    async fn account_row(&self, username: &str) -> StoreResult<Option<crate::decide::StoredAccount>>;
+
+    /// Adds an account; its number.
+    async fn insert_account(&self, username: &str, password_hash: &str, disabled: bool) -> StoreResult<i64>;
+
+    /// Changes what is given of account `id`.
+    async fn update_account(&self, id: i64, password_hash: Option<&str>, disabled: Option<bool>) -> StoreResult<()>;
+
+    /// The devices account `id` sees, with its write grants.
+    async fn links_of(&self, id: i64) -> StoreResult<crate::decide::Links>;
+
+    /// Replaces account `id`'s device links.
+    async fn set_links_of(&self, id: i64, links: &crate::decide::Links) -> StoreResult<()>;
+
+    /// The devices account `id` owns.
+    async fn owned_by(&self, id: i64) -> StoreResult<BTreeSet<i64>>;
+
+    /// Makes account `account` the owner of device `device_id`, which it
+    /// then sees; whether anything changed.
+    async fn set_owner(&self, device_id: &str, account: i64) -> StoreResult<bool>;
+
+    /// The key of `kind` with `digest` (an API key with its device list).
+    async fn key_row(&self, kind: KeyKind, digest: &[u8]) -> StoreResult<Option<crate::decide::StoredKey>>;
+
+    /// Adds a key; its number.
+    async fn insert_key(&self, key: NewKey<'_>) -> StoreResult<i64>;
+
+    /// Changes key `id` of `kind`: whether it is scoped (API keys; `None`
+    /// leaves it) and revoked.
+    async fn update_key(&self, kind: KeyKind, id: i64, scoped: Option<bool>, revoked: bool) -> StoreResult<()>;
+
+    /// Replaces API key `id`'s device list.
+    async fn set_key_devices(&self, id: i64, devices: &BTreeSet<i64>) -> StoreResult<()>;
+
+    /// The API keys whose digest is `digest`, else the unrevoked ones shown
+    /// with `prefix`: (number, prefix).
+    async fn api_keys_matching(&self, digest: &[u8], prefix: &str) -> StoreResult<Vec<(i64, String)>>;
+}
+
+/// The primitive operations of provisioning webhook subscriptions.
+pub(crate) trait SubscriptionTx: ProvisionTx {
+    /// Account `account`'s subscription named `name`, with its device list.
+    async fn subscription_row(
+        &self,
+        account: i64,
+        name: &str,
+    ) -> StoreResult<Option<crate::decide::subscriptions::SubscriptionRow>>;
+
+    /// Writes subscription `row` of account `account` under `name` (an
+    /// update keeps its name and creation time) and its device list.
+    async fn put_subscription(
+        &self,
+        account: i64,
+        name: &str,
+        row: &crate::decide::subscriptions::SubscriptionRow,
+    ) -> StoreResult<()>;
 }
