@@ -2,16 +2,11 @@
 //! `sensorhub copy`: rows by natural key, ids renumbered on the way in,
 //! hours of readings sent with binary `COPY`.
 
-use super::tx::copy_hours;
+use super::tx::PgTx;
 use super::write::begin_bulk;
-use crate::decide::HourRow;
-use crate::{
-    AccountDeviceRow, AccountRow, DeviceRow, Installation, KeyRow, SensorRow, StoreError, StoreResult, StoredHour,
-};
-use deadpool_postgres::{Client, GenericClient, Transaction};
+use crate::{AccountDeviceRow, AccountRow, DeviceRow, Installation, KeyRow, SensorRow, StoreResult, StoredHour};
+use deadpool_postgres::{Client, GenericClient};
 use sensorhub_core::model::SensorMeta;
-use sensorhub_core::provision::InputError;
-use std::collections::HashMap;
 use tokio_postgres::Row;
 
 fn key_row(r: &Row) -> KeyRow {
@@ -118,128 +113,16 @@ pub(super) async fn export_hours(
     Ok(rows.iter().map(|r| StoredHour { chunk: r.get(0), data: r.get(1) }).collect())
 }
 
-/// Refuses when `sql` (with `$1`) finds a row.
-async fn refuse_existing(
-    tx: &Transaction<'_>,
-    sql: &str,
-    value: &(dyn tokio_postgres::types::ToSql + Sync),
-    what: String,
-) -> StoreResult<()> {
-    if tx.query_opt(sql, &[value]).await?.is_some() {
-        return Err(StoreError::Conflict(format!("{what} already exists in the target")));
-    }
-    Ok(())
-}
-
-fn missing(what: &str, id: &str) -> StoreError {
-    StoreError::Invalid(InputError::new("copy", format!("{what} {id:?} is not in the copy")))
-}
-
 pub(super) async fn restore(c: &mut Client, rows: Installation) -> StoreResult<()> {
     let tx = begin_bulk(c).await?;
-    let mut accounts = HashMap::new();
-    for a in &rows.accounts {
-        refuse_existing(
-            &tx,
-            "SELECT 1 FROM accounts WHERE username = $1",
-            &a.username,
-            format!("account {:?}", a.username),
-        )
-        .await?;
-        let row = tx
-            .query_one(
-                "INSERT INTO accounts (username, password_hash, disabled, created_at) VALUES ($1, $2, $3, $4) RETURNING id",
-                &[&a.username, &a.password_hash, &a.disabled, &a.created_at],
-            )
-            .await?;
-        accounts.insert(a.username.as_str(), row.get::<_, i64>(0));
-    }
-    let account = |name: &str| accounts.get(name).copied().ok_or_else(|| missing("account", name));
-    let mut devices = HashMap::new();
-    for d in &rows.devices {
-        refuse_existing(
-            &tx,
-            "SELECT 1 FROM devices WHERE device_id = $1",
-            &d.device_id,
-            format!("device {:?}", d.device_id),
-        )
-        .await?;
-        let owner = d.owner.as_deref().map(&account).transpose()?;
-        let row = tx
-            .query_one(
-                "INSERT INTO devices (device_id, name, type, lat, long, interval_seconds, owner_id)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",
-                &[&d.device_id, &d.name, &d.kind, &d.lat, &d.long, &d.interval_seconds, &owner],
-            )
-            .await?;
-        devices.insert(d.device_id.as_str(), row.get::<_, i64>(0));
-    }
-    let device = |id: &str| devices.get(id).copied().ok_or_else(|| missing("device", id));
-    for s in &rows.sensors {
-        let m = &s.sensor;
-        tx.execute(
-            "INSERT INTO sensors (device_pk, idx, sensor_id, name, type, unit) VALUES ($1, $2, $3, $4, $5, $6)",
-            &[&device(&s.device_id)?, &(s.idx as i16), &m.sensor_id, &m.name, &m.kind, &m.unit],
-        )
-        .await?;
-    }
-    for link in &rows.account_devices {
-        tx.execute(
-            "INSERT INTO account_devices (account_id, device_pk, can_write) VALUES ($1, $2, $3)",
-            &[&account(&link.username)?, &device(&link.device_id)?, &link.can_write],
-        )
-        .await?;
-    }
-    let mut keys = HashMap::new();
-    for k in &rows.api_keys {
-        refuse_existing(&tx, "SELECT 1 FROM api_keys WHERE digest = $1", &k.digest, format!("API key {}…", k.prefix))
-            .await?;
-        let row = tx
-            .query_one(
-                "INSERT INTO api_keys (digest, prefix, account_id, scoped, revoked, created_at)
-                 VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
-                &[&k.digest, &k.prefix, &account(&k.username)?, &k.scoped, &k.revoked, &k.created_at],
-            )
-            .await?;
-        keys.insert(k.digest.as_slice(), row.get::<_, i64>(0));
-    }
-    for (digest, dev) in &rows.api_key_devices {
-        let key = keys.get(digest.as_slice()).copied().ok_or_else(|| missing("API key", "?"))?;
-        tx.execute("INSERT INTO api_key_devices (key_id, device_pk) VALUES ($1, $2)", &[&key, &device(dev)?]).await?;
-    }
-    for k in &rows.webhook_keys {
-        refuse_existing(
-            &tx,
-            "SELECT 1 FROM webhook_keys WHERE digest = $1",
-            &k.digest,
-            format!("webhook key {}…", k.prefix),
-        )
-        .await?;
-        tx.execute(
-            "INSERT INTO webhook_keys (digest, prefix, account_id, revoked, created_at) VALUES ($1, $2, $3, $4, $5)",
-            &[&k.digest, &k.prefix, &account(&k.username)?, &k.revoked, &k.created_at],
-        )
-        .await?;
-    }
+    crate::write::copy::restore(&PgTx::new(&tx), rows).await?;
     tx.commit().await?;
     Ok(())
 }
 
 pub(super) async fn restore_hours(c: &mut Client, device_id: &str, hours: Vec<StoredHour>) -> StoreResult<()> {
     let tx = begin_bulk(c).await?;
-    let pk: i64 = tx
-        .query_opt("SELECT id FROM devices WHERE device_id = $1", &[&device_id])
-        .await?
-        .ok_or_else(|| StoreError::NotFound(format!("device {device_id:?} is not in the target")))?
-        .get(0);
-    let rows: Vec<HourRow> =
-        hours.into_iter().map(|h| HourRow { device_pk: pk, chunk: h.chunk, data: h.data }).collect();
-    copy_hours(&tx, "COPY hours (device_pk, chunk, data) FROM STDIN (FORMAT binary)", &rows).await?;
-    let mut newest = crate::decide::latest::Newest::default();
-    for r in &rows {
-        newest.add_hour(pk, r.chunk, &r.data)?;
-    }
-    crate::write::tx::Tx::upsert_latest(&super::tx::PgTx::new(&tx), &newest.take()).await?;
+    crate::write::copy::restore_hours(&PgTx::new(&tx), device_id, hours).await?;
     tx.commit().await?;
     Ok(())
 }

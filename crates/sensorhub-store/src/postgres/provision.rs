@@ -5,7 +5,7 @@ use super::tx::PgTx;
 use crate::StoreResult;
 use crate::decide::subscriptions::SubscriptionRow;
 use crate::decide::{Links, StoredAccount, StoredKey, now};
-use crate::write::tx::{DeviceRow, KeyKind, NewKey, ProvisionTx, RetentionOf, SubscriptionTx};
+use crate::write::tx::{DeviceFields, KeyKind, NewKey, ProvisionTx, RetentionOf, SubscriptionTx};
 use deadpool_postgres::{GenericClient, Transaction};
 use sensorhub_core::model::SensorMeta;
 use std::collections::BTreeSet;
@@ -31,16 +31,21 @@ async fn set_links(
 }
 
 impl ProvisionTx for PgTx<'_> {
-    async fn device_row(&self, device_id: &str) -> StoreResult<Option<(i64, DeviceRow)>> {
+    async fn device_row(&self, device_id: &str) -> StoreResult<Option<(i64, DeviceFields)>> {
         let sql = "SELECT id, name, type, lat, long, interval_seconds FROM devices WHERE device_id = $1";
         Ok(self.tx().query_opt(sql, &[&device_id]).await?.map(|r| {
-            let row =
-                DeviceRow { name: r.get(1), kind: r.get(2), lat: r.get(3), long: r.get(4), interval_seconds: r.get(5) };
+            let row = DeviceFields {
+                name: r.get(1),
+                kind: r.get(2),
+                lat: r.get(3),
+                long: r.get(4),
+                interval_seconds: r.get(5),
+            };
             (r.get(0), row)
         }))
     }
 
-    async fn insert_device(&self, device_id: &str, d: &DeviceRow) -> StoreResult<i64> {
+    async fn insert_device(&self, device_id: &str, d: &DeviceFields) -> StoreResult<i64> {
         let row = self
             .tx()
             .query_one(
@@ -52,7 +57,7 @@ impl ProvisionTx for PgTx<'_> {
         Ok(row.get(0))
     }
 
-    async fn update_device(&self, pk: i64, d: &DeviceRow) -> StoreResult<()> {
+    async fn update_device(&self, pk: i64, d: &DeviceFields) -> StoreResult<()> {
         self.tx()
             .execute(
                 "UPDATE devices SET name = $2, type = $3, lat = $4, long = $5, interval_seconds = $6 WHERE id = $1",
@@ -89,13 +94,13 @@ impl ProvisionTx for PgTx<'_> {
         Ok(row.map(|r| StoredAccount { id: r.get(0), password_hash: r.get(1), disabled: r.get(2) }))
     }
 
-    async fn insert_account(&self, username: &str, password_hash: &str, disabled: bool) -> StoreResult<i64> {
+    async fn insert_account(&self, username: &str, hash: &str, disabled: bool, created_at: i64) -> StoreResult<i64> {
         let row = self
             .tx()
             .query_one(
                 "INSERT INTO accounts (username, password_hash, disabled, created_at) VALUES ($1, $2, $3, $4)
                  RETURNING id",
-                &[&username, &password_hash, &disabled, &now()],
+                &[&username, &hash, &disabled, &created_at],
             )
             .await?;
         Ok(row.get(0))
@@ -174,7 +179,7 @@ impl ProvisionTx for PgTx<'_> {
                     .query_one(
                         "INSERT INTO api_keys (digest, prefix, account_id, scoped, revoked, created_at)
                          VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
-                        &[&k.digest, &k.prefix, &k.account_id, &k.scoped, &k.revoked, &now()],
+                        &[&k.digest, &k.prefix, &k.account_id, &k.scoped, &k.revoked, &k.created_at],
                     )
                     .await?
             }
@@ -183,7 +188,7 @@ impl ProvisionTx for PgTx<'_> {
                     .query_one(
                         "INSERT INTO webhook_keys (digest, prefix, account_id, revoked, created_at)
                          VALUES ($1, $2, $3, $4, $5) RETURNING id",
-                        &[&k.digest, &k.prefix, &k.account_id, &k.revoked, &now()],
+                        &[&k.digest, &k.prefix, &k.account_id, &k.revoked, &k.created_at],
                     )
                     .await?
             }

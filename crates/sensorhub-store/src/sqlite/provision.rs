@@ -5,7 +5,7 @@ use super::tx::SqliteTx;
 use crate::StoreResult;
 use crate::decide::subscriptions::SubscriptionRow;
 use crate::decide::{Links, StoredAccount, StoredKey, now};
-use crate::write::tx::{DeviceRow, KeyKind, NewKey, ProvisionTx, RetentionOf, SubscriptionTx};
+use crate::write::tx::{DeviceFields, KeyKind, NewKey, ProvisionTx, RetentionOf, SubscriptionTx};
 use rusqlite::{Connection, OptionalExtension, params};
 use sensorhub_core::model::SensorMeta;
 use std::collections::BTreeSet;
@@ -33,10 +33,10 @@ fn set_links(
 }
 
 impl ProvisionTx for SqliteTx<'_> {
-    async fn device_row(&self, device_id: &str) -> StoreResult<Option<(i64, DeviceRow)>> {
+    async fn device_row(&self, device_id: &str) -> StoreResult<Option<(i64, DeviceFields)>> {
         let sql = "SELECT id, name, type, lat, long, interval_seconds FROM devices WHERE device_id = ?1";
         let row = self.0.query_row(sql, [device_id], |r| {
-            let row = DeviceRow {
+            let row = DeviceFields {
                 name: r.get(1)?,
                 kind: r.get(2)?,
                 lat: r.get(3)?,
@@ -48,7 +48,7 @@ impl ProvisionTx for SqliteTx<'_> {
         Ok(row.optional()?)
     }
 
-    async fn insert_device(&self, device_id: &str, d: &DeviceRow) -> StoreResult<i64> {
+    async fn insert_device(&self, device_id: &str, d: &DeviceFields) -> StoreResult<i64> {
         self.0.execute(
             "INSERT INTO devices (device_id, name, type, lat, long, interval_seconds) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
             params![device_id, d.name, d.kind, d.lat, d.long, d.interval_seconds],
@@ -56,7 +56,7 @@ impl ProvisionTx for SqliteTx<'_> {
         Ok(self.0.last_insert_rowid())
     }
 
-    async fn update_device(&self, pk: i64, d: &DeviceRow) -> StoreResult<()> {
+    async fn update_device(&self, pk: i64, d: &DeviceFields) -> StoreResult<()> {
         self.0.execute(
             "UPDATE devices SET name = ?2, type = ?3, lat = ?4, long = ?5, interval_seconds = ?6 WHERE id = ?1",
             params![pk, d.name, d.kind, d.lat, d.long, d.interval_seconds],
@@ -91,10 +91,10 @@ impl ProvisionTx for SqliteTx<'_> {
         Ok(row.optional()?)
     }
 
-    async fn insert_account(&self, username: &str, password_hash: &str, disabled: bool) -> StoreResult<i64> {
+    async fn insert_account(&self, username: &str, hash: &str, disabled: bool, created_at: i64) -> StoreResult<i64> {
         self.0.execute(
             "INSERT INTO accounts (username, password_hash, disabled, created_at) VALUES (?1, ?2, ?3, ?4)",
-            params![username, password_hash, disabled, now()],
+            params![username, hash, disabled, created_at],
         )?;
         Ok(self.0.last_insert_rowid())
     }
@@ -172,11 +172,11 @@ impl ProvisionTx for SqliteTx<'_> {
         match k.kind {
             KeyKind::Api => self.0.execute(
                 "INSERT INTO api_keys (digest, prefix, account_id, scoped, revoked, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                params![k.digest, k.prefix, k.account_id, k.scoped, k.revoked, now()],
+                params![k.digest, k.prefix, k.account_id, k.scoped, k.revoked, k.created_at],
             )?,
             KeyKind::Webhook => self.0.execute(
                 "INSERT INTO webhook_keys (digest, prefix, account_id, revoked, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
-                params![k.digest, k.prefix, k.account_id, k.revoked, now()],
+                params![k.digest, k.prefix, k.account_id, k.revoked, k.created_at],
             )?,
         };
         Ok(self.0.last_insert_rowid())

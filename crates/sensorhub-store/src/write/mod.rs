@@ -3,6 +3,7 @@
 //! rewrites of stored hours. Each backend opens the transaction, runs a
 //! step with its own [`tx::Tx`], and commits.
 
+pub(crate) mod copy;
 pub(crate) mod provision;
 pub(crate) mod readings;
 pub(crate) mod remove;

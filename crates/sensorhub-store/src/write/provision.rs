@@ -5,9 +5,9 @@
 //! [`crate::decide`]; this is the order the steps run in.
 
 use super::readings::ReadingWriter;
-use super::tx::{DeviceRow, KeyKind, NewKey, RetentionOf, SubscriptionTx};
+use super::tx::{DeviceFields, KeyKind, NewKey, RetentionOf, SubscriptionTx};
 use crate::decide::subscriptions::{SubscriptionWrite, provisioned_of, subscription_devices, subscription_write};
-use crate::decide::{self, AccountWrite, Change, KeyWrite, ScopeRequest, SensorWrite, invalid};
+use crate::decide::{self, AccountWrite, Change, KeyWrite, ScopeRequest, SensorWrite, invalid, now};
 use crate::hooks::{Outbox, ProvisionedHooks, ProvisionedSubscription, Sealer};
 use crate::{ApplyReport, StoreError, StoreResult};
 use sensorhub_core::model::{DeviceSpec, ReadingInput};
@@ -57,7 +57,7 @@ pub(crate) async fn apply(
 
 /// Creates or updates a device and its listed sensors.
 async fn upsert_device(tx: &impl SubscriptionTx, d: &DeviceSpec, at: &str) -> StoreResult<Change> {
-    let wanted = DeviceRow {
+    let wanted = DeviceFields {
         name: d.name.clone(),
         kind: d.kind.clone(),
         lat: d.lat,
@@ -116,7 +116,7 @@ async fn apply_account(
     let stored = tx.account_row(&a.username).await?;
     let (account_id, mut change) = match decide::account_write(&a, stored, at)? {
         AccountWrite::Insert { password_hash, disabled } => {
-            (tx.insert_account(&a.username, &password_hash, disabled).await?, Change::Created)
+            (tx.insert_account(&a.username, &password_hash, disabled, now()).await?, Change::Created)
         }
         AccountWrite::Update { id, password_hash, disabled } => {
             tx.update_account(id, password_hash.as_deref(), disabled).await?;
@@ -183,7 +183,8 @@ async fn upsert_key(
         }
         KeyWrite::Insert { revoked } => {
             let prefix = key_prefix(id);
-            let new = NewKey { kind, digest: &digest, prefix: &prefix, account_id, scoped: scope.is_some(), revoked };
+            let scoped = scope.is_some();
+            let new = NewKey { kind, digest: &digest, prefix: &prefix, account_id, scoped, revoked, created_at: now() };
             (tx.insert_key(new).await?, Change::Created)
         }
     };

@@ -89,7 +89,7 @@ pub(crate) trait Tx {
 
 /// A device row as provisioning compares it.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct DeviceRow {
+pub(crate) struct DeviceFields {
     pub name: String,
     pub kind: String,
     pub lat: f64,
@@ -121,18 +121,20 @@ pub(crate) struct NewKey<'a> {
     pub account_id: i64,
     pub scoped: bool,
     pub revoked: bool,
+    /// Seconds since the epoch.
+    pub created_at: i64,
 }
 
 /// The primitive operations of provisioning (`apply`, the admin commands).
 pub(crate) trait ProvisionTx: Tx {
     /// Device `device_id`'s number and row.
-    async fn device_row(&self, device_id: &str) -> StoreResult<Option<(i64, DeviceRow)>>;
+    async fn device_row(&self, device_id: &str) -> StoreResult<Option<(i64, DeviceFields)>>;
 
     /// Adds a device; its number.
-    async fn insert_device(&self, device_id: &str, row: &DeviceRow) -> StoreResult<i64>;
+    async fn insert_device(&self, device_id: &str, row: &DeviceFields) -> StoreResult<i64>;
 
     /// Replaces device `pk`'s row.
-    async fn update_device(&self, pk: i64, row: &DeviceRow) -> StoreResult<()>;
+    async fn update_device(&self, pk: i64, row: &DeviceFields) -> StoreResult<()>;
 
     /// Writes sensor `sensor` at `idx` of device `pk`, adding it when `new`.
     async fn put_sensor(&self, pk: i64, idx: usize, sensor: &SensorMeta, new: bool) -> StoreResult<()>;
@@ -143,8 +145,14 @@ pub(crate) trait ProvisionTx: Tx {
     /// Account `username`'s number, password hash and disabled flag.
     async fn account_row(&self, username: &str) -> StoreResult<Option<crate::decide::StoredAccount>>;
 
-    /// Adds an account; its number.
-    async fn insert_account(&self, username: &str, password_hash: &str, disabled: bool) -> StoreResult<i64>;
+    /// Adds an account created at `created_at` (seconds); its number.
+    async fn insert_account(
+        &self,
+        username: &str,
+        password_hash: &str,
+        disabled: bool,
+        created_at: i64,
+    ) -> StoreResult<i64>;
 
     /// Changes what is given of account `id`.
     async fn update_account(&self, id: i64, password_hash: Option<&str>, disabled: Option<bool>) -> StoreResult<()>;
