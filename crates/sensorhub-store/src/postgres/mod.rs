@@ -43,10 +43,6 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/postgres/0008_access.sql"),
 ];
 
-/// The schema version that adds the `latest` index, filled from the stored
-/// hours in the migration's transaction.
-const LATEST_VERSION: usize = 5;
-
 /// Connections per process unless the URL says otherwise (`pool_max_size=N`).
 pub const DEFAULT_POOL_SIZE: usize = 16;
 
@@ -187,31 +183,17 @@ impl PgStore {
     }
 
     /// Applies the migrations the database has not seen yet, under an
-    /// advisory lock, each in its own transaction, then finishes any
-    /// upgrade of stored readings. Refuses a database made by a newer
-    /// sensorhub.
+    /// advisory lock, in one transaction, then finishes any upgrade of
+    /// stored readings.
     async fn migrate(&self, options: crate::OpenOptions) -> StoreResult<()> {
         let mut client = self.pool.get().await?;
         // Another instance may be migrating: wait for it however long it takes.
         client.batch_execute("SET lock_timeout = 0; SET statement_timeout = 0").await?;
         client.execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK]).await?;
         let result = async {
-            client
-                .batch_execute("CREATE TABLE IF NOT EXISTS sensorhub_schema (version integer NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())")
-                .await?;
-            let row = client.query_one("SELECT coalesce(max(version), 0) FROM sensorhub_schema", &[]).await?;
-            let version = usize::try_from(row.get::<_, i32>(0)).unwrap_or(0);
-            crate::check_schema_version(version, MIGRATIONS.len())?;
-            for (i, sql) in MIGRATIONS.iter().enumerate().skip(version) {
-                let tx = client.transaction().await?;
-                tx.batch_execute(sql).await?;
-                if i + 1 == LATEST_VERSION {
-                    crate::write::remove::fill_latest(&tx::PgTx::new(&tx)).await?;
-                }
-                tx.execute("INSERT INTO sensorhub_schema (version) VALUES ($1)", &[&((i + 1) as i32)]).await?;
-                tx.commit().await?;
-                tracing::info!(version = i + 1, "applied migration");
-            }
+            let tx = client.transaction().await?;
+            crate::write::migrate::migrate(&tx::PgTx::new(&tx), MIGRATIONS).await?;
+            tx.commit().await?;
             upgrade::run(&mut client, options.upgrade_batch_hours).await
         }
         .await;

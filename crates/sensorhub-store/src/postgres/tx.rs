@@ -198,3 +198,26 @@ impl Tx for PgTx<'_> {
         .map_err(|e| StoreError::Backend(format!("reading the input failed: {e}").into()))
     }
 }
+
+impl crate::write::migrate::MigrationTx for PgTx<'_> {
+    async fn schema_version(&self) -> StoreResult<usize> {
+        self.tx
+            .batch_execute(
+                "CREATE TABLE IF NOT EXISTS sensorhub_schema
+                 (version integer NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())",
+            )
+            .await?;
+        let row = self.tx.query_one("SELECT coalesce(max(version), 0) FROM sensorhub_schema", &[]).await?;
+        Ok(usize::try_from(row.get::<_, i32>(0)).unwrap_or(0))
+    }
+
+    async fn run_migration(&self, sql: &str) -> StoreResult<()> {
+        Ok(self.tx.batch_execute(sql).await?)
+    }
+
+    async fn set_schema_version(&self, version: usize) -> StoreResult<()> {
+        let version = i32::try_from(version).unwrap_or(i32::MAX);
+        self.tx.execute("INSERT INTO sensorhub_schema (version) VALUES ($1)", &[&version]).await?;
+        Ok(())
+    }
+}

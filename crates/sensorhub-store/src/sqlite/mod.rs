@@ -42,10 +42,6 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/sqlite/0008_access.sql"),
 ];
 
-/// The schema version that adds the `latest` index, filled from the stored
-/// hours in the migration's transaction.
-const LATEST_VERSION: usize = 5;
-
 /// Offset added to an hour number in a key, so that every hour since
 /// jiff's earliest timestamp is a non-negative 32-bit number.
 pub(super) const HOUR_BIAS: i64 = 1 << 31;
@@ -185,20 +181,10 @@ impl Drop for Waiting<'_> {
 
 /// Applies the migrations the database has not seen yet, in one
 /// `IMMEDIATE` transaction that also reads the version, so that several
-/// processes opening a new file at once migrate it exactly once. Refuses a
-/// database made by a newer sensorhub.
+/// processes opening a new file at once migrate it exactly once.
 fn migrate(conn: &mut rusqlite::Connection) -> StoreResult<()> {
     let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-    let version = usize::try_from(tx.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0))?).unwrap_or(0);
-    crate::check_schema_version(version, MIGRATIONS.len())?;
-    for (i, sql) in MIGRATIONS.iter().enumerate().skip(version) {
-        tx.execute_batch(sql)?;
-        if i + 1 == LATEST_VERSION {
-            tx::ready(crate::write::remove::fill_latest(&tx::SqliteTx(&tx)))?;
-        }
-        tx.pragma_update(None, "user_version", (i + 1) as i64)?;
-        tracing::info!(version = i + 1, "applied migration");
-    }
+    tx::ready(crate::write::migrate::migrate(&tx::SqliteTx(&tx), MIGRATIONS))?;
     tx.commit()?;
     Ok(())
 }

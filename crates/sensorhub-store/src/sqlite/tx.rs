@@ -153,3 +153,17 @@ impl Tx for SqliteTx<'_> {
         Ok((source, items))
     }
 }
+
+impl crate::write::migrate::MigrationTx for SqliteTx<'_> {
+    async fn schema_version(&self) -> StoreResult<usize> {
+        Ok(usize::try_from(self.0.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0))?).unwrap_or(0))
+    }
+
+    async fn run_migration(&self, sql: &str) -> StoreResult<()> {
+        Ok(self.0.execute_batch(sql)?)
+    }
+
+    async fn set_schema_version(&self, version: usize) -> StoreResult<()> {
+        Ok(self.0.pragma_update(None, "user_version", version as i64)?)
+    }
+}

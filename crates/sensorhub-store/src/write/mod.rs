@@ -4,6 +4,7 @@
 //! step with its own [`tx::Tx`], and commits.
 
 pub(crate) mod copy;
+pub(crate) mod migrate;
 pub(crate) mod provision;
 pub(crate) mod readings;
 pub(crate) mod remove;
