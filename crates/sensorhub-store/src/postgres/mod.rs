@@ -11,7 +11,6 @@ mod outbox;
 mod provision;
 mod read;
 mod retention;
-pub mod temp;
 mod tx;
 mod upgrade;
 mod write;

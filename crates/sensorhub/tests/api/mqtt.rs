@@ -92,7 +92,7 @@ impl Drop for Broker {
 }
 
 /// A database with the test fixture applied.
-async fn provisioned() -> (String, tempfile::TempDir, Option<sensorhub_store::postgres::temp::TempDatabase>) {
+async fn provisioned() -> (String, tempfile::TempDir, Option<sensorhub_store::testing::TempDatabase>) {
     let (db, dir, pg) = fresh_database().await;
     let file = dir.path().join("fixture.json");
     std::fs::write(&file, FIXTURE).expect("write fixture");

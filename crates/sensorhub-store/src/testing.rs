@@ -1,6 +1,8 @@
-//! A throwaway PostgreSQL database with a random name, dropped (with its
-//! connections) when the value is dropped: for tests and benchmarks, which
-//! must never touch another run's data.
+//! Test support, built only with the `test-support` feature (the tests of
+//! this workspace turn it on; the service never ships it): a throwaway
+//! PostgreSQL database with a random name, dropped (with its connections)
+//! when the value is dropped, so that a test never touches another run's
+//! data.
 
 use crate::{StoreError, StoreResult};
 
