@@ -63,7 +63,7 @@ fn publishing(
     let Some(url) = url.filter(|u| u.starts_with("redis://")) else { return Ok(store) };
     let prefix = args.redis_prefix.as_ref().or(ctx.file.redis_prefix.as_ref());
     let prefix = prefix.map_or(crate::config::serve::DEFAULT_REDIS_PREFIX, String::as_str);
-    let redis = std::sync::Arc::new(crate::shared::SharedRedis::new(&url, prefix)?);
+    let redis = std::sync::Arc::new(crate::redis_client::SharedRedis::new(&url, prefix)?);
     let hub = crate::live::LiveHub::new(Some(redis), std::sync::Arc::new(crate::metrics::Metrics::default()));
     Ok(std::sync::Arc::new(crate::live::PublishingStore::new(store, hub)))
 }

@@ -10,7 +10,7 @@ use crate::config::serve::{CounterStore, ServeFlags, ServeSettings};
 use crate::hooks::seal::{SealError, SealingKey};
 use crate::http::{AppState, ServerOptions, app, serve, shutdown_signal};
 use crate::mqtt::MqttSettings;
-use crate::shared::SharedRedis;
+use crate::redis_client::SharedRedis;
 use std::sync::Arc;
 
 /// Arguments of `serve`.

@@ -12,7 +12,7 @@
 //! don't lock.
 
 use super::error::ApiError;
-use crate::ratelimit::Limiter;
+use crate::limiter::Limiter;
 use sensorhub_core::secret::KeyDigest;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

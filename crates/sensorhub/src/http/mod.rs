@@ -23,11 +23,11 @@ pub mod webhook;
 
 pub use server::{ConnectionLimits, serve};
 
+use crate::limiter::memory::MemoryLimiter;
+use crate::limiter::redis::{RedisLimiter, WhenDown};
+use crate::limiter::{Limiter, Quota, RateLimitSetting};
 use crate::metrics::Metrics;
-use crate::ratelimit::memory::MemoryLimiter;
-use crate::ratelimit::redis::{RedisLimiter, WhenDown};
-use crate::ratelimit::{Limiter, Quota, RateLimitSetting};
-use crate::shared::SharedRedis;
+use crate::redis_client::SharedRedis;
 use axum::Router;
 use axum::http::HeaderName;
 use axum::routing::{MethodRouter, get, post};

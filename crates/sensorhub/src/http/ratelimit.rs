@@ -7,7 +7,7 @@
 use super::AppState;
 use super::client_ip::client_ip;
 use super::error::ApiError;
-use crate::ratelimit::Decision;
+use crate::limiter::Decision;
 use axum::extract::{FromRequestParts, Request};
 use axum::http::request::Parts;
 use axum::http::{HeaderName, HeaderValue};

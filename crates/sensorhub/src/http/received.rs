@@ -3,7 +3,7 @@
 //! one capped Redis list per account that every instance reads and writes.
 
 use super::error::ApiError;
-use crate::shared::SharedRedis;
+use crate::redis_client::SharedRedis;
 use prometheus_client::metrics::counter::Counter;
 use serde::Serialize;
 use serde_json::value::RawValue;

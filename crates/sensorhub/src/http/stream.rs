@@ -17,7 +17,7 @@ use super::readings::DevicePath;
 use super::schema::ErrorBody;
 use crate::live::access::still_allowed;
 use crate::live::slots::StreamSlot;
-use crate::live::{LiveReading, Next, Subscription};
+use crate::live::{Listener, LiveReading, Next};
 use crate::metrics::Metrics;
 use axum::body::Body;
 use axum::extract::{FromRequestParts, State};
@@ -149,10 +149,10 @@ async fn stream<C: Into<Caller>>(
         state.metrics.live_stream_refused(refused.reason());
         ApiError::TooManyStreams
     })?;
-    let mut subscription = state.live.subscribe(&device_id, params.last_event_id);
-    if subscription.replay_seconds().next().is_some() {
-        let stored = stored_seconds(&*state.store, &device, subscription.replay_seconds()).await?;
-        subscription.replay_only(|second| stored.contains(&second));
+    let mut listener = state.live.subscribe(&device_id, params.last_event_id);
+    if listener.replay_seconds().next().is_some() {
+        let stored = stored_seconds(&*state.store, &device, listener.replay_seconds()).await?;
+        listener.replay_only(|second| stored.contains(&second));
     }
     let mut access = state.access.clone();
     let check_now = *access.borrow_and_update() != seen;
@@ -164,7 +164,7 @@ async fn stream<C: Into<Caller>>(
         device_id,
         store: state.store.clone(),
         metrics: state.metrics.clone(),
-        subscription,
+        listener,
         access,
         check_now,
         _slot: slot,
@@ -201,10 +201,10 @@ fn encoder(device: &DeviceHandle, zone: &Zone) -> ReadingEncoder {
     ReadingEncoder::with_format(Format::Ndjson, &device.sensors, offset, named)
 }
 
-/// One client's stream: its subscription, how it renders events, and what
+/// One client's stream: its listener, how it renders events, and what
 /// it needs to check its caller again.
 struct Events {
-    subscription: Subscription,
+    listener: Listener,
     device: DeviceHandle,
     encoder: ReadingEncoder,
     zone: Zone,
@@ -241,7 +241,7 @@ impl Events {
                     Wake::Access
                 } else {
                     tokio::select! {
-                        next = events.subscription.next() => Wake::Next(next),
+                        next = events.listener.next() => Wake::Next(next),
                         _ = heartbeat.tick() => Wake::Heartbeat,
                         Ok(()) = events.access.changed() => Wake::Access,
                     }

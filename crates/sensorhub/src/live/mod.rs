@@ -20,7 +20,7 @@ mod store;
 pub use store::PublishingStore;
 
 use crate::metrics::Metrics;
-use crate::shared::SharedRedis;
+use crate::redis_client::SharedRedis;
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -275,8 +275,8 @@ impl LiveHub {
 
     /// Subscribes to `device_id`'s events. With `last_id` (a resuming
     /// client's `Last-Event-ID`), the retained events after it come first
-    /// (see [`Subscription::replay_only`]).
-    pub fn subscribe(self: &Arc<Self>, device_id: &str, last_id: Option<u64>) -> Subscription {
+    /// (see [`Listener::replay_only`]).
+    pub fn subscribe(self: &Arc<Self>, device_id: &str, last_id: Option<u64>) -> Listener {
         let client = Arc::new(Client::default());
         let mut devices = self.devices();
         let device = devices.entry(device_id.to_owned()).or_default();
@@ -292,7 +292,7 @@ impl LiveHub {
         }
         drop(devices);
         self.metrics.live_stream_opened();
-        Subscription { hub: self.clone(), device_id: device_id.to_owned(), client, replay }
+        Listener { hub: self.clone(), device_id: device_id.to_owned(), client, replay }
     }
 
     /// Ends every subscription (the server is shutting down) and refuses new ones.
@@ -321,8 +321,8 @@ impl Drop for LiveHub {
     }
 }
 
-/// A client's subscription to one device; dropping it unsubscribes.
-pub struct Subscription {
+/// One stream client listening to one device; dropping it unsubscribes.
+pub struct Listener {
     hub: Arc<LiveHub>,
     device_id: String,
     client: Arc<Client>,
@@ -330,7 +330,7 @@ pub struct Subscription {
     replay: VecDeque<Arc<LiveEvent>>,
 }
 
-impl Subscription {
+impl Listener {
     /// The seconds of the retained events this subscription resends first.
     pub fn replay_seconds(&self) -> impl Iterator<Item = i64> + '_ {
         self.replay.iter().map(|e| e.reading.timestamp)
@@ -364,7 +364,7 @@ impl Subscription {
     }
 }
 
-impl Drop for Subscription {
+impl Drop for Listener {
     fn drop(&mut self) {
         self.hub.unsubscribe(&self.device_id, &self.client);
     }

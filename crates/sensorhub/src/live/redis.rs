@@ -4,7 +4,7 @@
 //! feeds them to this process's hub.
 
 use super::{LiveHub, LiveReading};
-use crate::shared::SharedRedis;
+use crate::redis_client::SharedRedis;
 use futures_util::StreamExt;
 use std::sync::Weak;
 use std::sync::atomic::Ordering;

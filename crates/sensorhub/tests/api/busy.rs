@@ -73,7 +73,7 @@ on_each_backend! {
     async fn a_large_import_stalls_neither_reads_nor_ingest() {
         let app = TestApp::with(ServerOptions {
             webhook: WebhookSettings { mode: WebhookMode::Ingest, ..WebhookSettings::default() },
-            rate_limit: sensorhub::ratelimit::RateLimitSetting::Off,
+            rate_limit: sensorhub::limiter::RateLimitSetting::Off,
             ..ServerOptions::default()
         })
         .await;

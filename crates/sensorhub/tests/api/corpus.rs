@@ -8,7 +8,7 @@ use crate::harness::{TestApp, assert_error};
 use reqwest::Method;
 use sensorhub::http::ServerOptions;
 use sensorhub::http::webhook::WebhookMode;
-use sensorhub::ratelimit::RateLimitSetting;
+use sensorhub::limiter::RateLimitSetting;
 use std::path::PathBuf;
 
 /// The files of one corpus directory, by name.

@@ -303,8 +303,8 @@ impl RedisPrefix {
     }
 
     /// A connection handle under this prefix.
-    pub fn shared(&self) -> Arc<sensorhub::shared::SharedRedis> {
-        Arc::new(sensorhub::shared::SharedRedis::new(&redis_url(), &self.prefix).expect("redis url"))
+    pub fn shared(&self) -> Arc<sensorhub::redis_client::SharedRedis> {
+        Arc::new(sensorhub::redis_client::SharedRedis::new(&redis_url(), &self.prefix).expect("redis url"))
     }
 }
 

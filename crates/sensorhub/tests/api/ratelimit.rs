@@ -4,7 +4,7 @@
 use crate::harness::{ALICE_PASSWORD, Answer, TestApp, assert_error, basic};
 use reqwest::Method;
 use sensorhub::http::ServerOptions;
-use sensorhub::ratelimit::RateLimitSetting;
+use sensorhub::limiter::RateLimitSetting;
 use serde_json::json;
 
 async fn limited(quota: &str) -> TestApp {

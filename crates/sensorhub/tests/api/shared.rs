@@ -4,11 +4,11 @@
 use crate::harness::{RedisPrefix, TestApp, assert_error, basic};
 use reqwest::Method;
 use sensorhub::http::ServerOptions;
-use sensorhub::ratelimit::{Quota, RateLimitSetting};
+use sensorhub::limiter::{Quota, RateLimitSetting};
 use std::sync::Arc;
 use std::time::Duration;
 
-fn options(per_minute: u32, redis: Option<Arc<sensorhub::shared::SharedRedis>>) -> ServerOptions {
+fn options(per_minute: u32, redis: Option<Arc<sensorhub::redis_client::SharedRedis>>) -> ServerOptions {
     ServerOptions {
         rate_limit: RateLimitSetting::On(Quota { count: per_minute, period: Duration::from_secs(60) }),
         redis,
@@ -67,7 +67,7 @@ async fn the_received_list_is_shared_and_capped() {
 #[tokio::test]
 async fn without_redis_requests_are_served_and_logins_limited_in_memory() {
     // Nothing listens on port 1: every Redis call fails.
-    let down = Arc::new(sensorhub::shared::SharedRedis::new("redis://127.0.0.1:1", "x").expect("url"));
+    let down = Arc::new(sensorhub::redis_client::SharedRedis::new("redis://127.0.0.1:1", "x").expect("url"));
     let app = TestApp::with(options(3, Some(down))).await;
     for _ in 0..6 {
         let r = app.get("/pk-alice-all/devices").await;
@@ -100,8 +100,8 @@ async fn counted(app: &TestApp, outcome: &str) -> bool {
 }
 
 /// A Redis that is down: nothing listens on this port.
-fn stopped_redis() -> Arc<sensorhub::shared::SharedRedis> {
-    Arc::new(sensorhub::shared::SharedRedis::new("redis://127.0.0.1:1/", "down").expect("a Redis URL"))
+fn stopped_redis() -> Arc<sensorhub::redis_client::SharedRedis> {
+    Arc::new(sensorhub::redis_client::SharedRedis::new("redis://127.0.0.1:1/", "down").expect("a Redis URL"))
 }
 
 #[tokio::test]

@@ -5,7 +5,7 @@
 
 use crate::harness::{ALICE_PASSWORD, TestApp, basic};
 use sensorhub::http::{ConnectionLimits, ServerOptions};
-use sensorhub::ratelimit::RateLimitSetting;
+use sensorhub::limiter::RateLimitSetting;
 use sensorhub_core::model::{Origin, ReadingInput, ValueInput};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

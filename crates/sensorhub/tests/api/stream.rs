@@ -259,7 +259,7 @@ async fn a_quiet_stream_gets_heartbeats_and_outlives_the_request_and_keep_alive_
 #[tokio::test]
 async fn without_redis_answering_readings_still_reach_this_instances_streams() {
     // Nothing listens on port 1: every Redis call fails.
-    let down = std::sync::Arc::new(sensorhub::shared::SharedRedis::new("redis://127.0.0.1:1", "x").expect("url"));
+    let down = std::sync::Arc::new(sensorhub::redis_client::SharedRedis::new("redis://127.0.0.1:1", "x").expect("url"));
     let app = TestApp::with(ServerOptions { redis: Some(down), ..ingest() }).await;
     let mut stream = Sse::open(&format!("{}/pk-alice-all/devices/AWLR-001/stream", app.base), &[]).await;
     let posted = app.webhook(Some("wh-alice-secret"), &envelope("2026-06-03T00:00:00Z", r#"{"AWLR1-wl":5}"#)).await;

@@ -11,7 +11,7 @@
 
 use super::memory::MemoryLimiter;
 use super::{Decision, Limiter, MICROS, Quota, gcra_in};
-use crate::shared::SharedRedis;
+use crate::redis_client::SharedRedis;
 use prometheus_client::metrics::counter::Counter;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
