@@ -23,7 +23,7 @@ fn main() -> ExitCode {
 
 async fn run() -> ExitCode {
     let cli = sensorhub::cli::Cli::parse();
-    let filter = EnvFilter::try_from_env("SENSORHUB_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter = EnvFilter::try_from_env(sensorhub::config::env::LOG_VAR).unwrap_or_else(|_| EnvFilter::new("info"));
     let logs = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     match cli.log_format() {
         LogFormat::Json => logs.json().flatten_event(true).init(),

@@ -114,7 +114,7 @@ pub type CliResult<T = ()> = Result<T, Box<dyn std::error::Error + Send + Sync>>
 
 /// Parses the command line and runs the command.
 pub async fn run(cli: Cli) -> CliResult {
-    for var in config::unknown_env_vars() {
+    for var in config::env::unknown(&<Cli as clap::CommandFactory>::command()) {
         tracing::warn!(variable = %var, "unknown SENSORHUB_ environment variable ignored");
     }
     let file = FileConfig::load(cli.config.as_deref())?;

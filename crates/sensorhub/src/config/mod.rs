@@ -5,6 +5,7 @@
 //! holds every default once.
 
 pub mod dashboard;
+pub mod env;
 pub mod hooks;
 pub mod mqtt;
 pub mod serve;
@@ -169,58 +170,6 @@ impl FileConfig {
         let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read config {}: {e}", path.display()))?;
         toml::from_str(&text).map_err(|e| format!("config {}: {e}", path.display()))
     }
-}
-
-/// Environment variables sensorhub reads; others with the prefix are
-/// probably typos and get a warning (`SENSORHUB_TEST_*` belong to the tests).
-pub const KNOWN_ENV: &[&str] = &[
-    "SENSORHUB_CONFIG",
-    "SENSORHUB_DATABASE",
-    "SENSORHUB_LISTEN",
-    "SENSORHUB_DEFAULT_TZ",
-    "SENSORHUB_MAX_RANGE_DAYS",
-    "SENSORHUB_SHUTDOWN_GRACE",
-    "SENSORHUB_RATE_LIMIT",
-    "SENSORHUB_LOGIN_FAILURE_LIMIT",
-    "SENSORHUB_WEBHOOK_MODE",
-    "SENSORHUB_MAX_BODY_BYTES",
-    "SENSORHUB_MAX_FUTURE_SKEW",
-    "SENSORHUB_CLIENT_IP_HEADER",
-    "SENSORHUB_TRUSTED_PROXIES",
-    "SENSORHUB_METRICS_LISTEN",
-    "SENSORHUB_METRICS_TOKEN",
-    "SENSORHUB_RATE_LIMIT_STORE",
-    "SENSORHUB_REDIS_PREFIX",
-    "SENSORHUB_LOG_FORMAT",
-    "SENSORHUB_RATE_LIMIT_FAIL",
-    "SENSORHUB_HEADER_READ_TIMEOUT",
-    "SENSORHUB_KEEP_ALIVE_TIMEOUT",
-    "SENSORHUB_REQUEST_TIMEOUT",
-    "SENSORHUB_WRITE_TIMEOUT",
-    "SENSORHUB_MAX_CONNECTIONS",
-    "SENSORHUB_MAX_STREAMS",
-    "SENSORHUB_MAX_STREAMS_PER_CALLER",
-    "SENSORHUB_MAX_STREAMS_PER_ADDRESS",
-    "SENSORHUB_RETENTION",
-    "SENSORHUB_RETENTION_EVERY",
-    "SENSORHUB_LOG",
-    "SENSORHUB_SECRET_KEY",
-    "SENSORHUB_WEBHOOK_ALLOW_PRIVATE",
-    "SENSORHUB_WEBHOOK_TIMEOUT",
-    "SENSORHUB_WEBHOOK_RETRY_FOR",
-    "SENSORHUB_WEBHOOK_DISABLE_AFTER",
-    "SENSORHUB_WEBHOOK_CONCURRENCY",
-    "SENSORHUB_WEBHOOK_INGEST_FIRST",
-];
-
-/// Names of `SENSORHUB_*` variables that sensorhub does not know.
-pub fn unknown_env_vars() -> Vec<String> {
-    std::env::vars_os()
-        .filter_map(|(k, _)| k.into_string().ok())
-        .filter(|k| {
-            k.starts_with("SENSORHUB_") && !k.starts_with("SENSORHUB_TEST_") && !KNOWN_ENV.contains(&k.as_str())
-        })
-        .collect()
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use base64::engine::general_purpose::STANDARD;
 use ring::aead::{Aad, CHACHA20_POLY1305, LessSafeKey, NONCE_LEN, Nonce, UnboundKey};
 
 /// The environment variable holding the sealing key.
-pub const KEY_VAR: &str = "SENSORHUB_SECRET_KEY";
+pub const KEY_VAR: &str = crate::config::env::SECRET_KEY_VAR;
 
 /// Why secrets cannot be sealed or opened.
 #[derive(Debug, thiserror::Error)]

@@ -602,3 +602,23 @@ fn migrate_adds_summaries_to_older_hours_and_says_how_many() {
     let out = ok(&run(&db, &["migrate", "--summaries", "--batch-hours", "2"], ""));
     assert!(out.contains("stored hours rewritten with summaries: 0"), "{out}");
 }
+
+#[tokio::test]
+async fn every_variable_the_command_line_reads_is_known_and_a_typo_is_warned_about() {
+    let app = TestApp::start().await;
+    let out = Command::new(BIN)
+        .args(["device", "list", "--database", &app.db])
+        .env("SENSORHUB_LOG", "warn")
+        .env("SENSORHUB_MQTT_URL", "mqtt://127.0.0.1:1883")
+        .env("SENSORHUB_NO_DASHBOARD", "true")
+        .env("SENSORHUB_DATABSE", "typo.db")
+        .output()
+        .expect("run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(!stderr.contains("SENSORHUB_MQTT_URL") && !stderr.contains("SENSORHUB_NO_DASHBOARD"), "{stderr}");
+    assert!(
+        stderr.contains("unknown SENSORHUB_ environment variable ignored") && stderr.contains("SENSORHUB_DATABSE"),
+        "{stderr}"
+    );
+}
