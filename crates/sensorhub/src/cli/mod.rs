@@ -179,3 +179,26 @@ pub fn print_report(report: &sensorhub_store::ApplyReport) {
         println!("readings: {} stored or changed", report.readings.updated);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Cli;
+    use clap::CommandFactory;
+
+    /// The environment variables of `cmd`'s arguments and its subcommands'.
+    fn env_names(cmd: &clap::Command, names: &mut Vec<String>) {
+        names.extend(cmd.get_arguments().filter_map(|a| a.get_env()).map(|e| e.to_string_lossy().into_owned()));
+        for sub in cmd.get_subcommands() {
+            env_names(sub, names);
+        }
+    }
+
+    #[test]
+    fn every_environment_variable_read_is_known() {
+        let mut names = Vec::new();
+        env_names(&Cli::command(), &mut names);
+        assert!(names.len() > 40, "{names:?}");
+        let unknown: Vec<&String> = names.iter().filter(|n| !crate::config::KNOWN_ENV.contains(&n.as_str())).collect();
+        assert!(unknown.is_empty(), "missing from config::KNOWN_ENV (they would be warned about): {unknown:?}");
+    }
+}
