@@ -7,7 +7,8 @@
 //! again), and a redelivered message stores nothing twice (readings are
 //! kept per device and second). Refused messages are acknowledged and
 //! dropped, counted by reason, logged at most once a minute per device,
-//! and optionally published to `{prefix}/{device_id}/errors`. What is held of received messages is bounded in bytes
+//! and optionally published to `{prefix}/{device_id}/errors` (for devices
+//! that exist). What is held of received messages is bounded in bytes
 //! (`--mqtt-queue-bytes`): the link (`link.rs`) admits them into a queue
 //! (`queue.rs`) that the writer (`writer.rs`) drains.
 

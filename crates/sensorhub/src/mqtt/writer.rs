@@ -2,7 +2,8 @@
 //! bytes), stores their readings in one transaction, gives their room in
 //! the queue back, then acknowledges them. Refused messages are counted,
 //! logged at most once a minute per device, and with `--mqtt-errors`
-//! published to `{prefix}/{device_id}/errors`.
+//! published to `{prefix}/{device_id}/errors`, but only for a device that
+//! exists: a publisher learns nothing about ids that are not registered.
 
 use super::payload::{self, Rejection};
 use super::queue::{self, Message};
@@ -185,7 +186,7 @@ impl Writer {
         }
     }
 
-    /// Counts, logs and (with `--mqtt-errors`) publishes a refusal.
+    /// Counts, logs and (for a device that exists) publishes a refusal.
     fn refuse(&self, device_id: &str, rejection: Rejection, log: &mut RefusalLog) {
         self.metrics.mqtt_message(rejection.reason);
         // Ids that are not identifiers share one line a minute.
@@ -201,7 +202,7 @@ impl Writer {
                 );
             }
         }
-        if !self.settings.publish_errors {
+        if !self.settings.publish_errors || rejection.reason == payload::UNKNOWN_DEVICE {
             return;
         }
         if self.publishes_in_flight.load(Ordering::Relaxed) >= PUBLISHES_IN_FLIGHT {
