@@ -4,7 +4,7 @@
 //! MQTT.
 
 use super::Secret;
-use crate::mqtt::{MAX_PACKET_BYTES, MqttSettings};
+use crate::mqtt::{ClientId, MAX_PACKET_BYTES, MqttSettings};
 use serde::Deserialize;
 use std::path::PathBuf;
 
@@ -25,7 +25,7 @@ pub struct MqttFlags {
     /// Share the ingest load with other instances: subscribe as $share/GROUP/… (each message goes to one instance)
     #[arg(long, env = "SENSORHUB_MQTT_GROUP")]
     pub mqtt_group: Option<String>,
-    /// Client id, stable across restarts so the broker keeps the session; each instance needs its own [default: sensorhub-HOSTNAME]
+    /// Client id, stable across restarts so the broker keeps the session; each instance needs its own [default: sensorhub-HOSTNAME-<16 hex digits derived from this database's installation id>]
     #[arg(long, env = "SENSORHUB_MQTT_CLIENT_ID")]
     pub mqtt_client_id: Option<String>,
     /// Username at the broker
@@ -129,14 +129,13 @@ impl MqttSettings {
         if let Some(g) = &group {
             topic_level("--mqtt-group", g)?;
         }
-        let client_id = flags
-            .mqtt_client_id
-            .clone()
-            .or_else(|| file.client_id.clone())
-            .unwrap_or_else(|| format!("sensorhub-{}", hostname()));
-        if client_id.is_empty() || client_id.len() > 128 {
-            return Err("--mqtt-client-id must be 1 to 128 bytes".into());
-        }
+        let client_id = match flags.mqtt_client_id.clone().or_else(|| file.client_id.clone()) {
+            Some(id) if id.is_empty() || id.len() > 128 => {
+                return Err("--mqtt-client-id must be 1 to 128 bytes".into());
+            }
+            Some(id) => ClientId::Given(id),
+            None => ClientId::Installation { hostname: hostname() },
+        };
         let queue_bytes = flags.mqtt_queue_bytes.or(file.queue_bytes).unwrap_or(DEFAULT_QUEUE_BYTES);
         if queue_bytes < MAX_PACKET_BYTES {
             return Err(format!("--mqtt-queue-bytes must be at least {MAX_PACKET_BYTES}, the largest message"));
@@ -201,7 +200,13 @@ mod tests {
             .flatten()
             .expect("settings");
         assert_eq!((s.prefix.as_str(), s.filter().as_str()), ("sensorhub", "sensorhub/+/readings"));
-        assert!(s.client_id.starts_with("sensorhub-"));
+        let ClientId::Installation { hostname } = &s.client_id else { panic!("{:?}", s.client_id) };
+        let id = s.client_id.for_installation("0123456789abcdef0123456789abcdef");
+        let hex = id.strip_prefix(&format!("sensorhub-{hostname}-")).expect("sensorhub-HOSTNAME-…");
+        assert!(hex.len() == 16 && hex.bytes().all(|b| b.is_ascii_hexdigit()), "{id}");
+        assert!(!id.contains("0123456789abcdef"), "derived, not copied: {id}");
+        assert_eq!(id, s.client_id.for_installation("0123456789abcdef0123456789abcdef"), "stable");
+        assert_ne!(id, s.client_id.for_installation("fedcba9876543210fedcba9876543210"), "per installation");
         assert_eq!(s.queue_bytes, 32 << 20);
         let file = MqttFile { url: Some("mqtt://h".into()), group: Some("ingest".into()), ..MqttFile::default() };
         let s = MqttSettings::resolve(&MqttFlags::default(), Some(&file), jiff::SignedDuration::ZERO)
@@ -217,7 +222,7 @@ mod tests {
         };
         let flags = MqttFlags { mqtt_queue_bytes: Some(4 << 20), ..MqttFlags::default() };
         let s = MqttSettings::resolve(&flags, Some(&file), jiff::SignedDuration::ZERO).ok().flatten().expect("file");
-        assert_eq!((s.client_id, s.queue_bytes), ("from-file".to_owned(), 4 << 20), "flag over file");
+        assert_eq!((s.client_id, s.queue_bytes), (ClientId::Given("from-file".into()), 4 << 20), "flag over file");
         let e = |flags: MqttFlags| resolve(flags).expect_err("refused");
         let url = || Some("mqtt://h".to_owned());
         assert!(

@@ -21,6 +21,7 @@ mod writer;
 use crate::metrics::Metrics;
 use rumqttc::v5::{AsyncClient, MqttOptions};
 use sensorhub_store::Store;
+use sha2::{Digest, Sha256};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -54,13 +55,44 @@ pub struct MqttSettings {
     /// A shared subscription group (`$share/<group>/…`), for several instances.
     pub group: Option<String>,
     /// The client id: stable across restarts, so that the broker keeps the session.
-    pub client_id: String,
+    pub client_id: ClientId,
     /// Publish refusals to `{prefix}/{device_id}/errors`.
     pub publish_errors: bool,
     /// How far ahead of the server's clock a reading may be.
     pub max_future_skew: jiff::SignedDuration,
     /// The most bytes of received messages held at once (queued or being written).
     pub queue_bytes: usize,
+}
+
+/// The client id sensorhub connects with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClientId {
+    /// `--mqtt-client-id`.
+    Given(String),
+    /// None given: `sensorhub-HOSTNAME-` and 16 hex digits derived from the
+    /// installation's random id, stable for this database and host but not
+    /// guessable (the hostname keeps instances on one database apart).
+    Installation {
+        /// This machine's name.
+        hostname: String,
+    },
+}
+
+impl ClientId {
+    /// The id for the installation whose random id is `installation_id`.
+    pub fn for_installation(&self, installation_id: &str) -> String {
+        match self {
+            Self::Given(id) => id.clone(),
+            Self::Installation { hostname } => {
+                // Derived rather than copied: the broker (and its logs) learn
+                // nothing of the installation id itself.
+                let digest =
+                    Sha256::new().chain_update(b"sensorhub mqtt client id\0").chain_update(installation_id).finalize();
+                let hex: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
+                format!("sensorhub-{hostname}-{hex}")
+            }
+        }
+    }
 }
 
 impl MqttSettings {
@@ -88,9 +120,15 @@ impl MqttStatus {
 }
 
 /// Starts the link and the writer; they run as long as the process.
-pub fn spawn(settings: MqttSettings, store: Arc<dyn Store>, metrics: Arc<Metrics>) -> Arc<MqttStatus> {
+/// `installation_id` is the store's (for the default client id).
+pub fn spawn(
+    settings: MqttSettings,
+    installation_id: &str,
+    store: Arc<dyn Store>,
+    metrics: Arc<Metrics>,
+) -> Arc<MqttStatus> {
     let status = Arc::new(MqttStatus::default());
-    let client_id = settings.client_id.clone();
+    let client_id = settings.client_id.for_installation(installation_id);
     let mut options = MqttOptions::new(client_id.clone(), settings.host.clone(), settings.port);
     options
         .set_keep_alive(Duration::from_secs(30))
