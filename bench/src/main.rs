@@ -9,6 +9,7 @@ mod hostile;
 mod isolation;
 mod live;
 mod mqtt;
+mod mqtt_flood;
 mod profiles;
 mod run;
 mod soak;
@@ -35,7 +36,7 @@ enum Cmd {
     Run(run::Args),
     /// Compare the stored hour format with pco on every data profile (payload bytes and speed)
     Codecs(codecs::Args),
-    /// MQTT ingestion: values stored per second and publish-to-stored latency from a local publisher
+    /// MQTT ingestion: values stored per second and publish-to-stored latency from a local publisher (--flood: peak RSS under a flood)
     Mqtt(mqtt::Args),
     /// Soak a release server with mixed reads and webhook ingest, sampling RSS and file descriptors
     Soak(soak::Args),

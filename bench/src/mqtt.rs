@@ -7,6 +7,7 @@
 //! first publish to the last reading stored) and publish-to-stored latency
 //! (p50, p99), read off the server's `sensorhub_mqtt_readings_stored_total`
 //! sampled every few milliseconds (messages are stored in order).
+//! `--flood MIB` runs [`crate::mqtt_flood`] instead: memory under a flood.
 
 use crate::dataset;
 use crate::run::{Server, get, prepare};
@@ -27,23 +28,32 @@ pub struct Args {
     seconds: u64,
     /// Seed of the generated data
     #[arg(long, default_value_t = 42)]
-    seed: u64,
+    pub(crate) seed: u64,
     /// Where datasets and stores are kept
     #[arg(long, default_value = "bench/data")]
-    data: PathBuf,
+    pub(crate) data: PathBuf,
     /// Messages per second to publish; 0: as fast as the broker takes them
     #[arg(long, default_value_t = 0)]
     rate: u64,
     /// Loopback port of the server; the broker takes the next one
     #[arg(long, default_value_t = 18440)]
-    port: u16,
+    pub(crate) port: u16,
+    /// Instead of throughput: publish a flood of about this many MiB (QoS 0 and 1, large arrays, invented device ids) and report the server's peak RSS
+    #[arg(long)]
+    pub(crate) flood: Option<u64>,
+    /// With --flood: only the large arrays, no invented device ids
+    #[arg(long)]
+    pub(crate) flood_arrays_only: bool,
+    /// The sensorhub binary to measure [default: the one beside this bench]
+    #[arg(long)]
+    pub(crate) sensorhub: Option<PathBuf>,
 }
 
 /// Values in each message.
 const VALUES: usize = 4;
 
 /// A Mosquitto of the bench's own, stopped on drop.
-struct Broker(Child);
+pub(crate) struct Broker(Child);
 
 impl Drop for Broker {
     fn drop(&mut self) {
@@ -52,7 +62,7 @@ impl Drop for Broker {
     }
 }
 
-fn broker(port: u16, dir: &std::path::Path) -> Result<Broker, String> {
+pub(crate) fn broker(port: u16, dir: &std::path::Path) -> Result<Broker, String> {
     let conf = dir.join("bench-mosquitto.conf");
     let text =
         format!("listener {port} 127.0.0.1\nallow_anonymous true\nmax_queued_messages 0\nmax_inflight_messages 0\n");
@@ -76,14 +86,15 @@ fn broker(port: u16, dir: &std::path::Path) -> Result<Broker, String> {
     Ok(broker)
 }
 
+/// The value of the server's metric series `series` (name and labels, then a space).
+pub(crate) fn metric(port: u16, series: &str) -> Option<f64> {
+    let text = get(port, "/metrics", None).map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default();
+    text.lines().find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse::<f64>().ok()))
+}
+
 /// Readings stored from MQTT so far, from the server's metrics.
 fn stored(port: u16) -> usize {
-    let text = get(port, "/metrics", None).map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default();
-    text.lines()
-        .find_map(|l| {
-            l.strip_prefix("sensorhub_mqtt_readings_stored_total ").and_then(|v| v.trim().parse::<f64>().ok())
-        })
-        .map_or(0, |v| v as usize)
+    metric(port, "sensorhub_mqtt_readings_stored_total ").map_or(0, |v| v as usize)
 }
 
 /// Message `n`: a reading of the reference station after the dataset's end.
@@ -100,16 +111,19 @@ fn payload(n: usize, rng: &mut fastrand::Rng) -> String {
     )
 }
 
-/// Runs the scenario and prints its figures.
-pub fn run(args: Args) -> Result<(), String> {
+/// The small store, a broker of the bench's own on the port after the
+/// server's, and a release server subscribed to it as `client_id`, once
+/// its MQTT link is up.
+pub(crate) fn start_linked(args: &Args, client_id: &str) -> Result<(Server, Broker), String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let sensorhub = exe.parent().ok_or("no binary directory")?.join("sensorhub");
-    let store = prepare(&sensorhub, &args.data, dataset::SMALL, args.seed, None)?;
+    let sibling = exe.parent().ok_or("no binary directory")?.join("sensorhub");
+    let store = prepare(&sibling, &args.data, dataset::SMALL, args.seed, None)?;
+    let sensorhub = args.sensorhub.clone().unwrap_or(sibling);
     let broker_port = args.port + 1;
-    let _broker = broker(broker_port, &args.data)?;
+    let broker = broker(broker_port, &args.data)?;
     let mut cmd = Command::new(&sensorhub);
     cmd.args(["serve", "--rate-limit", "off", "--listen", &format!("127.0.0.1:{}", args.port)])
-        .args(["--mqtt-url", &format!("mqtt://127.0.0.1:{broker_port}"), "--mqtt-client-id", "bench-ingest"])
+        .args(["--mqtt-url", &format!("mqtt://127.0.0.1:{broker_port}"), "--mqtt-client-id", client_id])
         .arg("--database")
         .arg(&store.db)
         .env("SENSORHUB_LOG", "warn");
@@ -121,6 +135,16 @@ pub fn run(args: Args) -> Result<(), String> {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+    Ok((server, broker))
+}
+
+/// Runs the scenario and prints its figures.
+pub fn run(args: Args) -> Result<(), String> {
+    if let Some(mib) = args.flood {
+        return crate::mqtt_flood::run(&args, mib);
+    }
+    let (server, _broker) = start_linked(&args, "bench-ingest")?;
+    let broker_port = args.port + 1;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -205,19 +229,7 @@ async fn publish(
 ) -> Result<(usize, Instant), String> {
     let mut options = MqttOptions::new("bench-publisher", "127.0.0.1", port);
     options.set_keep_alive(Duration::from_secs(10)).set_outgoing_inflight_upper_limit(1000);
-    let (client, mut eventloop) = AsyncClient::new(options, 2000);
-    let counter = acked.clone();
-    let driver: tokio::task::JoinHandle<Result<(), String>> = tokio::spawn(async move {
-        loop {
-            match eventloop.poll().await {
-                Ok(Event::Incoming(Packet::PubAck(_))) => {
-                    counter.fetch_add(1, Ordering::Relaxed);
-                }
-                Ok(_) => {}
-                Err(e) => return Err(e.to_string()),
-            }
-        }
-    });
+    let (client, driver) = publisher(options, 2000, acked.clone());
     let mut rng = fastrand::Rng::with_seed(7);
     let started = Instant::now();
     let mut n = 0;
@@ -243,4 +255,27 @@ async fn publish(
     }
     driver.abort();
     Ok((n, started))
+}
+
+/// A client with `options` whose library holds at most `queue` messages
+/// not yet sent, and the task that polls its event loop, counting the
+/// broker's acknowledgements in `acked` (it ends on the first error).
+pub(crate) fn publisher(
+    options: MqttOptions,
+    queue: usize,
+    acked: Arc<AtomicUsize>,
+) -> (AsyncClient, tokio::task::JoinHandle<Result<(), String>>) {
+    let (client, mut eventloop) = AsyncClient::new(options, queue);
+    let driver = tokio::spawn(async move {
+        loop {
+            match eventloop.poll().await {
+                Ok(Event::Incoming(Packet::PubAck(_))) => {
+                    acked.fetch_add(1, Ordering::Relaxed);
+                }
+                Ok(_) => {}
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+    });
+    (client, driver)
 }

@@ -67,6 +67,8 @@ pub struct Metrics {
     retention_returned: Counter,
     mqtt_messages: Family<OutcomeLabels, Counter>,
     mqtt_readings: Counter,
+    mqtt_qos0_dropped: Counter,
+    mqtt_queue_bytes: Gauge,
     dashboard_csp_reports: Counter,
     mqtt_connected: Gauge,
     live: LiveMetrics,
@@ -240,6 +242,18 @@ impl Default for Metrics {
         );
         registry.register("mqtt_readings_stored", "Readings stored from MQTT messages", mqtt_readings.clone());
         registry.register("mqtt_connected", "1 while connected to the MQTT broker", mqtt_connected.clone());
+        let mqtt_qos0_dropped = Counter::default();
+        let mqtt_queue_bytes = Gauge::default();
+        registry.register(
+            "mqtt_qos0_dropped",
+            "QoS 0 MQTT messages dropped unprocessed because the queue to the writer was full (--mqtt-queue-bytes)",
+            mqtt_qos0_dropped.clone(),
+        );
+        registry.register(
+            "mqtt_queue_bytes",
+            "Bytes of received MQTT messages held now, queued or being written (at most --mqtt-queue-bytes)",
+            mqtt_queue_bytes.clone(),
+        );
         for outcome in MQTT_OUTCOMES {
             let _ = mqtt_messages.get_or_create(&OutcomeLabels { outcome });
         }
@@ -277,6 +291,8 @@ impl Default for Metrics {
             retention_returned,
             mqtt_messages,
             mqtt_readings,
+            mqtt_qos0_dropped,
+            mqtt_queue_bytes,
             dashboard_csp_reports,
             mqtt_connected,
             live,
@@ -342,6 +358,16 @@ impl Metrics {
     /// Counts readings stored from MQTT.
     pub fn mqtt_readings(&self, n: usize) {
         self.mqtt_readings.inc_by(n as u64);
+    }
+
+    /// Counts a QoS 0 MQTT message dropped because the queue was full.
+    pub fn mqtt_qos0_dropped(&self) {
+        self.mqtt_qos0_dropped.inc();
+    }
+
+    /// Moves the bytes of MQTT messages held by `delta`.
+    pub fn mqtt_queue_bytes(&self, delta: i64) {
+        self.mqtt_queue_bytes.inc_by(delta);
     }
 
     /// Whether the MQTT link is up.

@@ -80,8 +80,9 @@ pub async fn run(ctx: &Context, args: Args) -> CliResult {
     let mut state = AppState::new(store.clone(), options);
     let metrics = state.metrics.clone();
     if let Some(mqtt) = mqtt {
+        let installation = store.installation_id().await?;
         // The state's store: it publishes what it stores to live streams.
-        state.mqtt = Some(crate::mqtt::spawn(mqtt, state.store.clone(), metrics.clone()));
+        state.mqtt = Some(crate::mqtt::spawn(mqtt, &installation, state.store.clone(), metrics.clone()));
     }
     match key {
         Some(key) => {

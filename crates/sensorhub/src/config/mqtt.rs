@@ -4,12 +4,14 @@
 //! MQTT.
 
 use super::Secret;
-use crate::mqtt::MqttSettings;
+use crate::mqtt::{ClientId, MAX_PACKET_BYTES, MqttSettings};
 use serde::Deserialize;
 use std::path::PathBuf;
 
 /// Default first topic level.
 const DEFAULT_PREFIX: &str = "sensorhub";
+/// Default bound on the bytes of received messages held at once: 32 MiB.
+const DEFAULT_QUEUE_BYTES: usize = 32 << 20;
 
 /// The MQTT flags of `serve`; `None` means "not given here".
 #[derive(Debug, Default, clap::Args)]
@@ -23,7 +25,7 @@ pub struct MqttFlags {
     /// Share the ingest load with other instances: subscribe as $share/GROUP/… (each message goes to one instance)
     #[arg(long, env = "SENSORHUB_MQTT_GROUP")]
     pub mqtt_group: Option<String>,
-    /// Client id, stable across restarts so the broker keeps the session; each instance needs its own [default: sensorhub-HOSTNAME]
+    /// Client id, stable across restarts so the broker keeps the session; each instance needs its own [default: sensorhub-HOSTNAME-<16 hex digits derived from this database's installation id>]
     #[arg(long, env = "SENSORHUB_MQTT_CLIENT_ID")]
     pub mqtt_client_id: Option<String>,
     /// Username at the broker
@@ -38,6 +40,9 @@ pub struct MqttFlags {
     /// Publish each refused message's reason and detail to PREFIX/DEVICE_ID/errors
     #[arg(long, env = "SENSORHUB_MQTT_ERRORS")]
     pub mqtt_errors: bool,
+    /// Most bytes of received messages held at once, queued or being written; past it QoS 0 messages are dropped and QoS 1 ones wait at the broker [default: 33554432 (32 MiB); at least 1048576]
+    #[arg(long, env = "SENSORHUB_MQTT_QUEUE_BYTES")]
+    pub mqtt_queue_bytes: Option<usize>,
 }
 
 /// The `[mqtt]` table of the config file.
@@ -60,6 +65,8 @@ pub struct MqttFile {
     pub ca_file: Option<PathBuf>,
     /// `--mqtt-errors`.
     pub errors: Option<bool>,
+    /// `--mqtt-queue-bytes`.
+    pub queue_bytes: Option<usize>,
 }
 
 /// A topic level given as a setting: no wildcard, separator or `$` start.
@@ -122,13 +129,16 @@ impl MqttSettings {
         if let Some(g) = &group {
             topic_level("--mqtt-group", g)?;
         }
-        let client_id = flags
-            .mqtt_client_id
-            .clone()
-            .or_else(|| file.client_id.clone())
-            .unwrap_or_else(|| format!("sensorhub-{}", hostname()));
-        if client_id.is_empty() || client_id.len() > 128 {
-            return Err("--mqtt-client-id must be 1 to 128 bytes".into());
+        let client_id = match flags.mqtt_client_id.clone().or_else(|| file.client_id.clone()) {
+            Some(id) if id.is_empty() || id.len() > 128 => {
+                return Err("--mqtt-client-id must be 1 to 128 bytes".into());
+            }
+            Some(id) => ClientId::Given(id),
+            None => ClientId::Installation { hostname: hostname() },
+        };
+        let queue_bytes = flags.mqtt_queue_bytes.or(file.queue_bytes).unwrap_or(DEFAULT_QUEUE_BYTES);
+        if queue_bytes < MAX_PACKET_BYTES {
+            return Err(format!("--mqtt-queue-bytes must be at least {MAX_PACKET_BYTES}, the largest message"));
         }
         let username = flags.mqtt_username.clone().or_else(|| file.username.clone());
         let password = flags.mqtt_password.as_ref().map(|s| s.0.clone()).or_else(|| file.password.clone());
@@ -158,6 +168,7 @@ impl MqttSettings {
             client_id,
             publish_errors: flags.mqtt_errors || file.errors.unwrap_or(false),
             max_future_skew,
+            queue_bytes,
         }))
     }
 }
@@ -189,13 +200,29 @@ mod tests {
             .flatten()
             .expect("settings");
         assert_eq!((s.prefix.as_str(), s.filter().as_str()), ("sensorhub", "sensorhub/+/readings"));
-        assert!(s.client_id.starts_with("sensorhub-"));
+        let ClientId::Installation { hostname } = &s.client_id else { panic!("{:?}", s.client_id) };
+        let id = s.client_id.for_installation("0123456789abcdef0123456789abcdef");
+        let hex = id.strip_prefix(&format!("sensorhub-{hostname}-")).expect("sensorhub-HOSTNAME-…");
+        assert!(hex.len() == 16 && hex.bytes().all(|b| b.is_ascii_hexdigit()), "{id}");
+        assert!(!id.contains("0123456789abcdef"), "derived, not copied: {id}");
+        assert_eq!(id, s.client_id.for_installation("0123456789abcdef0123456789abcdef"), "stable");
+        assert_ne!(id, s.client_id.for_installation("fedcba9876543210fedcba9876543210"), "per installation");
+        assert_eq!(s.queue_bytes, 32 << 20);
         let file = MqttFile { url: Some("mqtt://h".into()), group: Some("ingest".into()), ..MqttFile::default() };
         let s = MqttSettings::resolve(&MqttFlags::default(), Some(&file), jiff::SignedDuration::ZERO)
             .ok()
             .flatten()
             .expect("from the file");
         assert_eq!(s.filter(), "$share/ingest/sensorhub/+/readings");
+        let file = MqttFile {
+            url: Some("mqtt://h".into()),
+            client_id: Some("from-file".into()),
+            queue_bytes: Some(2 << 20),
+            ..MqttFile::default()
+        };
+        let flags = MqttFlags { mqtt_queue_bytes: Some(4 << 20), ..MqttFlags::default() };
+        let s = MqttSettings::resolve(&flags, Some(&file), jiff::SignedDuration::ZERO).ok().flatten().expect("file");
+        assert_eq!((s.client_id, s.queue_bytes), (ClientId::Given("from-file".into()), 4 << 20), "flag over file");
         let e = |flags: MqttFlags| resolve(flags).expect_err("refused");
         let url = || Some("mqtt://h".to_owned());
         assert!(
@@ -207,6 +234,10 @@ mod tests {
                 .contains("--mqtt-group")
         );
         assert!(e(MqttFlags { mqtt_url: Some("mqtts://h".into()), ..MqttFlags::default() }).contains("--mqtt-ca-file"));
+        assert!(
+            e(MqttFlags { mqtt_url: url(), mqtt_queue_bytes: Some(1000), ..MqttFlags::default() })
+                .contains("--mqtt-queue-bytes must be at least 1048576")
+        );
         let no_user = MqttFlags { mqtt_url: url(), mqtt_password: Some(Secret("x".into())), ..MqttFlags::default() };
         assert!(e(no_user).contains("--mqtt-username"));
     }

@@ -6,33 +6,35 @@
 //! broker accepted survives a kill of sensorhub (the broker delivers it
 //! again), and a redelivered message stores nothing twice (readings are
 //! kept per device and second). Refused messages are acknowledged and
-//! dropped, counted by reason, logged at most once per device a minute,
-//! and optionally published to `{prefix}/{device_id}/errors`.
+//! dropped, counted by reason, logged at most once a minute per device,
+//! and optionally published to `{prefix}/{device_id}/errors` (for devices
+//! that exist). What is held of received messages is bounded in bytes
+//! (`--mqtt-queue-bytes`): the link (`link.rs`) admits them into a queue
+//! (`queue.rs`) that the writer (`writer.rs`) drains.
 
+mod link;
 pub mod payload;
+mod queue;
+mod recent;
+mod writer;
 
 use crate::metrics::Metrics;
-use rumqttc::v5::mqttbytes::QoS;
-use rumqttc::v5::mqttbytes::v5::{Packet, Publish};
-use rumqttc::v5::{AsyncClient, Event, MqttOptions};
-use sensorhub_core::model::{ReadingInput, SensorMeta};
-use sensorhub_store::{Scope, Store, StoreError};
-use std::collections::HashMap;
+use rumqttc::v5::{AsyncClient, MqttOptions};
+use sensorhub_store::Store;
+use sha2::{Digest, Sha256};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
-use tokio::sync::mpsc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
 
 /// Messages the broker may send before sensorhub acknowledges them (MQTT
 /// 5's Receive Maximum): enough to fill a batch while the last one commits.
 const RECEIVE_MAXIMUM: u16 = 4096;
-/// Most messages committed in one transaction.
-const MAX_BATCH: usize = 2048;
+/// The largest message sensorhub takes (MQTT 5's Maximum Packet Size): the
+/// broker drops larger ones for it.
+pub const MAX_PACKET_BYTES: usize = 1 << 20;
 /// How long the broker keeps the session (and messages for it) while
 /// sensorhub is away: a week.
 const SESSION_EXPIRY_SECONDS: u32 = 7 * 24 * 3600;
-/// How long a device's sensors are remembered before they are looked up again.
-const DEVICE_TTL: Duration = Duration::from_secs(10);
 /// The longest wait between two connection attempts.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
@@ -53,11 +55,44 @@ pub struct MqttSettings {
     /// A shared subscription group (`$share/<group>/…`), for several instances.
     pub group: Option<String>,
     /// The client id: stable across restarts, so that the broker keeps the session.
-    pub client_id: String,
+    pub client_id: ClientId,
     /// Publish refusals to `{prefix}/{device_id}/errors`.
     pub publish_errors: bool,
     /// How far ahead of the server's clock a reading may be.
     pub max_future_skew: jiff::SignedDuration,
+    /// The most bytes of received messages held at once (queued or being written).
+    pub queue_bytes: usize,
+}
+
+/// The client id sensorhub connects with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClientId {
+    /// `--mqtt-client-id`.
+    Given(String),
+    /// None given: `sensorhub-HOSTNAME-` and 16 hex digits derived from the
+    /// installation's random id, stable for this database and host but not
+    /// guessable (the hostname keeps instances on one database apart).
+    Installation {
+        /// This machine's name.
+        hostname: String,
+    },
+}
+
+impl ClientId {
+    /// The id for the installation whose random id is `installation_id`.
+    pub fn for_installation(&self, installation_id: &str) -> String {
+        match self {
+            Self::Given(id) => id.clone(),
+            Self::Installation { hostname } => {
+                // Derived rather than copied: the broker (and its logs) learn
+                // nothing of the installation id itself.
+                let digest =
+                    Sha256::new().chain_update(b"sensorhub mqtt client id\0").chain_update(installation_id).finalize();
+                let hex: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
+                format!("sensorhub-{hostname}-{hex}")
+            }
+        }
+    }
 }
 
 impl MqttSettings {
@@ -85,16 +120,23 @@ impl MqttStatus {
 }
 
 /// Starts the link and the writer; they run as long as the process.
-pub fn spawn(settings: MqttSettings, store: Arc<dyn Store>, metrics: Arc<Metrics>) -> Arc<MqttStatus> {
+/// `installation_id` is the store's (for the default client id).
+pub fn spawn(
+    settings: MqttSettings,
+    installation_id: &str,
+    store: Arc<dyn Store>,
+    metrics: Arc<Metrics>,
+) -> Arc<MqttStatus> {
     let status = Arc::new(MqttStatus::default());
-    let mut options = MqttOptions::new(settings.client_id.clone(), settings.host.clone(), settings.port);
+    let client_id = settings.client_id.for_installation(installation_id);
+    let mut options = MqttOptions::new(client_id.clone(), settings.host.clone(), settings.port);
     options
         .set_keep_alive(Duration::from_secs(30))
         .set_clean_start(false)
         .set_session_expiry_interval(Some(SESSION_EXPIRY_SECONDS))
         .set_receive_maximum(Some(RECEIVE_MAXIMUM))
         .set_manual_acks(true)
-        .set_max_packet_size(Some(1 << 20));
+        .set_max_packet_size(Some(MAX_PACKET_BYTES as u32));
     if let Some((user, password)) = &settings.credentials {
         options.set_credentials(user.clone(), password.clone());
     }
@@ -107,195 +149,31 @@ pub fn spawn(settings: MqttSettings, store: Arc<dyn Store>, metrics: Arc<Metrics
             client_auth: None,
         }));
     }
-    // The link never waits on the writer: it must keep polling to send the
-    // writer's acknowledgements, or each would wait for the other. The
-    // broker's in-flight window (Receive Maximum) bounds what queues here;
-    // the request queue holds more acknowledgements than that window.
-    let (client, mut eventloop) = AsyncClient::new(options, 4 * usize::from(RECEIVE_MAXIMUM));
-    let (tx, rx) = mpsc::unbounded_channel::<Publish>();
-    let writer = Writer { client: client.clone(), store, metrics: metrics.clone(), settings: settings.clone() };
+    // No deadlock between the two tasks: the link waits for the writer
+    // only for room in the queue, which the writer gives back before it
+    // queues a batch's acknowledgements; and queueing those never waits,
+    // since the client's request queue holds more than can be in it at
+    // once: the acknowledgements the broker may await (Receive Maximum),
+    // the refusals the writer may have in flight, and a subscription.
+    // (An earlier version stalled when the link waited to hand a message
+    // over while the writer waited for room to queue acknowledgements that
+    // only the link sends.)
+    let requests = usize::from(RECEIVE_MAXIMUM) + writer::PUBLISHES_IN_FLIGHT + 64;
+    let (client, eventloop) = AsyncClient::new(options, requests);
+    let (tx, rx) = queue::bounded(settings.queue_bytes, metrics.clone());
+    let publishes_in_flight = Arc::new(AtomicUsize::new(0));
+    let link = link::Link {
+        client: client.clone(),
+        queue: tx,
+        status: status.clone(),
+        metrics: metrics.clone(),
+        publishes_in_flight: publishes_in_flight.clone(),
+        filter: settings.filter(),
+        broker: format!("{}:{}", settings.host, settings.port),
+        client_id,
+    };
+    let writer = writer::Writer { client, store, metrics, settings, publishes_in_flight };
     tokio::spawn(writer.run(rx));
-    let link = status.clone();
-    tokio::spawn(async move {
-        let filter = settings.filter();
-        let mut backoff = Duration::from_millis(100);
-        loop {
-            match eventloop.poll().await {
-                Ok(Event::Incoming(Packet::ConnAck(ack))) => {
-                    link.connected.store(true, Ordering::Relaxed);
-                    metrics.mqtt_connected(true);
-                    backoff = Duration::from_millis(100);
-                    tracing::info!(broker = %format!("{}:{}", settings.host, settings.port), session_present = ack.session_present, filter = %filter, "MQTT connected");
-                    // A kept session keeps its subscription; subscribing again is harmless.
-                    if let Err(e) = client.try_subscribe(filter.clone(), QoS::AtLeastOnce) {
-                        tracing::error!(error = %e, "cannot subscribe to {filter}");
-                    }
-                }
-                Ok(Event::Incoming(Packet::Publish(publish))) => {
-                    if tx.send(publish).is_err() {
-                        return;
-                    }
-                }
-                Ok(_) => {}
-                Err(e) => {
-                    if link.connected.swap(false, Ordering::Relaxed) {
-                        metrics.mqtt_connected(false);
-                        tracing::warn!(error = %e, "MQTT link lost; reconnecting");
-                    } else {
-                        tracing::debug!(error = %e, retry_in = ?backoff, "MQTT broker unreachable");
-                    }
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(MAX_BACKOFF);
-                }
-            }
-        }
-    });
+    tokio::spawn(link.run(eventloop));
     status
-}
-
-/// Stores received messages in batches and acknowledges them after the commit.
-struct Writer {
-    client: AsyncClient,
-    store: Arc<dyn Store>,
-    metrics: Arc<Metrics>,
-    settings: MqttSettings,
-}
-
-/// A device's sensors as last looked up (`None`: no such device).
-type CachedDevice = (Instant, Option<Arc<Vec<SensorMeta>>>);
-
-impl Writer {
-    async fn run(self, mut rx: mpsc::UnboundedReceiver<Publish>) {
-        let mut devices: HashMap<String, CachedDevice> = HashMap::new();
-        let mut logged: HashMap<String, Instant> = HashMap::new();
-        let mut batch = Vec::with_capacity(MAX_BATCH);
-        while rx.recv_many(&mut batch, MAX_BATCH).await > 0 {
-            let mut readings: Vec<ReadingInput> = Vec::new();
-            for publish in &batch {
-                match self.readings_of(publish, &mut devices).await {
-                    Ok(r) => {
-                        self.metrics.mqtt_message("stored");
-                        readings.extend(r);
-                    }
-                    Err((device, rejection)) => self.refuse(&device, rejection, &mut logged),
-                }
-            }
-            let stored = readings.len();
-            self.store_all(readings).await;
-            // In order of receipt, as MQTT asks; only now that it is committed.
-            for publish in batch.drain(..) {
-                if let Err(e) = self.client.ack(&publish).await {
-                    tracing::warn!(error = %e, "cannot acknowledge an MQTT message; the broker will send it again");
-                }
-            }
-            self.metrics.mqtt_readings(stored);
-        }
-    }
-
-    /// The readings of one message, or why it is refused (with its device id).
-    async fn readings_of(
-        &self,
-        publish: &Publish,
-        devices: &mut HashMap<String, CachedDevice>,
-    ) -> Result<Vec<ReadingInput>, (String, payload::Rejection)> {
-        let topic = String::from_utf8_lossy(&publish.topic);
-        let device_id = topic.split('/').rev().nth(1).unwrap_or_default().to_owned();
-        let refuse = |reason: &'static str, detail: String| (device_id.clone(), payload::Rejection { reason, detail });
-        let sensors = match devices.get(&device_id) {
-            Some((at, sensors)) if at.elapsed() < DEVICE_TTL => sensors.clone(),
-            _ => {
-                let found = self.find_device(&device_id).await;
-                devices.insert(device_id.clone(), (Instant::now(), found.clone()));
-                found
-            }
-        };
-        let Some(sensors) = sensors else {
-            return Err(refuse("unknown_device", format!("device {device_id:?} is not registered")));
-        };
-        let now = jiff::Timestamp::now();
-        payload::readings(&device_id, &sensors, &publish.payload, now, self.settings.max_future_skew)
-            .map_err(|r| (device_id.clone(), r))
-    }
-
-    /// The sensors of `device_id` (`None`: no such device), asked again
-    /// while the database does not answer: the message waits, unacknowledged.
-    async fn find_device(&self, device_id: &str) -> Option<Arc<Vec<SensorMeta>>> {
-        let mut wait = Duration::from_millis(100);
-        loop {
-            match self.store.find_device(Scope::All, device_id).await {
-                Ok(found) => return found.map(|d| Arc::new(d.sensors)),
-                Err(e) => {
-                    tracing::warn!(error = %e, device = %device_id, retry_in = ?wait, "cannot look the device up; retrying");
-                    tokio::time::sleep(wait).await;
-                    wait = (wait * 2).min(MAX_BACKOFF);
-                }
-            }
-        }
-    }
-
-    /// Stores `readings` in one transaction, retrying while the database
-    /// cannot take them (the messages stay unacknowledged meanwhile); a
-    /// reading the store refuses (its device or sensor removed since it was
-    /// checked) is refused alone.
-    async fn store_all(&self, readings: Vec<ReadingInput>) {
-        if readings.is_empty() {
-            return;
-        }
-        let mut wait = Duration::from_millis(100);
-        loop {
-            let source = Box::new(readings.clone().into_iter().map(Ok));
-            match self.store.import(source, sensorhub_store::hooks::Outbox::Deliver).await {
-                Ok(_) => return,
-                Err(StoreError::Invalid(e)) => {
-                    tracing::warn!(error = %e, "a batch was refused; storing its readings one by one");
-                    for reading in readings {
-                        self.store_one(reading).await;
-                    }
-                    return;
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, retry_in = ?wait, "cannot store MQTT readings; retrying");
-                    tokio::time::sleep(wait).await;
-                    wait = (wait * 2).min(MAX_BACKOFF);
-                }
-            }
-        }
-    }
-
-    /// Stores one reading, retrying while the database cannot take it; a
-    /// refused one is counted and dropped.
-    async fn store_one(&self, reading: ReadingInput) {
-        let mut wait = Duration::from_millis(100);
-        loop {
-            match self.store.ingest(reading.clone()).await {
-                Ok(()) => return,
-                Err(StoreError::Invalid(e)) => {
-                    self.metrics.mqtt_message("bad_reading");
-                    tracing::warn!(error = %e, device = %reading.device_id, "an MQTT reading was refused");
-                    return;
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, retry_in = ?wait, "cannot store an MQTT reading; retrying");
-                    tokio::time::sleep(wait).await;
-                    wait = (wait * 2).min(MAX_BACKOFF);
-                }
-            }
-        }
-    }
-
-    fn refuse(&self, device_id: &str, rejection: payload::Rejection, logged: &mut HashMap<String, Instant>) {
-        self.metrics.mqtt_message(rejection.reason);
-        let due = logged.get(device_id).is_none_or(|at| at.elapsed() >= Duration::from_secs(60));
-        if due {
-            logged.insert(device_id.to_owned(), Instant::now());
-            tracing::warn!(device = %device_id, reason = rejection.reason, detail = %rejection.detail, "MQTT message refused (logged once a minute per device)");
-        }
-        if self.settings.publish_errors {
-            let topic = format!("{}/{device_id}/errors", self.settings.prefix);
-            let body = serde_json::json!({"reason": rejection.reason, "detail": rejection.detail}).to_string();
-            if let Err(e) = self.client.try_publish(topic, QoS::AtMostOnce, false, body) {
-                tracing::debug!(error = %e, "cannot publish an MQTT refusal");
-            }
-        }
-    }
 }

@@ -6,6 +6,9 @@ use crate::http::webhook::{ValueAt, kind, reading_from_values};
 use sensorhub_core::model::{ReadingInput, SensorMeta};
 use serde_json::Value;
 
+/// The reason given when the topic names no registered device.
+pub const UNKNOWN_DEVICE: &str = "unknown_device";
+
 /// Why a message was refused: the metric's `reason` label and the detail
 /// the HTTP API would give.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -20,6 +20,8 @@ mod hooks;
 mod instances;
 mod latest;
 mod mqtt;
+mod mqtt_identity;
+mod mqtt_memory;
 mod ops;
 mod ratelimit;
 mod readings;

@@ -1,0 +1,234 @@
+//! The writer: takes queued messages in batches (bounded in count and in
+//! bytes), stores their readings in one transaction, gives their room in
+//! the queue back, then acknowledges them. Refused messages are counted,
+//! logged at most once a minute per device, and with `--mqtt-errors`
+//! published to `{prefix}/{device_id}/errors`, but only for a device that
+//! exists: a publisher learns nothing about ids that are not registered.
+
+use super::payload::{self, Rejection};
+use super::queue::{self, Message};
+use super::recent::Recent;
+use super::{MAX_BACKOFF, MqttSettings};
+use crate::metrics::Metrics;
+use rumqttc::v5::AsyncClient;
+use rumqttc::v5::mqttbytes::QoS;
+use rumqttc::v5::mqttbytes::v5::Publish;
+use sensorhub_core::model::{ReadingInput, SensorMeta, is_valid_identifier};
+use sensorhub_store::{Scope, Store, StoreError};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+/// Most messages committed in one transaction.
+const MAX_BATCH: usize = 2048;
+/// Most bytes of messages in one batch (the message that reaches it
+/// included): what is parsed and held as readings at once.
+const MAX_BATCH_BYTES: usize = 4 << 20;
+/// How long a device's sensors are remembered before they are looked up again.
+const DEVICE_TTL: Duration = Duration::from_secs(10);
+/// How often a device's refusals are logged.
+const LOG_EVERY: Duration = Duration::from_secs(60);
+/// Device ids remembered at once (sensors, refusals logged), whatever ids
+/// publishers invent.
+const REMEMBERED_DEVICES: usize = 10_000;
+/// Refusals published to errors topics and not yet sent by the link: past
+/// this, more are dropped, so that the link's request queue always has
+/// room for the acknowledgements (see [`super::spawn`]).
+pub(super) const PUBLISHES_IN_FLIGHT: usize = 1024;
+/// The longest a device id is shown in a log line.
+const SHOWN_ID: usize = 128;
+
+/// A device's sensors as last looked up (`None`: no such device).
+type CachedDevice = Option<Arc<Vec<SensorMeta>>>;
+
+/// Stores received messages in batches and acknowledges them after the commit.
+pub(super) struct Writer {
+    pub client: AsyncClient,
+    pub store: Arc<dyn Store>,
+    pub metrics: Arc<Metrics>,
+    pub settings: MqttSettings,
+    /// Refusals handed to the client and not yet sent (the link counts them down).
+    pub publishes_in_flight: Arc<AtomicUsize>,
+}
+
+/// Which devices' refusals were logged in the last minute.
+struct RefusalLog {
+    devices: Recent<()>,
+    /// When it was last said that more devices were refused than are logged.
+    crowded: Option<Instant>,
+}
+
+impl Writer {
+    pub async fn run(self, mut queue: queue::Receiver) {
+        let mut devices = Recent::new(DEVICE_TTL, REMEMBERED_DEVICES);
+        let mut log = RefusalLog { devices: Recent::new(LOG_EVERY, REMEMBERED_DEVICES), crowded: None };
+        loop {
+            let batch = queue.batch(MAX_BATCH, MAX_BATCH_BYTES).await;
+            if batch.is_empty() {
+                return;
+            }
+            let mut readings: Vec<ReadingInput> = Vec::new();
+            for queued in &batch {
+                let message = &queued.message;
+                match self.readings_of(message, &mut devices).await {
+                    Ok(r) => {
+                        self.metrics.mqtt_message("stored");
+                        readings.extend(r);
+                    }
+                    Err(rejection) => self.refuse(message.device_id(), rejection, &mut log),
+                }
+            }
+            let stored = readings.len();
+            self.store_all(readings).await;
+            // The batch's room goes back first: a link waiting for room
+            // polls again, and so sends the acknowledgements queued next.
+            let acks: Vec<(QoS, u16)> = batch.into_iter().map(|q| (q.message.qos, q.message.pkid)).collect();
+            // In order of receipt, as MQTT asks; only now that it is committed.
+            for (qos, pkid) in acks {
+                let mut ack = Publish::new("", qos, bytes::Bytes::new(), None);
+                ack.pkid = pkid;
+                if let Err(e) = self.client.ack(&ack).await {
+                    tracing::warn!(error = %e, "cannot acknowledge an MQTT message; the broker will send it again");
+                }
+            }
+            self.metrics.mqtt_readings(stored);
+        }
+    }
+
+    /// The readings of one message, or why it is refused.
+    async fn readings_of(
+        &self,
+        message: &Message,
+        devices: &mut Recent<CachedDevice>,
+    ) -> Result<Vec<ReadingInput>, Rejection> {
+        let device_id = message.device_id();
+        let sensors = match devices.get(device_id) {
+            Some(sensors) => sensors.clone(),
+            // Not an id any device can have: no lookup, nothing remembered.
+            None if !is_valid_identifier(device_id) => None,
+            None => {
+                let found = self.find_device(device_id).await;
+                devices.insert(device_id, found.clone());
+                found
+            }
+        };
+        let Some(sensors) = sensors else {
+            let detail = format!("device {:?} is not registered", shown(device_id));
+            return Err(Rejection { reason: payload::UNKNOWN_DEVICE, detail });
+        };
+        let now = jiff::Timestamp::now();
+        payload::readings(device_id, &sensors, &message.payload, now, self.settings.max_future_skew)
+    }
+
+    /// The sensors of `device_id` (`None`: no such device), asked again
+    /// while the database does not answer: the message waits, unacknowledged.
+    async fn find_device(&self, device_id: &str) -> Option<Arc<Vec<SensorMeta>>> {
+        let mut wait = Duration::from_millis(100);
+        loop {
+            match self.store.find_device(Scope::All, device_id).await {
+                Ok(found) => return found.map(|d| Arc::new(d.sensors)),
+                Err(e) => {
+                    tracing::warn!(error = %e, device = %device_id, retry_in = ?wait, "cannot look the device up; retrying");
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(MAX_BACKOFF);
+                }
+            }
+        }
+    }
+
+    /// Stores `readings` in one transaction, retrying while the database
+    /// cannot take them (the messages stay unacknowledged meanwhile); a
+    /// reading the store refuses (its device or sensor removed since it was
+    /// checked) is refused alone.
+    async fn store_all(&self, readings: Vec<ReadingInput>) {
+        if readings.is_empty() {
+            return;
+        }
+        let mut wait = Duration::from_millis(100);
+        loop {
+            let source = Box::new(readings.clone().into_iter().map(Ok));
+            match self.store.import(source, sensorhub_store::hooks::Outbox::Deliver).await {
+                Ok(_) => return,
+                Err(StoreError::Invalid(e)) => {
+                    tracing::warn!(error = %e, "a batch was refused; storing its readings one by one");
+                    for reading in readings {
+                        self.store_one(reading).await;
+                    }
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, retry_in = ?wait, "cannot store MQTT readings; retrying");
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(MAX_BACKOFF);
+                }
+            }
+        }
+    }
+
+    /// Stores one reading, retrying while the database cannot take it; a
+    /// refused one is counted and dropped.
+    async fn store_one(&self, reading: ReadingInput) {
+        let mut wait = Duration::from_millis(100);
+        loop {
+            match self.store.ingest(reading.clone()).await {
+                Ok(()) => return,
+                Err(StoreError::Invalid(e)) => {
+                    self.metrics.mqtt_message("bad_reading");
+                    tracing::warn!(error = %e, device = %reading.device_id, "an MQTT reading was refused");
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, retry_in = ?wait, "cannot store an MQTT reading; retrying");
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(MAX_BACKOFF);
+                }
+            }
+        }
+    }
+
+    /// Counts, logs and (for a device that exists) publishes a refusal.
+    fn refuse(&self, device_id: &str, rejection: Rejection, log: &mut RefusalLog) {
+        self.metrics.mqtt_message(rejection.reason);
+        // Ids that are not identifiers share one line a minute.
+        let key = if is_valid_identifier(device_id) { device_id } else { " not an identifier" };
+        if log.devices.get(key).is_none() {
+            if log.devices.insert(key, ()) {
+                tracing::warn!(device = %shown(device_id), reason = rejection.reason, detail = %rejection.detail, "MQTT message refused (logged once a minute per device)");
+            } else if log.crowded.is_none_or(|at| at.elapsed() >= LOG_EVERY) {
+                log.crowded = Some(Instant::now());
+                tracing::warn!(
+                    devices = REMEMBERED_DEVICES,
+                    "MQTT messages refused for more devices in a minute than are logged; see sensorhub_mqtt_messages_total"
+                );
+            }
+        }
+        if !self.settings.publish_errors || rejection.reason == payload::UNKNOWN_DEVICE {
+            return;
+        }
+        if self.publishes_in_flight.load(Ordering::Relaxed) >= PUBLISHES_IN_FLIGHT {
+            tracing::debug!(device = %device_id, "too many MQTT refusals waiting to be sent; this one is not published");
+            return;
+        }
+        let topic = format!("{}/{device_id}/errors", self.settings.prefix);
+        let body = serde_json::json!({"reason": rejection.reason, "detail": rejection.detail}).to_string();
+        match self.client.try_publish(topic, QoS::AtMostOnce, false, body) {
+            Ok(()) => {
+                self.publishes_in_flight.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => tracing::debug!(error = %e, "cannot publish an MQTT refusal"),
+        }
+    }
+}
+
+/// `id` as shown in logs and details: at most [`SHOWN_ID`] bytes (a topic
+/// level may be 64 KiB).
+fn shown(id: &str) -> String {
+    if id.len() <= SHOWN_ID {
+        return id.to_owned();
+    }
+    let mut end = SHOWN_ID;
+    while !id.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &id[..end])
+}
