@@ -2,6 +2,7 @@
 //! sensorhub. This crate does no I/O.
 #![forbid(unsafe_code)]
 
+pub mod alarm;
 pub mod bucket;
 pub mod model;
 pub mod provision;
