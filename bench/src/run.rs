@@ -164,7 +164,7 @@ pub(crate) struct Store {
     /// A SQLite file path or a PostgreSQL URL.
     pub(crate) db: String,
     ingest: Ingest,
-    _pg: Option<sensorhub_store::testing::TempDatabase>,
+    _pg: Option<sensorhub_testing::TempDatabase>,
 }
 
 /// A runtime for the few async calls (creating databases, reading sizes).
@@ -248,7 +248,7 @@ fn import_into(
     let file = dir.join(file);
     let (db, temp) = match pg {
         Some(server) => {
-            let temp = block_on(sensorhub_store::testing::TempDatabase::create(server))?.map_err(|e| e.to_string())?;
+            let temp = block_on(sensorhub_testing::TempDatabase::create(server))?.map_err(|e| e.to_string())?;
             (temp.url().to_owned(), Some(temp))
         }
         None => {

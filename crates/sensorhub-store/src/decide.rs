@@ -218,7 +218,9 @@ pub(crate) struct UpgradeLog {
 impl UpgradeLog {
     /// Starts the log of an upgrade of `total` hours.
     pub(crate) fn start(total: u64) -> Self {
-        tracing::info!(hours = total, "upgrading stored readings to the column format (schema version 3)");
+        if total > 0 {
+            tracing::info!(hours = total, "upgrading stored readings to the column format (schema version 3)");
+        }
         Self { total, done: 0, last: None }
     }
 
@@ -233,7 +235,9 @@ impl UpgradeLog {
 
     /// Logs the end of the upgrade.
     pub(crate) fn finish(&self) {
-        tracing::info!(hours = self.done, "upgrade of stored readings finished");
+        if self.total > 0 {
+            tracing::info!(hours = self.done, "upgrade of stored readings finished");
+        }
     }
 }
 

@@ -13,8 +13,6 @@ mod legacy;
 pub mod postgres;
 pub mod sqlite;
 pub mod stats;
-#[cfg(feature = "test-support")]
-pub mod testing;
 mod types;
 mod write;
 

@@ -20,8 +20,8 @@ use sensorhub_core::provision::{InputError, Provision, parse_json};
 use sensorhub_core::secret::key_digest;
 use sensorhub_core::time::TimeRange;
 use sensorhub_store::hooks::Outbox;
-use sensorhub_store::testing::TempDatabase;
 use sensorhub_store::{ReadingBatch, Scope, Store, StoreError, StoredValue};
+use sensorhub_testing::TempDatabase;
 use std::sync::Arc;
 
 const BASE: &str = r#"{

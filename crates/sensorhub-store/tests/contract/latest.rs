@@ -154,7 +154,7 @@ async fn the_migration_fills_the_index_from_stored_hours() {
     assert_eq!(latest(&*store, "D1").await, want, "SQLite");
     assert_eq!(latest(&*store, "D2").await, [entry("a", T, "9.0")], "SQLite");
 
-    let pg = sensorhub_store::testing::TempDatabase::create(&super::postgres_url()).await.expect("database");
+    let pg = sensorhub_testing::TempDatabase::create(&super::postgres_url()).await.expect("database");
     let store = sensorhub_store::open(pg.url()).await.expect("open");
     super::apply(&*store, super::BASE).await.expect("base");
     import(&*store, readings()).await.expect("import");

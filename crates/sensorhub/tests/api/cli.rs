@@ -492,9 +492,8 @@ fn json_logs_are_one_object_per_line() {
 
 #[tokio::test]
 async fn passwords_in_database_urls_never_print() {
-    let pg = sensorhub_store::testing::TempDatabase::create(&crate::harness::postgres_admin_url())
-        .await
-        .expect("test database");
+    let pg =
+        sensorhub_testing::TempDatabase::create(&crate::harness::postgres_admin_url()).await.expect("test database");
     // The test server trusts loopback, so the password is sent and ignored.
     let sep = if pg.url().contains('?') { '&' } else { '?' };
     let url = format!("{}{sep}password=query-secret-1", pg.url());

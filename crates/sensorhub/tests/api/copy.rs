@@ -2,7 +2,7 @@
 //! PostgreSQL and back, verified table by table; a changed row is caught.
 
 use crate::harness::postgres_admin_url;
-use sensorhub_store::testing::TempDatabase;
+use sensorhub_testing::TempDatabase;
 use std::process::{Command, Output};
 
 fn sensorhub(args: &[&str]) -> Output {

@@ -177,9 +177,8 @@ async fn get(http: &reqwest::Client, url: &str) -> (u16, Value) {
 // starting the server process.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_postgresql_outage_gets_error_envelopes_and_the_service_recovers_by_itself() {
-    let pg = sensorhub_store::testing::TempDatabase::create(&crate::harness::postgres_admin_url())
-        .await
-        .expect("test database");
+    let pg =
+        sensorhub_testing::TempDatabase::create(&crate::harness::postgres_admin_url()).await.expect("test database");
     let dir = tempfile::tempdir().expect("dir");
     provision(pg.url(), dir.path());
     let authority = pg.url().split("://").nth(1).and_then(|r| r.split('/').next()).expect("host in URL");

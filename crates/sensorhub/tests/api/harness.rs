@@ -10,7 +10,7 @@ use sensorhub_core::model::ReadingInput;
 use sensorhub_core::provision::{Provision, parse_json};
 use sensorhub_core::time::RangeRules;
 use sensorhub_store::Store;
-use sensorhub_store::testing::TempDatabase;
+use sensorhub_testing::TempDatabase;
 use serde_json::Value;
 use std::sync::Arc;
 use tempfile::TempDir;

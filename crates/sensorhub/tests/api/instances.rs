@@ -4,7 +4,7 @@
 
 use crate::harness::{ALICE_PASSWORD, FIXTURE, RedisPrefix, ServeProcess, basic, postgres_admin_url, redis_url};
 use reqwest::StatusCode;
-use sensorhub_store::testing::TempDatabase;
+use sensorhub_testing::TempDatabase;
 use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

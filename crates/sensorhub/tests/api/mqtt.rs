@@ -95,7 +95,7 @@ impl Drop for Broker {
 }
 
 /// A database with the test fixture applied.
-pub(crate) async fn provisioned() -> (String, tempfile::TempDir, Option<sensorhub_store::testing::TempDatabase>) {
+pub(crate) async fn provisioned() -> (String, tempfile::TempDir, Option<sensorhub_testing::TempDatabase>) {
     let (db, dir, pg) = fresh_database().await;
     let file = dir.path().join("fixture.json");
     std::fs::write(&file, FIXTURE).expect("write fixture");

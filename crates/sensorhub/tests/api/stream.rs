@@ -298,7 +298,7 @@ async fn streams_answer_the_read_endpoints_errors() {
 
 #[tokio::test]
 async fn a_reading_written_through_one_instance_reaches_a_stream_on_another() {
-    let pg = sensorhub_store::testing::TempDatabase::create(&postgres_admin_url()).await.expect("test database");
+    let pg = sensorhub_testing::TempDatabase::create(&postgres_admin_url()).await.expect("test database");
     let prefix = RedisPrefix::new();
     let dir = tempfile::tempdir().expect("dir");
     let fixture = dir.path().join("fixture.json");

@@ -6,7 +6,7 @@
 //! SHA-256), on SQLite and on PostgreSQL.
 
 use crate::harness::{TestApp, postgres_admin_url};
-use sensorhub_store::testing::TempDatabase;
+use sensorhub_testing::TempDatabase;
 use sha2::{Digest, Sha256};
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};

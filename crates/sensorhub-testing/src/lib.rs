@@ -1,10 +1,11 @@
-//! Test support, built only with the `test-support` feature (the tests of
-//! this workspace turn it on; the service never ships it): a throwaway
-//! PostgreSQL database with a random name, dropped (with its connections)
-//! when the value is dropped, so that a test never touches another run's
-//! data.
+//! Test support for sensorhub's tests and benchmarks, never part of the
+//! service: a throwaway PostgreSQL database with a random name, dropped
+//! (with its connections) when the value is dropped, so that a test never
+//! touches another run's data.
+#![forbid(unsafe_code)]
 
-use crate::{StoreError, StoreResult};
+/// What went wrong making or dropping a database.
+pub type Error = Box<dyn std::error::Error + Send + Sync>;
 
 /// A database created for one run.
 pub struct TempDatabase {
@@ -30,7 +31,12 @@ fn with_database(url: &str, name: &str) -> String {
     }
 }
 
-async fn admin(url: &str) -> StoreResult<tokio_postgres::Client> {
+/// `url` without its user-info (which may hold a password), for messages.
+fn shown(url: &str) -> &str {
+    url.rsplit_once('@').map_or(url, |(_, host)| host)
+}
+
+async fn admin(url: &str) -> Result<tokio_postgres::Client, Error> {
     let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await?;
     tokio::spawn(async move {
         let _ = connection.await;
@@ -41,15 +47,13 @@ async fn admin(url: &str) -> StoreResult<tokio_postgres::Client> {
 impl TempDatabase {
     /// Creates `sensorhub_test_<random>` on the server of `admin_url` (a
     /// database URL whose user may create databases).
-    pub async fn create(admin_url: &str) -> StoreResult<Self> {
+    pub async fn create(admin_url: &str) -> Result<Self, Error> {
         let mut bytes = [0u8; 6];
-        getrandom::fill(&mut bytes).map_err(|e| StoreError::Backend(format!("no randomness: {e}").into()))?;
+        getrandom::fill(&mut bytes).map_err(|e| format!("no randomness: {e}"))?;
         let name = format!("sensorhub_test_{}", bytes.iter().map(|b| format!("{b:02x}")).collect::<String>());
-        let client = admin(admin_url).await.map_err(|e| {
-            StoreError::Backend(
-                format!("cannot reach PostgreSQL at {} (is it running?): {e}", crate::redact_url(admin_url)).into(),
-            )
-        })?;
+        let client = admin(admin_url)
+            .await
+            .map_err(|e| format!("cannot reach PostgreSQL at {} (is it running?): {e}", shown(admin_url)))?;
         client.batch_execute(&format!("CREATE DATABASE \"{name}\"")).await?;
         Ok(Self { admin_url: admin_url.to_owned(), url: with_database(admin_url, &name), name })
     }
@@ -69,7 +73,7 @@ impl Drop for TempDatabase {
             rt.block_on(async {
                 let client = admin(&admin_url).await?;
                 client.batch_execute(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)")).await?;
-                Ok::<_, StoreError>(())
+                Ok::<_, Error>(())
             })
             .map_err(std::io::Error::other)
         })
@@ -82,6 +86,11 @@ impl Drop for TempDatabase {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn messages_show_no_password() {
+        assert_eq!(super::shown("postgres://u:secret@h:5432/test"), "h:5432/test");
+    }
+
     #[test]
     fn the_database_name_is_replaced() {
         assert_eq!(super::with_database("postgres://u@h:5432/test", "x"), "postgres://u@h:5432/x");
