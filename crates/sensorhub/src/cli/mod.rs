@@ -19,9 +19,12 @@ use sensorhub_store::Store;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+/// The version and the commit the binary was built from (`build.rs`).
+pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("SENSORHUB_COMMIT"), ")");
+
 /// sensorhub: the Device Sensor Data Service for AWLR and AWS stations.
 #[derive(Debug, Parser)]
-#[command(name = "sensorhub", version, about, propagate_version = true)]
+#[command(name = "sensorhub", version = VERSION, about, propagate_version = true)]
 pub struct Cli {
     /// Database: a SQLite file path or a sqlite:// URL [default: ./sensorhub.db]
     #[arg(long, global = true, env = "SENSORHUB_DATABASE")]
