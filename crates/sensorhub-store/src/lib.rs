@@ -515,6 +515,15 @@ pub async fn open_with(url: &str, options: OpenOptions) -> StoreResult<Arc<dyn S
     Ok(Arc::new(sqlite::SqliteStore::open_with(path, durability, options).await?))
 }
 
+/// The file a SQLite database `url` names (`None` for PostgreSQL or a URL
+/// that is not a database's).
+pub fn sqlite_file(url: &str) -> Option<&str> {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        return None;
+    }
+    sqlite_target(url).ok().map(|(path, _)| path)
+}
+
 /// The file and durability a SQLite `url` names (a path or `sqlite://…`,
 /// with at most the option `?synchronous=full|normal`).
 fn sqlite_target(url: &str) -> StoreResult<(&str, sqlite::Durability)> {

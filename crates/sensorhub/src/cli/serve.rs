@@ -7,7 +7,7 @@ use crate::config::dashboard::DashboardFlags;
 use crate::config::hooks::{DeliveryFlags, DeliverySettings};
 use crate::config::mqtt::MqttFlags;
 use crate::config::serve::{CounterStore, ServeFlags, ServeSettings};
-use crate::hooks::seal::{SealError, SealingKey};
+use crate::hooks::seal::SealError;
 use crate::http::{AppState, ServerOptions, app, serve, shutdown_signal};
 use crate::mqtt::MqttSettings;
 use crate::redis_client::SharedRedis;
@@ -35,9 +35,9 @@ pub async fn run(ctx: &Context, args: Args) -> CliResult {
     let mqtt = MqttSettings::resolve(&args.mqtt, ctx.file.mqtt.as_ref(), settings.webhook.max_future_skew)?;
     let deliveries = DeliverySettings::resolve(&args.deliveries, ctx.file.webhooks.as_ref())?;
     let dashboard = crate::config::dashboard::resolve(&args.dashboard, ctx.file.dashboard.as_ref())?;
-    let key = match SealingKey::from_env() {
+    let key = match crate::hooks::key_file::sealing_key(&ctx.database, false) {
         Ok(key) => Some(key),
-        Err(SealError::NoKey) => None,
+        Err(SealError::NoKey | SealError::NoKeyPostgres) => None,
         Err(e) => return Err(e.into()),
     };
     let listen = settings.listen;
@@ -91,10 +91,11 @@ pub async fn run(ctx: &Context, args: Args) -> CliResult {
         }
         // Only worth a warning where there is something to deliver.
         None if store.subscriptions().await.is_ok_and(|subs| !subs.is_empty()) => tracing::warn!(
-            "SENSORHUB_SECRET_KEY is not set: outgoing webhook deliveries are not sent (they wait in the outbox \
-             until an instance with the key runs)"
+            "no key seals the webhook secrets (SENSORHUB_SECRET_KEY is not set, and there is no key file beside a \
+             SQLite database): outgoing webhook deliveries are not sent (they wait in the outbox until an instance \
+             with the key runs)"
         ),
-        None => tracing::debug!("SENSORHUB_SECRET_KEY is not set and there is no subscription: no delivery worker"),
+        None => tracing::debug!("no secret key and no subscription: no delivery worker"),
     }
     if args.demo && super::demo::is_demo(&store).await {
         super::demo::keep_reporting(state.store.clone());

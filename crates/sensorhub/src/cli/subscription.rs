@@ -4,7 +4,7 @@
 
 use super::{CliResult, Context};
 use crate::hooks::headers::{parse_header, seal_headers};
-use crate::hooks::seal::SealingKey;
+use crate::hooks::key_file::sealing_key;
 use crate::hooks::sign::SigningSecret;
 use crate::hooks::target::check_url;
 use sensorhub_core::provision::{DEFAULT_BATCH, MAX_BATCH};
@@ -87,7 +87,7 @@ pub async fn run(ctx: &Context, cmd: Command) -> CliResult {
     match cmd {
         Command::Add { account, url, devices, allow_http, headers, batch, batch_max } => {
             check_url(&url, allow_http)?;
-            let key = SealingKey::from_env()?;
+            let key = sealing_key(&ctx.database, true)?;
             let id = generate_key("sub_")?;
             let secret = SigningSecret::generate()?;
             let sealed_headers = if headers.is_empty() { None } else { Some(seal_headers(&key, &id, &headers)?) };
@@ -128,7 +128,7 @@ pub async fn run(ctx: &Context, cmd: Command) -> CliResult {
             println!("removed subscription {id}");
         }
         Command::RotateSecret { id } => {
-            let key = SealingKey::from_env()?;
+            let key = sealing_key(&ctx.database, true)?;
             let secret = SigningSecret::generate()?;
             store.replace_subscription_secret(&id, key.seal(&id, secret.as_bytes())?).await?;
             println!("subscription {id} has a new secret, shown only now:\n{}", secret.reveal());

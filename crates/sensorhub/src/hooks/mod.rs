@@ -3,6 +3,7 @@
 
 pub mod batch;
 pub mod headers;
+pub mod key_file;
 pub mod pool;
 pub mod provision;
 pub mod record;

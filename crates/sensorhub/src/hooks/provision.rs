@@ -32,14 +32,17 @@ impl Sealer for SealingKey {
     }
 }
 
-/// The document's subscriptions resolved, sealed under `SENSORHUB_SECRET_KEY`
-/// by the store; `None` when it lists none (no key needed then).
-pub fn resolve(doc: &Provision) -> Result<Option<ProvisionedHooks>, InputError> {
+/// The document's subscriptions resolved, to be sealed by the store under
+/// the key `key` gives (asked only when the document lists subscriptions);
+/// `None` when it lists none.
+pub fn resolve(
+    doc: &Provision,
+    key: impl FnOnce() -> Result<SealingKey, super::seal::SealError>,
+) -> Result<Option<ProvisionedHooks>, InputError> {
     let Some((i, _)) = doc.accounts.iter().enumerate().find(|(_, a)| !a.subscriptions.is_empty()) else {
         return Ok(None);
     };
-    let key =
-        SealingKey::from_env().map_err(|e| InputError::new(format!("accounts[{i}].subscriptions"), e.to_string()))?;
+    let key = key().map_err(|e| InputError::new(format!("accounts[{i}].subscriptions"), e.to_string()))?;
     let mut subscriptions = Vec::new();
     for (i, a) in doc.accounts.iter().enumerate() {
         for (k, s) in a.subscriptions.iter().enumerate() {

@@ -1,5 +1,6 @@
 //! Signing secrets at rest: sealed with ChaCha20-Poly1305 under a key from
-//! the environment (`SENSORHUB_SECRET_KEY`, 32 bytes in base64), so that a
+//! the environment (`SENSORHUB_SECRET_KEY`, 32 bytes in base64) or, on
+//! SQLite, from a file beside the database ([`super::key_file`]), so that a
 //! database dump alone cannot sign. Each sealed secret is bound to its
 //! subscription's id (the AEAD's associated data): a secret copied to
 //! another row does not open. AEAD comes from `ring`, already linked by
@@ -15,12 +16,25 @@ pub const KEY_VAR: &str = crate::config::env::SECRET_KEY_VAR;
 /// Why secrets cannot be sealed or opened.
 #[derive(Debug, thiserror::Error)]
 pub enum SealError {
-    /// No key in the environment.
+    /// No key in the environment, and none beside the SQLite database yet.
     #[error(
-        "{KEY_VAR} is not set: webhook subscription secrets are stored encrypted under it (32 random bytes in \
-         base64, e.g. `openssl rand -base64 32`); set the same value for every command and instance"
+        "{KEY_VAR} is not set and there is no key file beside the database yet (a command that adds a \
+         subscription makes one)"
     )]
     NoKey,
+    /// No key in the environment, on PostgreSQL (several instances share no file).
+    #[error(
+        "{KEY_VAR} is not set: on PostgreSQL webhook subscription secrets are sealed under a key every command \
+         and instance must share; make one with `head -c 32 /dev/urandom | base64` (or `openssl rand -base64 32`) \
+         and set it for each"
+    )]
+    NoKeyPostgres,
+    /// The key file beside the database cannot be read or made.
+    #[error("the secret key file {0}: {1}")]
+    KeyFile(std::path::PathBuf, String),
+    /// The key file does not hold 32 bytes of base64.
+    #[error("the secret key file {0} does not hold 32 bytes in base64")]
+    BadKeyFile(std::path::PathBuf),
     /// The key is not 32 bytes of base64.
     #[error("{KEY_VAR} must be 32 bytes in base64 (e.g. `openssl rand -base64 32`)")]
     BadKey,
@@ -43,14 +57,6 @@ impl std::fmt::Debug for SealingKey {
 }
 
 impl SealingKey {
-    /// The key in the environment's [`KEY_VAR`].
-    pub fn from_env() -> Result<Self, SealError> {
-        match std::env::var(KEY_VAR) {
-            Ok(v) if !v.trim().is_empty() => Self::from_base64(&v),
-            _ => Err(SealError::NoKey),
-        }
-    }
-
     /// The key written as base64 of 32 bytes.
     pub fn from_base64(text: &str) -> Result<Self, SealError> {
         let bytes = STANDARD.decode(text.trim()).map_err(|_| SealError::BadKey)?;

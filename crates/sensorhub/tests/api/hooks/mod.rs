@@ -40,8 +40,12 @@ on_each_backend! {
     async fn subscriptions_are_managed_by_command_with_sealed_secrets() {
         let app = TestApp::start().await;
         let add = ["add", "--account", "alice", "--url", "https://partner.example/hook", "--device", "AWLR-001"];
-        let refused = failed(&subscription(&app.db, None, &add));
-        assert!(refused.contains("SENSORHUB_SECRET_KEY is not set"), "{refused}");
+        if crate::harness::BACKEND.get() == crate::harness::Backend::Postgres {
+            // On SQLite a key is made beside the database (key_file_*, below).
+            let refused = failed(&subscription(&app.db, None, &add));
+            assert!(refused.contains("SENSORHUB_SECRET_KEY is not set"), "{refused}");
+            assert!(refused.contains("head -c 32 /dev/urandom | base64"), "says how to make one: {refused}");
+        }
         let http = failed(&subscription(&app.db, Some(SECRET_KEY), &["add", "--account", "alice", "--url", "http://p.example/"]));
         assert!(http.contains("must be https://"), "{http}");
         let unseen = failed(&subscription(&app.db, Some(SECRET_KEY), &[&add[..5], &["--device", "SECRET-9"]].concat()));
@@ -68,4 +72,33 @@ on_each_backend! {
         assert!(failed(&subscription(&app.db, None, &["remove", &id])).contains("no webhook subscription"));
         assert_eq!(ok(&subscription(&app.db, None, &["list"])).trim(), "no webhook subscriptions");
     }
+}
+
+#[tokio::test]
+async fn key_file_a_sqlite_database_makes_its_own_secret_key_once_and_the_variable_wins() {
+    use std::os::unix::fs::PermissionsExt;
+    let app = TestApp::start().await;
+    let add = ["add", "--account", "alice", "--url", "https://partner.example/hook"];
+    let first = subscription(&app.db, None, &add);
+    let said = String::from_utf8_lossy(&first.stderr).into_owned();
+    let (id, _) = id_and_secret(&ok(&first));
+    let file = format!("{}.secret-key", app.db);
+    assert!(said.contains(&file), "the key file is named when it is made: {said}");
+    assert_eq!(std::fs::metadata(&file).expect("key file").permissions().mode() & 0o777, 0o600);
+    let second = subscription(&app.db, None, &["rotate-secret", &id]);
+    assert!(!String::from_utf8_lossy(&second.stderr).contains(&file), "named once");
+    let (_, secret) = id_and_secret(&ok(&second));
+    let from_file =
+        sensorhub::hooks::seal::SealingKey::from_base64(&std::fs::read_to_string(&file).expect("read")).expect("a key");
+    let raw = sensorhub::hooks::sign::SigningSecret::parse(&secret).expect("whsec");
+    let sealed = |subs: &[sensorhub_store::hooks::Subscription], id: &str| {
+        subs.iter().find(|s| s.id == id).expect("stored").sealed_secret.clone()
+    };
+    let subs = app.store.subscriptions().await.expect("list");
+    let opened = from_file.open(&id, &sealed(&subs, &id)).expect("the file's key");
+    assert_eq!(opened, raw.as_bytes(), "both commands used one key");
+    let (with_var, _) = id_and_secret(&ok(&subscription(&app.db, Some(SECRET_KEY), &add)));
+    let var_key = sensorhub::hooks::seal::SealingKey::from_base64(SECRET_KEY).expect("key");
+    let subs = app.store.subscriptions().await.expect("list");
+    assert!(var_key.open(&with_var, &sealed(&subs, &with_var)).is_ok(), "the variable wins over the file");
 }
