@@ -14,6 +14,7 @@ mod profiles;
 mod run;
 mod soak;
 mod stats;
+mod tls;
 mod wrk;
 
 use clap::{Parser, Subcommand};
@@ -42,6 +43,8 @@ enum Cmd {
     Soak(soak::Args),
     /// Outgoing webhooks: ingest rate with 3 subscriptions against none, and deliveries/s draining a backlog
     Hooks(hooks::Args),
+    /// HTTPS against plain HTTP: the day window and webhook ingest
+    Tls(tls::Args),
     /// Hold idle live streams (2,000 by default) and measure RSS per stream and ingest-to-event latency
     Live(live::Args),
     /// The dashboard in headless Chromium: first-load bytes, and time to draw a year and a week of charts
@@ -111,6 +114,10 @@ fn main() -> ExitCode {
         Cmd::Mqtt(args) => mqtt::run(args),
         Cmd::Soak(args) => soak::run(args).map(|(s, path)| {
             println!("{}", soak::report(&s));
+            println!("results written to {}", path.display());
+        }),
+        Cmd::Tls(args) => tls::run(args).map(|(t, path)| {
+            println!("{}", tls::report(&t));
             println!("results written to {}", path.display());
         }),
         Cmd::Hooks(args) => hooks::run(args).map(|(h, path)| {

@@ -170,7 +170,7 @@ pub const MQTT_OUTCOMES: [&str; 6] =
     ["stored", "bad_json", "bad_time", "bad_reading", "unknown_device", "unknown_sensor"];
 
 /// Why the server closed a connection (the `reason` label).
-pub const CLOSE_REASONS: [&str; 5] = ["client", "header_timeout", "idle", "write_stall", "error"];
+pub const CLOSE_REASONS: [&str; 6] = ["client", "header_timeout", "idle", "write_stall", "tls", "error"];
 
 impl Default for Metrics {
     fn default() -> Self {

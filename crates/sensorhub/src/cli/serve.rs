@@ -40,6 +40,15 @@ pub async fn run(ctx: &Context, args: Args) -> CliResult {
         Err(SealError::NoKey | SealError::NoKeyPostgres) => None,
         Err(e) => return Err(e.into()),
     };
+    // A certificate that does not load stops the start, before anything else.
+    let tls = match &settings.tls {
+        Some(files) => {
+            let certs = crate::http::tls::Certificates::load(&files.cert, &files.key)?;
+            certs.reload_on_sighup()?;
+            Some(certs.acceptor()?)
+        }
+        None => None,
+    };
     let listen = settings.listen;
     let store = ctx.open().await?;
     if args.demo {
@@ -123,9 +132,10 @@ pub async fn run(ctx: &Context, args: Args) -> CliResult {
         listen = %listener.local_addr()?,
         database = %sensorhub_store::redact_url(&ctx.database),
         dashboard = state.dashboard.is_some(),
+        tls = settings.tls.is_some(),
         "sensorhub serving /external/v1"
     );
-    serve(listener, app(state), shutdown, settings.connections, metrics).await?;
+    serve(listener, app(state), shutdown, settings.connections, metrics, tls).await?;
     tracing::info!("stopped");
     Ok(())
 }

@@ -123,6 +123,10 @@ pub struct FileConfig {
     pub write_timeout: Option<u64>,
     /// Connections served at once.
     pub max_connections: Option<usize>,
+    /// HTTPS certificate chain (PEM).
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// HTTPS private key (PEM).
+    pub tls_key: Option<std::path::PathBuf>,
     /// Live streams open at once (within `max_connections`).
     pub max_streams: Option<usize>,
     /// Live streams one caller may hold.

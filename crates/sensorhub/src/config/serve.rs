@@ -108,6 +108,12 @@ pub struct ServeFlags {
     /// Connections served at once; more wait in the listen backlog [default: 4096]
     #[arg(long, env = "SENSORHUB_MAX_CONNECTIONS")]
     pub max_connections: Option<usize>,
+    /// Serve HTTPS with this certificate chain (PEM; with --tls-key); reloaded on SIGHUP
+    #[arg(long, env = "SENSORHUB_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// The private key of --tls-cert (PEM: PKCS#8, PKCS#1 or SEC1)
+    #[arg(long, env = "SENSORHUB_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<std::path::PathBuf>,
     /// Live streams open at once, within --max-connections (the rest stay free for other requests) [default: half of --max-connections]
     #[arg(long, env = "SENSORHUB_MAX_STREAMS")]
     pub max_streams: Option<usize>,
@@ -137,6 +143,15 @@ pub enum CounterStore {
         /// Prefix of every key.
         prefix: String,
     },
+}
+
+/// The PEM files of HTTPS.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// The certificate chain.
+    pub cert: std::path::PathBuf,
+    /// Its private key.
+    pub key: std::path::PathBuf,
 }
 
 /// Every setting of `serve`, resolved.
@@ -170,6 +185,8 @@ pub struct ServeSettings {
     pub connections: ConnectionLimits,
     /// How many live streams may be open: in all, per caller, per address.
     pub streams: StreamLimits,
+    /// HTTPS: the certificate chain and key files; `None`: plain HTTP.
+    pub tls: Option<TlsFiles>,
     /// How long readings are kept by default (never `inherit`).
     pub retention: Retention,
     /// Time between retention passes.
@@ -282,6 +299,12 @@ impl ServeSettings {
             ),
         };
         let streams = resolve_streams(flags, file, max_connections)?;
+        let tls =
+            match (flags.tls_cert.clone().or(file.tls_cert.clone()), flags.tls_key.clone().or(file.tls_key.clone())) {
+                (Some(cert), Some(key)) => Some(TlsFiles { cert, key }),
+                (None, None) => None,
+                _ => return Err("--tls-cert and --tls-key go together".into()),
+            };
         let request_timeout =
             seconds("request-timeout", flags.request_timeout, file.request_timeout, DEFAULT_REQUEST_TIMEOUT)?;
         let retention = match flags.retention.as_ref().or(file.retention.as_ref()) {
@@ -310,6 +333,7 @@ impl ServeSettings {
             request_timeout,
             connections,
             streams,
+            tls,
             retention,
             retention_every,
         })

@@ -19,6 +19,7 @@ pub mod received;
 pub mod schema;
 mod server;
 pub mod stream;
+pub mod tls;
 pub mod webhook;
 
 pub use server::{ConnectionLimits, serve};

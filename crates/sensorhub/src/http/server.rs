@@ -21,7 +21,7 @@ use axum::extract::ConnectInfo;
 use axum::extract::Request;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
@@ -34,6 +34,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, watch};
 use tokio::time::{Instant, Sleep};
+use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt;
 
 /// The limits a server applies to every connection.
@@ -67,13 +68,16 @@ impl Default for ConnectionLimits {
 
 /// Serves `app` on `listener` until `shutdown` resolves, then stops
 /// accepting, closes idle connections and lets in-flight requests finish,
-/// for at most `limits.shutdown_grace`. Connections are counted in `metrics`.
+/// for at most `limits.shutdown_grace`. With `tls`, connections speak TLS
+/// (HTTP/2 or HTTP/1.1 by ALPN); without, HTTP/1.1. Connections are counted
+/// in `metrics`.
 pub async fn serve(
     listener: TcpListener,
     app: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
     limits: ConnectionLimits,
     metrics: Arc<Metrics>,
+    tls: Option<TlsAcceptor>,
 ) -> io::Result<()> {
     let max = limits.max_connections.max(1);
     let slots = Arc::new(Semaphore::new(max));
@@ -99,9 +103,10 @@ pub async fn serve(
         let app = app.clone();
         let stopping = stopping.clone();
         let metrics = metrics.clone();
+        let tls = tls.clone();
         metrics.connection_opened();
         tokio::spawn(async move {
-            let reason = serve_connection(stream, peer, app, limits, stopping).await;
+            let reason = serve_connection(stream, peer, app, limits, stopping, tls).await;
             metrics.connection_closed(reason);
             drop(permit);
         });
@@ -123,25 +128,70 @@ pub async fn serve(
 
 /// Serves one connection until it closes, is found idle, or the server
 /// stops; returns why it ended (a reason of [`crate::metrics::CLOSE_REASONS`]).
+/// A TLS handshake must be done within the header read timeout.
 async fn serve_connection(
     stream: TcpStream,
     peer: SocketAddr,
     app: Router,
     limits: ConnectionLimits,
-    mut stopping: watch::Receiver<bool>,
+    stopping: watch::Receiver<bool>,
+    tls: Option<TlsAcceptor>,
 ) -> &'static str {
     let _ = stream.set_nodelay(true);
     let activity = Arc::new(Activity::new());
-    let io = TokioIo::new(GuardedStream::new(stream, limits.write_timeout, activity.clone()));
-    let tracked = activity.clone();
-    let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
+    let guarded = GuardedStream::new(stream, limits.write_timeout, activity.clone());
+    let service = service(app, peer, activity.clone());
+    let Some(acceptor) = tls else {
+        let conn = http1(&limits).serve_connection(TokioIo::new(guarded), service);
+        return drive(conn, peer, &activity, limits, stopping).await;
+    };
+    let stream = match tokio::time::timeout(limits.header_read_timeout, acceptor.accept(guarded)).await {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(e)) => {
+            tracing::debug!(client = %peer, error = %e, "TLS handshake failed");
+            return "tls";
+        }
+        Err(_) => return "header_timeout",
+    };
+    if super::tls::is_h2(stream.get_ref().1.alpn_protocol()) {
+        let mut http = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+        http.timer(TokioTimer::new()).max_concurrent_streams(Some(MAX_H2_STREAMS));
+        drive(http.serve_connection(TokioIo::new(stream), service), peer, &activity, limits, stopping).await
+    } else {
+        let conn = http1(&limits).serve_connection(TokioIo::new(stream), service);
+        drive(conn, peer, &activity, limits, stopping).await
+    }
+}
+
+/// Requests one HTTP/2 connection may have in flight at once.
+const MAX_H2_STREAMS: u32 = 100;
+
+/// HTTP/1.1 with the header read timeout and keep-alive.
+fn http1(limits: &ConnectionLimits) -> hyper::server::conn::http1::Builder {
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new()).header_read_timeout(limits.header_read_timeout).keep_alive(true);
+    http
+}
+
+/// The application as a connection's service: each request carries the
+/// client's address and counts as in flight until its body is dropped
+/// (sent whole, or the connection gone).
+fn service(
+    app: Router,
+    peer: SocketAddr,
+    tracked: Arc<Activity>,
+) -> impl hyper::service::Service<
+    Request<Incoming>,
+    Response = axum::response::Response,
+    Error = std::convert::Infallible,
+    Future = impl Future<Output = Result<axum::response::Response, std::convert::Infallible>> + Send,
+> + Clone {
+    hyper::service::service_fn(move |mut req: Request<Incoming>| {
         req.extensions_mut().insert(ConnectInfo(peer));
         let request = tracked.begin();
         let app = app.clone();
         async move {
             let response = app.oneshot(req.map(axum::body::Body::new)).await?;
-            // The request counts as in flight until its body is dropped:
-            // sent whole, or the connection gone.
             Ok::<_, std::convert::Infallible>(response.map(|body| {
                 axum::body::Body::new(body.map_frame(move |frame| {
                     let _in_flight = &request;
@@ -149,10 +199,50 @@ async fn serve_connection(
                 }))
             }))
         }
-    });
-    let mut http = hyper::server::conn::http1::Builder::new();
-    http.timer(TokioTimer::new()).header_read_timeout(limits.header_read_timeout).keep_alive(true);
-    let conn = http.serve_connection(io, service);
+    })
+}
+
+/// A served connection of either protocol, which can be told to finish.
+trait Connection: Future<Output = Result<(), hyper::Error>> {
+    fn finish(self: Pin<&mut Self>);
+}
+
+impl<I, S, B> Connection for hyper::server::conn::http1::Connection<I, S>
+where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin,
+    S: hyper::service::HttpService<Incoming, ResBody = B>,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    B: hyper::body::Body + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    fn finish(self: Pin<&mut Self>) {
+        self.graceful_shutdown();
+    }
+}
+
+impl<I, S, B, E> Connection for hyper::server::conn::http2::Connection<I, S, E>
+where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin,
+    S: hyper::service::HttpService<Incoming, ResBody = B>,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    B: hyper::body::Body + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    E: hyper::rt::bounds::Http2ServerConnExec<S::Future, B>,
+{
+    fn finish(self: Pin<&mut Self>) {
+        self.graceful_shutdown();
+    }
+}
+
+/// Runs `conn` until it ends, finishing it gracefully once idle for the
+/// keep-alive timeout or when the server stops; why it ended.
+async fn drive(
+    conn: impl Connection,
+    peer: SocketAddr,
+    activity: &Activity,
+    limits: ConnectionLimits,
+    mut stopping: watch::Receiver<bool>,
+) -> &'static str {
     tokio::pin!(conn);
     let idle = activity.idle(limits.keep_alive_timeout);
     tokio::pin!(idle);
@@ -170,12 +260,12 @@ async fn serve_connection(
             }
             () = &mut idle, if closing.is_none() => {
                 closing = Some("idle");
-                conn.as_mut().graceful_shutdown();
+                conn.as_mut().finish();
             }
             changed = stopping.changed(), if closing.is_none() => {
                 if changed.is_err() || *stopping.borrow() {
                     closing = Some("client");
-                    conn.as_mut().graceful_shutdown();
+                    conn.as_mut().finish();
                 }
             }
         }

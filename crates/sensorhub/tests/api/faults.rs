@@ -15,7 +15,7 @@ const CLIENTS: usize = 8;
 const T0: i64 = 1_767_225_600;
 const SENSORS: [&str; 4] = ["AWLR1-batt", "AWLR1-wl", "AWLR1-sig", "AWLR1-status"];
 
-fn provision(db: &str, dir: &std::path::Path) {
+pub(crate) fn provision(db: &str, dir: &std::path::Path) {
     let file = dir.join("fixture.json");
     std::fs::write(&file, FIXTURE).expect("write fixture");
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_sensorhub"))

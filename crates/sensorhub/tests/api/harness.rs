@@ -170,7 +170,7 @@ impl TestApp {
         let stop = async {
             let _ = rx.await;
         };
-        tokio::spawn(serve(listener, router, stop, limits, metrics));
+        tokio::spawn(serve(listener, router, stop, limits, metrics, None));
         Self {
             base: format!("http://{addr}/external/v1"),
             store,

@@ -28,5 +28,6 @@ mod readings;
 mod shared;
 mod slow;
 mod stream;
+mod tls;
 mod upgrade;
 mod webhook;
