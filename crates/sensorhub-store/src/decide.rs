@@ -4,6 +4,7 @@
 //! stored. Backends only run the SQL these decisions call for, so SQLite and
 //! PostgreSQL cannot drift apart in behaviour.
 
+pub(crate) mod claim;
 pub(crate) mod latest;
 pub(crate) mod outbox;
 pub(crate) mod subscriptions;

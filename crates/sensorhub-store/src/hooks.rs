@@ -147,6 +147,60 @@ impl std::fmt::Debug for Delivery {
     }
 }
 
+/// What a worker asks of a claim.
+#[derive(Debug, Clone, Default)]
+pub struct ClaimRequest {
+    /// The most deliveries to claim (the worker's free slots).
+    pub limit: usize,
+    /// The worker's slots in all: each endpoint's share is cut from them.
+    pub slots: usize,
+    /// The claimed deliveries (POSTs) each endpoint holds now, by [`endpoint`].
+    pub held: std::collections::HashMap<String, usize>,
+}
+
+impl ClaimRequest {
+    /// Up to `limit` deliveries for a worker of `2 × limit` slots holding
+    /// none: one endpoint gets them all.
+    pub fn up_to(limit: usize) -> Self {
+        Self { limit, slots: limit.saturating_mul(2), held: std::collections::HashMap::new() }
+    }
+}
+
+impl ClaimRequest {
+    /// Whether `endpoint`, holding what this request says, would be given
+    /// more by a claim now (it is down to half of its least share).
+    pub fn has_room(&self, endpoint: &str) -> bool {
+        crate::decide::claim::has_room(self, endpoint)
+    }
+}
+
+/// What a claim gave.
+#[derive(Debug, Default)]
+pub struct Claimed {
+    /// The deliveries leased to the claimer, oldest first.
+    pub deliveries: Vec<Delivery>,
+    /// Endpoints with due deliveries left behind: they were at their share.
+    pub waiting: Vec<String>,
+    /// Whether more deliveries may be due than were claimed.
+    pub more: bool,
+    /// How many were dropped, their account having lost access.
+    pub dropped: usize,
+}
+
+/// The endpoint of a delivery URL: its scheme, host and port as written
+/// (`https://partner.example:8443`); what the per-endpoint share counts.
+pub fn endpoint(url: &str) -> &str {
+    let start = url.find("://").map_or(0, |i| i + 3);
+    let end = url[start..].find(['/', '?', '#']).map_or(url.len(), |i| start + i);
+    &url[..end]
+}
+
+/// Why a delivery of a reading of a device is no longer made: the
+/// subscription's account is disabled, or no longer sees the device.
+pub const DROPPED_DISABLED: &str = "dropped: the account is disabled";
+/// See [`DROPPED_DISABLED`].
+pub const DROPPED_UNSEEN: &str = "dropped: the account no longer sees the device";
+
 /// What an attempt came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Attempt {
@@ -197,7 +251,7 @@ pub struct DeliveryRecord {
     pub id: i64,
     /// The `webhook-id`.
     pub message_id: String,
-    /// `pending` or `failed`.
+    /// `pending`, `failed`, or `dropped` (its account lost access).
     pub state: String,
     /// Attempts made.
     pub attempts: u32,

@@ -310,13 +310,16 @@ pub trait Store: Send + Sync {
     /// Turns subscription `id` on or off.
     async fn set_subscription_enabled(&self, id: &str, enabled: bool) -> StoreResult<()>;
 
-    /// Claims up to `limit` deliveries due at `now` (ms) of enabled
+    /// Claims up to `req.limit` deliveries due at `now` (ms) of enabled
     /// subscriptions, oldest first, for `lease` ms: no other worker (of
     /// this or another instance) gets them meanwhile; if the claimer
-    /// reports nothing by then, they are due again. A subscription that
-    /// batches gets its claimed rows topped up with its other due ones, up
-    /// to its `batch_max`, so readings that arrived together go together.
-    async fn claim_deliveries(&self, now: i64, lease: i64, limit: usize) -> StoreResult<Vec<hooks::Delivery>>;
+    /// reports nothing by then, they are due again. Each endpoint gets at
+    /// most its share of `req.slots` (counting what it holds already). A
+    /// subscription that batches gets its claimed rows topped up with its
+    /// other due ones, up to its `batch_max`, so readings that arrived
+    /// together go together. Due rows whose account is disabled, or no
+    /// longer sees the reading's device, are marked `dropped` instead.
+    async fn claim_deliveries(&self, now: i64, lease: i64, req: &hooks::ClaimRequest) -> StoreResult<hooks::Claimed>;
 
     /// Records what attempts came to at `now` (ms), in one transaction, and
     /// whether each subscription is failing since then (by its last outcome).

@@ -7,6 +7,8 @@
 
 #[path = "contract/access.rs"]
 mod access;
+#[path = "contract/dropped.rs"]
+mod dropped;
 #[path = "contract/hooks.rs"]
 mod hooks;
 #[path = "contract/latest.rs"]

@@ -80,6 +80,7 @@ pub struct Metrics {
 #[derive(Default)]
 pub struct DeliveryMetrics {
     attempts: Family<OutcomeLabels, Counter>,
+    dropped: Counter,
     backlog: Gauge,
 }
 
@@ -90,6 +91,11 @@ impl DeliveryMetrics {
             "Outgoing webhook delivery attempts by outcome: delivered, retried (to be tried again) or failed (given up)",
             self.attempts.clone(),
         );
+        registry.register(
+            "webhook_deliveries_dropped",
+            "Outgoing webhook deliveries dropped unsent because their account was disabled or no longer sees the device",
+            self.dropped.clone(),
+        );
         registry.register("webhook_outbox_backlog", "Outgoing webhook deliveries pending", self.backlog.clone());
         for outcome in ["delivered", "retried", "failed"] {
             let _ = self.attempts.get_or_create(&OutcomeLabels { outcome });
@@ -99,6 +105,11 @@ impl DeliveryMetrics {
     /// Counts an attempt's outcome: `delivered`, `retried` or `failed`.
     pub fn attempt(&self, outcome: &'static str) {
         self.attempts.get_or_create(&OutcomeLabels { outcome }).inc();
+    }
+
+    /// Counts deliveries dropped for lost access.
+    pub fn dropped(&self, n: usize) {
+        self.dropped.inc_by(n as u64);
     }
 
     /// Sets the deliveries pending.

@@ -23,17 +23,18 @@ pub(crate) struct OutboxRow {
 #[derive(Default)]
 pub(crate) struct Deliveries {
     pub outbox: Outbox,
-    /// Random per transaction; message ids are it and a counter, so that a
-    /// large write costs one call to the random generator.
-    prefix: Option<String>,
-    count: u64,
+    /// Per subscription, a random prefix and a counter: message ids are
+    /// the two, so that a large write costs one call to the random
+    /// generator per subscription, and no receiver learns from its ids how
+    /// many readings went to others.
+    ids: super::FastMap<String, (String, u64)>,
     pub rows: Vec<OutboxRow>,
 }
 
 impl Deliveries {
     /// Nothing gathered yet.
     pub(crate) fn new(outbox: Outbox) -> Self {
-        Self { outbox, prefix: None, count: 0, rows: Vec::new() }
+        Self { outbox, ids: super::FastMap::default(), rows: Vec::new() }
     }
 
     /// Whether subscriptions need looking up for the devices written.
@@ -49,7 +50,7 @@ impl Deliveries {
         }
         let body = envelope(device, r);
         for sub in &device.subscriptions {
-            let message_id = self.next_id()?;
+            let message_id = self.next_id(sub)?;
             self.rows.push(OutboxRow {
                 subscription_id: sub.clone(),
                 device_pk: device.pk,
@@ -60,13 +61,15 @@ impl Deliveries {
         Ok(())
     }
 
-    fn next_id(&mut self) -> crate::StoreResult<String> {
-        if self.prefix.is_none() {
-            let key = generate_key("msg_").map_err(|e| crate::StoreError::Backend(e.to_string().into()))?;
-            self.prefix = Some(key);
+    fn next_id(&mut self, subscription: &str) -> crate::StoreResult<String> {
+        if let Some((prefix, count)) = self.ids.get_mut(subscription) {
+            *count += 1;
+            return Ok(format!("{prefix}_{count}"));
         }
-        self.count += 1;
-        Ok(format!("{}_{}", self.prefix.as_deref().unwrap_or("msg_"), self.count))
+        let prefix = generate_key("msg_").map_err(|e| crate::StoreError::Backend(e.to_string().into()))?;
+        let id = format!("{prefix}_1");
+        self.ids.insert(subscription.to_owned(), (prefix, 1));
+        Ok(id)
     }
 }
 

@@ -15,7 +15,7 @@ mod tx;
 mod upgrade;
 mod write;
 
-use crate::hooks::{Delivery, DeliveryRecord, Finished, Outbox, Replay};
+use crate::hooks::{ClaimRequest, Claimed, DeliveryRecord, Finished, Outbox, Replay};
 use crate::{
     AccountAuth, AccountSummary, ApiKeyAuth, ApiKeySummary, ApplyReport, DeleteReport, DeviceHandle,
     IMPORT_COMMIT_EVERY, ImportReport, Installation, LatestValue, PartialImport, PoolStatus, ReadingSource,
@@ -392,8 +392,8 @@ impl Store for PgStore {
         hooks::set_enabled(&mut self.pool.get().await?, id, enabled).await
     }
 
-    async fn claim_deliveries(&self, now: i64, lease: i64, limit: usize) -> StoreResult<Vec<Delivery>> {
-        outbox::claim(&mut self.pool.get().await?, now, lease, limit).await
+    async fn claim_deliveries(&self, now: i64, lease: i64, req: &ClaimRequest) -> StoreResult<Claimed> {
+        outbox::claim(&mut self.pool.get().await?, now, lease, req).await
     }
 
     async fn finish_deliveries(&self, now: i64, done: Vec<Finished>) -> StoreResult<()> {

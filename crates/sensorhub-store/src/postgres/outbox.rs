@@ -3,22 +3,25 @@
 //! row goes to one claimer), finished, listed and replayed. None of this
 //! takes the write lock that readings' writes hold.
 
+use crate::decide::claim;
 use crate::decide::outbox::OutboxRow;
 use crate::hooks::{
-    Attempt, Delivery, DeliveryRecord, Finished, Replay, SENSOR_DATA, batch_room, failing_changes, no_such_subscription,
+    Attempt, ClaimRequest, Claimed, DROPPED_DISABLED, DROPPED_UNSEEN, Delivery, DeliveryRecord, Finished, Replay,
+    SENSOR_DATA, batch_room, failing_changes, no_such_subscription,
 };
 use crate::{StoreError, StoreResult};
 use deadpool_postgres::{Client, GenericClient, Transaction};
 
-/// The enabled subscriptions to sensor data that cover device `pk`: all
-/// of their account's devices, or a list naming it.
+/// The enabled subscriptions to sensor data of enabled accounts that
+/// cover device `pk`, which their account sees: all of its devices, or a
+/// list naming it.
 pub(super) async fn subscriptions_of(tx: &impl GenericClient, pk: i64) -> StoreResult<Vec<String>> {
     let stmt = tx
         .prepare_cached(
-            "SELECT s.id FROM subscriptions s
-             WHERE s.enabled AND $2 = ANY (string_to_array(s.events, ','))
-               AND ((s.all_devices
-                     AND EXISTS (SELECT 1 FROM account_devices x WHERE x.account_id = s.account_id AND x.device_pk = $1))
+            "SELECT s.id FROM subscriptions s JOIN accounts a ON a.id = s.account_id
+             WHERE s.enabled AND NOT a.disabled AND $2 = ANY (string_to_array(s.events, ','))
+               AND EXISTS (SELECT 1 FROM account_devices x WHERE x.account_id = s.account_id AND x.device_pk = $1)
+               AND (s.all_devices
                     OR EXISTS (SELECT 1 FROM subscription_devices sd WHERE sd.subscription_id = s.id AND sd.device_pk = $1))
              ORDER BY s.id",
         )
@@ -46,14 +49,25 @@ pub(super) async fn insert(tx: &impl GenericClient, rows: &[OutboxRow]) -> Store
     Ok(())
 }
 
-pub(super) async fn claim(c: &mut Client, now: i64, lease: i64, limit: usize) -> StoreResult<Vec<Delivery>> {
+pub(super) async fn claim(c: &mut Client, now: i64, lease: i64, req: &ClaimRequest) -> StoreResult<Claimed> {
     let tx = unsynced(c).await?;
-    let mut claimed = claim_due(&tx, now, lease, limit, None).await?;
-    for (sub, room) in batch_room(&claimed) {
-        claimed.extend(claim_due(&tx, now, lease, room, Some(&sub)).await?);
+    let urls: Vec<(String, String)> = tx
+        .query("SELECT id, url FROM subscriptions WHERE enabled", &[])
+        .await?
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    let skip = claim::excluded(req, &urls);
+    let picked = claim::pick(candidates(&tx, now, claim::window(req.limit), None, &skip).await?, req);
+    let mut deliveries = lease_rows(&tx, &picked.take, now + lease).await?;
+    let mut dropped = drop_rows(&tx, &picked.drop).await?;
+    for (sub, room) in batch_room(&deliveries) {
+        let more = claim::pick(candidates(&tx, now, room, Some(&sub), &[]).await?, &ClaimRequest::up_to(room));
+        deliveries.extend(lease_rows(&tx, &more.take, now + lease).await?);
+        dropped += drop_rows(&tx, &more.drop).await?;
     }
     tx.commit().await?;
-    Ok(claimed)
+    Ok(Claimed { deliveries, waiting: picked.waiting, more: picked.more, dropped })
 }
 
 /// A transaction whose commit is not waited onto the disk
@@ -66,32 +80,67 @@ async fn unsynced(c: &mut Client) -> StoreResult<Transaction<'_>> {
     Ok(tx)
 }
 
-/// Leases up to `limit` due rows (of subscription `only`, if given), oldest
-/// first, skipping rows another claimer holds.
-async fn claim_due(
+/// Up to `limit` due rows (of subscription `only`, if given; none of
+/// `skip`), oldest first, each with why it may no longer go; locked, and
+/// skipping rows another claimer holds.
+async fn candidates(
     c: &impl GenericClient,
     now: i64,
-    lease: i64,
     limit: usize,
     only: Option<&str>,
-) -> StoreResult<Vec<Delivery>> {
+    skip: &[String],
+) -> StoreResult<Vec<claim::Candidate>> {
     let rows = c
         .query(
-            "WITH due AS (
-                 SELECT o.id FROM outbox o JOIN subscriptions s ON s.id = o.subscription_id
-                 WHERE o.state = 'pending' AND o.next_attempt <= $1 AND s.enabled
-                   AND ($4::text IS NULL OR o.subscription_id = $4)
-                 ORDER BY o.next_attempt, o.id LIMIT $3
-                 FOR UPDATE OF o SKIP LOCKED)
-             UPDATE outbox o SET next_attempt = $2 FROM due, subscriptions s, accounts a
-             WHERE o.id = due.id AND s.id = o.subscription_id AND a.id = s.account_id
+            "SELECT o.id, s.url,
+                    CASE WHEN a.disabled THEN $5
+                         WHEN o.device_pk IS NULL OR NOT EXISTS
+                              (SELECT 1 FROM account_devices x WHERE x.account_id = a.id AND x.device_pk = o.device_pk)
+                         THEN $6 END
+             FROM outbox o JOIN subscriptions s ON s.id = o.subscription_id JOIN accounts a ON a.id = s.account_id
+             WHERE o.state = 'pending' AND o.next_attempt <= $1 AND s.enabled
+               AND ($3::text IS NULL OR o.subscription_id = $3)
+               AND o.subscription_id <> ALL ($4::text[])
+             ORDER BY o.next_attempt, o.id LIMIT $2
+             FOR UPDATE OF o SKIP LOCKED",
+            &[&now, &(limit as i64), &only, &skip, &DROPPED_DISABLED, &DROPPED_UNSEEN],
+        )
+        .await?;
+    Ok(rows.iter().map(|r| claim::Candidate { id: r.get(0), url: r.get(1), refused: r.get(2) }).collect())
+}
+
+/// Marks rows dropped, each with its reason.
+async fn drop_rows(c: &impl GenericClient, rows: &[(i64, String)]) -> StoreResult<usize> {
+    if rows.is_empty() {
+        return Ok(0);
+    }
+    let (ids, reasons): (Vec<i64>, Vec<&str>) = rows.iter().map(|(id, r)| (*id, r.as_str())).unzip();
+    c.execute(
+        "UPDATE outbox o SET state = 'dropped', last_error = t.reason
+         FROM unnest($1::bigint[], $2::text[]) AS t (id, reason) WHERE o.id = t.id",
+        &[&ids, &reasons],
+    )
+    .await?;
+    Ok(rows.len())
+}
+
+/// Leases rows `ids` (locked by this transaction) until `until` and reads
+/// them whole, in order.
+async fn lease_rows(c: &impl GenericClient, ids: &[i64], until: i64) -> StoreResult<Vec<Delivery>> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let rows = c
+        .query(
+            "UPDATE outbox o SET next_attempt = $2 FROM subscriptions s, accounts a
+             WHERE o.id = ANY ($1) AND s.id = o.subscription_id AND a.id = s.account_id
              RETURNING o.id, o.subscription_id, a.username, s.url, s.allow_http, s.secret, o.message_id, o.body,
                        o.attempts, o.created_at, s.failing_since, s.headers,
                        CASE WHEN s.batch THEN greatest(s.batch_max, 1) ELSE 1 END",
-            &[&now, &(now + lease), &(limit as i64), &only],
+            &[&ids, &until],
         )
         .await?;
-    let mut claimed: Vec<Delivery> = rows
+    let mut leased: Vec<Delivery> = rows
         .iter()
         .map(|r| Delivery {
             id: r.get(0),
@@ -109,8 +158,9 @@ async fn claim_due(
             batch_max: u32::try_from(r.get::<_, i32>(12)).unwrap_or(1),
         })
         .collect();
-    claimed.sort_by_key(|d| d.id);
-    Ok(claimed)
+    let order: std::collections::HashMap<i64, usize> = ids.iter().enumerate().map(|(i, id)| (*id, i)).collect();
+    leased.sort_by_key(|d| order.get(&d.id).copied().unwrap_or(usize::MAX));
+    Ok(leased)
 }
 
 /// Records outcomes in one transaction, one statement per kind.
@@ -249,5 +299,5 @@ pub(super) async fn backlog(c: &impl GenericClient) -> StoreResult<u64> {
 }
 
 pub(super) async fn prune_failed(c: &impl GenericClient, before: i64) -> StoreResult<u64> {
-    Ok(c.execute("DELETE FROM outbox WHERE state = 'failed' AND created_at < $1", &[&before]).await?)
+    Ok(c.execute("DELETE FROM outbox WHERE state IN ('failed', 'dropped') AND created_at < $1", &[&before]).await?)
 }

@@ -13,7 +13,7 @@ mod tx;
 mod upgrade;
 mod write;
 
-use crate::hooks::{Delivery, DeliveryRecord, Finished, Outbox, Replay};
+use crate::hooks::{ClaimRequest, Claimed, DeliveryRecord, Finished, Outbox, Replay};
 use crate::{
     AccountAuth, AccountSummary, ApiKeyAuth, ApiKeySummary, ApplyReport, DeleteReport, DeviceHandle,
     IMPORT_COMMIT_EVERY, ImportReport, Installation, LatestValue, PartialImport, PoolStatus, ReadingSource,
@@ -386,8 +386,9 @@ impl Store for SqliteStore {
         self.writes.run(move |c| hooks::set_enabled(c, &id, enabled)).await
     }
 
-    async fn claim_deliveries(&self, now: i64, lease: i64, limit: usize) -> StoreResult<Vec<Delivery>> {
-        self.writes.run(move |c| outbox::claim(c, now, lease, limit)).await
+    async fn claim_deliveries(&self, now: i64, lease: i64, req: &ClaimRequest) -> StoreResult<Claimed> {
+        let req = req.clone();
+        self.writes.run(move |c| outbox::claim(c, now, lease, &req)).await
     }
 
     async fn finish_deliveries(&self, now: i64, done: Vec<Finished>) -> StoreResult<()> {

@@ -3,21 +3,24 @@
 //! listed and replayed.
 
 use super::write::begin;
+use crate::decide::claim;
 use crate::decide::outbox::OutboxRow;
 use crate::hooks::{
-    Attempt, Delivery, DeliveryRecord, Finished, Replay, SENSOR_DATA, batch_room, failing_changes, no_such_subscription,
+    Attempt, ClaimRequest, Claimed, DROPPED_DISABLED, DROPPED_UNSEEN, Delivery, DeliveryRecord, Finished, Replay,
+    SENSOR_DATA, batch_room, failing_changes, no_such_subscription,
 };
 use crate::{StoreError, StoreResult};
-use rusqlite::{Connection, OptionalExtension, Transaction, params};
+use rusqlite::{Connection, OptionalExtension, params};
 
-/// The enabled subscriptions to sensor data that cover device `pk`: all
-/// of their account's devices, or a list naming it.
+/// The enabled subscriptions to sensor data of enabled accounts that
+/// cover device `pk`, which their account sees: all of its devices, or a
+/// list naming it.
 pub(super) fn subscriptions_of(tx: &Connection, pk: i64) -> StoreResult<Vec<String>> {
     let mut stmt = tx.prepare_cached(
-        "SELECT s.id FROM subscriptions s
-         WHERE s.enabled = 1 AND instr(',' || s.events || ',', ',' || ?2 || ',') > 0
-           AND ((s.all_devices = 1
-                 AND EXISTS (SELECT 1 FROM account_devices x WHERE x.account_id = s.account_id AND x.device_pk = ?1))
+        "SELECT s.id FROM subscriptions s JOIN accounts a ON a.id = s.account_id
+         WHERE s.enabled = 1 AND a.disabled = 0 AND instr(',' || s.events || ',', ',' || ?2 || ',') > 0
+           AND EXISTS (SELECT 1 FROM account_devices x WHERE x.account_id = s.account_id AND x.device_pk = ?1)
+           AND (s.all_devices = 1
                 OR EXISTS (SELECT 1 FROM subscription_devices sd WHERE sd.subscription_id = s.id AND sd.device_pk = ?1))
          ORDER BY s.id",
     )?;
@@ -41,50 +44,81 @@ pub(super) fn insert(tx: &Connection, rows: &[OutboxRow]) -> StoreResult<()> {
     Ok(())
 }
 
-pub(super) fn claim(c: &mut Connection, now: i64, lease: i64, limit: usize) -> StoreResult<Vec<Delivery>> {
+pub(super) fn claim(c: &mut Connection, now: i64, lease: i64, req: &ClaimRequest) -> StoreResult<Claimed> {
     unsynced(c, |c| {
         let tx = begin(c)?;
-        let mut claimed = claim_due(&tx, now, lease, limit, None)?;
-        for (sub, room) in batch_room(&claimed) {
-            claimed.extend(claim_due(&tx, now, lease, room, Some(&sub))?);
+        let urls = subscription_urls(&tx)?;
+        let skip = serde_json::to_string(&claim::excluded(req, &urls)).map_err(|e| StoreError::Backend(e.into()))?;
+        let picked = claim::pick(candidates(&tx, now, claim::window(req.limit), None, &skip)?, req);
+        let mut deliveries = lease_rows(&tx, &picked.take, now + lease)?;
+        let mut dropped = drop_rows(&tx, &picked.drop)?;
+        for (sub, room) in batch_room(&deliveries) {
+            let more = claim::pick(candidates(&tx, now, room, Some(&sub), "[]")?, &ClaimRequest::up_to(room));
+            deliveries.extend(lease_rows(&tx, &more.take, now + lease)?);
+            dropped += drop_rows(&tx, &more.drop)?;
         }
         tx.commit()?;
-        Ok(claimed)
+        Ok(Claimed { deliveries, waiting: picked.waiting, more: picked.more, dropped })
     })
 }
 
-/// Runs `f` with `synchronous = NORMAL`: its commit is not waited onto the
-/// disk (the next durable commit takes it along). For the outbox's
-/// bookkeeping only, leases and outcomes: lost to a power cut, they leave
-/// deliveries due again, which at-least-once delivery allows; they then
-/// cost ingest, which shares the one writer, no fsync of their own.
-fn unsynced<R>(c: &mut Connection, f: impl FnOnce(&mut Connection) -> StoreResult<R>) -> StoreResult<R> {
-    let durable: i64 = c.query_row("PRAGMA synchronous", [], |r| r.get(0))?;
-    c.pragma_update(None, "synchronous", "NORMAL")?;
-    let result = f(c);
-    c.pragma_update(None, "synchronous", durable)?;
-    result
+/// Every enabled subscription's id and URL (for the per-endpoint share).
+fn subscription_urls(tx: &Connection) -> StoreResult<Vec<(String, String)>> {
+    let mut stmt = tx.prepare_cached("SELECT id, url FROM subscriptions WHERE enabled = 1")?;
+    let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<_, _>>()?;
+    Ok(rows)
 }
 
-/// Leases up to `limit` due rows (of subscription `only`, if given), oldest first.
-fn claim_due(
-    tx: &Transaction<'_>,
+/// Up to `limit` due rows (of subscription `only`, if given; none of the
+/// JSON list `skip`), oldest first, each with why it may no longer go.
+fn candidates(
+    tx: &Connection,
     now: i64,
-    lease: i64,
     limit: usize,
     only: Option<&str>,
-) -> StoreResult<Vec<Delivery>> {
-    let claimed: Vec<Delivery> = {
-        let mut stmt = tx.prepare_cached(
-            "SELECT o.id, o.subscription_id, a.username, s.url, s.allow_http, s.secret, o.message_id, o.body,
-                    o.attempts, o.created_at, s.failing_since, s.headers,
-                    CASE WHEN s.batch = 1 THEN max(s.batch_max, 1) ELSE 1 END
-             FROM outbox o JOIN subscriptions s ON s.id = o.subscription_id JOIN accounts a ON a.id = s.account_id
-             WHERE o.state = 'pending' AND o.next_attempt <= ?1 AND s.enabled = 1
-               AND (?3 IS NULL OR o.subscription_id = ?3)
-             ORDER BY o.next_attempt, o.id LIMIT ?2",
-        )?;
-        stmt.query_map(params![now, limit as i64, only], |r| {
+    skip: &str,
+) -> StoreResult<Vec<claim::Candidate>> {
+    let mut stmt = tx.prepare_cached(
+        "SELECT o.id, s.url,
+                CASE WHEN a.disabled = 1 THEN ?5
+                     WHEN o.device_pk IS NULL OR NOT EXISTS
+                          (SELECT 1 FROM account_devices x WHERE x.account_id = a.id AND x.device_pk = o.device_pk)
+                     THEN ?6 END
+         FROM outbox o JOIN subscriptions s ON s.id = o.subscription_id JOIN accounts a ON a.id = s.account_id
+         WHERE o.state = 'pending' AND o.next_attempt <= ?1 AND s.enabled = 1
+           AND (?3 IS NULL OR o.subscription_id = ?3)
+           AND o.subscription_id NOT IN (SELECT value FROM json_each(?4))
+         ORDER BY o.next_attempt, o.id LIMIT ?2",
+    )?;
+    let rows = stmt.query_map(params![now, limit as i64, only, skip, DROPPED_DISABLED, DROPPED_UNSEEN], |r| {
+        Ok(claim::Candidate { id: r.get(0)?, url: r.get(1)?, refused: r.get(2)? })
+    })?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// Marks rows dropped, each with its reason.
+fn drop_rows(tx: &Connection, rows: &[(i64, String)]) -> StoreResult<usize> {
+    let mut stmt = tx.prepare_cached("UPDATE outbox SET state = 'dropped', last_error = ?2 WHERE id = ?1")?;
+    for (id, reason) in rows {
+        stmt.execute(params![id, reason])?;
+    }
+    Ok(rows.len())
+}
+
+/// Leases rows `ids` until `until` and reads them whole.
+fn lease_rows(tx: &Connection, ids: &[i64], until: i64) -> StoreResult<Vec<Delivery>> {
+    let mut lease = tx.prepare_cached("UPDATE outbox SET next_attempt = ?2 WHERE id = ?1")?;
+    let mut read = tx.prepare_cached(
+        "SELECT o.id, o.subscription_id, a.username, s.url, s.allow_http, s.secret, o.message_id, o.body,
+                o.attempts, o.created_at, s.failing_since, s.headers,
+                CASE WHEN s.batch = 1 THEN max(s.batch_max, 1) ELSE 1 END
+         FROM outbox o JOIN subscriptions s ON s.id = o.subscription_id JOIN accounts a ON a.id = s.account_id
+         WHERE o.id = ?1",
+    )?;
+    let mut out = Vec::with_capacity(ids.len());
+    for id in ids {
+        lease.execute(params![id, until])?;
+        out.push(read.query_row([id], |r| {
             Ok(Delivery {
                 id: r.get(0)?,
                 subscription_id: r.get(1)?,
@@ -100,14 +134,22 @@ fn claim_due(
                 sealed_headers: r.get(11)?,
                 batch_max: r.get(12)?,
             })
-        })?
-        .collect::<Result<_, _>>()?
-    };
-    let mut lease_stmt = tx.prepare_cached("UPDATE outbox SET next_attempt = ?2 WHERE id = ?1")?;
-    for d in &claimed {
-        lease_stmt.execute(params![d.id, now + lease])?;
+        })?);
     }
-    Ok(claimed)
+    Ok(out)
+}
+
+/// Runs `f` with `synchronous = NORMAL`: its commit is not waited onto the
+/// disk (the next durable commit takes it along). For the outbox's
+/// bookkeeping only, leases and outcomes: lost to a power cut, they leave
+/// deliveries due again, which at-least-once delivery allows; they then
+/// cost ingest, which shares the one writer, no fsync of their own.
+fn unsynced<R>(c: &mut Connection, f: impl FnOnce(&mut Connection) -> StoreResult<R>) -> StoreResult<R> {
+    let durable: i64 = c.query_row("PRAGMA synchronous", [], |r| r.get(0))?;
+    c.pragma_update(None, "synchronous", "NORMAL")?;
+    let result = f(c);
+    c.pragma_update(None, "synchronous", durable)?;
+    result
 }
 
 /// Records outcomes, in one transaction.
@@ -205,7 +247,7 @@ pub(super) fn backlog(c: &mut Connection) -> StoreResult<u64> {
 
 pub(super) fn prune_failed(c: &mut Connection, before: i64) -> StoreResult<u64> {
     let tx = begin(c)?;
-    let n = tx.execute("DELETE FROM outbox WHERE state = 'failed' AND created_at < ?1", [before])?;
+    let n = tx.execute("DELETE FROM outbox WHERE state IN ('failed', 'dropped') AND created_at < ?1", [before])?;
     tx.commit()?;
     Ok(n as u64)
 }

@@ -4,7 +4,8 @@
 use super::{backends, reading};
 use sensorhub_core::provision::{Provision, parse_json};
 use sensorhub_store::hooks::{
-    Attempt, Finished, NewSubscription, Outbox, ProvisionedHooks, ProvisionedSubscription, Replay, SENSOR_DATA, Sealer,
+    Attempt, ClaimRequest, Delivery, Finished, NewSubscription, Outbox, ProvisionedHooks, ProvisionedSubscription,
+    Replay, SENSOR_DATA, Sealer,
 };
 use sensorhub_store::{ApplyReport, Store, StoreError};
 use std::sync::Arc;
@@ -23,6 +24,11 @@ fn new(id: &str, username: &str, devices: Option<&[&str]>) -> NewSubscription {
         batch_max: 100,
         allow_http: false,
     }
+}
+
+/// What a claim of up to `n` at `now` leases (for 30 s).
+async fn claim(s: &dyn Store, now: i64, n: usize) -> Vec<Delivery> {
+    s.claim_deliveries(now, 30_000, &ClaimRequest::up_to(n)).await.expect("claim").deliveries
 }
 
 #[tokio::test]
@@ -90,7 +96,7 @@ async fn stored_readings_owe_deliveries_in_their_transaction() {
         assert!(matches!(s.deliveries("nope", false).await, Err(StoreError::NotFound(_))));
 
         let now = jiff::Timestamp::now().as_millisecond() + 1000;
-        let claimed = s.claim_deliveries(now, 30_000, 10).await.expect("claim");
+        let claimed = claim(s, now, 10).await;
         assert_eq!(claimed.len(), 2);
         let body: serde_json::Value = serde_json::from_str(&claimed[0].body).expect("JSON");
         assert_eq!(
@@ -99,7 +105,7 @@ async fn stored_readings_owe_deliveries_in_their_transaction() {
                 "data": {"sensors": [{"id": "a", "value": 3.0, "unit": "%"}, {"id": "b", "value": 0.5, "unit": "."}]}})
         );
         assert_ne!(claimed[0].message_id, claimed[1].message_id);
-        assert!(s.claim_deliveries(now, 30_000, 10).await.expect("claim").is_empty(), "claimed ones are leased");
+        assert!(claim(s, now, 10).await.is_empty(), "claimed ones are leased");
 
         let (first, second) = (&claimed[0], &claimed[1]);
         s.finish_delivery(first.id, &first.subscription_id, now, Attempt::Delivered).await.expect("finish");
@@ -112,13 +118,13 @@ async fn stored_readings_owe_deliveries_in_their_transaction() {
         assert!(subs.iter().all(|x| x.id != second.subscription_id || x.enabled), "one failure disables nothing");
 
         assert_eq!(s.replay_deliveries(&second.subscription_id, Replay::Failed, now).await.expect("replay"), 1);
-        let again = s.claim_deliveries(now, 30_000, 10).await.expect("claim");
+        let again = claim(s, now, 10).await;
         assert_eq!((again.len(), again[0].message_id.as_str(), again[0].attempts), (1, second.message_id.as_str(), 0));
         assert!(again[0].failing_since.is_some(), "the subscription is failing since the 400");
         let retry = Attempt::Retry { at: now + 5000, status: Some(503), error: "503".into() };
         s.finish_delivery(again[0].id, &again[0].subscription_id, now, retry).await.expect("finish");
-        assert!(s.claim_deliveries(now + 4999, 30_000, 10).await.expect("claim").is_empty(), "not yet due");
-        assert_eq!(s.claim_deliveries(now + 5000, 30_000, 10).await.expect("claim").len(), 1, "due at its time");
+        assert!(claim(s, now + 4999, 10).await.is_empty(), "not yet due");
+        assert_eq!(claim(s, now + 5000, 10).await.len(), 1, "due at its time");
         let missing = s.replay_deliveries(&second.subscription_id, Replay::One(-1), now).await;
         assert!(matches!(missing, Err(StoreError::NotFound(_))));
         s.remove_subscription(&second.subscription_id).await.expect("remove");
@@ -139,9 +145,9 @@ async fn a_batching_subscription_claims_its_due_rows_together_and_records_them_a
         let now = jiff::Timestamp::now().as_millisecond() + 1000;
 
         // One row asked for; the batching subscription's first is topped up to 3.
-        let mut first = s.claim_deliveries(now, 30_000, 1).await.expect("claim");
+        let mut first = claim(s, now, 1).await;
         if first[0].subscription_id == "sub_single" {
-            first.extend(s.claim_deliveries(now, 30_000, 1).await.expect("claim"));
+            first.extend(claim(s, now, 1).await);
         }
         let batch: Vec<_> = first.iter().filter(|d| d.subscription_id == "sub_batch").collect();
         assert_eq!(batch.len(), 3, "{first:?}");
@@ -171,7 +177,7 @@ async fn failed_deliveries_are_pruned_by_age_and_nothing_else() {
         let three = (0..3).map(|i| Ok(reading("D1", T + i * 60, &[("a", 1.0)])));
         s.import(Box::new(three.collect::<Vec<_>>().into_iter()), Outbox::Deliver).await.expect("import");
         let now = jiff::Timestamp::now().as_millisecond() + 1000;
-        let claimed = s.claim_deliveries(now, 30_000, 10).await.expect("claim");
+        let claimed = claim(s, now, 10).await;
         let failed = Attempt::Failed { status: Some(410), error: "answered 410".into() };
         let done = claimed[..2]
             .iter()

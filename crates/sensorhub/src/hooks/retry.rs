@@ -1,7 +1,7 @@
 //! The retry rules: what an attempt's outcome means for its delivery.
 //! 2xx delivers; network errors, timeouts, 5xx, 408 and 429 are tried
 //! again after an exponential backoff with jitter (or the answer's
-//! `Retry-After`) until the delivery is older than the retry period;
+//! `Retry-After` when it asks for longer) until the delivery is older than the retry period;
 //! anything else (other 4xx, 3xx: redirects are not followed, a refused
 //! target) fails at once. Pure: the caller passes the time and the jitter.
 
@@ -57,7 +57,9 @@ impl RetryPolicy {
             Sent::Network(e) => (None, e.clone(), None),
             Sent::Refused(e) => return Attempt::Failed { status: None, error: e.clone() },
         };
-        let wait = retry_after.unwrap_or_else(|| self.backoff(attempts + 1, jitter));
+        // Retry-After may ask for later than the schedule, never sooner.
+        let floor = self.backoff(attempts + 1, jitter);
+        let wait = retry_after.map_or(floor, |asked| asked.max(floor));
         let at = now.saturating_add(i64::try_from(wait.as_millis()).unwrap_or(i64::MAX));
         let deadline = created_at.saturating_add(i64::try_from(self.retry_for.as_millis()).unwrap_or(i64::MAX));
         if at > deadline {
@@ -126,6 +128,17 @@ mod tests {
         assert!(matches!(secs, Attempt::Retry { at, .. } if at == NOW + 120_000), "{secs:?}");
         let date = p.judge(&answer(503, Some("Tue, 05 May 2026 07:01:00 GMT")), 0, NOW, NOW, 1.0);
         assert!(matches!(date, Attempt::Retry { at, .. } if at == NOW + 60_000), "{date:?}");
+    }
+
+    #[test]
+    fn retry_after_never_brings_a_retry_sooner_than_the_schedule() {
+        let p = RetryPolicy::default();
+        for asked in ["0", "1", "Tue, 05 May 2026 06:00:00 GMT", "Tue, 05 May 2026 07:00:00 GMT"] {
+            let got = p.judge(&answer(503, Some(asked)), 2, NOW, NOW, 1.0);
+            assert!(matches!(got, Attempt::Retry { at, .. } if at == NOW + 20_000), "{asked}: {got:?}");
+            let jittered = p.judge(&answer(503, Some(asked)), 0, NOW, NOW, 0.5);
+            assert!(matches!(jittered, Attempt::Retry { at, .. } if at == NOW + 2_500), "{asked}: {jittered:?}");
+        }
     }
 
     #[test]

@@ -8,7 +8,7 @@
 //! tree (server and MQTT), so no HTTP client crate is added.
 
 use super::pool::{Conn, Idle};
-use super::target::{check_url, is_forbidden};
+use super::target::{check_url, is_forbidden, is_own};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::Request;
@@ -135,11 +135,11 @@ impl Sender {
             return Err(Sent::Network(format!("{host} resolves to no address")));
         }
         if !self.allow_private
-            && let Some(bad) = addrs.iter().find(|a| is_forbidden(a.ip()))
+            && let Some(bad) = addrs.iter().find(|a| is_forbidden(a.ip()) || is_own(a.ip()))
         {
             return Err(Sent::Refused(format!(
-                "{host} resolves to {}, a loopback, private, link-local or metadata address (the operator may allow \
-                 them with --webhook-allow-private)",
+                "{host} resolves to {}, a loopback, private, link-local, metadata or this host's own address (the \
+                 operator may allow them with --webhook-allow-private)",
                 bad.ip()
             )));
         }

@@ -38,7 +38,8 @@ pub fn check_url(url: &str, allow_http: bool) -> Result<Uri, BadUrl> {
 /// private targets: loopback, private, shared (CGNAT), link-local (with the
 /// cloud metadata address 169.254.169.254), unique-local (with AWS's
 /// fd00:ec2::254), multicast, unspecified, documentation and reserved
-/// addresses, and IPv6 forms that embed a forbidden IPv4 address.
+/// addresses, IPv6 forms that embed a forbidden IPv4 address, and the
+/// tunnels that reach any IPv4 address (6to4, Teredo, NAT64 local use).
 pub fn is_forbidden(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(v4) => forbidden_v4(v4),
@@ -79,11 +80,21 @@ fn forbidden_v6(ip: Ipv6Addr) -> bool {
         || (s[0] & 0xffc0) == 0xfe80 // link local, fe80::/10
         || (s[0] & 0xffc0) == 0xfec0 // site local (deprecated), fec0::/10
         || (s[0] == 0x2001 && s[1] == 0x0db8) // documentation
+        || s[0] == 0x2002 // 6to4, 2002::/16: relays reach any IPv4 address
+        || (s[0] == 0x2001 && s[1] == 0) // Teredo, 2001::/32: likewise
+        || (s[0] == 0x64 && s[1] == 0xff9b && s[2] == 1) // NAT64 local use, 64:ff9b:1::/48
+}
+
+/// Whether `ip` is one of this host's own addresses (a public address of
+/// the machine reaches its own services as loopback would): the kernel
+/// lets a socket bind only to an address the host holds.
+pub fn is_own(ip: IpAddr) -> bool {
+    std::net::UdpSocket::bind((ip, 0)).is_ok()
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{check_url, is_forbidden};
+    use super::{check_url, is_forbidden, is_own};
 
     #[test]
     fn private_and_metadata_addresses_are_forbidden_public_ones_are_not() {
@@ -107,6 +118,10 @@ mod tests {
             "64:ff9b::a00:1",
             "::127.0.0.1",
             "ff02::1",
+            "2002:7f00:1::1",
+            "2002:0808:0808::1",
+            "2001:0:4136:e378:8000:63bf:3fff:fdd2",
+            "64:ff9b:1::a00:1",
         ];
         for ip in forbidden {
             assert!(is_forbidden(ip.parse().expect("ip")), "{ip}");
@@ -114,6 +129,14 @@ mod tests {
         for ip in ["93.184.215.14", "1.1.1.1", "2606:4700:4700::1111", "::ffff:8.8.8.8", "64:ff9b::808:808"] {
             assert!(!is_forbidden(ip.parse().expect("ip")), "{ip}");
         }
+    }
+
+    #[test]
+    fn the_hosts_own_addresses_are_its_own_and_public_ones_are_not() {
+        // Every host holds 127.0.0.1; no host holds a documentation address.
+        assert!(is_own("127.0.0.1".parse().expect("ip")));
+        assert!(!is_own("192.0.2.77".parse().expect("ip")));
+        assert!(!is_own("93.184.215.14".parse().expect("ip")));
     }
 
     #[test]

@@ -17,7 +17,7 @@ use super::yielding::IngestFirst;
 use crate::config::hooks::DeliverySettings;
 use crate::metrics::Metrics;
 use sensorhub_store::Store;
-use sensorhub_store::hooks::{Attempt, Finished};
+use sensorhub_store::hooks::{Attempt, ClaimRequest, Finished, endpoint};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -62,8 +62,52 @@ struct Shared {
     clock: Arc<dyn Clock>,
     /// Writes outcomes, many per transaction.
     recorder: Recorder,
-    /// One semaphore per endpoint (scheme, host and port).
-    endpoints: Mutex<HashMap<String, Arc<Semaphore>>>,
+    /// Per endpoint (scheme, host and port): the semaphore of its attempts
+    /// in flight, and how many claimed jobs it holds (running or waiting
+    /// their turn), which its share of the slots bounds.
+    endpoints: Mutex<HashMap<String, Endpoint>>,
+}
+
+/// One endpoint's state in the worker.
+struct Endpoint {
+    permits: Arc<Semaphore>,
+    held: usize,
+}
+
+impl Shared {
+    /// The endpoints' state, whatever a panicking task left.
+    fn endpoints(&self) -> std::sync::MutexGuard<'_, HashMap<String, Endpoint>> {
+        self.endpoints.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A claim of up to `limit`, with what each endpoint holds.
+    fn request(&self, limit: usize) -> ClaimRequest {
+        let held = self.endpoints().iter().filter(|(_, e)| e.held > 0).map(|(k, e)| (k.clone(), e.held)).collect();
+        ClaimRequest { limit, slots: self.settings.in_flight, held }
+    }
+
+    /// Counts a job of `url`'s endpoint as held; returns its semaphore.
+    fn hold(&self, url: &str) -> Arc<Semaphore> {
+        let mut endpoints = self.endpoints();
+        let per_endpoint = self.settings.per_endpoint;
+        let e = endpoints
+            .entry(endpoint(url).to_owned())
+            .or_insert_with(|| Endpoint { permits: Arc::new(Semaphore::new(per_endpoint)), held: 0 });
+        e.held += 1;
+        e.permits.clone()
+    }
+
+    /// A job of `url`'s endpoint is done; an endpoint that holds nothing is forgotten.
+    fn release(&self, url: &str) {
+        let mut endpoints = self.endpoints();
+        let key = endpoint(url);
+        if let Some(e) = endpoints.get_mut(key) {
+            e.held = e.held.saturating_sub(1);
+            if e.held == 0 {
+                endpoints.remove(key);
+            }
+        }
+    }
 }
 
 /// Starts the worker over `store`, opening secrets with `key`; fails only
@@ -86,9 +130,10 @@ pub fn spawn(
 }
 
 /// The lease of a claim (ms): long enough for a delivery to wait its
-/// endpoint's turn behind the others claimed with it and make its attempt.
+/// endpoint's turn behind the others it holds (at most half the slots)
+/// and make its attempt.
 fn lease(s: &DeliverySettings) -> i64 {
-    let rounds = s.in_flight.div_ceil(s.per_endpoint.max(1)) as u32 + 1;
+    let rounds = (s.in_flight / 2).div_ceil(s.per_endpoint.max(1)) as u32 + 1;
     i64::try_from(s.timeout.saturating_mul(rounds).as_millis()).unwrap_or(i64::MAX)
 }
 
@@ -96,25 +141,32 @@ async fn run(shared: Arc<Shared>, wake: Arc<Notify>) {
     let mut tasks = JoinSet::new();
     let lease = lease(&shared.settings);
     let in_flight = shared.settings.in_flight;
-    // Whether the last claim filled every free slot (more may be due).
-    let mut more_due = false;
+    // Whether the last claim left due deliveries behind, whether it took
+    // any, and the endpoints it left some of for want of room.
+    let (mut more_due, mut took, mut waiting) = (false, false, Vec::new());
     let mut next_look = tokio::time::Instant::now();
     let mut turn = IngestFirst::new(shared.settings.ingest_first);
     loop {
         // A claim is a write transaction: made for many slots at once, when
-        // half of them are free and more is due, or at each look.
-        let look = tokio::time::Instant::now() >= next_look || (more_due && tasks.len() <= in_flight / 2);
+        // half of them are free and more is due, when an endpoint that was
+        // at its share is down to half of it, or at each look.
+        let look = tokio::time::Instant::now() >= next_look
+            || (more_due && ((took && tasks.len() <= in_flight / 2) || room_opened(&shared, &waiting)));
         if tasks.len() < in_flight && look {
             // Readings waiting for the writer go first, within a budget.
             turn.wait(|| shared.store.ingest_waiting()).await;
             while tasks.try_join_next().is_some() {}
             let free = in_flight.saturating_sub(tasks.len());
             next_look = tokio::time::Instant::now() + shared.settings.poll;
-            match shared.store.claim_deliveries(shared.clock.now_ms(), lease, free).await {
-                Ok(due) => {
-                    more_due = due.len() >= free;
-                    for job in jobs(due) {
-                        tasks.spawn(deliver(shared.clone(), job));
+            match shared.store.claim_deliveries(shared.clock.now_ms(), lease, &shared.request(free)).await {
+                Ok(claimed) => {
+                    if claimed.dropped > 0 {
+                        shared.metrics.deliveries.dropped(claimed.dropped);
+                    }
+                    (more_due, took, waiting) = (claimed.more, !claimed.deliveries.is_empty(), claimed.waiting);
+                    for job in jobs(claimed.deliveries) {
+                        let permits = shared.hold(&job.lead().url);
+                        tasks.spawn(deliver(shared.clone(), job, permits));
                     }
                 }
                 Err(e) => tracing::warn!(error = %e, "cannot claim webhook deliveries; trying again"),
@@ -126,6 +178,15 @@ async fn run(shared: Arc<Shared>, wake: Arc<Notify>) {
             () = tokio::time::sleep_until(next_look) => {}
         }
     }
+}
+
+/// Whether one of the endpoints a claim left rows of has room again.
+fn room_opened(shared: &Shared, waiting: &[String]) -> bool {
+    if waiting.is_empty() {
+        return false;
+    }
+    let req = shared.request(0);
+    waiting.iter().any(|e| req.has_room(e))
 }
 
 /// How often the backlog gauge is refreshed, busy or idle.
@@ -145,27 +206,14 @@ async fn count_backlog(store: Arc<dyn Store>, metrics: Arc<Metrics>) {
     }
 }
 
-/// The endpoint a URL names, for the per-endpoint cap.
-fn endpoint(url: &str) -> String {
-    url.parse::<axum::http::Uri>()
-        .ok()
-        .map(|u| format!("{}://{}", u.scheme_str().unwrap_or(""), u.authority().map_or("", |a| a.as_str())))
-        .unwrap_or_else(|| url.to_owned())
-}
-
-/// One attempt of `job` (a delivery, or a batch of them), recorded.
-async fn deliver(shared: Arc<Shared>, job: Job) {
-    let semaphore = {
-        let mut endpoints = shared.endpoints.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        endpoints
-            .entry(endpoint(&job.lead().url))
-            .or_insert_with(|| Arc::new(Semaphore::new(shared.settings.per_endpoint)))
-            .clone()
-    };
-    let sent = match semaphore.acquire().await {
+/// One attempt of `job` (a delivery, or a batch of them) when its
+/// endpoint's turn comes, recorded.
+async fn deliver(shared: Arc<Shared>, job: Job, permits: Arc<Semaphore>) {
+    let sent = match permits.acquire().await {
         Ok(_permit) => attempt(&shared, &job).await,
-        Err(_) => return,
+        Err(_) => return shared.release(&job.lead().url),
     };
+    shared.release(&job.lead().url);
     let now = shared.clock.now_ms();
     let result =
         shared.settings.policy.judge(&sent, job.attempts(), job.created_at(), now, 0.5 + fastrand::f64() / 2.0);

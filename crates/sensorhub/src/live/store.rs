@@ -11,7 +11,7 @@ use sensorhub_core::retention::Retention;
 use sensorhub_core::secret::KeyDigest;
 use sensorhub_core::time::TimeRange;
 use sensorhub_store::hooks::{
-    Delivery, DeliveryRecord, Finished, NewSubscription, Outbox, ProvisionedHooks, Replay, Subscription,
+    ClaimRequest, Claimed, DeliveryRecord, Finished, NewSubscription, Outbox, ProvisionedHooks, Replay, Subscription,
 };
 use sensorhub_store::{
     AccountAuth, AccountSummary, ApiKeyAuth, ApiKeySummary, ApplyReport, DeleteReport, DeviceHandle, ImportReport,
@@ -246,8 +246,8 @@ impl Store for PublishingStore {
         self.inner.set_subscription_enabled(id, enabled).await
     }
 
-    async fn claim_deliveries(&self, now: i64, lease: i64, limit: usize) -> StoreResult<Vec<Delivery>> {
-        self.inner.claim_deliveries(now, lease, limit).await
+    async fn claim_deliveries(&self, now: i64, lease: i64, req: &ClaimRequest) -> StoreResult<Claimed> {
+        self.inner.claim_deliveries(now, lease, req).await
     }
 
     async fn finish_deliveries(&self, now: i64, done: Vec<Finished>) -> StoreResult<()> {

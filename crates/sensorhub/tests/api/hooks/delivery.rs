@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
-const KEY: &str = "wh-alice-secret";
+pub(super) const KEY: &str = "wh-alice-secret";
 
 /// A clock the test moves.
 pub(super) struct TestClock(AtomicI64);
@@ -41,7 +41,7 @@ impl TestClock {
     }
 }
 
-fn ingest() -> ServerOptions {
+pub(super) fn ingest() -> ServerOptions {
     let mut options = ServerOptions::default();
     options.webhook.mode = WebhookMode::Ingest;
     options
@@ -52,7 +52,7 @@ fn key() -> SealingKey {
 }
 
 /// Subscribes alice's devices to `url` (http allowed); returns its id and secret.
-async fn subscribe(store: &dyn Store, url: &str) -> (String, SigningSecret) {
+pub(super) async fn subscribe(store: &dyn Store, url: &str) -> (String, SigningSecret) {
     let id = generate_key("sub_").expect("id");
     let secret = SigningSecret::generate().expect("secret");
     let sub = NewSubscription {
@@ -81,7 +81,7 @@ pub(super) fn worker(store: Arc<dyn Store>, allow_private: bool) -> (WorkerHandl
 }
 
 /// A worker as [`worker`] makes, with `settings`.
-fn worker_with(store: Arc<dyn Store>, settings: DeliverySettings) -> (WorkerHandle, Arc<TestClock>) {
+pub(super) fn worker_with(store: Arc<dyn Store>, settings: DeliverySettings) -> (WorkerHandle, Arc<TestClock>) {
     let (worker, clock, _) = worker_metered(store, settings);
     (worker, clock)
 }

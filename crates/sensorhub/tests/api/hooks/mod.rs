@@ -1,12 +1,14 @@
 //! Outgoing webhooks (issue 15): subscriptions managed by command, their
 //! secrets shown once and sealed at rest; deliveries (delivery.rs) to a
-//! local receiver (receiver.rs), batched (batch.rs); subscriptions in
+//! local receiver (receiver.rs), batched (batch.rs), each endpoint within
+//! its share (share.rs); subscriptions in
 //! provisioning files (provision.rs).
 
 mod batch;
 mod delivery;
 mod provision;
 mod receiver;
+mod share;
 
 use crate::cli::{failed, ok};
 use crate::harness::TestApp;

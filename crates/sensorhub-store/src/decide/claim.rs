@@ -1,0 +1,166 @@
+//! Which due deliveries a claim takes, shared by every backend: rows whose
+//! account was disabled or can no longer see the reading's device are
+//! dropped (with the reason); each endpoint (scheme, host and port) gets at
+//! most its share of the worker's slots, so an endpoint that never answers
+//! holds only its own share and every other endpoint still finds room.
+//!
+//! An endpoint's share is the worker's slots divided among the endpoints
+//! that hold or want some, never more than half of them (so a newcomer
+//! always finds room at once); an endpoint is given more only once it is
+//! down to half its share, so that a busy endpoint is claimed for many
+//! rows at a time rather than one row per finished attempt.
+
+use crate::hooks::{ClaimRequest, endpoint};
+use std::collections::{BTreeSet, HashMap};
+
+/// A due row as the claim's first look sees it.
+#[derive(Debug, Clone)]
+pub(crate) struct Candidate {
+    pub id: i64,
+    /// Its subscription's URL.
+    pub url: String,
+    /// Why it may no longer be delivered, if so.
+    pub refused: Option<String>,
+}
+
+/// What a claim does with the rows it looked at.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Picked {
+    /// Rows to lease, in order.
+    pub take: Vec<i64>,
+    /// Rows to mark dropped, with the reason.
+    pub drop: Vec<(i64, String)>,
+    /// Endpoints whose due rows were left for want of room.
+    pub waiting: Vec<String>,
+    /// Whether more rows may be due than were looked at.
+    pub more: bool,
+}
+
+/// How many candidate rows a claim of `limit` looks at.
+pub(crate) fn window(limit: usize) -> usize {
+    limit.saturating_mul(4).saturating_add(64)
+}
+
+/// The share of each endpoint when `active` endpoints hold or want slots.
+fn share(req: &ClaimRequest, active: usize) -> usize {
+    (req.slots / active.max(1)).min(req.slots / 2).max(1)
+}
+
+/// Room for endpoint `e` holding `held` within `share`: none until it is
+/// down to half of it.
+fn room(share: usize, held: usize) -> usize {
+    if held <= share / 2 { share - held } else { 0 }
+}
+
+/// Whether `endpoint` has room under the least share it may have now.
+pub(crate) fn has_room(req: &ClaimRequest, endpoint: &str) -> bool {
+    let busy = req.held.values().filter(|n| **n > 0).count();
+    room(share(req, busy + 1), req.held.get(endpoint).copied().unwrap_or(0)) > 0
+}
+
+/// The subscriptions (of `urls`: id and URL) whose endpoint has no room
+/// whatever else turns up: a claim's query leaves their rows out, so that
+/// a long backlog of one endpoint does not fill its window.
+pub(crate) fn excluded(req: &ClaimRequest, urls: &[(String, String)]) -> Vec<String> {
+    urls.iter().filter(|(_, url)| !has_room(req, endpoint(url))).map(|(id, _)| id.clone()).collect()
+}
+
+/// Picks from `candidates` (due rows, oldest first, at most
+/// [`window`]`(req.limit)` of them) what a claim of `req` takes and drops.
+pub(crate) fn pick(candidates: Vec<Candidate>, req: &ClaimRequest) -> Picked {
+    let looked = candidates.len();
+    let mut active: BTreeSet<&str> = req.held.iter().filter(|(_, n)| **n > 0).map(|(e, _)| e.as_str()).collect();
+    active.extend(candidates.iter().filter(|c| c.refused.is_none()).map(|c| endpoint(&c.url)));
+    let share = share(req, active.len());
+    let mut rooms: HashMap<String, usize> = HashMap::new();
+    let mut waiting = BTreeSet::new();
+    let mut picked = Picked::default();
+    for c in candidates {
+        if let Some(reason) = c.refused {
+            picked.drop.push((c.id, reason));
+            continue;
+        }
+        let e = endpoint(&c.url);
+        if picked.take.len() >= req.limit {
+            picked.more = true;
+            continue;
+        }
+        let left = rooms.entry(e.to_owned()).or_insert_with(|| room(share, req.held.get(e).copied().unwrap_or(0)));
+        if *left == 0 {
+            waiting.insert(e.to_owned());
+            continue;
+        }
+        *left -= 1;
+        picked.take.push(c.id);
+    }
+    picked.waiting = waiting.into_iter().collect();
+    picked.more |= looked >= window(req.limit) || !picked.waiting.is_empty();
+    picked
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cand(id: i64, url: &str) -> Candidate {
+        Candidate { id, url: url.into(), refused: None }
+    }
+
+    fn req(limit: usize, slots: usize, held: &[(&str, usize)]) -> ClaimRequest {
+        ClaimRequest { limit, slots, held: held.iter().map(|(e, n)| ((*e).to_owned(), *n)).collect() }
+    }
+
+    const HOLE: &str = "https://hole.example/hook";
+    const GOOD: &str = "https://good.example:8443/in";
+
+    #[test]
+    fn an_endpoint_is_the_scheme_host_and_port_as_written() {
+        assert_eq!(endpoint("https://a.example:8443/x/y?z"), "https://a.example:8443");
+        assert_eq!(endpoint("http://[::1]:9?q"), "http://[::1]:9");
+        assert_eq!(endpoint("https://a.example"), "https://a.example");
+        assert_eq!(endpoint("https://a.example#f"), "https://a.example");
+    }
+
+    #[test]
+    fn one_endpoint_alone_gets_half_the_slots_never_all() {
+        let rows: Vec<_> = (0..100).map(|i| cand(i, HOLE)).collect();
+        let p = pick(rows, &req(64, 64, &[]));
+        assert_eq!(p.take.len(), 32);
+        assert_eq!(p.waiting, ["https://hole.example"]);
+        assert!(p.more);
+    }
+
+    #[test]
+    fn an_endpoint_holding_its_share_leaves_the_rest_to_the_others() {
+        let mut rows: Vec<_> = (0..50).map(|i| cand(i, HOLE)).collect();
+        rows.extend((50..60).map(|i| cand(i, GOOD)));
+        let p = pick(rows, &req(32, 64, &[("https://hole.example", 32)]));
+        assert_eq!(p.take, (50..60).collect::<Vec<_>>(), "all of the healthy endpoint's rows");
+        assert_eq!(p.waiting, ["https://hole.example"]);
+    }
+
+    #[test]
+    fn a_busy_endpoint_is_topped_up_only_at_half_its_share() {
+        let rows: Vec<_> = (0..100).map(|i| cand(i, GOOD)).collect();
+        assert!(pick(rows.clone(), &req(64, 64, &[("https://good.example:8443", 17)])).take.is_empty());
+        assert_eq!(pick(rows, &req(64, 64, &[("https://good.example:8443", 16)])).take.len(), 16);
+    }
+
+    #[test]
+    fn refused_rows_are_dropped_with_their_reason_and_take_no_room() {
+        let mut rows = vec![cand(1, GOOD), cand(2, GOOD)];
+        rows[0].refused = Some("account disabled".into());
+        let p = pick(rows, &req(1, 64, &[]));
+        assert_eq!(p.take, [2]);
+        assert_eq!(p.drop, [(1, "account disabled".to_owned())]);
+        assert!(!p.more);
+    }
+
+    #[test]
+    fn subscriptions_of_an_endpoint_without_room_are_left_out_of_the_query() {
+        let urls = vec![("a".to_owned(), HOLE.to_owned()), ("b".to_owned(), GOOD.to_owned())];
+        let r = req(32, 64, &[("https://hole.example", 20)]);
+        assert_eq!(excluded(&r, &urls), ["a"]);
+        assert!(excluded(&req(64, 64, &[]), &urls).is_empty());
+    }
+}

@@ -1,0 +1,141 @@
+//! Deliveries keep to what their account may see while they wait: a claim
+//! drops those of a disabled account or of a device taken from it (the
+//! reason stays, for `subscription deliveries`), a re-enabled account is
+//! owed new readings only; each endpoint gets its share of a claim; each
+//! subscription numbers its own message ids. On every backend.
+
+use super::{apply, backends, reading};
+use sensorhub_store::Store;
+use sensorhub_store::hooks::{ClaimRequest, DROPPED_DISABLED, DROPPED_UNSEEN, NewSubscription, Outbox, SENSOR_DATA};
+use std::collections::{BTreeMap, BTreeSet};
+
+const T: i64 = 1_777_964_400;
+
+fn subscription(id: &str, url: &str, devices: Option<&[&str]>) -> NewSubscription {
+    NewSubscription {
+        id: id.into(),
+        username: "alice".into(),
+        url: url.into(),
+        devices: devices.map(|d| d.iter().map(|s| (*s).to_owned()).collect()),
+        events: vec![SENSOR_DATA.into()],
+        sealed_secret: vec![1],
+        sealed_headers: None,
+        batch: false,
+        batch_max: 100,
+        allow_http: false,
+    }
+}
+
+/// A time at which everything stored so far is due.
+fn later() -> i64 {
+    jiff::Timestamp::now().as_millisecond() + 60_000
+}
+
+async fn store_readings(s: &dyn Store, from: i64, n: i64) {
+    let readings: Vec<_> = (0..n).map(|i| Ok(reading("D1", from + 60 * i, &[("a", i as f64)]))).collect();
+    s.import(Box::new(readings.into_iter()), Outbox::Deliver).await.expect("import");
+}
+
+/// Subscription `sub`'s deliveries as (state, last error).
+async fn states(s: &dyn Store, sub: &str) -> Vec<(String, Option<String>)> {
+    let list = s.deliveries(sub, false).await.expect("deliveries");
+    list.into_iter().map(|d| (d.state, d.last_error)).collect()
+}
+
+#[tokio::test]
+async fn a_disabled_accounts_deliveries_are_dropped_and_it_resumes_with_new_readings_only() {
+    for b in backends().await {
+        let s = &*b.store;
+        s.add_subscription(subscription("sub_a", "https://a.example/h", None)).await.expect("add");
+        store_readings(s, T, 2).await;
+        apply(s, r#"{"accounts":[{"username":"alice","disabled":true}]}"#).await.expect("disable");
+        store_readings(s, T + 600, 3).await;
+        assert_eq!(s.outbox_backlog().await.expect("backlog"), 2, "a disabled account is owed nothing new");
+
+        let claimed = s.claim_deliveries(later(), 30_000, &ClaimRequest::up_to(10)).await.expect("claim");
+        assert!(claimed.deliveries.is_empty(), "{:?}", claimed.deliveries);
+        assert_eq!(claimed.dropped, 2);
+        let dropped = ("dropped".to_owned(), Some(DROPPED_DISABLED.to_owned()));
+        assert_eq!(states(s, "sub_a").await, [dropped.clone(), dropped]);
+        assert_eq!(s.outbox_backlog().await.expect("backlog"), 0);
+
+        apply(s, r#"{"accounts":[{"username":"alice","disabled":false}]}"#).await.expect("enable");
+        store_readings(s, T + 1200, 1).await;
+        let claimed = s.claim_deliveries(later(), 30_000, &ClaimRequest::up_to(10)).await.expect("claim");
+        let bodies: Vec<_> = claimed.deliveries.iter().map(|d| d.body.contains("2026-05-05T07:20:00Z")).collect();
+        assert_eq!(bodies, [true], "only the reading stored after re-enabling");
+        assert_eq!(
+            s.prune_failed_deliveries(later()).await.expect("prune"),
+            2,
+            "dropped ones are pruned with failed ones"
+        );
+    }
+}
+
+#[tokio::test]
+async fn deliveries_of_a_device_taken_from_the_account_are_dropped() {
+    for b in backends().await {
+        let s = &*b.store;
+        s.add_subscription(subscription("sub_all", "https://a.example/h", None)).await.expect("add");
+        s.add_subscription(subscription("sub_d1", "https://b.example/h", Some(&["D1"]))).await.expect("add");
+        store_readings(s, T, 1).await;
+        assert_eq!(s.outbox_backlog().await.expect("backlog"), 2);
+        apply(s, r#"{"accounts":[{"username":"alice","devices":["D2"]}]}"#).await.expect("take D1 away");
+        store_readings(s, T + 60, 1).await;
+        assert_eq!(s.outbox_backlog().await.expect("backlog"), 2, "a device the account no longer sees owes nothing");
+
+        let claimed = s.claim_deliveries(later(), 30_000, &ClaimRequest::up_to(10)).await.expect("claim");
+        assert!(claimed.deliveries.is_empty());
+        assert_eq!(claimed.dropped, 2);
+        for sub in ["sub_all", "sub_d1"] {
+            assert_eq!(states(s, sub).await, [("dropped".to_owned(), Some(DROPPED_UNSEEN.to_owned()))], "{sub}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_claim_gives_an_endpoint_no_more_than_its_share() {
+    for b in backends().await {
+        let s = &*b.store;
+        s.add_subscription(subscription("sub_hole", "https://hole.example:8443/h", None)).await.expect("add");
+        s.add_subscription(subscription("sub_good", "https://good.example/in?x=1", None)).await.expect("add");
+        store_readings(s, T, 10).await;
+
+        let req = ClaimRequest { limit: 8, slots: 8, held: [("https://hole.example:8443".to_owned(), 4)].into() };
+        let claimed = s.claim_deliveries(later(), 30_000, &req).await.expect("claim");
+        let subs: BTreeSet<_> = claimed.deliveries.iter().map(|d| d.subscription_id.as_str()).collect();
+        assert_eq!(subs, BTreeSet::from(["sub_good"]), "the endpoint at its share gets nothing");
+        assert_eq!(claimed.deliveries.len(), 4, "the other gets its share: half of 8 slots");
+        assert_eq!(claimed.waiting, ["https://good.example"]);
+        assert!(claimed.more);
+
+        let req = ClaimRequest { limit: 8, slots: 8, held: Default::default() };
+        let claimed = s.claim_deliveries(later(), 30_000, &req).await.expect("claim");
+        let mut per: BTreeMap<&str, usize> = BTreeMap::new();
+        for d in &claimed.deliveries {
+            *per.entry(d.subscription_id.as_str()).or_default() += 1;
+        }
+        assert_eq!(per, BTreeMap::from([("sub_good", 4), ("sub_hole", 4)]), "half of the slots each");
+    }
+}
+
+#[tokio::test]
+async fn each_subscription_numbers_its_own_message_ids() {
+    for b in backends().await {
+        let s = &*b.store;
+        s.add_subscription(subscription("sub_1", "https://a.example/h", None)).await.expect("add");
+        s.add_subscription(subscription("sub_2", "https://b.example/h", None)).await.expect("add");
+        store_readings(s, T, 3).await;
+        let mut prefixes = BTreeSet::new();
+        for sub in ["sub_1", "sub_2"] {
+            let ids: Vec<_> = s.deliveries(sub, false).await.expect("list").into_iter().map(|d| d.message_id).collect();
+            let split: Vec<_> = ids.iter().filter_map(|id| id.rsplit_once('_')).collect();
+            let counters: Vec<_> = split.iter().map(|(_, n)| *n).collect();
+            assert_eq!(counters, ["1", "2", "3"], "{sub}: {ids:?}");
+            let mine: BTreeSet<_> = split.iter().map(|(p, _)| (*p).to_owned()).collect();
+            assert_eq!(mine.len(), 1, "{sub}: one prefix per write");
+            prefixes.extend(mine);
+        }
+        assert_eq!(prefixes.len(), 2, "no two subscriptions share a prefix");
+    }
+}
