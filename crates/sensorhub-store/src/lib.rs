@@ -158,6 +158,14 @@ pub trait Store: Send + Sync {
     /// This installation's random id (32 hex digits), made with the schema.
     async fn installation_id(&self) -> StoreResult<String>;
 
+    /// A fact recorded about this installation under `key` (something done
+    /// once, such as draining the MQTT session of an earlier version).
+    async fn installation_fact(&self, key: &str) -> StoreResult<Option<String>>;
+
+    /// Records `value` under `key` (replacing what was there); `id` is not
+    /// a key it takes.
+    async fn record_installation_fact(&self, key: &str, value: &str) -> StoreResult<()>;
+
     /// The credentials of `username`, for HTTP Basic.
     async fn account_auth(&self, username: &str) -> StoreResult<Option<AccountAuth>>;
 
@@ -499,6 +507,15 @@ impl Default for OpenOptions {
     fn default() -> Self {
         Self { upgrade_batch_hours: UPGRADE_BATCH_HOURS }
     }
+}
+
+/// `key` as an installation fact's key: anything but `id`, which the
+/// installation's random id holds for good.
+pub(crate) fn fact_key(key: &str) -> StoreResult<String> {
+    if key == "id" {
+        return Err(StoreError::Conflict("the installation id is made once and never replaced".into()));
+    }
+    Ok(key.to_owned())
 }
 
 /// Opens the store named by `url`: a file path or `sqlite://PATH` (created

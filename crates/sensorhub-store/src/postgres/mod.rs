@@ -20,6 +20,7 @@ use crate::{
     AccountAuth, AccountSummary, ApiKeyAuth, ApiKeySummary, ApplyReport, DeleteReport, DeviceHandle,
     IMPORT_COMMIT_EVERY, ImportReport, Installation, LatestValue, PartialImport, PoolStatus, ReadingSource,
     ReadingStream, RetentionReport, Scope, Store, StoreError, StoreResult, StoredHour, WebhookKeyAuth, Window, batches,
+    fact_key,
 };
 use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
@@ -215,6 +216,23 @@ impl Store for PgStore {
 
     async fn installation_id(&self) -> StoreResult<String> {
         read::installation_id(&self.pool.get().await?).await
+    }
+
+    async fn installation_fact(&self, key: &str) -> StoreResult<Option<String>> {
+        read::installation_fact(&self.pool.get().await?, key).await
+    }
+
+    async fn record_installation_fact(&self, key: &str, value: &str) -> StoreResult<()> {
+        let key = fact_key(key)?;
+        self.pool
+            .get()
+            .await?
+            .execute(
+                "INSERT INTO installation (key, value) VALUES ($1, $2) ON CONFLICT (key) DO UPDATE SET value = $2",
+                &[&key, &value],
+            )
+            .await?;
+        Ok(())
     }
 
     async fn account_auth(&self, username: &str) -> StoreResult<Option<AccountAuth>> {

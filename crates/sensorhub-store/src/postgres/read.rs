@@ -315,6 +315,10 @@ pub(super) async fn installation_id(c: &impl GenericClient) -> StoreResult<Strin
     Ok(c.query_one("SELECT value FROM installation WHERE key = 'id'", &[]).await?.get(0))
 }
 
+pub(super) async fn installation_fact(c: &impl GenericClient, key: &str) -> StoreResult<Option<String>> {
+    Ok(c.query_opt("SELECT value FROM installation WHERE key = $1", &[&key]).await?.map(|r| r.get(0)))
+}
+
 pub(super) async fn is_empty(c: &impl GenericClient) -> StoreResult<bool> {
     let row =
         c.query_one("SELECT NOT EXISTS (SELECT 1 FROM accounts) AND NOT EXISTS (SELECT 1 FROM devices)", &[]).await?;

@@ -18,6 +18,7 @@ use crate::{
     AccountAuth, AccountSummary, ApiKeyAuth, ApiKeySummary, ApplyReport, DeleteReport, DeviceHandle,
     IMPORT_COMMIT_EVERY, ImportReport, Installation, LatestValue, PartialImport, PoolStatus, ReadingSource,
     ReadingStream, RetentionReport, Scope, Store, StoreError, StoreResult, StoredHour, WebhookKeyAuth, Window,
+    fact_key,
 };
 use async_trait::async_trait;
 use pool::{Pool, Role};
@@ -201,6 +202,24 @@ impl Store for SqliteStore {
 
     async fn installation_id(&self) -> StoreResult<String> {
         self.reads.run_short(read::installation_id).await
+    }
+
+    async fn installation_fact(&self, key: &str) -> StoreResult<Option<String>> {
+        let key = key.to_owned();
+        self.reads.run_short(move |c| read::installation_fact(c, &key)).await
+    }
+
+    async fn record_installation_fact(&self, key: &str, value: &str) -> StoreResult<()> {
+        let (key, value) = (fact_key(key)?, value.to_owned());
+        self.writes
+            .run(move |c| {
+                c.execute(
+                    "INSERT INTO installation (key, value) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE SET value = ?2",
+                    [&key, &value],
+                )?;
+                Ok(())
+            })
+            .await
     }
 
     async fn account_auth(&self, username: &str) -> StoreResult<Option<AccountAuth>> {

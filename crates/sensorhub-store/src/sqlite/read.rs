@@ -208,6 +208,10 @@ pub(super) fn installation_id(c: &mut Connection) -> StoreResult<String> {
     Ok(c.query_row("SELECT value FROM installation WHERE key = 'id'", [], |r| r.get(0))?)
 }
 
+pub(super) fn installation_fact(c: &mut Connection, key: &str) -> StoreResult<Option<String>> {
+    Ok(c.query_row("SELECT value FROM installation WHERE key = ?1", [key], |r| r.get(0)).optional()?)
+}
+
 pub(super) fn is_empty(c: &mut Connection) -> StoreResult<bool> {
     Ok(c.query_row("SELECT NOT EXISTS (SELECT 1 FROM accounts) AND NOT EXISTS (SELECT 1 FROM devices)", [], |r| {
         r.get(0)

@@ -125,6 +125,14 @@ impl Store for PublishingStore {
         self.inner.installation_id().await
     }
 
+    async fn installation_fact(&self, key: &str) -> StoreResult<Option<String>> {
+        self.inner.installation_fact(key).await
+    }
+
+    async fn record_installation_fact(&self, key: &str, value: &str) -> StoreResult<()> {
+        self.inner.record_installation_fact(key, value).await
+    }
+
     async fn account_auth(&self, username: &str) -> StoreResult<Option<AccountAuth>> {
         self.inner.account_auth(username).await
     }

@@ -10,8 +10,11 @@
 //! and optionally published to `{prefix}/{device_id}/errors` (for devices
 //! that exist). What is held of received messages is bounded in bytes
 //! (`--mqtt-queue-bytes`): the link (`link.rs`) admits them into a queue
-//! (`queue.rs`) that the writer (`writer.rs`) drains.
+//! (`queue.rs`) that the writer (`writer.rs`) drains. At the first start of
+//! an installation, what the broker kept for an earlier version's client
+//! id is collected first (`legacy.rs`).
 
+mod legacy;
 mod link;
 pub mod payload;
 mod queue;
@@ -129,26 +132,8 @@ pub fn spawn(
 ) -> Arc<MqttStatus> {
     let status = Arc::new(MqttStatus::default());
     let client_id = settings.client_id.for_installation(installation_id);
-    let mut options = MqttOptions::new(client_id.clone(), settings.host.clone(), settings.port);
-    options
-        .set_keep_alive(Duration::from_secs(30))
-        .set_clean_start(false)
-        .set_session_expiry_interval(Some(SESSION_EXPIRY_SECONDS))
-        .set_receive_maximum(Some(RECEIVE_MAXIMUM))
-        .set_manual_acks(true)
-        .set_max_packet_size(Some(MAX_PACKET_BYTES as u32));
-    if let Some((user, password)) = &settings.credentials {
-        options.set_credentials(user.clone(), password.clone());
-    }
-    if let Some(ca) = &settings.tls_ca {
-        // One process-wide provider; a second install is refused harmlessly.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        options.set_transport(rumqttc::Transport::tls_with_config(rumqttc::TlsConfiguration::Simple {
-            ca: ca.clone(),
-            alpn: None,
-            client_auth: None,
-        }));
-    }
+    let mut options = options(&settings, &client_id);
+    options.set_session_expiry_interval(Some(SESSION_EXPIRY_SECONDS));
     // No deadlock between the two tasks: the link waits for the writer
     // only for room in the queue, which the writer gives back before it
     // queues a batch's acknowledgements; and queueing those never waits,
@@ -172,8 +157,48 @@ pub fn spawn(
         broker: format!("{}:{}", settings.host, settings.port),
         client_id,
     };
+    // The session an earlier version kept is collected (once), so that
+    // what stations sent while it was being upgraded is stored too.
+    let legacy = match &settings.client_id {
+        ClientId::Installation { hostname } => Some(legacy::Drain {
+            client_id: format!("sensorhub-{hostname}"),
+            settings: settings.clone(),
+            store: store.clone(),
+            metrics: metrics.clone(),
+        }),
+        ClientId::Given(_) => None,
+    };
     let writer = writer::Writer { client, store, metrics, settings, publishes_in_flight };
     tokio::spawn(writer.run(rx));
     tokio::spawn(link.run(eventloop));
+    if let Some(legacy) = legacy {
+        tokio::spawn(legacy.run(status.clone()));
+    }
     status
+}
+
+/// The options every connection of sensorhub's has: broker, credentials,
+/// TLS, keep-alive, a persistent session (its expiry set by the caller),
+/// acknowledgements after the commit, and the largest message taken.
+fn options(settings: &MqttSettings, client_id: &str) -> MqttOptions {
+    let mut options = MqttOptions::new(client_id, settings.host.clone(), settings.port);
+    options
+        .set_keep_alive(Duration::from_secs(30))
+        .set_clean_start(false)
+        .set_receive_maximum(Some(RECEIVE_MAXIMUM))
+        .set_manual_acks(true)
+        .set_max_packet_size(Some(MAX_PACKET_BYTES as u32));
+    if let Some((user, password)) = &settings.credentials {
+        options.set_credentials(user.clone(), password.clone());
+    }
+    if let Some(ca) = &settings.tls_ca {
+        // One process-wide provider; a second install is refused harmlessly.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        options.set_transport(rumqttc::Transport::tls_with_config(rumqttc::TlsConfiguration::Simple {
+            ca: ca.clone(),
+            alpn: None,
+            client_auth: None,
+        }));
+    }
+    options
 }

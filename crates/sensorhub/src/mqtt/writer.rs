@@ -58,28 +58,31 @@ struct RefusalLog {
     crowded: Option<Instant>,
 }
 
+/// What a writer remembers between batches, bounded: devices' sensors and
+/// which devices' refusals were logged.
+pub(super) struct Memory {
+    devices: Recent<CachedDevice>,
+    log: RefusalLog,
+}
+
+impl Memory {
+    pub(super) fn new() -> Self {
+        Self {
+            devices: Recent::new(DEVICE_TTL, REMEMBERED_DEVICES),
+            log: RefusalLog { devices: Recent::new(LOG_EVERY, REMEMBERED_DEVICES), crowded: None },
+        }
+    }
+}
+
 impl Writer {
     pub async fn run(self, mut queue: queue::Receiver) {
-        let mut devices = Recent::new(DEVICE_TTL, REMEMBERED_DEVICES);
-        let mut log = RefusalLog { devices: Recent::new(LOG_EVERY, REMEMBERED_DEVICES), crowded: None };
+        let mut memory = Memory::new();
         loop {
             let batch = queue.batch(MAX_BATCH, MAX_BATCH_BYTES).await;
             if batch.is_empty() {
                 return;
             }
-            let mut readings: Vec<ReadingInput> = Vec::new();
-            for queued in &batch {
-                let message = &queued.message;
-                match self.readings_of(message, &mut devices).await {
-                    Ok(r) => {
-                        self.metrics.mqtt_message("stored");
-                        readings.extend(r);
-                    }
-                    Err(rejection) => self.refuse(message.device_id(), rejection, &mut log),
-                }
-            }
-            let stored = readings.len();
-            self.store_all(readings).await;
+            self.store_messages(batch.iter().map(|q| &q.message), &mut memory).await;
             // The batch's room goes back first: a link waiting for room
             // polls again, and so sends the acknowledgements queued next.
             let acks: Vec<(QoS, u16)> = batch.into_iter().map(|q| (q.message.qos, q.message.pkid)).collect();
@@ -91,8 +94,31 @@ impl Writer {
                     tracing::warn!(error = %e, "cannot acknowledge an MQTT message; the broker will send it again");
                 }
             }
-            self.metrics.mqtt_readings(stored);
         }
+    }
+
+    /// Stores the readings of `messages` in one transaction (refusing the
+    /// messages that break the rules) and says how many were stored;
+    /// retries while the database cannot take them.
+    pub(super) async fn store_messages<'a>(
+        &self,
+        messages: impl Iterator<Item = &'a Message>,
+        memory: &mut Memory,
+    ) -> usize {
+        let mut readings: Vec<ReadingInput> = Vec::new();
+        for message in messages {
+            match self.readings_of(message, &mut memory.devices).await {
+                Ok(r) => {
+                    self.metrics.mqtt_message("stored");
+                    readings.extend(r);
+                }
+                Err(rejection) => self.refuse(message.device_id(), rejection, &mut memory.log),
+            }
+        }
+        let stored = readings.len();
+        self.store_all(readings).await;
+        self.metrics.mqtt_readings(stored);
+        stored
     }
 
     /// The readings of one message, or why it is refused.

@@ -90,8 +90,11 @@ on_each_backend! {
     }
 }
 
-/// The `sensorhub-…` client ids Mosquitto's log says connected, in order.
+/// The `sensorhub-…` client ids Mosquitto's log says connected, in order,
+/// but the earlier versions' `sensorhub-HOSTNAME` (collected once, see
+/// [`the_earlier_client_ids_session_is_collected_once`]).
 async fn connected_ids(log: &std::path::Path, at_least: usize) -> Vec<String> {
+    let legacy = format!("sensorhub-{}", hostname());
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let text = std::fs::read_to_string(log).unwrap_or_default();
@@ -100,7 +103,7 @@ async fn connected_ids(log: &std::path::Path, at_least: usize) -> Vec<String> {
             .lines()
             .filter_map(|l| l.split(" as ").nth(1).filter(|_| l.contains("New client connected")))
             .filter_map(|rest| rest.split(' ').next().map(str::to_owned))
-            .filter(|id| id.starts_with("sensorhub-") || id.starts_with("given-"))
+            .filter(|id| (id.starts_with("sensorhub-") && *id != legacy) || id.starts_with("given-"))
             .collect();
         if ids.len() >= at_least {
             return ids;
@@ -108,6 +111,39 @@ async fn connected_ids(log: &std::path::Path, at_least: usize) -> Vec<String> {
         assert!(Instant::now() < deadline, "{at_least} connections not in the broker's log: {text}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// This machine's name, as sensorhub reads it.
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname").expect("hostname").trim().to_owned()
+}
+
+/// Connects as `id` with a kept session of an hour, subscribed to the
+/// readings topics when `subscribe`; returns whether the broker had a
+/// session for it, once the connection is gone again.
+async fn session(port: u16, id: &str, subscribe: bool) -> bool {
+    let mut options = MqttOptions::new(id, "127.0.0.1", port);
+    options.set_clean_start(false).set_session_expiry_interval(Some(3600));
+    let (client, mut events) = AsyncClient::new(options, 10);
+    let mut present = None;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        match tokio::time::timeout(Duration::from_secs(5), events.poll()).await {
+            Ok(Ok(Event::Incoming(Packet::ConnAck(ack)))) => {
+                present = Some(ack.session_present);
+                if !subscribe {
+                    break;
+                }
+                client.subscribe("sensorhub/+/readings", QoS::AtLeastOnce).await.expect("subscribe");
+            }
+            Ok(Ok(Event::Incoming(Packet::SubAck(_)))) => break,
+            Ok(Ok(_)) => {}
+            other => panic!("no session for {id}: {other:?}"),
+        }
+    }
+    client.disconnect().await.expect("disconnect");
+    let _ = tokio::time::timeout(Duration::from_secs(2), async { while events.poll().await.is_ok() {} }).await;
+    present.expect("connected")
 }
 
 /// `sensorhub serve` over `db` with the default client id, once its link is up.
@@ -124,7 +160,7 @@ on_each_backend! {
         let lines = format!("allow_anonymous true\nlog_dest file {}\nlog_type all\n", log.display());
         let broker = Broker::start_with(free_port(), tempfile::tempdir().expect("temp dir"), &lines);
         let (db, _dir, _pg) = provisioned().await;
-        let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname").expect("hostname").trim().to_owned();
+        let hostname = hostname();
         let first = serve_default_id(&db, &broker).await;
         drop(first);
         let again = serve_default_id(&db, &broker).await;
@@ -246,4 +282,39 @@ async fn with_the_example_acl_a_station_writes_only_its_own_topic() {
     assert_eq!(metric(&server, "sensorhub_mqtt_messages_total{outcome=\"stored\"}").await, 2.0);
     task_a.abort();
     task_b.abort();
+}
+
+on_each_backend! {
+    async fn the_earlier_client_ids_session_is_collected_once() {
+        let broker = Broker::start();
+        let (db, _dir, _pg) = provisioned().await;
+        let legacy = format!("sensorhub-{}", hostname());
+        // An earlier version's session, subscribed, then away (stopped for the upgrade)…
+        session(broker.port, &legacy, true).await;
+        // …while stations publish: the broker keeps these for it.
+        let publisher = Publisher::connect(broker.port, &client_id("pub"));
+        for n in 0..20 {
+            publisher.publish("sensorhub/AWLR-001/readings", payload(n)).await;
+        }
+        publisher.wait_acked(20).await;
+
+        let server = serve_default_id(&db, &broker).await;
+        let got = wait_stored(&server, 20, Duration::from_secs(30)).await;
+        assert_eq!(got.len(), 20, "what the broker kept for the earlier id is stored, with nothing to do");
+        // New readings reach the new session.
+        publisher.publish("sensorhub/AWLR-001/readings", payload(20)).await;
+        assert_eq!(wait_stored(&server, 21, Duration::from_secs(20)).await.len(), 21);
+        let store = sensorhub_store::open(&db).await.expect("open");
+        let mut recorded = None;
+        for _ in 0..100 {
+            recorded = store.installation_fact("mqtt_legacy_session_drained").await.expect("fact");
+            if recorded.is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let recorded = recorded.expect("the collection is recorded");
+        assert!(recorded.ends_with(" 20 messages"), "{recorded}");
+        assert!(!session(broker.port, &legacy, false).await, "the earlier session is gone from the broker");
+    }
 }
