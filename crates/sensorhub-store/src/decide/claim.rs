@@ -38,7 +38,7 @@ pub(crate) struct Picked {
 
 /// How many candidate rows a claim of `limit` looks at.
 pub(crate) fn window(limit: usize) -> usize {
-    limit.saturating_mul(4).saturating_add(64)
+    limit.saturating_mul(2).saturating_add(SKIP_AT_MOST)
 }
 
 /// The share of each endpoint when `active` endpoints hold or want slots.
@@ -58,44 +58,110 @@ pub(crate) fn has_room(req: &ClaimRequest, endpoint: &str) -> bool {
     room(share(req, busy + 1), req.held.get(endpoint).copied().unwrap_or(0)) > 0
 }
 
-/// The subscriptions (of `urls`: id and URL) whose endpoint has no room
-/// whatever else turns up: a claim's query leaves their rows out, so that
-/// a long backlog of one endpoint does not fill its window.
-pub(crate) fn excluded(req: &ClaimRequest, urls: &[(String, String)]) -> Vec<String> {
-    urls.iter().filter(|(_, url)| !has_room(req, endpoint(url))).map(|(id, _)| id.clone()).collect()
+/// What a claim's query leaves out: the subscriptions whose endpoint has
+/// no room whatever else turns up, so that a long backlog of one endpoint
+/// does not fill its window.
+#[derive(Debug, Default)]
+pub(crate) struct Excluded {
+    pub subscriptions: Vec<String>,
+    /// Their endpoints: they may have due rows left behind.
+    endpoints: BTreeSet<String>,
+}
+
+/// The subscriptions of `urls` (id and URL) a claim of `req` leaves out.
+pub(crate) fn excluded(req: &ClaimRequest, urls: &[(String, String)]) -> Excluded {
+    let mut out = Excluded::default();
+    for (id, url) in urls {
+        let e = endpoint(url);
+        if !has_room(req, e) {
+            out.subscriptions.push(id.clone());
+            out.endpoints.insert(e.to_owned());
+        }
+    }
+    out
+}
+
+/// How many rows a claim passes over for want of room before it stops
+/// looking (the rest wait for the next claim).
+const SKIP_AT_MOST: usize = 64;
+
+/// Decides row by row, oldest first, what a claim takes and drops; an
+/// endpoint's share is fixed when its first row is seen, among the
+/// endpoints that hold slots or were seen before it.
+pub(crate) struct Picker<'a> {
+    req: &'a ClaimRequest,
+    active: BTreeSet<String>,
+    rooms: HashMap<String, usize>,
+    waiting: BTreeSet<String>,
+    skipped: usize,
+    picked: Picked,
+}
+
+impl<'a> Picker<'a> {
+    /// A claim of `req` whose query left out `excluded`.
+    pub(crate) fn new(req: &'a ClaimRequest, excluded: &Excluded) -> Self {
+        Self {
+            req,
+            active: req.held.iter().filter(|(_, n)| **n > 0).map(|(e, _)| e.clone()).collect(),
+            rooms: HashMap::new(),
+            // Endpoints left out may have due rows: they wait for room too.
+            waiting: excluded.endpoints.clone(),
+            skipped: 0,
+            picked: Picked::default(),
+        }
+    }
+
+    /// Takes, drops or passes over the next due row; `false` once the
+    /// claim is complete (that row and any after it are left due).
+    pub(crate) fn offer(&mut self, c: Candidate) -> bool {
+        if let Some(reason) = c.refused {
+            self.picked.drop.push((c.id, reason));
+            return true;
+        }
+        if self.picked.take.len() >= self.req.limit || self.skipped >= SKIP_AT_MOST {
+            self.picked.more = true;
+            return false;
+        }
+        let e = endpoint(&c.url);
+        if !self.rooms.contains_key(e) {
+            self.active.insert(e.to_owned());
+            let share = share(self.req, self.active.len());
+            self.rooms.insert(e.to_owned(), room(share, self.req.held.get(e).copied().unwrap_or(0)));
+        }
+        match self.rooms.get_mut(e) {
+            Some(left) if *left > 0 => {
+                *left -= 1;
+                self.picked.take.push(c.id);
+            }
+            _ => {
+                self.waiting.insert(e.to_owned());
+                self.skipped += 1;
+            }
+        }
+        true
+    }
+
+    /// What was decided, `looked` rows having been read of a window of
+    /// [`window`]`(limit)`.
+    pub(crate) fn finish(mut self, looked: usize) -> Picked {
+        self.picked.waiting = self.waiting.into_iter().collect();
+        self.picked.more |= looked >= window(self.req.limit) || !self.picked.waiting.is_empty();
+        self.picked
+    }
 }
 
 /// Picks from `candidates` (due rows, oldest first, at most
-/// [`window`]`(req.limit)` of them) what a claim of `req` takes and drops.
-pub(crate) fn pick(candidates: Vec<Candidate>, req: &ClaimRequest) -> Picked {
+/// [`window`]`(req.limit)` of them, none of `excluded`) what a claim of
+/// `req` takes and drops.
+pub(crate) fn pick(candidates: Vec<Candidate>, req: &ClaimRequest, excluded: &Excluded) -> Picked {
     let looked = candidates.len();
-    let mut active: BTreeSet<&str> = req.held.iter().filter(|(_, n)| **n > 0).map(|(e, _)| e.as_str()).collect();
-    active.extend(candidates.iter().filter(|c| c.refused.is_none()).map(|c| endpoint(&c.url)));
-    let share = share(req, active.len());
-    let mut rooms: HashMap<String, usize> = HashMap::new();
-    let mut waiting = BTreeSet::new();
-    let mut picked = Picked::default();
+    let mut picker = Picker::new(req, excluded);
     for c in candidates {
-        if let Some(reason) = c.refused {
-            picked.drop.push((c.id, reason));
-            continue;
+        if !picker.offer(c) {
+            break;
         }
-        let e = endpoint(&c.url);
-        if picked.take.len() >= req.limit {
-            picked.more = true;
-            continue;
-        }
-        let left = rooms.entry(e.to_owned()).or_insert_with(|| room(share, req.held.get(e).copied().unwrap_or(0)));
-        if *left == 0 {
-            waiting.insert(e.to_owned());
-            continue;
-        }
-        *left -= 1;
-        picked.take.push(c.id);
     }
-    picked.waiting = waiting.into_iter().collect();
-    picked.more |= looked >= window(req.limit) || !picked.waiting.is_empty();
-    picked
+    picker.finish(looked)
 }
 
 #[cfg(test)]
@@ -124,7 +190,7 @@ mod tests {
     #[test]
     fn one_endpoint_alone_gets_half_the_slots_never_all() {
         let rows: Vec<_> = (0..100).map(|i| cand(i, HOLE)).collect();
-        let p = pick(rows, &req(64, 64, &[]));
+        let p = pick(rows, &req(64, 64, &[]), &Excluded::default());
         assert_eq!(p.take.len(), 32);
         assert_eq!(p.waiting, ["https://hole.example"]);
         assert!(p.more);
@@ -134,7 +200,8 @@ mod tests {
     fn an_endpoint_holding_its_share_leaves_the_rest_to_the_others() {
         let mut rows: Vec<_> = (0..50).map(|i| cand(i, HOLE)).collect();
         rows.extend((50..60).map(|i| cand(i, GOOD)));
-        let p = pick(rows, &req(32, 64, &[("https://hole.example", 32)]));
+        let r = req(32, 64, &[("https://hole.example", 32)]);
+        let p = pick(rows, &r, &excluded(&r, &[("s".into(), HOLE.into())]));
         assert_eq!(p.take, (50..60).collect::<Vec<_>>(), "all of the healthy endpoint's rows");
         assert_eq!(p.waiting, ["https://hole.example"]);
     }
@@ -142,15 +209,19 @@ mod tests {
     #[test]
     fn a_busy_endpoint_is_topped_up_only_at_half_its_share() {
         let rows: Vec<_> = (0..100).map(|i| cand(i, GOOD)).collect();
-        assert!(pick(rows.clone(), &req(64, 64, &[("https://good.example:8443", 17)])).take.is_empty());
-        assert_eq!(pick(rows, &req(64, 64, &[("https://good.example:8443", 16)])).take.len(), 16);
+        assert!(
+            pick(rows.clone(), &req(64, 64, &[("https://good.example:8443", 17)]), &Excluded::default())
+                .take
+                .is_empty()
+        );
+        assert_eq!(pick(rows, &req(64, 64, &[("https://good.example:8443", 16)]), &Excluded::default()).take.len(), 16);
     }
 
     #[test]
     fn refused_rows_are_dropped_with_their_reason_and_take_no_room() {
         let mut rows = vec![cand(1, GOOD), cand(2, GOOD)];
         rows[0].refused = Some("account disabled".into());
-        let p = pick(rows, &req(1, 64, &[]));
+        let p = pick(rows, &req(1, 64, &[]), &Excluded::default());
         assert_eq!(p.take, [2]);
         assert_eq!(p.drop, [(1, "account disabled".to_owned())]);
         assert!(!p.more);
@@ -160,7 +231,10 @@ mod tests {
     fn subscriptions_of_an_endpoint_without_room_are_left_out_of_the_query() {
         let urls = vec![("a".to_owned(), HOLE.to_owned()), ("b".to_owned(), GOOD.to_owned())];
         let r = req(32, 64, &[("https://hole.example", 20)]);
-        assert_eq!(excluded(&r, &urls), ["a"]);
-        assert!(excluded(&req(64, 64, &[]), &urls).is_empty());
+        assert_eq!(excluded(&r, &urls).subscriptions, ["a"]);
+        assert!(excluded(&req(64, 64, &[]), &urls).subscriptions.is_empty());
+        let none = pick(Vec::new(), &r, &excluded(&r, &urls));
+        assert_eq!(none.waiting, ["https://hole.example"], "an endpoint left out may still have due rows");
+        assert!(none.more);
     }
 }

@@ -57,12 +57,14 @@ pub(super) async fn claim(c: &mut Client, now: i64, lease: i64, req: &ClaimReque
         .iter()
         .map(|r| (r.get(0), r.get(1)))
         .collect();
-    let skip = claim::excluded(req, &urls);
-    let picked = claim::pick(candidates(&tx, now, claim::window(req.limit), None, &skip).await?, req);
+    let excluded = claim::excluded(req, &urls);
+    let found = candidates(&tx, now, claim::window(req.limit), None, &excluded.subscriptions).await?;
+    let picked = claim::pick(found, req, &excluded);
     let mut deliveries = lease_rows(&tx, &picked.take, now + lease).await?;
     let mut dropped = drop_rows(&tx, &picked.drop).await?;
     for (sub, room) in batch_room(&deliveries) {
-        let more = claim::pick(candidates(&tx, now, room, Some(&sub), &[]).await?, &ClaimRequest::up_to(room));
+        let found = candidates(&tx, now, room, Some(&sub), &[]).await?;
+        let more = claim::pick(found, &ClaimRequest::up_to(room), &claim::Excluded::default());
         deliveries.extend(lease_rows(&tx, &more.take, now + lease).await?);
         dropped += drop_rows(&tx, &more.drop).await?;
     }

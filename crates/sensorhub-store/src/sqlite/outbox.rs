@@ -48,12 +48,18 @@ pub(super) fn claim(c: &mut Connection, now: i64, lease: i64, req: &ClaimRequest
     unsynced(c, |c| {
         let tx = begin(c)?;
         let urls = subscription_urls(&tx)?;
-        let skip = serde_json::to_string(&claim::excluded(req, &urls)).map_err(|e| StoreError::Backend(e.into()))?;
-        let picked = claim::pick(candidates(&tx, now, claim::window(req.limit), None, &skip)?, req);
+        let excluded = claim::excluded(req, &urls);
+        let skip = serde_json::to_string(&excluded.subscriptions).map_err(|e| StoreError::Backend(e.into()))?;
+        let mut picker = claim::Picker::new(req, &excluded);
+        let looked = offer_due(&tx, now, claim::window(req.limit), None, &skip, &mut picker)?;
+        let picked = picker.finish(looked);
         let mut deliveries = lease_rows(&tx, &picked.take, now + lease)?;
         let mut dropped = drop_rows(&tx, &picked.drop)?;
         for (sub, room) in batch_room(&deliveries) {
-            let more = claim::pick(candidates(&tx, now, room, Some(&sub), "[]")?, &ClaimRequest::up_to(room));
+            let top_up = ClaimRequest::up_to(room);
+            let mut picker = claim::Picker::new(&top_up, &claim::Excluded::default());
+            let looked = offer_due(&tx, now, room, Some(&sub), "[]", &mut picker)?;
+            let more = picker.finish(looked);
             deliveries.extend(lease_rows(&tx, &more.take, now + lease)?);
             dropped += drop_rows(&tx, &more.drop)?;
         }
@@ -69,15 +75,17 @@ fn subscription_urls(tx: &Connection) -> StoreResult<Vec<(String, String)>> {
     Ok(rows)
 }
 
-/// Up to `limit` due rows (of subscription `only`, if given; none of the
-/// JSON list `skip`), oldest first, each with why it may no longer go.
-fn candidates(
+/// Offers `picker` up to `limit` due rows (of subscription `only`, if
+/// given; none of the JSON list `skip`), oldest first, each with why it
+/// may no longer go, until it has what it takes; returns how many it read.
+fn offer_due(
     tx: &Connection,
     now: i64,
     limit: usize,
     only: Option<&str>,
     skip: &str,
-) -> StoreResult<Vec<claim::Candidate>> {
+    picker: &mut claim::Picker<'_>,
+) -> StoreResult<usize> {
     let mut stmt = tx.prepare_cached(
         "SELECT o.id, s.url,
                 CASE WHEN a.disabled = 1 THEN ?5
@@ -90,10 +98,15 @@ fn candidates(
            AND o.subscription_id NOT IN (SELECT value FROM json_each(?4))
          ORDER BY o.next_attempt, o.id LIMIT ?2",
     )?;
-    let rows = stmt.query_map(params![now, limit as i64, only, skip, DROPPED_DISABLED, DROPPED_UNSEEN], |r| {
-        Ok(claim::Candidate { id: r.get(0)?, url: r.get(1)?, refused: r.get(2)? })
-    })?;
-    Ok(rows.collect::<Result<_, _>>()?)
+    let mut rows = stmt.query(params![now, limit as i64, only, skip, DROPPED_DISABLED, DROPPED_UNSEEN])?;
+    let mut looked = 0;
+    while let Some(r) = rows.next()? {
+        looked += 1;
+        if !picker.offer(claim::Candidate { id: r.get(0)?, url: r.get(1)?, refused: r.get(2)? }) {
+            break;
+        }
+    }
+    Ok(looked)
 }
 
 /// Marks rows dropped, each with its reason.
@@ -105,36 +118,46 @@ fn drop_rows(tx: &Connection, rows: &[(i64, String)]) -> StoreResult<usize> {
     Ok(rows.len())
 }
 
-/// Leases rows `ids` until `until` and reads them whole.
+/// Leases rows `ids` until `until` and reads them whole (each
+/// subscription's part once per claim).
 fn lease_rows(tx: &Connection, ids: &[i64], until: i64) -> StoreResult<Vec<Delivery>> {
-    let mut lease = tx.prepare_cached("UPDATE outbox SET next_attempt = ?2 WHERE id = ?1")?;
-    let mut read = tx.prepare_cached(
-        "SELECT o.id, o.subscription_id, a.username, s.url, s.allow_http, s.secret, o.message_id, o.body,
-                o.attempts, o.created_at, s.failing_since, s.headers,
-                CASE WHEN s.batch = 1 THEN max(s.batch_max, 1) ELSE 1 END
-         FROM outbox o JOIN subscriptions s ON s.id = o.subscription_id JOIN accounts a ON a.id = s.account_id
-         WHERE o.id = ?1",
+    let mut lease = tx.prepare_cached(
+        "UPDATE outbox SET next_attempt = ?2 WHERE id = ?1
+         RETURNING subscription_id, message_id, body, attempts, created_at",
     )?;
+    let mut subscription = tx.prepare_cached(
+        "SELECT a.username, s.url, s.allow_http, s.secret, s.failing_since, s.headers,
+                CASE WHEN s.batch = 1 THEN max(s.batch_max, 1) ELSE 1 END
+         FROM subscriptions s JOIN accounts a ON a.id = s.account_id WHERE s.id = ?1",
+    )?;
+    let mut subscriptions: std::collections::HashMap<String, Delivery> = std::collections::HashMap::new();
     let mut out = Vec::with_capacity(ids.len());
     for id in ids {
-        lease.execute(params![id, until])?;
-        out.push(read.query_row([id], |r| {
-            Ok(Delivery {
-                id: r.get(0)?,
-                subscription_id: r.get(1)?,
-                username: r.get(2)?,
-                url: r.get(3)?,
-                allow_http: r.get(4)?,
-                sealed_secret: r.get(5)?,
-                message_id: r.get(6)?,
-                body: r.get(7)?,
-                attempts: r.get(8)?,
-                created_at: r.get(9)?,
-                failing_since: r.get(10)?,
-                sealed_headers: r.get(11)?,
-                batch_max: r.get(12)?,
-            })
-        })?);
+        let (sub, message_id, body, attempts, created_at): (String, String, String, u32, i64) =
+            lease.query_row(params![id, until], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))?;
+        if !subscriptions.contains_key(&sub) {
+            let part = subscription.query_row([&sub], |r| {
+                Ok(Delivery {
+                    id: 0,
+                    subscription_id: sub.clone(),
+                    username: r.get(0)?,
+                    url: r.get(1)?,
+                    allow_http: r.get(2)?,
+                    sealed_secret: r.get(3)?,
+                    failing_since: r.get(4)?,
+                    sealed_headers: r.get(5)?,
+                    batch_max: r.get(6)?,
+                    message_id: String::new(),
+                    body: String::new(),
+                    attempts: 0,
+                    created_at: 0,
+                })
+            })?;
+            subscriptions.insert(sub.clone(), part);
+        }
+        if let Some(part) = subscriptions.get(&sub) {
+            out.push(Delivery { id: *id, message_id, body, attempts, created_at, ..part.clone() });
+        }
     }
     Ok(out)
 }

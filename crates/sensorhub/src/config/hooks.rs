@@ -78,7 +78,7 @@ impl Default for DeliverySettings {
             policy: RetryPolicy::default(),
             disable_after: Duration::from_secs(72 * 3600),
             per_endpoint: 4,
-            in_flight: 64,
+            in_flight: 128,
             poll: Duration::from_millis(500),
             ingest_first: 90,
         }

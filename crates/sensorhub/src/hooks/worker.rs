@@ -147,11 +147,17 @@ async fn run(shared: Arc<Shared>, wake: Arc<Notify>) {
     let mut next_look = tokio::time::Instant::now();
     let mut turn = IngestFirst::new(shared.settings.ingest_first);
     loop {
-        // A claim is a write transaction: made for many slots at once, when
-        // half of them are free and more is due, when an endpoint that was
-        // at its share is down to half of it, or at each look.
+        // A claim is a write transaction: made for many slots at once, at
+        // each look, and when more is due: once an endpoint that was at its
+        // share is down to half of it, or (no endpoint being held back) once
+        // half of the slots are free.
         let look = tokio::time::Instant::now() >= next_look
-            || (more_due && ((took && tasks.len() <= in_flight / 2) || room_opened(&shared, &waiting)));
+            || (more_due
+                && if waiting.is_empty() {
+                    took && tasks.len() <= in_flight / 2
+                } else {
+                    room_opened(&shared, &waiting)
+                });
         if tasks.len() < in_flight && look {
             // Readings waiting for the writer go first, within a budget.
             turn.wait(|| shared.store.ingest_waiting()).await;
