@@ -4,6 +4,7 @@
 
 pub mod alarm;
 pub mod bucket;
+pub mod lineproto;
 pub mod model;
 pub mod provision;
 pub mod retention;

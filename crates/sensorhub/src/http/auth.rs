@@ -189,8 +189,14 @@ impl WebhookCaller {
             (Some(v), None) => v.to_str().ok().map(str::trim).filter(|k| !k.is_empty()),
             _ => None,
         };
+        Ok(Self::by_key(&guard, state, key).await?)
+    }
+
+    /// The caller whose webhook key is `key` (none given: 401), within
+    /// `guard`'s limits: the webhook's and the line protocol's way in.
+    pub(crate) async fn by_key(guard: &Guard<'_>, state: &AppState, key: Option<&str>) -> Result<Self, ApiError> {
         let Some(key) = key else {
-            return Err(guard.failed(ApiError::Unauthorized).await.into());
+            return Err(guard.failed(ApiError::Unauthorized).await);
         };
         let digest = key_digest(key);
         match state.store.webhook_key_auth(&digest).await? {
@@ -200,7 +206,7 @@ impl WebhookCaller {
             }
             _ => {
                 guard.before_verify().await?;
-                Err(guard.failed(ApiError::Unauthorized).await.into())
+                Err(guard.failed(ApiError::Unauthorized).await)
             }
         }
     }

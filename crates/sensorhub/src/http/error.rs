@@ -103,7 +103,7 @@ impl ApiError {
 }
 
 impl ApiError {
-    fn detail(&self) -> Option<&str> {
+    pub(crate) fn detail(&self) -> Option<&str> {
         match self {
             ApiError::BadRequest(d) | ApiError::UnsupportedMediaType(d) | ApiError::WriteForbidden(d) => {
                 Some(d.as_str())
@@ -113,7 +113,7 @@ impl ApiError {
     }
 
     /// Renders `body` with this error's status and headers.
-    fn respond(self, body: Vec<u8>) -> Response {
+    pub(crate) fn respond(self, body: Vec<u8>) -> Response {
         let (status, _) = self.status_and_message();
         match &self {
             ApiError::Internal(cause) => tracing::error!(error = %cause, "request failed"),

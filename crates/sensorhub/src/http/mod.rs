@@ -8,6 +8,7 @@ mod deadline;
 pub mod devices;
 pub mod encode;
 pub mod error;
+pub mod influx;
 pub mod latest;
 mod log;
 pub mod logins;
@@ -33,6 +34,7 @@ use axum::Router;
 use axum::http::HeaderName;
 use axum::routing::{MethodRouter, get, post};
 use error::{ApiError, WebhookError};
+use influx::InfluxError;
 use sensorhub_core::time::RangeRules;
 use sensorhub_store::Store;
 use std::future::Future;
@@ -306,6 +308,12 @@ pub fn routes() -> Routes {
             "/external/v1/webhook/sensor-data/received",
             get(webhook::received).fallback(|| async { WebhookError(ApiError::MethodNotAllowed) }),
         )
+        .route(
+            "/api/v2/write",
+            post(influx::write_v2).fallback(|| async { InfluxError(ApiError::WebhookMethodNotAllowed) }),
+        )
+        .route("/ping", read_route(influx::ping))
+        .route("/write", post(influx::write_v1).fallback(|| async { InfluxError(ApiError::WebhookMethodNotAllowed) }))
         .route("/healthz", read_route(ops::healthz))
         .route("/readyz", read_route(ops::readyz))
         .route("/metrics", read_route(ops::metrics))

@@ -25,6 +25,14 @@ impl Modify for Security {
         components.add_security_scheme("basicAuth", SecurityScheme::Http(Http::new(HttpAuthScheme::Basic)));
         components
             .add_security_scheme("webhookKey", SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::new("X-API-KEY"))));
+        // The line-protocol writes: `Authorization: Token <webhook key>`.
+        components.add_security_scheme(
+            "influxToken",
+            SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::with_description(
+                "Authorization",
+                "Token <webhook key>, as InfluxDB clients send it",
+            ))),
+        );
     }
 }
 
@@ -78,12 +86,15 @@ impl Modify for RateLimitHeaders {
         super::stream::stream_public,
         super::webhook::receive,
         super::webhook::received,
+        super::influx::write_v2,
+        super::influx::write_v1,
+        super::influx::ping,
         super::ops::healthz,
         super::ops::readyz,
         super::ops::metrics,
         document,
     ),
-    components(schemas(Device, SensorMeta, Reading, SensorValue, LatestValue, ErrorBody, WebhookEnvelope, WebhookReply, Received)),
+    components(schemas(Device, SensorMeta, Reading, SensorValue, LatestValue, ErrorBody, WebhookEnvelope, WebhookReply, Received, super::influx::InfluxErrorBody)),
     modifiers(&Security, &RateLimitHeaders)
 )]
 struct ApiDoc;

@@ -17,6 +17,7 @@ mod dashboard;
 mod devices;
 mod faults;
 mod hooks;
+mod influx;
 mod instances;
 mod latest;
 mod mqtt;
