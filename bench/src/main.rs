@@ -7,6 +7,7 @@ mod dataset;
 mod hooks;
 mod hostile;
 mod isolation;
+mod lineproto;
 mod live;
 mod mqtt;
 mod mqtt_flood;
@@ -43,6 +44,8 @@ enum Cmd {
     Soak(soak::Args),
     /// Outgoing webhooks: ingest rate with 3 subscriptions against none, and deliveries/s draining a backlog
     Hooks(hooks::Args),
+    /// InfluxDB line protocol ingest beside the webhook's: one point per request, and 1,000 per request
+    Lineproto(lineproto::Args),
     /// HTTPS against plain HTTP: the day window and webhook ingest
     Tls(tls::Args),
     /// Hold idle live streams (2,000 by default) and measure RSS per stream and ingest-to-event latency
@@ -122,6 +125,10 @@ fn main() -> ExitCode {
         }),
         Cmd::Hooks(args) => hooks::run(args).map(|(h, path)| {
             println!("{}", hooks::report(&h));
+            println!("results written to {}", path.display());
+        }),
+        Cmd::Lineproto(args) => lineproto::run(args).map(|(l, path)| {
+            println!("{}", lineproto::report(&l));
             println!("results written to {}", path.display());
         }),
         Cmd::Live(args) => live::run(args).map(|(l, path)| {

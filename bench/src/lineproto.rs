@@ -1,0 +1,236 @@
+//! `sensorhub-bench lineproto`: InfluxDB line protocol ingest beside the
+//! webhook's, on one release server (SQLite, the small fleet). The same
+//! station-shaped reading (an AWLR station's four sensors, noisy values
+//! with three decimals) goes in three ways: a webhook POST per reading, a
+//! line-protocol POST per point (a datalogger), and line-protocol POSTs of
+//! 1,000 points across the fleet's water-level stations (Telegraf's
+//! default batch). Reported: readings/s and values/s of each.
+
+use crate::dataset;
+use crate::run::Server;
+use serde::Serialize;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Arguments of `lineproto`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Seconds of load per measurement
+    #[arg(long, default_value_t = 10)]
+    seconds: u64,
+    /// Clients posting at once (one reading or point per request)
+    #[arg(long, default_value_t = 16)]
+    clients: usize,
+    /// Points per batched line-protocol request
+    #[arg(long, default_value_t = 1000)]
+    batch: usize,
+    /// Clients posting batches at once
+    #[arg(long, default_value_t = 4)]
+    batch_clients: usize,
+    /// Where the database is kept
+    #[arg(long, default_value = "bench/data")]
+    data: PathBuf,
+    /// Where the JSON results go
+    #[arg(long, default_value = "bench/results")]
+    out: PathBuf,
+    /// Loopback port of the server
+    #[arg(long, default_value_t = 18450)]
+    port: u16,
+}
+
+/// What the scenario measured.
+#[derive(Debug, Serialize)]
+pub struct LineProto {
+    /// Webhook POSTs of one reading (4 values), readings/s.
+    pub webhook_rps: f64,
+    /// Line-protocol POSTs of one point (4 fields), points/s.
+    pub line_single_rps: f64,
+    /// Line-protocol POSTs of `batch` points, points/s.
+    pub line_batch_points_per_s: f64,
+    /// Points per batched request.
+    pub batch: usize,
+    /// Values per reading or point.
+    pub values_per_reading: usize,
+}
+
+/// A value with three noisy decimals, as loggers send them.
+fn noisy(k: u64, base: f64) -> String {
+    let jitter = ((k.wrapping_mul(2_654_435_761) % 1000) as f64) / 1000.0;
+    format!("{:.3}", base + jitter + (k % 97) as f64 * 0.137)
+}
+
+/// Sends one POST and checks that it answered `want`.
+async fn post(port: u16, path: &str, headers: &str, body: &str, want: &[u8]) -> Result<(), String> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).await.map_err(|e| e.to_string())?;
+    let request =
+        format!("POST {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n{headers}Content-Length: {}\r\n\r\n{body}", body.len());
+    s.write_all(request.as_bytes()).await.map_err(|e| e.to_string())?;
+    let mut answer = Vec::new();
+    s.read_to_end(&mut answer).await.map_err(|e| e.to_string())?;
+    if !answer.get(9..12).is_some_and(|status| status == want) {
+        return Err(format!("{path} refused: {}", String::from_utf8_lossy(&answer)));
+    }
+    Ok(())
+}
+
+/// The reference station's reading `k` as the webhook's envelope.
+fn envelope(k: u64) -> String {
+    let ts = jiff::Timestamp::from_second(1_700_000_000 + k as i64).map_or_else(|_| String::new(), |t| t.to_string());
+    format!(
+        r#"{{"event":"sensor-data","device_id":"{}","timestamp":"{ts}","data":{{"REF-batt":{},"REF-sig":{},"REF-wl":{},"REF-alert":{}}}}}"#,
+        dataset::REF_DEVICE,
+        noisy(k, 90.0),
+        noisy(k, -80.0),
+        noisy(k, 120.0),
+        k % 4
+    )
+}
+
+/// Point `k` of station `device` (sensor prefix `prefix`) as a line.
+fn line(device: &str, prefix: &str, k: u64, second: i64) -> String {
+    format!(
+        "{device} {prefix}-batt={},{prefix}-sig={},{prefix}-wl={},{prefix}-alert={}i {second}\n",
+        noisy(k, 90.0),
+        noisy(k, -80.0),
+        noisy(k, 120.0),
+        k % 4
+    )
+}
+
+/// `clients` sending `send(k)` for distinct `k` (from `first`) for
+/// `seconds`; returns requests/s.
+async fn load<F, Fut>(clients: usize, seconds: u64, first: u64, send: F) -> Result<f64, String>
+where
+    F: Fn(u64) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<(), String>> + Send,
+{
+    let send = Arc::new(send);
+    let next = Arc::new(AtomicU64::new(first));
+    let stop = Arc::new(AtomicBool::new(false));
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..clients)
+        .map(|_| {
+            let (next, stop, send) = (next.clone(), stop.clone(), send.clone());
+            tokio::spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    send(next.fetch_add(1, Ordering::Relaxed)).await?;
+                }
+                Ok::<_, String>(())
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_secs(seconds)).await;
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        t.await.map_err(|e| e.to_string())??;
+    }
+    Ok((next.load(Ordering::Relaxed) - first) as f64 / started.elapsed().as_secs_f64())
+}
+
+/// Runs the scenario and writes its figures.
+pub fn run(args: Args) -> Result<(LineProto, PathBuf), String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let bin = exe.parent().ok_or("no binary directory")?.join("sensorhub");
+    let dir = args.data.join("lineproto");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let db = dir.join("lineproto.db");
+    let provision = dir.join("provision.json");
+    let stations = dataset::stations(dataset::SMALL, 42);
+    std::fs::write(&provision, dataset::provision(&stations).to_string()).map_err(|e| e.to_string())?;
+    let applied = Command::new(&bin)
+        .args(["apply", provision.to_str().ok_or("path")?, "--database"])
+        .arg(&db)
+        .env("SENSORHUB_LOG", "warn")
+        .status()
+        .map_err(|e| e.to_string())?;
+    if !applied.success() {
+        return Err("sensorhub apply failed".into());
+    }
+    let port = args.port;
+    let _server = Server::start(
+        Command::new(&bin)
+            .args([
+                "serve",
+                "--rate-limit",
+                "off",
+                "--webhook-mode",
+                "ingest",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+            ])
+            .arg("--database")
+            .arg(&db)
+            .env("SENSORHUB_LOG", "warn"),
+        port,
+    )?;
+    let awlr: Arc<Vec<(String, String)>> =
+        Arc::new(stations.iter().filter(|s| s.kind == "AWLR").map(|s| (s.id.clone(), s.prefix.clone())).collect());
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
+    let webhook_headers = format!("Content-Type: application/json\r\nX-API-KEY: {}\r\n", dataset::BENCH_WEBHOOK_KEY);
+    let line_headers = format!("Authorization: Token {}\r\n", dataset::BENCH_WEBHOOK_KEY);
+    let write = "/api/v2/write?org=bench&bucket=bench&precision=s";
+    let webhook_rps = rt.block_on(load(args.clients, args.seconds, 0, move |k| {
+        let headers = webhook_headers.clone();
+        async move { post(port, "/external/v1/webhook/sensor-data", &headers, &envelope(k), b"200").await }
+    }))?;
+    let headers = line_headers.clone();
+    let line_single_rps = rt.block_on(load(args.clients, args.seconds, 10_000_000, move |k| {
+        let headers = headers.clone();
+        async move {
+            let body = line(dataset::REF_DEVICE, "REF", k, 1_700_000_000 + k as i64);
+            post(port, write, &headers, &body, b"204").await
+        }
+    }))?;
+    let batch = args.batch.max(1);
+    let (awlr_batch, headers) = (awlr.clone(), line_headers);
+    let batches = rt.block_on(load(args.batch_clients, args.seconds, 0, move |b| {
+        let (awlr, headers) = (awlr_batch.clone(), headers.clone());
+        async move {
+            let mut body = String::with_capacity(batch * 96);
+            for i in 0..batch as u64 {
+                let k = b * batch as u64 + i;
+                let (device, prefix) = &awlr[(k % awlr.len() as u64) as usize];
+                // Each station one point a minute, moving on with each batch.
+                let second = 1_690_000_000 + (k / awlr.len() as u64) as i64 * 60;
+                body.push_str(&line(device, prefix, k, second));
+            }
+            post(port, write, &headers, &body, b"204").await
+        }
+    }))?;
+    let result = LineProto {
+        webhook_rps,
+        line_single_rps,
+        line_batch_points_per_s: batches * batch as f64,
+        batch,
+        values_per_reading: 4,
+    };
+    std::fs::create_dir_all(&args.out).map_err(|e| e.to_string())?;
+    let date = jiff::Timestamp::now().strftime("%Y-%m-%dT%H%M%SZ").to_string();
+    let path = args.out.join(format!("{date}-lineproto.json"));
+    std::fs::write(&path, serde_json::to_string_pretty(&result).map_err(|e| e.to_string())?)
+        .map_err(|e| e.to_string())?;
+    Ok((result, path))
+}
+
+/// The figures as one paragraph.
+pub fn report(r: &LineProto) -> String {
+    let v = r.values_per_reading as f64;
+    format!(
+        "ingest of station readings ({} values each): webhook {:.0} readings/s ({:.0} values/s); line protocol one point per request {:.0} points/s ({:.0} values/s, {:.2}x the webhook); line protocol {} points per request {:.0} points/s ({:.0} values/s)",
+        r.values_per_reading,
+        r.webhook_rps,
+        r.webhook_rps * v,
+        r.line_single_rps,
+        r.line_single_rps * v,
+        r.line_single_rps / r.webhook_rps.max(1e-9),
+        r.batch,
+        r.line_batch_points_per_s,
+        r.line_batch_points_per_s * v
+    )
+}
