@@ -114,7 +114,10 @@ fn main() -> ExitCode {
         Cmd::Codecs(args) => codecs::run(args),
         Cmd::Dashboard(args) => dashboard::run(args),
         Cmd::Screenshots(args) => dashboard::screenshots(args),
-        Cmd::Mqtt(args) => mqtt::run(args),
+        Cmd::Mqtt(args) => match args.flood {
+            Some(mib) => mqtt_flood::run(&args, mib),
+            None => mqtt::run(args),
+        },
         Cmd::Soak(args) => soak::run(args).map(|(s, path)| {
             println!("{}", soak::report(&s));
             println!("results written to {}", path.display());

@@ -7,7 +7,7 @@
 //! first publish to the last reading stored) and publish-to-stored latency
 //! (p50, p99), read off the server's `sensorhub_mqtt_readings_stored_total`
 //! sampled every few milliseconds (messages are stored in order).
-//! `--flood MIB` runs [`crate::mqtt_flood`] instead: memory under a flood.
+//! `--flood MIB` runs `mqtt_flood` instead (main.rs chooses): memory under a flood.
 
 use crate::dataset;
 use crate::run::{Server, get, prepare};
@@ -140,9 +140,6 @@ pub(crate) fn start_linked(args: &Args, client_id: &str) -> Result<(Server, Brok
 
 /// Runs the scenario and prints its figures.
 pub fn run(args: Args) -> Result<(), String> {
-    if let Some(mib) = args.flood {
-        return crate::mqtt_flood::run(&args, mib);
-    }
     let (server, _broker) = start_linked(&args, "bench-ingest")?;
     let broker_port = args.port + 1;
     let rt = tokio::runtime::Builder::new_multi_thread()

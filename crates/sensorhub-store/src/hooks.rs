@@ -147,32 +147,7 @@ impl std::fmt::Debug for Delivery {
     }
 }
 
-/// What a worker asks of a claim.
-#[derive(Debug, Clone, Default)]
-pub struct ClaimRequest {
-    /// The most deliveries to claim (the worker's free slots).
-    pub limit: usize,
-    /// The worker's slots in all: each endpoint's share is cut from them.
-    pub slots: usize,
-    /// The claimed deliveries (POSTs) each endpoint holds now, by [`endpoint`].
-    pub held: std::collections::HashMap<String, usize>,
-}
-
-impl ClaimRequest {
-    /// Up to `limit` deliveries for a worker of `2 × limit` slots holding
-    /// none: one endpoint gets them all.
-    pub fn up_to(limit: usize) -> Self {
-        Self { limit, slots: limit.saturating_mul(2), held: std::collections::HashMap::new() }
-    }
-}
-
-impl ClaimRequest {
-    /// Whether `endpoint`, holding what this request says, would be given
-    /// more by a claim now (it is down to half of its least share).
-    pub fn has_room(&self, endpoint: &str) -> bool {
-        crate::decide::claim::has_room(self, endpoint)
-    }
-}
+pub use crate::decide::claim::{ClaimRequest, endpoint};
 
 /// What a claim gave.
 #[derive(Debug, Default)]
@@ -185,14 +160,6 @@ pub struct Claimed {
     pub more: bool,
     /// How many were dropped, their account having lost access.
     pub dropped: usize,
-}
-
-/// The endpoint of a delivery URL: its scheme, host and port as written
-/// (`https://partner.example:8443`); what the per-endpoint share counts.
-pub fn endpoint(url: &str) -> &str {
-    let start = url.find("://").map_or(0, |i| i + 3);
-    let end = url[start..].find(['/', '?', '#']).map_or(url.len(), |i| start + i);
-    &url[..end]
 }
 
 /// Why a delivery of a reading of a device is no longer made: the

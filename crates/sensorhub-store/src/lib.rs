@@ -13,18 +13,17 @@ mod legacy;
 pub mod postgres;
 pub mod sqlite;
 pub mod stats;
+mod store;
 mod types;
 mod write;
 
+pub use store::Store;
 pub use types::*;
 
-use async_trait::async_trait;
 use futures_util::stream::BoxStream;
-use sensorhub_core::model::{Device, ReadingInput};
-use sensorhub_core::provision::{InputError, Provision};
+use sensorhub_core::model::ReadingInput;
+use sensorhub_core::provision::InputError;
 use sensorhub_core::retention::Retention;
-use sensorhub_core::secret::KeyDigest;
-use sensorhub_core::time::TimeRange;
 use std::sync::Arc;
 
 /// Errors of a store operation.
@@ -141,226 +140,6 @@ pub type ReadingStream = BoxStream<'static, StoreResult<ReadingBatch>>;
 
 /// Readings to import, parsed lazily so that a large file is never held in memory.
 pub type ReadingSource = Box<dyn Iterator<Item = Result<ReadingInput, InputError>> + Send>;
-
-/// Everything sensorhub keeps: accounts, keys, devices, sensors, readings.
-#[async_trait]
-pub trait Store: Send + Sync {
-    /// Checks that the database answers (readiness).
-    async fn ping(&self) -> StoreResult<()>;
-
-    /// A number that grows with every change that may take access away (a
-    /// password changed, an account disabled, a key revoked or narrowed, a
-    /// device taken from an account or a key), whoever made it: long-lived
-    /// things (open streams) read it often and check their caller again
-    /// when it moved. One row, read without waiting on writers.
-    async fn access_generation(&self) -> StoreResult<i64>;
-
-    /// This installation's random id (32 hex digits), made with the schema.
-    async fn installation_id(&self) -> StoreResult<String>;
-
-    /// A fact recorded about this installation under `key` (something done
-    /// once, such as draining the MQTT session of an earlier version).
-    async fn installation_fact(&self, key: &str) -> StoreResult<Option<String>>;
-
-    /// Records `value` under `key` (replacing what was there); `id` is not
-    /// a key it takes.
-    async fn record_installation_fact(&self, key: &str, value: &str) -> StoreResult<()>;
-
-    /// The credentials of `username`, for HTTP Basic.
-    async fn account_auth(&self, username: &str) -> StoreResult<Option<AccountAuth>>;
-
-    /// The API key with this digest, with its account's state.
-    async fn api_key_auth(&self, digest: &KeyDigest) -> StoreResult<Option<ApiKeyAuth>>;
-
-    /// The webhook key with this digest, with its account's state.
-    async fn webhook_key_auth(&self, digest: &KeyDigest) -> StoreResult<Option<WebhookKeyAuth>>;
-
-    /// The state of the connection pool.
-    fn pool_status(&self) -> PoolStatus;
-
-    /// Writes of readings (webhook ingest, MQTT batches) waiting for the
-    /// store's one writer or being written: while it is above 0,
-    /// background writers (the delivery worker's bookkeeping) may give
-    /// them the writer first. A counter read, no query. 0 where writers do
-    /// not queue behind one another (PostgreSQL).
-    fn ingest_waiting(&self) -> usize {
-        0
-    }
-
-    /// Devices visible in `scope`, ordered by `device_id`, with sensors and last update.
-    async fn list_devices(&self, scope: Scope) -> StoreResult<Vec<Device>>;
-
-    /// The device `device_id` if it is visible in `scope`.
-    async fn find_device(&self, scope: Scope, device_id: &str) -> StoreResult<Option<DeviceHandle>>;
-
-    /// Whether account `account_id` may write the readings of device
-    /// `device_pk`: it owns the device, or sees it with a write grant.
-    /// Seeing a device does not allow writing it.
-    async fn may_write(&self, account_id: i64, device_pk: i64) -> StoreResult<bool>;
-
-    /// Gives every account write permission on every device it sees: the
-    /// behaviour before write grants existed, for operators who choose to
-    /// keep it on upgrade. Returns how many grants were added.
-    async fn grant_write_to_viewers(&self) -> StoreResult<u64>;
-
-    /// Removes the readings of device `device_id` within `range`
-    /// (inclusive), atomically, and says what was removed.
-    async fn delete_readings(&self, device_id: &str, range: TimeRange) -> StoreResult<DeleteReport>;
-
-    /// Removes the readings that are past their device's retention at
-    /// `now` (seconds): the device's own setting, else its owner's, else
-    /// `default`. Whole stored hours are dropped and the hour the cutoff
-    /// falls in is trimmed, a batch per transaction.
-    async fn expire_readings(&self, default: Retention, now: i64) -> StoreResult<RetentionReport>;
-
-    /// Up to `limit` stored hours of device `device_pk` from hour `from` to
-    /// hour `to` (inclusive), in order, as stored (aggregated reads).
-    async fn read_hours(&self, device_pk: i64, from: i64, to: i64, limit: usize) -> StoreResult<Vec<StoredHour>>;
-
-    /// The device `device_id` visible in `scope` with the newest reading of
-    /// each of its sensors that ever reported, by idx; `None` if the device
-    /// is not visible. Read from an index kept by every write (a few rows
-    /// whatever the history's length), in one round trip.
-    async fn latest(&self, scope: Scope, device_id: &str) -> StoreResult<Option<(DeviceHandle, Vec<LatestValue>)>>;
-
-    /// Rewrites the stored hours that have no summaries (written before
-    /// aggregated reads used them) with summaries, `batch` hours read per
-    /// transaction, pausing between them; the readings are unchanged.
-    /// Returns how many hours were rewritten. Safe to run again or to stop:
-    /// each transaction commits on its own.
-    async fn add_hour_summaries(&self, batch: usize) -> StoreResult<u64>;
-
-    /// Streams the readings of `device` within `range` (inclusive), oldest first.
-    fn read_readings(&self, device: &DeviceHandle, range: TimeRange) -> ReadingStream;
-
-    /// The device `device_id` visible in `scope` with the first batch of its
-    /// readings in `range` and a stream of the rest; `None` if the device is
-    /// not visible. Backends do it in one round trip where they can.
-    async fn read_window(&self, scope: Scope, device_id: &str, range: TimeRange) -> StoreResult<Option<Window>>;
-
-    /// Makes a provisioning document true, atomically: all of it or nothing.
-    async fn apply(&self, doc: Provision, readings: Vec<ReadingInput>) -> StoreResult<ApplyReport> {
-        self.apply_with_hooks(doc, readings, None).await
-    }
-
-    /// [`Store::apply`] with the document's webhook subscriptions resolved
-    /// (`sensorhub apply` reads their secret references and holds the
-    /// sealing key); a document listing subscriptions needs them.
-    async fn apply_with_hooks(
-        &self,
-        doc: Provision,
-        readings: Vec<ReadingInput>,
-        hooks: Option<hooks::ProvisionedHooks>,
-    ) -> StoreResult<ApplyReport>;
-
-    /// Stores readings, atomically: all of them or, on the first error,
-    /// none. With [`hooks::Outbox::Deliver`], the deliveries they owe to
-    /// subscriptions are written in the same transaction.
-    async fn import(&self, source: ReadingSource, outbox: hooks::Outbox) -> StoreResult<ImportReport>;
-
-    /// Stores one reading (webhook ingest), durably, before it returns.
-    /// Backends may commit readings that arrive together in one transaction
-    /// (group commit); a refused reading is refused alone.
-    async fn ingest(&self, reading: ReadingInput) -> StoreResult<()> {
-        self.import(Box::new(std::iter::once(Ok(reading))), hooks::Outbox::Deliver).await.map(|_| ())
-    }
-
-    /// Stores readings in transactions of at most [`IMPORT_COMMIT_EVERY`]
-    /// each, pausing [`IMPORT_PAUSE`] after each commit, so that a long
-    /// import never holds the database's writes for long. The first error
-    /// stops it; what was committed before stays ([`PartialImport`]).
-    /// Deliveries owed are written as by [`Store::import`].
-    async fn import_batched(&self, source: ReadingSource, outbox: hooks::Outbox)
-    -> Result<ImportReport, PartialImport>;
-
-    /// Whether the store holds no account and no device (demo data may go in).
-    async fn is_empty(&self) -> StoreResult<bool>;
-
-    /// All accounts, by username.
-    async fn accounts(&self) -> StoreResult<Vec<AccountSummary>>;
-
-    /// All API keys (prefix only), by account and creation.
-    async fn api_keys(&self) -> StoreResult<Vec<ApiKeySummary>>;
-
-    /// Revokes the API keys whose id is `id_or_prefix`, or whose shown prefix it is
-    /// when exactly one key has that prefix. Returns the prefix of the revoked key.
-    async fn revoke_api_key(&self, id_or_prefix: &str) -> StoreResult<String>;
-
-    /// Every row but readings, by natural key, sorted (for `copy`).
-    async fn export(&self) -> StoreResult<Installation>;
-
-    /// How many hours of readings are stored, over all devices (the total of `copy`'s progress).
-    async fn export_hour_count(&self) -> StoreResult<u64>;
-
-    /// Up to `limit` stored hours of device `device_id` after hour `after`, in order.
-    async fn export_hours(&self, device_id: &str, after: Option<i64>, limit: usize) -> StoreResult<Vec<StoredHour>>;
-
-    /// Adds an installation's rows, atomically. Refuses (writing nothing)
-    /// when an account, device or key of it already exists here.
-    async fn restore(&self, rows: Installation) -> StoreResult<()>;
-
-    /// Adds stored hours of device `device_id` as they are, atomically.
-    async fn restore_hours(&self, device_id: &str, hours: Vec<StoredHour>) -> StoreResult<()>;
-
-    /// Adds a webhook subscription. Refuses an unknown account, a device
-    /// the account does not see, or an id already taken.
-    async fn add_subscription(&self, sub: hooks::NewSubscription) -> StoreResult<()>;
-
-    /// All webhook subscriptions, by account and id.
-    async fn subscriptions(&self) -> StoreResult<Vec<hooks::Subscription>>;
-
-    /// Removes webhook subscription `id`.
-    async fn remove_subscription(&self, id: &str) -> StoreResult<()>;
-
-    /// Replaces the sealed signing secret of subscription `id`.
-    async fn replace_subscription_secret(&self, id: &str, sealed_secret: Vec<u8>) -> StoreResult<()>;
-
-    /// Turns subscription `id` on or off.
-    async fn set_subscription_enabled(&self, id: &str, enabled: bool) -> StoreResult<()>;
-
-    /// Claims up to `req.limit` deliveries due at `now` (ms) of enabled
-    /// subscriptions, oldest first, for `lease` ms: no other worker (of
-    /// this or another instance) gets them meanwhile; if the claimer
-    /// reports nothing by then, they are due again. Each endpoint gets at
-    /// most its share of `req.slots` (counting what it holds already). A
-    /// subscription that batches gets its claimed rows topped up with its
-    /// other due ones, up to its `batch_max`, so readings that arrived
-    /// together go together. Due rows whose account is disabled, or no
-    /// longer sees the reading's device, are marked `dropped` instead.
-    async fn claim_deliveries(&self, now: i64, lease: i64, req: &hooks::ClaimRequest) -> StoreResult<hooks::Claimed>;
-
-    /// Records what attempts came to at `now` (ms), in one transaction, and
-    /// whether each subscription is failing since then (by its last outcome).
-    async fn finish_deliveries(&self, now: i64, done: Vec<hooks::Finished>) -> StoreResult<()>;
-
-    /// Records what an attempt of delivery `id` of subscription
-    /// `subscription_id` came to at `now` (ms).
-    async fn finish_delivery(
-        &self,
-        id: i64,
-        subscription_id: &str,
-        now: i64,
-        attempt: hooks::Attempt,
-    ) -> StoreResult<()> {
-        let done = hooks::Finished { id, subscription_id: subscription_id.to_owned(), attempt };
-        self.finish_deliveries(now, vec![done]).await
-    }
-
-    /// The pending and failed deliveries of subscription `id` (only the
-    /// failed ones with `failed_only`), oldest first.
-    async fn deliveries(&self, id: &str, failed_only: bool) -> StoreResult<Vec<hooks::DeliveryRecord>>;
-
-    /// Makes deliveries of subscription `id` due at `now` (ms) again, with
-    /// their attempts reset; returns how many.
-    async fn replay_deliveries(&self, id: &str, which: hooks::Replay, now: i64) -> StoreResult<u64>;
-
-    /// Deliveries pending, over all subscriptions.
-    async fn outbox_backlog(&self) -> StoreResult<u64>;
-
-    /// Removes failed deliveries whose reading was stored before `before`
-    /// (ms); returns how many.
-    async fn prune_failed_deliveries(&self, before: i64) -> StoreResult<u64>;
-}
 
 impl Window {
     /// The window of `device` whose first batch (of at most

@@ -1,8 +1,8 @@
 //! Whole-installation export and restore of the SQLite backend, for
 //! `sensorhub copy`: rows by natural key, ids renumbered on the way in.
 
+use super::tx::begin;
 use super::tx::{SqliteTx, ready};
-use super::write::begin;
 use super::{hour_key, key_chunk};
 use crate::{AccountDeviceRow, AccountRow, DeviceRow, Installation, KeyRow, SensorRow, StoreResult, StoredHour};
 use rusqlite::{Connection, params};

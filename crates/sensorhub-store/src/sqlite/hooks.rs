@@ -1,7 +1,7 @@
 //! Webhook subscriptions on SQLite: their rows and device lists, added by
 //! command or made true by a provisioning document.
 
-use super::write::begin;
+use super::tx::begin;
 use crate::decide::now;
 use crate::hooks::{NewSubscription, Subscription, join_events, no_such_subscription, split_events, unseen_device};
 use crate::{StoreError, StoreResult};

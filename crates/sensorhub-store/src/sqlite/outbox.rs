@@ -2,47 +2,14 @@
 //! by the worker (one writer: a claim is one transaction), finished,
 //! listed and replayed.
 
-use super::write::begin;
+use super::tx::begin;
 use crate::decide::claim;
-use crate::decide::outbox::OutboxRow;
 use crate::hooks::{
     Attempt, ClaimRequest, Claimed, DROPPED_DISABLED, DROPPED_UNSEEN, Delivery, DeliveryRecord, Finished, Replay,
-    SENSOR_DATA, batch_room, failing_changes, no_such_subscription,
+    batch_room, failing_changes, no_such_subscription,
 };
 use crate::{StoreError, StoreResult};
 use rusqlite::{Connection, OptionalExtension, params};
-
-/// The enabled subscriptions to sensor data of enabled accounts that
-/// cover device `pk`, which their account sees: all of its devices, or a
-/// list naming it.
-pub(super) fn subscriptions_of(tx: &Connection, pk: i64) -> StoreResult<Vec<String>> {
-    let mut stmt = tx.prepare_cached(
-        "SELECT s.id FROM subscriptions s JOIN accounts a ON a.id = s.account_id
-         WHERE s.enabled = 1 AND a.disabled = 0 AND instr(',' || s.events || ',', ',' || ?2 || ',') > 0
-           AND EXISTS (SELECT 1 FROM account_devices x WHERE x.account_id = s.account_id AND x.device_pk = ?1)
-           AND (s.all_devices = 1
-                OR EXISTS (SELECT 1 FROM subscription_devices sd WHERE sd.subscription_id = s.id AND sd.device_pk = ?1))
-         ORDER BY s.id",
-    )?;
-    let ids = stmt.query_map(params![pk, SENSOR_DATA], |r| r.get(0))?.collect::<Result<_, _>>()?;
-    Ok(ids)
-}
-
-/// Writes the deliveries gathered by a transaction of readings, due now.
-pub(super) fn insert(tx: &Connection, rows: &[OutboxRow]) -> StoreResult<()> {
-    if rows.is_empty() {
-        return Ok(());
-    }
-    let now = jiff::Timestamp::now().as_millisecond();
-    let mut stmt = tx.prepare_cached(
-        "INSERT INTO outbox (subscription_id, device_pk, message_id, body, created_at, next_attempt)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?5)",
-    )?;
-    for row in rows {
-        stmt.execute(params![row.subscription_id, row.device_pk, row.message_id, row.body, now])?;
-    }
-    Ok(())
-}
 
 pub(super) fn claim(c: &mut Connection, now: i64, lease: i64, req: &ClaimRequest) -> StoreResult<Claimed> {
     unsynced(c, |c| {

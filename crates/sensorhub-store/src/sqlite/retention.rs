@@ -4,8 +4,8 @@
 //! are returned to the disk when the file has incremental auto-vacuum (new
 //! files do) and reused by later writes otherwise.
 
+use super::tx::begin;
 use super::tx::{SqliteTx, ready};
-use super::write::begin;
 use crate::StoreResult;
 use crate::decide::RetentionSettings;
 use rusqlite::Connection;

@@ -7,10 +7,11 @@ use super::{checked_hour_key, hour_key, key_chunk};
 use crate::decide::HourRow;
 use crate::decide::latest::{LatestRow, idx_of, mask_of};
 use crate::decide::outbox::OutboxRow;
+use crate::hooks::SENSOR_DATA;
 use crate::write::tx::{Slice, Tx};
 use crate::{ReadingSource, StoreError, StoreResult};
 use futures_util::FutureExt;
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
 use sensorhub_core::model::SensorMeta;
 use std::future::Future;
 
@@ -42,7 +43,7 @@ impl Tx for SqliteTx<'_> {
     }
 
     async fn subscriptions_of(&self, pk: i64) -> StoreResult<Vec<String>> {
-        super::outbox::subscriptions_of(self.0, pk)
+        subscriptions_of(self.0, pk)
     }
 
     async fn hours(&self, keys: &[(i64, i64)]) -> StoreResult<Vec<HourRow>> {
@@ -144,7 +145,7 @@ impl Tx for SqliteTx<'_> {
     }
 
     async fn insert_outbox(&self, rows: &[OutboxRow]) -> StoreResult<()> {
-        super::outbox::insert(self.0, rows)
+        insert_outbox(self.0, rows)
     }
 
     async fn take(&self, mut source: ReadingSource, n: usize) -> StoreResult<(ReadingSource, Slice)> {
@@ -166,4 +167,41 @@ impl crate::write::migrate::MigrationTx for SqliteTx<'_> {
     async fn set_schema_version(&self, version: usize) -> StoreResult<()> {
         Ok(self.0.pragma_update(None, "user_version", version as i64)?)
     }
+}
+
+/// An `IMMEDIATE` transaction: every write of this backend starts here.
+pub(super) fn begin(c: &mut Connection) -> StoreResult<Transaction<'_>> {
+    Ok(c.transaction_with_behavior(TransactionBehavior::Immediate)?)
+}
+
+/// The enabled subscriptions to sensor data of enabled accounts that
+/// cover device `pk`, which their account sees: all of its devices, or a
+/// list naming it.
+fn subscriptions_of(tx: &Connection, pk: i64) -> StoreResult<Vec<String>> {
+    let mut stmt = tx.prepare_cached(
+        "SELECT s.id FROM subscriptions s JOIN accounts a ON a.id = s.account_id
+         WHERE s.enabled = 1 AND a.disabled = 0 AND instr(',' || s.events || ',', ',' || ?2 || ',') > 0
+           AND EXISTS (SELECT 1 FROM account_devices x WHERE x.account_id = s.account_id AND x.device_pk = ?1)
+           AND (s.all_devices = 1
+                OR EXISTS (SELECT 1 FROM subscription_devices sd WHERE sd.subscription_id = s.id AND sd.device_pk = ?1))
+         ORDER BY s.id",
+    )?;
+    let ids = stmt.query_map(params![pk, SENSOR_DATA], |r| r.get(0))?.collect::<Result<_, _>>()?;
+    Ok(ids)
+}
+
+/// Writes the deliveries gathered by a transaction of readings, due now.
+fn insert_outbox(tx: &Connection, rows: &[OutboxRow]) -> StoreResult<()> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let now = jiff::Timestamp::now().as_millisecond();
+    let mut stmt = tx.prepare_cached(
+        "INSERT INTO outbox (subscription_id, device_pk, message_id, body, created_at, next_attempt)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?5)",
+    )?;
+    for row in rows {
+        stmt.execute(params![row.subscription_id, row.device_pk, row.message_id, row.body, now])?;
+    }
+    Ok(())
 }

@@ -5,7 +5,8 @@
 //! nothing and the next open carries on where it stopped. The old table is
 //! dropped in the transaction that finds it empty.
 
-use super::{checked_hour_key, write::begin};
+use super::checked_hour_key;
+use super::tx::begin;
 use crate::StoreResult;
 use crate::decide::latest::Newest;
 use crate::decide::{UpgradeLog, upgrade_hour};

@@ -1,19 +1,15 @@
 //! Writes of the SQLite backend: provisioning, imports and admin changes.
 //! Every entry point runs in one `IMMEDIATE` transaction: all or nothing.
 
-use super::tx::{SqliteTx, ready};
+use super::tx::{SqliteTx, begin, ready};
 use crate::hooks::{Outbox, ProvisionedHooks};
 use crate::write::readings::{self};
 use crate::write::{provision, remove};
 use crate::{ApplyReport, DeleteReport, ImportReport, ReadingSource, StoreResult};
-use rusqlite::{Connection, Transaction, TransactionBehavior};
+use rusqlite::Connection;
 use sensorhub_core::model::ReadingInput;
 use sensorhub_core::provision::Provision;
 use sensorhub_core::time::TimeRange;
-
-pub(super) fn begin(c: &mut Connection) -> StoreResult<Transaction<'_>> {
-    Ok(c.transaction_with_behavior(TransactionBehavior::Immediate)?)
-}
 
 pub(super) fn apply(
     c: &mut Connection,
