@@ -29,7 +29,7 @@ pub struct Cli {
     /// Database: a SQLite file path or a sqlite:// URL [default: ./sensorhub.db]
     #[arg(long, global = true, env = "SENSORHUB_DATABASE")]
     database: Option<config::Url>,
-    /// TOML config file; its keys are the long flags in snake_case (see the README)
+    /// TOML config file; its keys are the long flags in snake_case (docs/configuration.md)
     #[arg(long, global = true, env = "SENSORHUB_CONFIG")]
     config: Option<PathBuf>,
     /// Log format on stderr: text or json [default: text]

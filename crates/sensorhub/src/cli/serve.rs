@@ -62,7 +62,7 @@ pub async fn run(ctx: &Context, args: Args) -> CliResult {
         CounterStore::Memory => None,
         CounterStore::Redis { url, prefix } => {
             let redis = SharedRedis::new(&url.0, prefix)?;
-            // Serving goes on without Redis (see the README); say so at once.
+            // Serving goes on without Redis (docs/operations.md, Scaling out); say so at once.
             if let Err(e) = redis.ping().await {
                 tracing::warn!(redis = %redis.display(), error = %e, "Redis does not answer yet; serving without it meanwhile");
             }

@@ -8,6 +8,7 @@ pub mod dashboard;
 pub mod env;
 pub mod hooks;
 pub mod mqtt;
+pub mod reference;
 pub mod serve;
 
 use serde::Deserialize;

@@ -66,7 +66,7 @@ pub struct ServeFlags {
     /// simulate: check and remember webhook envelopes, store nothing; ingest: store them as readings [default: simulate]
     #[arg(long, env = "SENSORHUB_WEBHOOK_MODE", value_enum)]
     pub webhook_mode: Option<WebhookMode>,
-    /// Largest webhook body accepted, in bytes [default: 1048576]
+    /// Largest webhook or line-protocol body accepted, in bytes (a gzip body also once inflated) [default: 1048576]
     #[arg(long, env = "SENSORHUB_MAX_BODY_BYTES")]
     pub max_body_bytes: Option<usize>,
     /// Seconds a webhook reading may lie ahead of the server's clock; later ones are refused in ingest mode [default: 600]
@@ -384,7 +384,7 @@ mod tests {
         assert_eq!(s.listen.to_string(), "127.0.0.1:8080");
         assert_eq!(s.rules.default_tz, Zone::Fixed(Offset::UTC));
         assert_eq!(s.rules.max_range_days, 366);
-        assert_eq!(s.connections, ConnectionLimits::default(), "the server's defaults are the README's");
+        assert_eq!(s.connections, ConnectionLimits::default(), "the server's defaults are docs/operations.md's");
         assert_eq!(s.request_timeout, Duration::from_secs(30));
         assert_eq!(s.rate_limit_fail, RateLimitFail::Open);
         assert_eq!(s.rate_limit.to_string(), "600/minute");

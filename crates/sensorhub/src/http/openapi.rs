@@ -107,7 +107,7 @@ pub fn document_json() -> String {
 }
 
 /// OpenAPI 3.1's `webhooks`: what sensorhub POSTs to a subscription's URL
-/// (README, "Outgoing webhooks"), with the Standard Webhooks headers.
+/// (docs/webhooks.md), with the Standard Webhooks headers.
 fn outgoing_webhooks() -> serde_json::Value {
     let header = |name: &str, text: &str| serde_json::json!({"name": name, "in": "header", "required": true, "description": text, "schema": {"type": "string"}});
     let parameters = serde_json::json!([

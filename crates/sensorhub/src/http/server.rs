@@ -54,7 +54,7 @@ pub struct ConnectionLimits {
 }
 
 impl Default for ConnectionLimits {
-    /// The defaults of `serve` (the README's table).
+    /// The defaults of `serve` (the limits table of docs/operations.md).
     fn default() -> Self {
         Self {
             header_read_timeout: Duration::from_secs(10),

@@ -15,6 +15,7 @@ mod copy;
 mod corpus;
 mod dashboard;
 mod devices;
+mod docs;
 mod faults;
 mod hooks;
 mod influx;

@@ -201,7 +201,7 @@ fn mosquitto_passwd(file: &std::path::Path, user: &str, password: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_the_example_acl_a_station_writes_only_its_own_topic() {
-    // The README's setup: the example config with its paths moved here.
+    // The setup of docs/ingest.md: the example config with its paths moved here.
     let etc = tempfile::tempdir().expect("temp dir");
     let passwd = etc.path().join("sensorhub.passwd");
     for (user, password) in [("sensorhub", "hub-pass"), ("AWLR-001", "station-a"), ("AWS-002", "station-b")] {
