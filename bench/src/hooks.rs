@@ -7,13 +7,14 @@
 //! drains once a server with the key starts: deliveries/s. With `--batch N`
 //! the subscriptions batch up to N readings per POST.
 
+use crate::closed_loop::load;
 use crate::dataset;
 use crate::run::Server;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// The sealing key of the benchmark's subscriptions.
@@ -117,30 +118,6 @@ async fn ingest(port: u16, k: u64) -> Result<(), String> {
     crate::live::post_reading(port, 1_700_000_000 + k as i64, k).await
 }
 
-/// `clients` posting distinct readings (from `first` on) for `seconds`: requests/s.
-async fn load(port: u16, clients: usize, seconds: u64, first: u64) -> Result<f64, String> {
-    let next = Arc::new(AtomicU64::new(first));
-    let stop = Arc::new(AtomicBool::new(false));
-    let started = Instant::now();
-    let tasks: Vec<_> = (0..clients)
-        .map(|_| {
-            let (next, stop) = (next.clone(), stop.clone());
-            tokio::spawn(async move {
-                while !stop.load(Ordering::Relaxed) {
-                    ingest(port, next.fetch_add(1, Ordering::Relaxed)).await?;
-                }
-                Ok::<_, String>(())
-            })
-        })
-        .collect();
-    tokio::time::sleep(Duration::from_secs(seconds)).await;
-    stop.store(true, Ordering::Relaxed);
-    for t in tasks {
-        t.await.map_err(|e| e.to_string())??;
-    }
-    Ok((next.load(Ordering::Relaxed) - first) as f64 / started.elapsed().as_secs_f64())
-}
-
 /// Runs the scenario and writes its figures.
 pub fn run(args: Args) -> Result<(Hooks, PathBuf), String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
@@ -172,7 +149,7 @@ pub fn run(args: Args) -> Result<(Hooks, PathBuf), String> {
 
     // Ingest without subscriptions, then with three delivering.
     let server = serve(true)?;
-    let ingest_none_rps = rt.block_on(load(port, args.clients, args.seconds, 0))?;
+    let ingest_none_rps = rt.block_on(load(args.clients, args.seconds, 0, move |k| ingest(port, k)))?;
     let batch_max = args.batch.to_string();
     let mut add = vec!["subscription", "add", "--account", dataset::BENCH_USER.0, "--url", &url, "--allow-http"];
     if args.batch > 0 {
@@ -185,13 +162,13 @@ pub fn run(args: Args) -> Result<(Hooks, PathBuf), String> {
     }
     drop(server);
     let server = serve(false)?;
-    let ingest_three_outbox_rps = rt.block_on(load(port, args.clients, args.seconds, 1_000_000))?;
+    let ingest_three_outbox_rps = rt.block_on(load(args.clients, args.seconds, 1_000_000, move |k| ingest(port, k)))?;
     drop(server);
     let server = serve(true)?;
     let (ingest_three_rps, delivered_meanwhile) = rt.block_on(async {
         let before = delivered.load(Ordering::Relaxed);
         let started = Instant::now();
-        let rps = load(port, args.clients, args.seconds, 2_000_000).await?;
+        let rps = load(args.clients, args.seconds, 2_000_000, move |k| ingest(port, k)).await?;
         let per_s = (delivered.load(Ordering::Relaxed) - before) as f64 / started.elapsed().as_secs_f64();
         Ok::<_, String>((rps, per_s))
     })?;

@@ -6,14 +6,13 @@
 //! 1,000 points across the fleet's water-level stations (Telegraf's
 //! default batch). Reported: readings/s and values/s of each.
 
+use crate::closed_loop::load;
 use crate::dataset;
 use crate::run::Server;
 use serde::Serialize;
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -72,7 +71,7 @@ async fn post(port: u16, path: &str, headers: &str, body: &str, want: &[u8]) -> 
     s.write_all(request.as_bytes()).await.map_err(|e| e.to_string())?;
     let mut answer = Vec::new();
     s.read_to_end(&mut answer).await.map_err(|e| e.to_string())?;
-    if !answer.get(9..12).is_some_and(|status| status == want) {
+    if answer.get(9..12).is_none_or(|status| status != want) {
         return Err(format!("{path} refused: {}", String::from_utf8_lossy(&answer)));
     }
     Ok(())
@@ -100,36 +99,6 @@ fn line(device: &str, prefix: &str, k: u64, second: i64) -> String {
         noisy(k, 120.0),
         k % 4
     )
-}
-
-/// `clients` sending `send(k)` for distinct `k` (from `first`) for
-/// `seconds`; returns requests/s.
-async fn load<F, Fut>(clients: usize, seconds: u64, first: u64, send: F) -> Result<f64, String>
-where
-    F: Fn(u64) -> Fut + Send + Sync + 'static,
-    Fut: std::future::Future<Output = Result<(), String>> + Send,
-{
-    let send = Arc::new(send);
-    let next = Arc::new(AtomicU64::new(first));
-    let stop = Arc::new(AtomicBool::new(false));
-    let started = Instant::now();
-    let tasks: Vec<_> = (0..clients)
-        .map(|_| {
-            let (next, stop, send) = (next.clone(), stop.clone(), send.clone());
-            tokio::spawn(async move {
-                while !stop.load(Ordering::Relaxed) {
-                    send(next.fetch_add(1, Ordering::Relaxed)).await?;
-                }
-                Ok::<_, String>(())
-            })
-        })
-        .collect();
-    tokio::time::sleep(Duration::from_secs(seconds)).await;
-    stop.store(true, Ordering::Relaxed);
-    for t in tasks {
-        t.await.map_err(|e| e.to_string())??;
-    }
-    Ok((next.load(Ordering::Relaxed) - first) as f64 / started.elapsed().as_secs_f64())
 }
 
 /// Runs the scenario and writes its figures.

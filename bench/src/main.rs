@@ -1,6 +1,7 @@
 //! `sensorhub-bench`: generate datasets and run the benchmark scenarios.
 #![forbid(unsafe_code)]
 
+mod closed_loop;
 mod codecs;
 mod dashboard;
 mod dataset;

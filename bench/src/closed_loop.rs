@@ -1,0 +1,36 @@
+//! A closed-loop load: clients that each send their next request as soon
+//! as the previous one is answered, for a while; the figure is requests/s.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// `clients` sending `send(k)` for distinct `k` (from `first`) for
+/// `seconds`; returns requests/s.
+pub async fn load<F, Fut>(clients: usize, seconds: u64, first: u64, send: F) -> Result<f64, String>
+where
+    F: Fn(u64) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<(), String>> + Send,
+{
+    let send = Arc::new(send);
+    let next = Arc::new(AtomicU64::new(first));
+    let stop = Arc::new(AtomicBool::new(false));
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..clients)
+        .map(|_| {
+            let (next, stop, send) = (next.clone(), stop.clone(), send.clone());
+            tokio::spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    send(next.fetch_add(1, Ordering::Relaxed)).await?;
+                }
+                Ok::<_, String>(())
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_secs(seconds)).await;
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        t.await.map_err(|e| e.to_string())??;
+    }
+    Ok((next.load(Ordering::Relaxed) - first) as f64 / started.elapsed().as_secs_f64())
+}
