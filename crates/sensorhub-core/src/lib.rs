@@ -4,6 +4,7 @@
 
 pub mod alarm;
 pub mod bucket;
+pub mod ingest;
 pub mod lineproto;
 pub mod model;
 pub mod provision;

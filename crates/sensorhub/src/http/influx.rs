@@ -15,13 +15,13 @@ use super::AppState;
 use super::auth::{WebhookCaller, parse_basic};
 use super::error::ApiError;
 use super::ratelimit::Guard;
-use super::webhook::{ValueAt, reading_from_values};
 use axum::body::Body;
 use axum::extract::{FromRequestParts, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
+use sensorhub_core::ingest::{self, Given, Rules, ValueAt};
 use sensorhub_core::lineproto::{Precision, parse_line};
 use sensorhub_core::model::{ReadingInput, SensorMeta};
 use sensorhub_store::Scope;
@@ -271,22 +271,11 @@ async fn readings_of(
         let mut values = Vec::with_capacity(point.fields.len());
         for (key, value) in point.fields {
             let number = value.number().map_err(|kind| bad(format!("field {key:?} is {kind}, not a number")))?;
-            values.push(ValueAt {
-                at: format!("field {key:?}"),
-                sensor_id: key,
-                value: serde_json::Value::from(number),
-            });
+            values.push(ValueAt { at: format!("field {key:?}"), sensor_id: key, value: Given::Number(number) });
         }
-        let reading = reading_from_values(
-            &device_id,
-            timestamp,
-            values,
-            &sensors,
-            now,
-            state.webhook.max_future_skew,
-            format!("line {n}"),
-        )
-        .map_err(bad)?;
+        let rules = Rules { now, max_future_skew: state.webhook.max_future_skew };
+        let reading = ingest::reading(&device_id, timestamp, values, &sensors, rules, format!("line {n}"))
+            .map_err(|p| bad(p.message))?;
         readings.push(reading);
     }
     Ok(readings)

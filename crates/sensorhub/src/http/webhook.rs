@@ -14,8 +14,8 @@ use axum::extract::State;
 use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
-use sensorhub_core::model::{Origin, ReadingInput, ValueInput};
-use sensorhub_core::time::{check_not_future, check_reading_time, format_rfc3339, parse_rfc3339};
+use sensorhub_core::ingest::{self, Given, Rules, ValueAt};
+use sensorhub_core::time::{format_rfc3339, parse_rfc3339};
 use sensorhub_store::Scope;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
@@ -35,9 +35,14 @@ pub enum WebhookMode {
 struct Envelope {
     device_id: String,
     timestamp: jiff::Timestamp,
-    /// Named values: the field path for messages, the sensor id, the value.
-    values: Vec<(String, String, Value)>,
+    /// The values, each with its field path for messages.
+    values: Vec<ValueAt>,
     warnings: Vec<String>,
+}
+
+/// `v` as a received value: a number, or its JSON type.
+pub(crate) fn given(v: &Value) -> Given {
+    v.as_f64().map_or(Given::Other(kind(v)), Given::Number)
 }
 
 /// The JSON type of `v`, for messages (`a string`).
@@ -98,13 +103,17 @@ fn parse_envelope(body: &[u8]) -> Result<Envelope, String> {
                 };
                 let id = required_string(item, "id").map_err(|e| format!("{at}.{e}"))?;
                 let value = item.get("value").ok_or(format!("{at}.value is required"))?;
-                values.push((format!("{at}.value"), id, value.clone()));
+                values.push(ValueAt { at: format!("{at}.value"), sensor_id: id, value: given(value) });
             }
         }
         Some(other) if data.len() == 1 => {
             return Err(format!("data.sensors must be an array of {{id, value}}, not {}", kind(other)));
         }
-        _ => values.extend(data.iter().map(|(k, v)| (format!("data.{k}"), k.clone(), v.clone()))),
+        _ => values.extend(data.iter().map(|(k, v)| ValueAt {
+            at: format!("data.{k}"),
+            sensor_id: k.clone(),
+            value: given(v),
+        })),
     }
     let known = ["event", "device_id", "timestamp", "data", "metadata"];
     let mut warnings: Vec<String> = obj
@@ -115,18 +124,6 @@ fn parse_envelope(body: &[u8]) -> Result<Envelope, String> {
     if timestamp.subsec_nanosecond() != 0 {
         warnings
             .push("timestamp has a fraction of a second: readings are stored to the second, so it is dropped".into());
-    }
-    if let Err(e) = check_reading_time(timestamp) {
-        warnings.push(format!("{e}: ingest mode would refuse it"));
-    }
-    let mut seen = std::collections::HashSet::new();
-    for (at, id, _) in &values {
-        if !seen.insert(id.as_str()) {
-            warnings.push(format!("{at}: sensor {id:?} is given more than once"));
-        }
-    }
-    if values.is_empty() {
-        warnings.push("data holds no values".into());
     }
     Ok(Envelope { device_id, timestamp, values, warnings })
 }
@@ -191,6 +188,7 @@ async fn handle(state: &AppState, caller: &WebhookCaller, headers: &HeaderMap, b
     let size = text.len();
     let envelope_text = RawValue::from_string(text).map_err(|e| ApiError::BadRequest(e.to_string()))?;
     let now = jiff::Timestamp::now();
+    let rules = Rules { now, max_future_skew: state.webhook.max_future_skew };
     let scope = Scope::Account { account_id: caller.account_id, key: None };
     let device = state.store.find_device(scope, &envelope.device_id).await?;
     if state.webhook.mode == WebhookMode::Ingest {
@@ -201,30 +199,16 @@ async fn handle(state: &AppState, caller: &WebhookCaller, headers: &HeaderMap, b
                 envelope.device_id
             )));
         }
-        let reading = reading_of(&mut envelope, &device.sensors, now, state.webhook.max_future_skew)?;
+        let values = std::mem::take(&mut envelope.values);
+        let reading =
+            ingest::reading(&envelope.device_id, envelope.timestamp, values, &device.sensors, rules, "webhook".into())
+                .map_err(|p| ApiError::BadRequest(p.message))?;
         state.store.ingest(reading).await?;
         state.metrics.readings_ingested(1);
     } else {
-        match &device {
-            None => {
-                envelope.warnings.push(format!("device {:?} is not one of this account's devices", envelope.device_id))
-            }
-            Some(d) => {
-                for (at, id, _) in &envelope.values {
-                    if !d.sensors.iter().any(|s| s.sensor_id == *id) {
-                        envelope.warnings.push(format!("{at}: sensor {id:?} is not registered for this device"));
-                    }
-                }
-            }
-        }
-        for (at, _, value) in &envelope.values {
-            if !value.is_number() {
-                envelope.warnings.push(format!("{at} is {}, not a number", kind(value)));
-            }
-        }
-        if let Err(e) = check_not_future(envelope.timestamp, now, state.webhook.max_future_skew) {
-            envelope.warnings.push(format!("{e}: ingest mode would refuse it"));
-        }
+        let sensors = device.as_ref().map(|d| d.sensors.as_slice());
+        let problems = ingest::survey(&envelope.device_id, envelope.timestamp, &envelope.values, sensors, rules);
+        envelope.warnings.extend(problems.into_iter().map(|p| p.message));
     }
     let received = Received {
         received_at: format_rfc3339(now.as_second(), jiff::tz::Offset::UTC),
@@ -243,82 +227,6 @@ async fn handle(state: &AppState, caller: &WebhookCaller, headers: &HeaderMap, b
         return Ok(());
     }
     pushed
-}
-
-/// The envelope's values as one reading to store, taken out of it: all of
-/// them or, on the first unknown sensor, non-number, repeated sensor or
-/// time out of bounds, none.
-fn reading_of(
-    envelope: &mut Envelope,
-    sensors: &[sensorhub_core::model::SensorMeta],
-    now: jiff::Timestamp,
-    max_future_skew: jiff::SignedDuration,
-) -> Result<ReadingInput, ApiError> {
-    let values = std::mem::take(&mut envelope.values)
-        .into_iter()
-        .map(|(at, sensor_id, value)| ValueAt { at, sensor_id, value })
-        .collect();
-    reading_from_values(
-        &envelope.device_id,
-        envelope.timestamp,
-        values,
-        sensors,
-        now,
-        max_future_skew,
-        "webhook".into(),
-    )
-    .map_err(ApiError::BadRequest)
-}
-
-/// A sensor's value as received, with where it was (for messages).
-#[derive(Debug, Clone)]
-pub struct ValueAt {
-    /// Where the value is (`data.sensors[0].value`).
-    pub at: String,
-    /// The sensor id given.
-    pub sensor_id: String,
-    /// The value given (it must be a finite number).
-    pub value: Value,
-}
-
-/// One reading of `device_id` at `timestamp` from received values: all of
-/// them or, on the first empty list, unknown sensor, non-number, repeated
-/// sensor or time out of bounds, a message naming the field. The rules of
-/// webhook ingest, shared with MQTT.
-pub fn reading_from_values(
-    device_id: &str,
-    timestamp: jiff::Timestamp,
-    received: Vec<ValueAt>,
-    sensors: &[sensorhub_core::model::SensorMeta],
-    now: jiff::Timestamp,
-    max_future_skew: jiff::SignedDuration,
-    origin: String,
-) -> Result<ReadingInput, String> {
-    if received.is_empty() {
-        return Err("data holds no values".into());
-    }
-    check_reading_time(timestamp).map_err(|e| e.to_string())?;
-    check_not_future(timestamp, now, max_future_skew).map_err(|e| e.to_string())?;
-    let mut values: Vec<ValueInput> = Vec::with_capacity(received.len());
-    for ValueAt { at, sensor_id: id, value } in received {
-        if values.iter().any(|v| v.sensor_id == id) {
-            return Err(format!("{at}: sensor {id:?} is given more than once"));
-        }
-        if !sensors.iter().any(|s| s.sensor_id == id) {
-            return Err(format!("{at}: sensor {id:?} is not registered for this device"));
-        }
-        let Some(v) = value.as_f64().filter(|v| v.is_finite()) else {
-            return Err(format!("{at} must be a number, not {}", kind(&value)));
-        };
-        values.push(ValueInput { sensor_id: id, value: v, unit: None });
-    }
-    Ok(ReadingInput {
-        device_id: device_id.to_owned(),
-        // Readings are kept to the second: a fraction is dropped (and warned about).
-        timestamp: timestamp.as_second(),
-        values,
-        origin: Origin::Item(origin),
-    })
 }
 
 /// GET /webhook/sensor-data/received: the caller's last accepted envelopes.
@@ -400,8 +308,8 @@ mod tests {
             br#"{"event":"x","device_id":"D","timestamp":"2026-05-05T00:00:00Z","data":{"sensors":[{"id":"a","value":1}]},"metadata":{"fw":"1.2"}}"#,
         )
         .expect("valid");
-        assert_eq!(e.values[0].0, "data.sensors[0].value");
-        assert_eq!(e.values[0].1, "a");
+        assert_eq!(e.values[0].at, "data.sensors[0].value");
+        assert_eq!(e.values[0].sensor_id, "a");
     }
 
     #[test]

@@ -2,12 +2,21 @@
 //! `{"timestamp": "…", "sensors": [{"id", "value"}, …]}` or a JSON array of
 //! them, checked with the webhook ingest's rules and field-level messages.
 
-use crate::http::webhook::{ValueAt, kind, reading_from_values};
+use crate::http::webhook::{given, kind};
+use sensorhub_core::ingest::{self, Problem, Reason, Rules, ValueAt};
 use sensorhub_core::model::{ReadingInput, SensorMeta};
 use serde_json::Value;
 
-/// The reason given when the topic names no registered device.
-pub const UNKNOWN_DEVICE: &str = "unknown_device";
+impl From<Problem> for Rejection {
+    fn from(p: Problem) -> Self {
+        Self { reason: p.reason.metric_label(), detail: p.message }
+    }
+}
+
+/// The rejection of a message whose topic names no device it may write.
+pub fn unknown_device(detail: String) -> Rejection {
+    Rejection::from(Problem::new(Reason::UnknownDevice, detail))
+}
 
 /// Why a message was refused: the metric's `reason` label and the detail
 /// the HTTP API would give.
@@ -96,19 +105,11 @@ fn reading(
             return Err(Rejection::new("bad_reading", format!("{here}.id must be a string")));
         };
         let value = entry.remove("value").unwrap_or(Value::Null);
-        values.push(ValueAt { at: format!("{here}.value"), sensor_id: id, value });
+        values.push(ValueAt { at: format!("{here}.value"), sensor_id: id, value: given(&value) });
     }
     let origin = if at.is_empty() { "mqtt".to_owned() } else { format!("mqtt{at}") };
-    reading_from_values(device_id, timestamp, values, sensors, now, max_future_skew, origin).map_err(|detail| {
-        let reason = if detail.contains("is not registered") {
-            "unknown_sensor"
-        } else if detail.contains("timestamp") {
-            "bad_time"
-        } else {
-            "bad_reading"
-        };
-        Rejection::new(reason, detail)
-    })
+    let rules = Rules { now, max_future_skew };
+    Ok(ingest::reading(device_id, timestamp, values, sensors, rules, origin)?)
 }
 
 #[cfg(test)]

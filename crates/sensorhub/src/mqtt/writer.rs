@@ -13,6 +13,7 @@ use crate::metrics::Metrics;
 use rumqttc::v5::AsyncClient;
 use rumqttc::v5::mqttbytes::QoS;
 use rumqttc::v5::mqttbytes::v5::Publish;
+use sensorhub_core::ingest::Reason;
 use sensorhub_core::model::{ReadingInput, SensorMeta, is_valid_identifier};
 use sensorhub_store::{Scope, Store, StoreError};
 use std::sync::Arc;
@@ -140,7 +141,7 @@ impl Writer {
         };
         let Some(sensors) = sensors else {
             let detail = format!("device {:?} is not registered", shown(device_id));
-            return Err(Rejection { reason: payload::UNKNOWN_DEVICE, detail });
+            return Err(payload::unknown_device(detail));
         };
         let now = jiff::Timestamp::now();
         payload::readings(device_id, &sensors, &message.payload, now, self.settings.max_future_skew)
@@ -228,7 +229,7 @@ impl Writer {
                 );
             }
         }
-        if !self.settings.publish_errors || rejection.reason == payload::UNKNOWN_DEVICE {
+        if !self.settings.publish_errors || rejection.reason == Reason::UnknownDevice.metric_label() {
             return;
         }
         if self.publishes_in_flight.load(Ordering::Relaxed) >= PUBLISHES_IN_FLIGHT {
