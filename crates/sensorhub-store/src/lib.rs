@@ -10,6 +10,7 @@ mod decide;
 mod group;
 pub mod hooks;
 mod legacy;
+pub mod observe;
 pub mod postgres;
 pub mod sqlite;
 pub mod stats;

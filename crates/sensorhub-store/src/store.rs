@@ -51,6 +51,11 @@ pub trait Store: Send + Sync {
     /// The state of the connection pool.
     fn pool_status(&self) -> PoolStatus;
 
+    /// Registers `observer`: every later write of readings (ingest,
+    /// import, apply) tells it what it stored once it has committed
+    /// ([`crate::observe`]).
+    fn observe(&self, observer: std::sync::Arc<dyn crate::observe::AfterCommit>);
+
     /// Writes of readings (webhook ingest, MQTT batches) waiting for the
     /// store's one writer or being written: while it is above 0,
     /// background writers (the delivery worker's bookkeeping) may give

@@ -108,6 +108,8 @@ pub struct PgStore {
     writers: std::sync::Arc<tokio::sync::Semaphore>,
     /// Single readings, committed in groups.
     group: crate::group::GroupCommit,
+    /// Told of committed readings.
+    observers: crate::observe::Observers,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -172,7 +174,8 @@ impl PgStore {
                 write::ingest_group(&mut pool.get().await?, &readings).await
             }
         });
-        let store = Self { pool, ping: build(1, 5)?, writers, group };
+        let observers = crate::observe::Observers::default();
+        let store = Self { pool, ping: build(1, 5)?, writers, group, observers };
         store.migrate(open).await?;
         Ok(store)
     }
@@ -252,6 +255,10 @@ impl Store for PgStore {
         PoolStatus { max: s.max_size, in_use: s.size.saturating_sub(s.available), idle: s.available }
     }
 
+    fn observe(&self, observer: std::sync::Arc<dyn crate::observe::AfterCommit>) {
+        self.observers.add(observer);
+    }
+
     async fn list_devices(&self, scope: Scope) -> StoreResult<Vec<Device>> {
         read::list_devices(&self.pool.get().await?, scope).await
     }
@@ -326,25 +333,33 @@ impl Store for PgStore {
         readings: Vec<ReadingInput>,
         hooks: Option<crate::hooks::ProvisionedHooks>,
     ) -> StoreResult<ApplyReport> {
-        let _writer = self.writer().await?;
-        write::apply(&mut self.pool.get().await?, doc, readings, hooks).await
+        let apply = |readings| async move {
+            let _writer = self.writer().await?;
+            write::apply(&mut self.pool.get().await?, doc, readings, hooks).await
+        };
+        self.observers.all(readings, apply).await
     }
 
     async fn import(&self, source: ReadingSource, outbox: Outbox) -> StoreResult<ImportReport> {
-        let _writer = self.writer().await?;
-        Ok(write::import(&mut self.pool.get().await?, source, None, outbox).await?.0)
+        let import = |source| async move {
+            let _writer = self.writer().await?;
+            Ok(write::import(&mut self.pool.get().await?, source, None, outbox).await?.0)
+        };
+        self.observers.import(source, import).await
     }
 
     async fn ingest(&self, reading: ReadingInput) -> StoreResult<()> {
-        self.group.write(reading).await
+        self.observers.one(reading, |reading| self.group.write(reading)).await
     }
 
     async fn import_batched(&self, source: ReadingSource, outbox: Outbox) -> Result<ImportReport, PartialImport> {
-        crate::import_in_steps(source, |source| async move {
-            let _writer = self.writer().await?;
-            write::import(&mut self.pool.get().await?, source, Some(IMPORT_COMMIT_EVERY), outbox).await
-        })
-        .await
+        let steps = |source| {
+            crate::import_in_steps(source, |source| async move {
+                let _writer = self.writer().await?;
+                write::import(&mut self.pool.get().await?, source, Some(IMPORT_COMMIT_EVERY), outbox).await
+            })
+        };
+        self.observers.import_batched(source, steps).await
     }
 
     async fn is_empty(&self) -> StoreResult<bool> {

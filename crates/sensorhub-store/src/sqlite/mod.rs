@@ -108,6 +108,8 @@ pub struct SqliteStore {
     group: crate::group::GroupCommit,
     /// Writes of readings under way (see [`Store::ingest_waiting`]).
     ingest_waiting: AtomicUsize,
+    /// Told of committed readings.
+    observers: crate::observe::Observers,
     path: std::path::PathBuf,
 }
 
@@ -143,6 +145,7 @@ impl SqliteStore {
             ping: Mutex::new(None),
             group,
             ingest_waiting: AtomicUsize::new(0),
+            observers: crate::observe::Observers::default(),
             path: path.to_owned(),
         })
     }
@@ -246,6 +249,10 @@ impl Store for SqliteStore {
         self.ingest_waiting.load(Ordering::Relaxed)
     }
 
+    fn observe(&self, observer: std::sync::Arc<dyn crate::observe::AfterCommit>) {
+        self.observers.add(observer);
+    }
+
     async fn list_devices(&self, scope: Scope) -> StoreResult<Vec<Device>> {
         self.reads.run_short(move |c| read::list_devices(c, scope)).await
     }
@@ -322,25 +329,30 @@ impl Store for SqliteStore {
         readings: Vec<ReadingInput>,
         hooks: Option<crate::hooks::ProvisionedHooks>,
     ) -> StoreResult<ApplyReport> {
-        self.writes.run(move |c| write::apply(c, doc, readings, hooks)).await
+        let apply = |readings| self.writes.run(move |c| write::apply(c, doc, readings, hooks));
+        self.observers.all(readings, apply).await
     }
 
     async fn import(&self, source: ReadingSource, outbox: Outbox) -> StoreResult<ImportReport> {
         let _waiting = Waiting::enter(&self.ingest_waiting);
-        Ok(self.writes.run(move |c| write::import(c, source, None, outbox)).await?.0)
+        let import =
+            |source| async move { Ok(self.writes.run(move |c| write::import(c, source, None, outbox)).await?.0) };
+        self.observers.import(source, import).await
     }
 
     async fn ingest(&self, reading: ReadingInput) -> StoreResult<()> {
         let _waiting = Waiting::enter(&self.ingest_waiting);
-        self.group.write(reading).await
+        self.observers.one(reading, |reading| self.group.write(reading)).await
     }
 
     async fn import_batched(&self, source: ReadingSource, outbox: Outbox) -> Result<ImportReport, PartialImport> {
         let _waiting = Waiting::enter(&self.ingest_waiting);
-        crate::import_in_steps(source, |source| {
-            self.writes.run(move |c| write::import(c, source, Some(IMPORT_COMMIT_EVERY), outbox))
-        })
-        .await
+        let steps = |source| {
+            crate::import_in_steps(source, |source| {
+                self.writes.run(move |c| write::import(c, source, Some(IMPORT_COMMIT_EVERY), outbox))
+            })
+        };
+        self.observers.import_batched(source, steps).await
     }
 
     async fn is_empty(&self) -> StoreResult<bool> {

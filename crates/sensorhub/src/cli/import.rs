@@ -65,7 +65,8 @@ fn publishing(
     let prefix = prefix.map_or(crate::config::serve::DEFAULT_REDIS_PREFIX, String::as_str);
     let redis = std::sync::Arc::new(crate::redis_client::SharedRedis::new(&url, prefix)?);
     let hub = crate::live::LiveHub::new(Some(redis), std::sync::Arc::new(crate::metrics::Metrics::default()));
-    Ok(std::sync::Arc::new(crate::live::PublishingStore::new(store, hub)))
+    store.observe(std::sync::Arc::new(crate::live::Publisher(hub)));
+    Ok(store)
 }
 
 /// Imports the file and reports the rate.

@@ -227,9 +227,10 @@ impl AppState {
         };
         let live = crate::live::LiveHub::new(options.redis.clone(), metrics.clone());
         live.start();
+        store.observe(Arc::new(crate::live::Publisher(live.clone())));
         let access = crate::live::access::watch(store.clone());
         Self {
-            store: Arc::new(crate::live::PublishingStore::new(store, live.clone())),
+            store,
             live,
             rules: options.rules,
             logins: Arc::new(logins::Logins::new(failures, slots, options.login_slot_wait)),

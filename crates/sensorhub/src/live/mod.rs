@@ -1,6 +1,7 @@
 //! The live hub: one broadcast point per process for readings as they are
-//! stored. Every write goes through [`PublishingStore`], which hands what
-//! it stored to [`LiveHub::publish`]; with a shared Redis the hub sends it
+//! stored. The store tells [`Publisher`] what every write of readings
+//! committed ([`sensorhub_store::observe`]), which hands it to
+//! [`LiveHub::publish`]; with a shared Redis the hub sends it
 //! through Redis pub/sub so that every instance (and the `import` command)
 //! reaches every open stream, else it dispatches it in this process.
 //!
@@ -13,11 +14,11 @@
 //! whose queue is full is cut (its queue freed), so memory stays bounded.
 
 pub mod access;
+mod publish;
 mod redis;
 pub mod slots;
-mod store;
 
-pub use store::PublishingStore;
+pub use publish::Publisher;
 
 use crate::metrics::Metrics;
 use crate::redis_client::SharedRedis;
