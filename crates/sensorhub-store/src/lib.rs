@@ -18,7 +18,12 @@ mod store;
 mod types;
 mod write;
 
-pub use store::Store;
+pub use store::{Access, Copying, Deliveries, Health, Provisioning, ReadingWrites, Reads, Store};
+
+/// The `Store` traits, to call any capability on an `Arc<dyn Store>`.
+pub mod prelude {
+    pub use crate::store::{Access, Copying, Deliveries, Health, Provisioning, ReadingWrites, Reads, Store};
+}
 pub use types::*;
 
 use futures_util::stream::BoxStream;

@@ -1,6 +1,8 @@
-//! The `Store` trait: everything sensorhub keeps, in its domain's words
-//! (accounts, keys, devices, readings, subscriptions, deliveries). It holds
-//! no SQL; each backend implements it with its own.
+//! The `Store` traits: everything sensorhub keeps, in its domain's words,
+//! by capability (health, access, reads, reading writes, provisioning,
+//! deliveries, copying). They hold no SQL; each backend implements them
+//! with its own. [`Store`] is all of them together: what the binary holds
+//! (`Arc<dyn Store>`); a part that needs one capability may take only it.
 
 use crate::hooks;
 use crate::{
@@ -15,18 +17,15 @@ use sensorhub_core::retention::Retention;
 use sensorhub_core::secret::KeyDigest;
 use sensorhub_core::time::TimeRange;
 
-/// Everything sensorhub keeps: accounts, keys, devices, sensors, readings.
+/// The installation and its database's health: readiness, the pool,
+/// facts recorded once.
 #[async_trait]
-pub trait Store: Send + Sync {
+pub trait Health: Send + Sync {
     /// Checks that the database answers (readiness).
     async fn ping(&self) -> StoreResult<()>;
 
-    /// A number that grows with every change that may take access away (a
-    /// password changed, an account disabled, a key revoked or narrowed, a
-    /// device taken from an account or a key), whoever made it: long-lived
-    /// things (open streams) read it often and check their caller again
-    /// when it moved. One row, read without waiting on writers.
-    async fn access_generation(&self) -> StoreResult<i64>;
+    /// The state of the connection pool.
+    fn pool_status(&self) -> PoolStatus;
 
     /// This installation's random id (32 hex digits), made with the schema.
     async fn installation_id(&self) -> StoreResult<String>;
@@ -38,7 +37,12 @@ pub trait Store: Send + Sync {
     /// Records `value` under `key` (replacing what was there); `id` is not
     /// a key it takes.
     async fn record_installation_fact(&self, key: &str, value: &str) -> StoreResult<()>;
+}
 
+/// Who may do what: credentials, write permission, and the generation
+/// that moves whenever access is taken away.
+#[async_trait]
+pub trait Access: Send + Sync {
     /// The credentials of `username`, for HTTP Basic.
     async fn account_auth(&self, username: &str) -> StoreResult<Option<AccountAuth>>;
 
@@ -48,9 +52,51 @@ pub trait Store: Send + Sync {
     /// The webhook key with this digest, with its account's state.
     async fn webhook_key_auth(&self, digest: &KeyDigest) -> StoreResult<Option<WebhookKeyAuth>>;
 
-    /// The state of the connection pool.
-    fn pool_status(&self) -> PoolStatus;
+    /// A number that grows with every change that may take access away (a
+    /// password changed, an account disabled, a key revoked or narrowed, a
+    /// device taken from an account or a key), whoever made it: long-lived
+    /// things (open streams) read it often and check their caller again
+    /// when it moved. One row, read without waiting on writers.
+    async fn access_generation(&self) -> StoreResult<i64>;
 
+    /// Whether account `account_id` may write the readings of device
+    /// `device_pk`: it owns the device, or sees it with a write grant.
+    /// Seeing a device does not allow writing it.
+    async fn may_write(&self, account_id: i64, device_pk: i64) -> StoreResult<bool>;
+}
+
+/// Devices and their readings as the API reads them.
+#[async_trait]
+pub trait Reads: Send + Sync {
+    /// Devices visible in `scope`, ordered by `device_id`, with sensors and last update.
+    async fn list_devices(&self, scope: Scope) -> StoreResult<Vec<Device>>;
+
+    /// The device `device_id` if it is visible in `scope`.
+    async fn find_device(&self, scope: Scope, device_id: &str) -> StoreResult<Option<DeviceHandle>>;
+
+    /// The device `device_id` visible in `scope` with the newest reading of
+    /// each of its sensors that ever reported, by idx; `None` if the device
+    /// is not visible. Read from an index kept by every write (a few rows
+    /// whatever the history's length), in one round trip.
+    async fn latest(&self, scope: Scope, device_id: &str) -> StoreResult<Option<(DeviceHandle, Vec<LatestValue>)>>;
+
+    /// The device `device_id` visible in `scope` with the first batch of its
+    /// readings in `range` and a stream of the rest; `None` if the device is
+    /// not visible. Backends do it in one round trip where they can.
+    async fn read_window(&self, scope: Scope, device_id: &str, range: TimeRange) -> StoreResult<Option<Window>>;
+
+    /// Streams the readings of `device` within `range` (inclusive), oldest first.
+    fn read_readings(&self, device: &DeviceHandle, range: TimeRange) -> ReadingStream;
+
+    /// Up to `limit` stored hours of device `device_pk` from hour `from` to
+    /// hour `to` (inclusive), in order, as stored (aggregated reads).
+    async fn read_hours(&self, device_pk: i64, from: i64, to: i64, limit: usize) -> StoreResult<Vec<StoredHour>>;
+}
+
+/// Readings written (ingest, import) and removed or rewritten (delete,
+/// retention, summaries), and who hears of what was written.
+#[async_trait]
+pub trait ReadingWrites: Send + Sync {
     /// Registers `observer`: every later write of readings (ingest,
     /// import, apply) tells it what it stored once it has committed
     /// ([`crate::observe`]).
@@ -65,21 +111,25 @@ pub trait Store: Send + Sync {
         0
     }
 
-    /// Devices visible in `scope`, ordered by `device_id`, with sensors and last update.
-    async fn list_devices(&self, scope: Scope) -> StoreResult<Vec<Device>>;
+    /// Stores one reading (webhook ingest), durably, before it returns.
+    /// Backends may commit readings that arrive together in one transaction
+    /// (group commit); a refused reading is refused alone.
+    async fn ingest(&self, reading: ReadingInput) -> StoreResult<()> {
+        self.import(Box::new(std::iter::once(Ok(reading))), hooks::Outbox::Deliver).await.map(|_| ())
+    }
 
-    /// The device `device_id` if it is visible in `scope`.
-    async fn find_device(&self, scope: Scope, device_id: &str) -> StoreResult<Option<DeviceHandle>>;
+    /// Stores readings, atomically: all of them or, on the first error,
+    /// none. With [`hooks::Outbox::Deliver`], the deliveries they owe to
+    /// subscriptions are written in the same transaction.
+    async fn import(&self, source: ReadingSource, outbox: hooks::Outbox) -> StoreResult<ImportReport>;
 
-    /// Whether account `account_id` may write the readings of device
-    /// `device_pk`: it owns the device, or sees it with a write grant.
-    /// Seeing a device does not allow writing it.
-    async fn may_write(&self, account_id: i64, device_pk: i64) -> StoreResult<bool>;
-
-    /// Gives every account write permission on every device it sees: the
-    /// behaviour before write grants existed, for operators who choose to
-    /// keep it on upgrade. Returns how many grants were added.
-    async fn grant_write_to_viewers(&self) -> StoreResult<u64>;
+    /// Stores readings in transactions of at most [`IMPORT_COMMIT_EVERY`]
+    /// each, pausing [`IMPORT_PAUSE`] after each commit, so that a long
+    /// import never holds the database's writes for long. The first error
+    /// stops it; what was committed before stays ([`PartialImport`]).
+    /// Deliveries owed are written as by [`Store::import`].
+    async fn import_batched(&self, source: ReadingSource, outbox: hooks::Outbox)
+    -> Result<ImportReport, PartialImport>;
 
     /// Removes the readings of device `device_id` within `range`
     /// (inclusive), atomically, and says what was removed.
@@ -91,31 +141,17 @@ pub trait Store: Send + Sync {
     /// falls in is trimmed, a batch per transaction.
     async fn expire_readings(&self, default: Retention, now: i64) -> StoreResult<RetentionReport>;
 
-    /// Up to `limit` stored hours of device `device_pk` from hour `from` to
-    /// hour `to` (inclusive), in order, as stored (aggregated reads).
-    async fn read_hours(&self, device_pk: i64, from: i64, to: i64, limit: usize) -> StoreResult<Vec<StoredHour>>;
-
-    /// The device `device_id` visible in `scope` with the newest reading of
-    /// each of its sensors that ever reported, by idx; `None` if the device
-    /// is not visible. Read from an index kept by every write (a few rows
-    /// whatever the history's length), in one round trip.
-    async fn latest(&self, scope: Scope, device_id: &str) -> StoreResult<Option<(DeviceHandle, Vec<LatestValue>)>>;
-
     /// Rewrites the stored hours that have no summaries (written before
     /// aggregated reads used them) with summaries, `batch` hours read per
     /// transaction, pausing between them; the readings are unchanged.
     /// Returns how many hours were rewritten. Safe to run again or to stop:
     /// each transaction commits on its own.
     async fn add_hour_summaries(&self, batch: usize) -> StoreResult<u64>;
+}
 
-    /// Streams the readings of `device` within `range` (inclusive), oldest first.
-    fn read_readings(&self, device: &DeviceHandle, range: TimeRange) -> ReadingStream;
-
-    /// The device `device_id` visible in `scope` with the first batch of its
-    /// readings in `range` and a stream of the rest; `None` if the device is
-    /// not visible. Backends do it in one round trip where they can.
-    async fn read_window(&self, scope: Scope, device_id: &str, range: TimeRange) -> StoreResult<Option<Window>>;
-
+/// Accounts, devices and keys: `apply`'s document and the admin commands.
+#[async_trait]
+pub trait Provisioning: Send + Sync {
     /// Makes a provisioning document true, atomically: all of it or nothing.
     async fn apply(&self, doc: Provision, readings: Vec<ReadingInput>) -> StoreResult<ApplyReport> {
         self.apply_with_hooks(doc, readings, None).await
@@ -131,26 +167,6 @@ pub trait Store: Send + Sync {
         hooks: Option<hooks::ProvisionedHooks>,
     ) -> StoreResult<ApplyReport>;
 
-    /// Stores readings, atomically: all of them or, on the first error,
-    /// none. With [`hooks::Outbox::Deliver`], the deliveries they owe to
-    /// subscriptions are written in the same transaction.
-    async fn import(&self, source: ReadingSource, outbox: hooks::Outbox) -> StoreResult<ImportReport>;
-
-    /// Stores one reading (webhook ingest), durably, before it returns.
-    /// Backends may commit readings that arrive together in one transaction
-    /// (group commit); a refused reading is refused alone.
-    async fn ingest(&self, reading: ReadingInput) -> StoreResult<()> {
-        self.import(Box::new(std::iter::once(Ok(reading))), hooks::Outbox::Deliver).await.map(|_| ())
-    }
-
-    /// Stores readings in transactions of at most [`IMPORT_COMMIT_EVERY`]
-    /// each, pausing [`IMPORT_PAUSE`] after each commit, so that a long
-    /// import never holds the database's writes for long. The first error
-    /// stops it; what was committed before stays ([`PartialImport`]).
-    /// Deliveries owed are written as by [`Store::import`].
-    async fn import_batched(&self, source: ReadingSource, outbox: hooks::Outbox)
-    -> Result<ImportReport, PartialImport>;
-
     /// Whether the store holds no account and no device (demo data may go in).
     async fn is_empty(&self) -> StoreResult<bool>;
 
@@ -164,22 +180,15 @@ pub trait Store: Send + Sync {
     /// when exactly one key has that prefix. Returns the prefix of the revoked key.
     async fn revoke_api_key(&self, id_or_prefix: &str) -> StoreResult<String>;
 
-    /// Every row but readings, by natural key, sorted (for `copy`).
-    async fn export(&self) -> StoreResult<Installation>;
+    /// Gives every account write permission on every device it sees: the
+    /// behaviour before write grants existed, for operators who choose to
+    /// keep it on upgrade. Returns how many grants were added.
+    async fn grant_write_to_viewers(&self) -> StoreResult<u64>;
+}
 
-    /// How many hours of readings are stored, over all devices (the total of `copy`'s progress).
-    async fn export_hour_count(&self) -> StoreResult<u64>;
-
-    /// Up to `limit` stored hours of device `device_id` after hour `after`, in order.
-    async fn export_hours(&self, device_id: &str, after: Option<i64>, limit: usize) -> StoreResult<Vec<StoredHour>>;
-
-    /// Adds an installation's rows, atomically. Refuses (writing nothing)
-    /// when an account, device or key of it already exists here.
-    async fn restore(&self, rows: Installation) -> StoreResult<()>;
-
-    /// Adds stored hours of device `device_id` as they are, atomically.
-    async fn restore_hours(&self, device_id: &str, hours: Vec<StoredHour>) -> StoreResult<()>;
-
+/// Outgoing webhooks: subscriptions, and the outbox their deliveries wait in.
+#[async_trait]
+pub trait Deliveries: Send + Sync {
     /// Adds a webhook subscription. Refuses an unknown account, a device
     /// the account does not see, or an id already taken.
     async fn add_subscription(&self, sub: hooks::NewSubscription) -> StoreResult<()>;
@@ -239,3 +248,28 @@ pub trait Store: Send + Sync {
     /// (ms); returns how many.
     async fn prune_failed_deliveries(&self, before: i64) -> StoreResult<u64>;
 }
+
+/// A whole installation out and in again (`sensorhub copy`).
+#[async_trait]
+pub trait Copying: Send + Sync {
+    /// Every row but readings, by natural key, sorted (for `copy`).
+    async fn export(&self) -> StoreResult<Installation>;
+
+    /// How many hours of readings are stored, over all devices (the total of `copy`'s progress).
+    async fn export_hour_count(&self) -> StoreResult<u64>;
+
+    /// Up to `limit` stored hours of device `device_id` after hour `after`, in order.
+    async fn export_hours(&self, device_id: &str, after: Option<i64>, limit: usize) -> StoreResult<Vec<StoredHour>>;
+
+    /// Adds an installation's rows, atomically. Refuses (writing nothing)
+    /// when an account, device or key of it already exists here.
+    async fn restore(&self, rows: Installation) -> StoreResult<()>;
+
+    /// Adds stored hours of device `device_id` as they are, atomically.
+    async fn restore_hours(&self, device_id: &str, hours: Vec<StoredHour>) -> StoreResult<()>;
+}
+
+/// Everything sensorhub keeps: every capability at once.
+pub trait Store: Health + Access + Reads + ReadingWrites + Provisioning + Deliveries + Copying {}
+
+impl<T: Health + Access + Reads + ReadingWrites + Provisioning + Deliveries + Copying> Store for T {}

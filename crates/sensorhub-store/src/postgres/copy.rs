@@ -2,9 +2,11 @@
 //! `sensorhub copy`: rows by natural key, ids renumbered on the way in,
 //! hours of readings sent with binary `COPY`.
 
+use super::PgStore;
 use super::tx::PgTx;
 use super::write::begin_bulk;
 use crate::{AccountDeviceRow, AccountRow, DeviceRow, Installation, KeyRow, SensorRow, StoreResult, StoredHour};
+use async_trait::async_trait;
 use deadpool_postgres::{Client, GenericClient};
 use sensorhub_core::model::SensorMeta;
 use tokio_postgres::Row;
@@ -125,4 +127,29 @@ pub(super) async fn restore_hours(c: &mut Client, device_id: &str, hours: Vec<St
     crate::write::copy::restore_hours(&PgTx::new(&tx), device_id, hours).await?;
     tx.commit().await?;
     Ok(())
+}
+
+#[async_trait]
+impl crate::store::Copying for PgStore {
+    async fn export(&self) -> StoreResult<Installation> {
+        export(&mut self.pool.get().await?).await
+    }
+
+    async fn export_hour_count(&self) -> StoreResult<u64> {
+        export_hour_count(&self.pool.get().await?).await
+    }
+
+    async fn export_hours(&self, device_id: &str, after: Option<i64>, limit: usize) -> StoreResult<Vec<StoredHour>> {
+        export_hours(&self.pool.get().await?, device_id, after, limit).await
+    }
+
+    async fn restore(&self, rows: Installation) -> StoreResult<()> {
+        let _writer = self.writer().await?;
+        restore(&mut self.pool.get().await?, rows).await
+    }
+
+    async fn restore_hours(&self, device_id: &str, hours: Vec<StoredHour>) -> StoreResult<()> {
+        let _writer = self.writer().await?;
+        restore_hours(&mut self.pool.get().await?, device_id, hours).await
+    }
 }

@@ -15,20 +15,9 @@ mod tx;
 mod upgrade;
 mod write;
 
-use crate::hooks::{ClaimRequest, Claimed, DeliveryRecord, Finished, Outbox, Replay};
-use crate::{
-    AccountAuth, AccountSummary, ApiKeyAuth, ApiKeySummary, ApplyReport, DeleteReport, DeviceHandle,
-    IMPORT_COMMIT_EVERY, ImportReport, Installation, LatestValue, PartialImport, PoolStatus, ReadingSource,
-    ReadingStream, RetentionReport, Scope, Store, StoreError, StoreResult, StoredHour, WebhookKeyAuth, Window, batches,
-    fact_key,
-};
+use crate::{PoolStatus, StoreError, StoreResult, fact_key};
 use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
-use sensorhub_core::model::{Device, ReadingInput};
-use sensorhub_core::provision::Provision;
-use sensorhub_core::retention::Retention;
-use sensorhub_core::secret::KeyDigest;
-use sensorhub_core::time::TimeRange;
 use tokio_postgres::NoTls;
 
 /// Migrations in order; the table `sensorhub_schema` records how many ran.
@@ -207,14 +196,15 @@ impl PgStore {
 }
 
 #[async_trait]
-impl Store for PgStore {
+impl crate::store::Health for PgStore {
     async fn ping(&self) -> StoreResult<()> {
         self.ping.get().await?.query_one("SELECT 1", &[]).await?;
         Ok(())
     }
 
-    async fn access_generation(&self) -> StoreResult<i64> {
-        read::access_generation(&self.pool.get().await?).await
+    fn pool_status(&self) -> PoolStatus {
+        let s = self.pool.status();
+        PoolStatus { max: s.max_size, in_use: s.size.saturating_sub(s.available), idle: s.available }
     }
 
     async fn installation_id(&self) -> StoreResult<String> {
@@ -237,226 +227,6 @@ impl Store for PgStore {
             .await?;
         Ok(())
     }
-
-    async fn account_auth(&self, username: &str) -> StoreResult<Option<AccountAuth>> {
-        read::account_auth(&self.pool.get().await?, username).await
-    }
-
-    async fn api_key_auth(&self, digest: &KeyDigest) -> StoreResult<Option<ApiKeyAuth>> {
-        read::api_key_auth(&self.pool.get().await?, digest).await
-    }
-
-    async fn webhook_key_auth(&self, digest: &KeyDigest) -> StoreResult<Option<WebhookKeyAuth>> {
-        read::webhook_key_auth(&self.pool.get().await?, digest).await
-    }
-
-    fn pool_status(&self) -> PoolStatus {
-        let s = self.pool.status();
-        PoolStatus { max: s.max_size, in_use: s.size.saturating_sub(s.available), idle: s.available }
-    }
-
-    fn observe(&self, observer: std::sync::Arc<dyn crate::observe::AfterCommit>) {
-        self.observers.add(observer);
-    }
-
-    async fn list_devices(&self, scope: Scope) -> StoreResult<Vec<Device>> {
-        read::list_devices(&self.pool.get().await?, scope).await
-    }
-
-    async fn find_device(&self, scope: Scope, device_id: &str) -> StoreResult<Option<DeviceHandle>> {
-        read::find_device(&self.pool.get().await?, scope, device_id).await
-    }
-
-    async fn may_write(&self, account_id: i64, device_pk: i64) -> StoreResult<bool> {
-        read::may_write(&self.pool.get().await?, account_id, device_pk).await
-    }
-
-    async fn grant_write_to_viewers(&self) -> StoreResult<u64> {
-        let _writer = self.writer().await?;
-        write::grant_write_to_viewers(&mut self.pool.get().await?).await
-    }
-
-    async fn delete_readings(&self, device_id: &str, range: TimeRange) -> StoreResult<DeleteReport> {
-        let _writer = self.writer().await?;
-        write::delete_readings(&mut self.pool.get().await?, device_id, range).await
-    }
-
-    async fn expire_readings(&self, default: Retention, now: i64) -> StoreResult<RetentionReport> {
-        let settings = retention::settings(&self.pool.get().await?).await?;
-        crate::expire_in_steps(settings, default, now, |pk, cutoff| async move {
-            let _writer = self.writer().await?;
-            retention::expire_batch(&mut self.pool.get().await?, pk, cutoff).await
-        })
-        .await
-    }
-
-    async fn read_hours(&self, device_pk: i64, from: i64, to: i64, limit: usize) -> StoreResult<Vec<StoredHour>> {
-        read::read_hours(&self.pool.get().await?, device_pk, from, to, limit).await
-    }
-
-    async fn latest(&self, scope: Scope, device_id: &str) -> StoreResult<Option<(DeviceHandle, Vec<LatestValue>)>> {
-        latest::read(&self.pool.get().await?, scope, device_id).await
-    }
-
-    async fn add_hour_summaries(&self, batch: usize) -> StoreResult<u64> {
-        let (mut after, mut total) = (None, 0);
-        loop {
-            let (next, rewritten) = {
-                let _writer = self.writer().await?;
-                write::add_hour_summaries(&mut self.pool.get().await?, after, batch).await?
-            };
-            total += rewritten;
-            match next {
-                Some(hour) => after = Some(hour),
-                None => return Ok(total),
-            }
-            tokio::time::sleep(crate::IMPORT_PAUSE).await;
-        }
-    }
-
-    fn read_readings(&self, device: &DeviceHandle, range: TimeRange) -> ReadingStream {
-        stream_from(self.pool.clone(), device.pk, Some(range.start), range.end)
-    }
-
-    async fn read_window(&self, scope: Scope, device_id: &str, range: TimeRange) -> StoreResult<Option<Window>> {
-        let client = self.pool.get().await?;
-        let head = read::window_head(&client, scope, device_id, range.start, range.end, batches::FIRST_BATCH).await?;
-        let Some((device, first)) = head else { return Ok(None) };
-        drop(client);
-        let (pool, pk) = (self.pool.clone(), device.pk);
-        Ok(Some(Window::after_first(device, first, range.end, |next| stream_from(pool, pk, next, range.end))))
-    }
-
-    async fn apply_with_hooks(
-        &self,
-        doc: Provision,
-        readings: Vec<ReadingInput>,
-        hooks: Option<crate::hooks::ProvisionedHooks>,
-    ) -> StoreResult<ApplyReport> {
-        let apply = |readings| async move {
-            let _writer = self.writer().await?;
-            write::apply(&mut self.pool.get().await?, doc, readings, hooks).await
-        };
-        self.observers.all(readings, apply).await
-    }
-
-    async fn import(&self, source: ReadingSource, outbox: Outbox) -> StoreResult<ImportReport> {
-        let import = |source| async move {
-            let _writer = self.writer().await?;
-            Ok(write::import(&mut self.pool.get().await?, source, None, outbox).await?.0)
-        };
-        self.observers.import(source, import).await
-    }
-
-    async fn ingest(&self, reading: ReadingInput) -> StoreResult<()> {
-        self.observers.one(reading, |reading| self.group.write(reading)).await
-    }
-
-    async fn import_batched(&self, source: ReadingSource, outbox: Outbox) -> Result<ImportReport, PartialImport> {
-        let steps = |source| {
-            crate::import_in_steps(source, |source| async move {
-                let _writer = self.writer().await?;
-                write::import(&mut self.pool.get().await?, source, Some(IMPORT_COMMIT_EVERY), outbox).await
-            })
-        };
-        self.observers.import_batched(source, steps).await
-    }
-
-    async fn is_empty(&self) -> StoreResult<bool> {
-        read::is_empty(&self.pool.get().await?).await
-    }
-
-    async fn accounts(&self) -> StoreResult<Vec<AccountSummary>> {
-        read::accounts(&self.pool.get().await?).await
-    }
-
-    async fn api_keys(&self) -> StoreResult<Vec<ApiKeySummary>> {
-        read::api_keys(&self.pool.get().await?).await
-    }
-
-    async fn revoke_api_key(&self, id_or_prefix: &str) -> StoreResult<String> {
-        let _writer = self.writer().await?;
-        write::revoke_api_key(&mut self.pool.get().await?, id_or_prefix).await
-    }
-
-    async fn export(&self) -> StoreResult<Installation> {
-        copy::export(&mut self.pool.get().await?).await
-    }
-
-    async fn export_hour_count(&self) -> StoreResult<u64> {
-        copy::export_hour_count(&self.pool.get().await?).await
-    }
-
-    async fn export_hours(&self, device_id: &str, after: Option<i64>, limit: usize) -> StoreResult<Vec<StoredHour>> {
-        copy::export_hours(&self.pool.get().await?, device_id, after, limit).await
-    }
-
-    async fn restore(&self, rows: Installation) -> StoreResult<()> {
-        let _writer = self.writer().await?;
-        copy::restore(&mut self.pool.get().await?, rows).await
-    }
-
-    async fn restore_hours(&self, device_id: &str, hours: Vec<StoredHour>) -> StoreResult<()> {
-        let _writer = self.writer().await?;
-        copy::restore_hours(&mut self.pool.get().await?, device_id, hours).await
-    }
-
-    async fn add_subscription(&self, sub: crate::hooks::NewSubscription) -> StoreResult<()> {
-        let _writer = self.writer().await?;
-        hooks::add(&mut self.pool.get().await?, sub).await
-    }
-
-    async fn subscriptions(&self) -> StoreResult<Vec<crate::hooks::Subscription>> {
-        hooks::list(&self.pool.get().await?).await
-    }
-
-    async fn remove_subscription(&self, id: &str) -> StoreResult<()> {
-        let _writer = self.writer().await?;
-        hooks::remove(&mut self.pool.get().await?, id).await
-    }
-
-    async fn replace_subscription_secret(&self, id: &str, sealed_secret: Vec<u8>) -> StoreResult<()> {
-        let _writer = self.writer().await?;
-        hooks::set_secret(&mut self.pool.get().await?, id, &sealed_secret).await
-    }
-
-    async fn set_subscription_enabled(&self, id: &str, enabled: bool) -> StoreResult<()> {
-        let _writer = self.writer().await?;
-        hooks::set_enabled(&mut self.pool.get().await?, id, enabled).await
-    }
-
-    async fn claim_deliveries(&self, now: i64, lease: i64, req: &ClaimRequest) -> StoreResult<Claimed> {
-        outbox::claim(&mut self.pool.get().await?, now, lease, req).await
-    }
-
-    async fn finish_deliveries(&self, now: i64, done: Vec<Finished>) -> StoreResult<()> {
-        outbox::finish(&mut self.pool.get().await?, now, &done).await
-    }
-
-    async fn deliveries(&self, id: &str, failed_only: bool) -> StoreResult<Vec<DeliveryRecord>> {
-        outbox::list(&self.pool.get().await?, id, failed_only).await
-    }
-
-    async fn replay_deliveries(&self, id: &str, which: Replay, now: i64) -> StoreResult<u64> {
-        outbox::replay(&mut self.pool.get().await?, id, which, now).await
-    }
-
-    async fn outbox_backlog(&self) -> StoreResult<u64> {
-        outbox::backlog(&self.pool.get().await?).await
-    }
-
-    async fn prune_failed_deliveries(&self, before: i64) -> StoreResult<u64> {
-        outbox::prune_failed(&self.pool.get().await?, before).await
-    }
-}
-
-/// Streams readings of `device_pk` from `next` to `end`, one pooled
-/// connection per batch ([`crate::batches`]).
-fn stream_from(pool: Pool, device_pk: i64, next: Option<i64>, end: i64) -> ReadingStream {
-    batches::stream_from(next, end, batches::REMOTE_BATCH_READINGS, move |from, end, limit| {
-        let pool = pool.clone();
-        async move { read::read_batch(&pool.get().await?, device_pk, from, end, limit).await }
-    })
 }
 
 #[cfg(test)]

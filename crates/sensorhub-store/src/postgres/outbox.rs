@@ -3,6 +3,7 @@
 //! row goes to one claimer), finished, listed and replayed. None of this
 //! takes the write lock that readings' writes hold.
 
+use super::PgStore;
 use crate::decide::claim;
 use crate::decide::outbox::OutboxRow;
 use crate::hooks::{
@@ -10,6 +11,7 @@ use crate::hooks::{
     SENSOR_DATA, batch_room, failing_changes, no_such_subscription,
 };
 use crate::{StoreError, StoreResult};
+use async_trait::async_trait;
 use deadpool_postgres::{Client, GenericClient, Transaction};
 
 /// The enabled subscriptions to sensor data of enabled accounts that
@@ -302,4 +304,55 @@ pub(super) async fn backlog(c: &impl GenericClient) -> StoreResult<u64> {
 
 pub(super) async fn prune_failed(c: &impl GenericClient, before: i64) -> StoreResult<u64> {
     Ok(c.execute("DELETE FROM outbox WHERE state IN ('failed', 'dropped') AND created_at < $1", &[&before]).await?)
+}
+
+#[async_trait]
+impl crate::store::Deliveries for PgStore {
+    async fn add_subscription(&self, sub: crate::hooks::NewSubscription) -> StoreResult<()> {
+        let _writer = self.writer().await?;
+        super::hooks::add(&mut self.pool.get().await?, sub).await
+    }
+
+    async fn subscriptions(&self) -> StoreResult<Vec<crate::hooks::Subscription>> {
+        super::hooks::list(&self.pool.get().await?).await
+    }
+
+    async fn remove_subscription(&self, id: &str) -> StoreResult<()> {
+        let _writer = self.writer().await?;
+        super::hooks::remove(&mut self.pool.get().await?, id).await
+    }
+
+    async fn replace_subscription_secret(&self, id: &str, sealed_secret: Vec<u8>) -> StoreResult<()> {
+        let _writer = self.writer().await?;
+        super::hooks::set_secret(&mut self.pool.get().await?, id, &sealed_secret).await
+    }
+
+    async fn set_subscription_enabled(&self, id: &str, enabled: bool) -> StoreResult<()> {
+        let _writer = self.writer().await?;
+        super::hooks::set_enabled(&mut self.pool.get().await?, id, enabled).await
+    }
+
+    async fn claim_deliveries(&self, now: i64, lease: i64, req: &ClaimRequest) -> StoreResult<Claimed> {
+        claim(&mut self.pool.get().await?, now, lease, req).await
+    }
+
+    async fn finish_deliveries(&self, now: i64, done: Vec<Finished>) -> StoreResult<()> {
+        finish(&mut self.pool.get().await?, now, &done).await
+    }
+
+    async fn deliveries(&self, id: &str, failed_only: bool) -> StoreResult<Vec<DeliveryRecord>> {
+        list(&self.pool.get().await?, id, failed_only).await
+    }
+
+    async fn replay_deliveries(&self, id: &str, which: Replay, now: i64) -> StoreResult<u64> {
+        replay(&mut self.pool.get().await?, id, which, now).await
+    }
+
+    async fn outbox_backlog(&self) -> StoreResult<u64> {
+        backlog(&self.pool.get().await?).await
+    }
+
+    async fn prune_failed_deliveries(&self, before: i64) -> StoreResult<u64> {
+        prune_failed(&self.pool.get().await?, before).await
+    }
 }

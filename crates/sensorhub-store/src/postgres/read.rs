@@ -1,6 +1,7 @@
 //! Read queries of the PostgreSQL backend. Statements are prepared once per
 //! pooled connection (`prepare_cached`).
 
+use super::PgStore;
 use crate::StoredHour;
 use crate::chunk::{self, chunk_of};
 use crate::decide::malformed;
@@ -8,10 +9,14 @@ use crate::{
     AccountAuth, AccountSummary, ApiKeyAuth, ApiKeySummary, DeviceHandle, ReadingBatch, Scope, StoreResult,
     WebhookKeyAuth,
 };
+use crate::{LatestValue, ReadingStream, Window};
+use async_trait::async_trait;
 use deadpool_postgres::GenericClient;
 use sensorhub_core::model::{Device, SensorMeta};
 use sensorhub_core::secret::KeyDigest;
 use std::collections::HashMap;
+
+use sensorhub_core::time::TimeRange;
 
 pub(super) async fn account_auth(c: &impl GenericClient, username: &str) -> StoreResult<Option<AccountAuth>> {
     let stmt = c.prepare_cached("SELECT id, password_hash, disabled FROM accounts WHERE username = $1").await?;
@@ -378,4 +383,68 @@ pub(super) async fn api_keys(c: &impl GenericClient) -> StoreResult<Vec<ApiKeySu
         }
     }
     Ok(out.into_iter().map(|(_, k)| k).collect())
+}
+
+#[async_trait]
+impl crate::store::Access for PgStore {
+    async fn account_auth(&self, username: &str) -> StoreResult<Option<AccountAuth>> {
+        account_auth(&self.pool.get().await?, username).await
+    }
+
+    async fn api_key_auth(&self, digest: &KeyDigest) -> StoreResult<Option<ApiKeyAuth>> {
+        api_key_auth(&self.pool.get().await?, digest).await
+    }
+
+    async fn webhook_key_auth(&self, digest: &KeyDigest) -> StoreResult<Option<WebhookKeyAuth>> {
+        webhook_key_auth(&self.pool.get().await?, digest).await
+    }
+
+    async fn access_generation(&self) -> StoreResult<i64> {
+        access_generation(&self.pool.get().await?).await
+    }
+
+    async fn may_write(&self, account_id: i64, device_pk: i64) -> StoreResult<bool> {
+        may_write(&self.pool.get().await?, account_id, device_pk).await
+    }
+}
+
+#[async_trait]
+impl crate::store::Reads for PgStore {
+    async fn list_devices(&self, scope: Scope) -> StoreResult<Vec<Device>> {
+        list_devices(&self.pool.get().await?, scope).await
+    }
+
+    async fn find_device(&self, scope: Scope, device_id: &str) -> StoreResult<Option<DeviceHandle>> {
+        find_device(&self.pool.get().await?, scope, device_id).await
+    }
+
+    async fn latest(&self, scope: Scope, device_id: &str) -> StoreResult<Option<(DeviceHandle, Vec<LatestValue>)>> {
+        super::latest::read(&self.pool.get().await?, scope, device_id).await
+    }
+
+    async fn read_window(&self, scope: Scope, device_id: &str, range: TimeRange) -> StoreResult<Option<Window>> {
+        let client = self.pool.get().await?;
+        let head = window_head(&client, scope, device_id, range.start, range.end, crate::batches::FIRST_BATCH).await?;
+        let Some((device, first)) = head else { return Ok(None) };
+        drop(client);
+        let (pool, pk) = (self.pool.clone(), device.pk);
+        Ok(Some(Window::after_first(device, first, range.end, |next| stream_from(pool, pk, next, range.end))))
+    }
+
+    fn read_readings(&self, device: &DeviceHandle, range: TimeRange) -> ReadingStream {
+        stream_from(self.pool.clone(), device.pk, Some(range.start), range.end)
+    }
+
+    async fn read_hours(&self, device_pk: i64, from: i64, to: i64, limit: usize) -> StoreResult<Vec<StoredHour>> {
+        read_hours(&self.pool.get().await?, device_pk, from, to, limit).await
+    }
+}
+
+/// Streams readings of `device_pk` from `next` to `end`, one pooled
+/// connection per batch ([`crate::batches`]).
+fn stream_from(pool: deadpool_postgres::Pool, device_pk: i64, next: Option<i64>, end: i64) -> ReadingStream {
+    crate::batches::stream_from(next, end, crate::batches::REMOTE_BATCH_READINGS, move |from, end, limit| {
+        let pool = pool.clone();
+        async move { read_batch(&pool.get().await?, device_pk, from, end, limit).await }
+    })
 }

@@ -5,15 +5,21 @@
 //! readings go in with `COPY … FROM STDIN (FORMAT binary)` into a staging
 //! table, then one `INSERT … ON CONFLICT` moves them into place.
 
+use super::PgStore;
 use super::tx::PgTx;
 use crate::hooks::{Outbox, ProvisionedHooks};
 use crate::write::readings::{self};
 use crate::write::{provision, remove};
 use crate::{ApplyReport, DeleteReport, ImportReport, ReadingSource, StoreResult};
+use async_trait::async_trait;
 use deadpool_postgres::{Client, GenericClient, Transaction};
 use sensorhub_core::model::ReadingInput;
 use sensorhub_core::provision::Provision;
 use sensorhub_core::time::TimeRange;
+
+use crate::{AccountSummary, ApiKeySummary, IMPORT_COMMIT_EVERY, PartialImport, RetentionReport};
+
+use sensorhub_core::retention::Retention;
 
 /// The advisory lock every writing transaction holds ("writes").
 const WRITE_LOCK: i64 = 0x7772_6974_6573;
@@ -109,4 +115,101 @@ pub(super) async fn add_hour_summaries(
     let out = remove::add_hour_summaries(&PgTx::new(&tx), after, batch).await?;
     tx.commit().await?;
     Ok(out)
+}
+
+#[async_trait]
+impl crate::store::ReadingWrites for PgStore {
+    fn observe(&self, observer: std::sync::Arc<dyn crate::observe::AfterCommit>) {
+        self.observers.add(observer);
+    }
+
+    async fn ingest(&self, reading: ReadingInput) -> StoreResult<()> {
+        self.observers.one(reading, |reading| self.group.write(reading)).await
+    }
+
+    async fn import(&self, source: ReadingSource, outbox: Outbox) -> StoreResult<ImportReport> {
+        let import = |source| async move {
+            let _writer = self.writer().await?;
+            Ok(import(&mut self.pool.get().await?, source, None, outbox).await?.0)
+        };
+        self.observers.import(source, import).await
+    }
+
+    async fn import_batched(&self, source: ReadingSource, outbox: Outbox) -> Result<ImportReport, PartialImport> {
+        let steps = |source| {
+            crate::import_in_steps(source, |source| async move {
+                let _writer = self.writer().await?;
+                import(&mut self.pool.get().await?, source, Some(IMPORT_COMMIT_EVERY), outbox).await
+            })
+        };
+        self.observers.import_batched(source, steps).await
+    }
+
+    async fn delete_readings(&self, device_id: &str, range: TimeRange) -> StoreResult<DeleteReport> {
+        let _writer = self.writer().await?;
+        delete_readings(&mut self.pool.get().await?, device_id, range).await
+    }
+
+    async fn expire_readings(&self, default: Retention, now: i64) -> StoreResult<RetentionReport> {
+        let settings = super::retention::settings(&self.pool.get().await?).await?;
+        crate::expire_in_steps(settings, default, now, |pk, cutoff| async move {
+            let _writer = self.writer().await?;
+            super::retention::expire_batch(&mut self.pool.get().await?, pk, cutoff).await
+        })
+        .await
+    }
+
+    async fn add_hour_summaries(&self, batch: usize) -> StoreResult<u64> {
+        let (mut after, mut total) = (None, 0);
+        loop {
+            let (next, rewritten) = {
+                let _writer = self.writer().await?;
+                add_hour_summaries(&mut self.pool.get().await?, after, batch).await?
+            };
+            total += rewritten;
+            match next {
+                Some(hour) => after = Some(hour),
+                None => return Ok(total),
+            }
+            tokio::time::sleep(crate::IMPORT_PAUSE).await;
+        }
+    }
+}
+
+#[async_trait]
+impl crate::store::Provisioning for PgStore {
+    async fn apply_with_hooks(
+        &self,
+        doc: Provision,
+        readings: Vec<ReadingInput>,
+        hooks: Option<crate::hooks::ProvisionedHooks>,
+    ) -> StoreResult<ApplyReport> {
+        let apply = |readings| async move {
+            let _writer = self.writer().await?;
+            apply(&mut self.pool.get().await?, doc, readings, hooks).await
+        };
+        self.observers.all(readings, apply).await
+    }
+
+    async fn is_empty(&self) -> StoreResult<bool> {
+        super::read::is_empty(&self.pool.get().await?).await
+    }
+
+    async fn accounts(&self) -> StoreResult<Vec<AccountSummary>> {
+        super::read::accounts(&self.pool.get().await?).await
+    }
+
+    async fn api_keys(&self) -> StoreResult<Vec<ApiKeySummary>> {
+        super::read::api_keys(&self.pool.get().await?).await
+    }
+
+    async fn revoke_api_key(&self, id_or_prefix: &str) -> StoreResult<String> {
+        let _writer = self.writer().await?;
+        revoke_api_key(&mut self.pool.get().await?, id_or_prefix).await
+    }
+
+    async fn grant_write_to_viewers(&self) -> StoreResult<u64> {
+        let _writer = self.writer().await?;
+        grant_write_to_viewers(&mut self.pool.get().await?).await
+    }
 }

@@ -1,10 +1,12 @@
 //! Whole-installation export and restore of the SQLite backend, for
 //! `sensorhub copy`: rows by natural key, ids renumbered on the way in.
 
+use super::SqliteStore;
 use super::tx::begin;
 use super::tx::{SqliteTx, ready};
 use super::{hour_key, key_chunk};
 use crate::{AccountDeviceRow, AccountRow, DeviceRow, Installation, KeyRow, SensorRow, StoreResult, StoredHour};
+use async_trait::async_trait;
 use rusqlite::{Connection, params};
 use sensorhub_core::model::SensorMeta;
 
@@ -134,4 +136,29 @@ pub(super) fn restore_hours(c: &mut Connection, device_id: &str, hours: Vec<Stor
     ready(crate::write::copy::restore_hours(&SqliteTx(&tx), device_id, hours))?;
     tx.commit()?;
     Ok(())
+}
+
+#[async_trait]
+impl crate::store::Copying for SqliteStore {
+    async fn export(&self) -> StoreResult<Installation> {
+        self.reads.run(export).await
+    }
+
+    async fn export_hour_count(&self) -> StoreResult<u64> {
+        self.reads.run(export_hour_count).await
+    }
+
+    async fn export_hours(&self, device_id: &str, after: Option<i64>, limit: usize) -> StoreResult<Vec<StoredHour>> {
+        let id = device_id.to_owned();
+        self.reads.run(move |c| export_hours(c, &id, after, limit)).await
+    }
+
+    async fn restore(&self, rows: Installation) -> StoreResult<()> {
+        self.writes.run(move |c| restore(c, rows)).await
+    }
+
+    async fn restore_hours(&self, device_id: &str, hours: Vec<StoredHour>) -> StoreResult<()> {
+        let id = device_id.to_owned();
+        self.writes.run(move |c| restore_hours(c, &id, hours)).await
+    }
 }

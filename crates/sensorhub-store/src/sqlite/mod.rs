@@ -13,20 +13,9 @@ mod tx;
 mod upgrade;
 mod write;
 
-use crate::hooks::{ClaimRequest, Claimed, DeliveryRecord, Finished, Outbox, Replay};
-use crate::{
-    AccountAuth, AccountSummary, ApiKeyAuth, ApiKeySummary, ApplyReport, DeleteReport, DeviceHandle,
-    IMPORT_COMMIT_EVERY, ImportReport, Installation, LatestValue, PartialImport, PoolStatus, ReadingSource,
-    ReadingStream, RetentionReport, Scope, Store, StoreError, StoreResult, StoredHour, WebhookKeyAuth, Window,
-    fact_key,
-};
+use crate::{PoolStatus, StoreError, StoreResult, fact_key};
 use async_trait::async_trait;
 use pool::{Pool, Role};
-use sensorhub_core::model::{Device, ReadingInput};
-use sensorhub_core::provision::Provision;
-use sensorhub_core::retention::Retention;
-use sensorhub_core::secret::KeyDigest;
-use sensorhub_core::time::TimeRange;
 use std::path::Path;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -194,13 +183,14 @@ fn migrate(conn: &mut rusqlite::Connection) -> StoreResult<()> {
 }
 
 #[async_trait]
-impl Store for SqliteStore {
+impl crate::store::Health for SqliteStore {
     async fn ping(&self) -> StoreResult<()> {
         self.ping_now()
     }
 
-    async fn access_generation(&self) -> StoreResult<i64> {
-        self.reads.run_short(read::access_generation).await
+    fn pool_status(&self) -> PoolStatus {
+        let (r, w) = (self.reads.status(), self.writes.status());
+        PoolStatus { max: r.max + w.max, in_use: r.in_use + w.in_use, idle: r.idle + w.idle }
     }
 
     async fn installation_id(&self) -> StoreResult<String> {
@@ -224,230 +214,13 @@ impl Store for SqliteStore {
             })
             .await
     }
-
-    async fn account_auth(&self, username: &str) -> StoreResult<Option<AccountAuth>> {
-        let username = username.to_owned();
-        self.reads.run_short(move |c| read::account_auth(c, &username)).await
-    }
-
-    async fn api_key_auth(&self, digest: &KeyDigest) -> StoreResult<Option<ApiKeyAuth>> {
-        let digest = *digest;
-        self.reads.run_short(move |c| read::api_key_auth(c, &digest)).await
-    }
-
-    async fn webhook_key_auth(&self, digest: &KeyDigest) -> StoreResult<Option<WebhookKeyAuth>> {
-        let digest = *digest;
-        self.reads.run_short(move |c| read::webhook_key_auth(c, &digest)).await
-    }
-
-    fn pool_status(&self) -> PoolStatus {
-        let (r, w) = (self.reads.status(), self.writes.status());
-        PoolStatus { max: r.max + w.max, in_use: r.in_use + w.in_use, idle: r.idle + w.idle }
-    }
-
-    fn ingest_waiting(&self) -> usize {
-        self.ingest_waiting.load(Ordering::Relaxed)
-    }
-
-    fn observe(&self, observer: std::sync::Arc<dyn crate::observe::AfterCommit>) {
-        self.observers.add(observer);
-    }
-
-    async fn list_devices(&self, scope: Scope) -> StoreResult<Vec<Device>> {
-        self.reads.run_short(move |c| read::list_devices(c, scope)).await
-    }
-
-    async fn find_device(&self, scope: Scope, device_id: &str) -> StoreResult<Option<DeviceHandle>> {
-        let device_id = device_id.to_owned();
-        self.reads.run_short(move |c| read::find_device(c, scope, &device_id)).await
-    }
-
-    async fn may_write(&self, account_id: i64, device_pk: i64) -> StoreResult<bool> {
-        self.reads.run_short(move |c| read::may_write(c, account_id, device_pk)).await
-    }
-
-    async fn grant_write_to_viewers(&self) -> StoreResult<u64> {
-        self.writes.run(write::grant_write_to_viewers).await
-    }
-
-    async fn delete_readings(&self, device_id: &str, range: TimeRange) -> StoreResult<DeleteReport> {
-        let id = device_id.to_owned();
-        self.writes.run(move |c| write::delete_readings(c, &id, range)).await
-    }
-
-    async fn expire_readings(&self, default: Retention, now: i64) -> StoreResult<RetentionReport> {
-        let settings = self.reads.run(retention::settings).await?;
-        let mut total = crate::expire_in_steps(settings, default, now, |pk, cutoff| {
-            self.writes.run(move |c| retention::expire_batch(c, pk, cutoff))
-        })
-        .await?;
-        if !total.is_empty() {
-            total.returned = self.writes.run(retention::return_free_pages).await?;
-        }
-        Ok(total)
-    }
-
-    async fn read_hours(&self, device_pk: i64, from: i64, to: i64, limit: usize) -> StoreResult<Vec<StoredHour>> {
-        self.reads.run_short(move |c| read::read_hours(c, device_pk, from, to, limit)).await
-    }
-
-    async fn latest(&self, scope: Scope, device_id: &str) -> StoreResult<Option<(DeviceHandle, Vec<LatestValue>)>> {
-        let device_id = device_id.to_owned();
-        self.reads.run_short(move |c| latest::read(c, scope, &device_id)).await
-    }
-
-    async fn add_hour_summaries(&self, batch: usize) -> StoreResult<u64> {
-        let (mut after, mut total) = (None, 0);
-        loop {
-            let (next, rewritten) = self.writes.run(move |c| write::add_hour_summaries(c, after, batch)).await?;
-            total += rewritten;
-            match next {
-                Some(hour) => after = Some(hour),
-                None => return Ok(total),
-            }
-            tokio::time::sleep(crate::IMPORT_PAUSE).await;
-        }
-    }
-
-    fn read_readings(&self, device: &DeviceHandle, range: TimeRange) -> ReadingStream {
-        read::stream_from(self.reads.clone(), device.pk, Some(range.start), range.end)
-    }
-
-    async fn read_window(&self, scope: Scope, device_id: &str, range: TimeRange) -> StoreResult<Option<Window>> {
-        let id = device_id.to_owned();
-        let Some((device, first)) = self.reads.run_short(move |c| read::window_head(c, scope, &id, range)).await?
-        else {
-            return Ok(None);
-        };
-        let (reads, pk) = (self.reads.clone(), device.pk);
-        Ok(Some(Window::after_first(device, first, range.end, |next| read::stream_from(reads, pk, next, range.end))))
-    }
-
-    async fn apply_with_hooks(
-        &self,
-        doc: Provision,
-        readings: Vec<ReadingInput>,
-        hooks: Option<crate::hooks::ProvisionedHooks>,
-    ) -> StoreResult<ApplyReport> {
-        let apply = |readings| self.writes.run(move |c| write::apply(c, doc, readings, hooks));
-        self.observers.all(readings, apply).await
-    }
-
-    async fn import(&self, source: ReadingSource, outbox: Outbox) -> StoreResult<ImportReport> {
-        let _waiting = Waiting::enter(&self.ingest_waiting);
-        let import =
-            |source| async move { Ok(self.writes.run(move |c| write::import(c, source, None, outbox)).await?.0) };
-        self.observers.import(source, import).await
-    }
-
-    async fn ingest(&self, reading: ReadingInput) -> StoreResult<()> {
-        let _waiting = Waiting::enter(&self.ingest_waiting);
-        self.observers.one(reading, |reading| self.group.write(reading)).await
-    }
-
-    async fn import_batched(&self, source: ReadingSource, outbox: Outbox) -> Result<ImportReport, PartialImport> {
-        let _waiting = Waiting::enter(&self.ingest_waiting);
-        let steps = |source| {
-            crate::import_in_steps(source, |source| {
-                self.writes.run(move |c| write::import(c, source, Some(IMPORT_COMMIT_EVERY), outbox))
-            })
-        };
-        self.observers.import_batched(source, steps).await
-    }
-
-    async fn is_empty(&self) -> StoreResult<bool> {
-        self.reads.run(read::is_empty).await
-    }
-
-    async fn accounts(&self) -> StoreResult<Vec<AccountSummary>> {
-        self.reads.run(read::accounts).await
-    }
-
-    async fn api_keys(&self) -> StoreResult<Vec<ApiKeySummary>> {
-        self.reads.run(read::api_keys).await
-    }
-
-    async fn revoke_api_key(&self, id_or_prefix: &str) -> StoreResult<String> {
-        let id = id_or_prefix.to_owned();
-        self.writes.run(move |c| write::revoke_api_key(c, &id)).await
-    }
-
-    async fn export(&self) -> StoreResult<Installation> {
-        self.reads.run(copy::export).await
-    }
-
-    async fn export_hour_count(&self) -> StoreResult<u64> {
-        self.reads.run(copy::export_hour_count).await
-    }
-
-    async fn export_hours(&self, device_id: &str, after: Option<i64>, limit: usize) -> StoreResult<Vec<StoredHour>> {
-        let id = device_id.to_owned();
-        self.reads.run(move |c| copy::export_hours(c, &id, after, limit)).await
-    }
-
-    async fn restore(&self, rows: Installation) -> StoreResult<()> {
-        self.writes.run(move |c| copy::restore(c, rows)).await
-    }
-
-    async fn restore_hours(&self, device_id: &str, hours: Vec<StoredHour>) -> StoreResult<()> {
-        let id = device_id.to_owned();
-        self.writes.run(move |c| copy::restore_hours(c, &id, hours)).await
-    }
-
-    async fn add_subscription(&self, sub: crate::hooks::NewSubscription) -> StoreResult<()> {
-        self.writes.run(move |c| hooks::add(c, sub)).await
-    }
-
-    async fn subscriptions(&self) -> StoreResult<Vec<crate::hooks::Subscription>> {
-        self.reads.run(hooks::list).await
-    }
-
-    async fn remove_subscription(&self, id: &str) -> StoreResult<()> {
-        let id = id.to_owned();
-        self.writes.run(move |c| hooks::remove(c, &id)).await
-    }
-
-    async fn replace_subscription_secret(&self, id: &str, sealed_secret: Vec<u8>) -> StoreResult<()> {
-        let id = id.to_owned();
-        self.writes.run(move |c| hooks::set_secret(c, &id, &sealed_secret)).await
-    }
-
-    async fn set_subscription_enabled(&self, id: &str, enabled: bool) -> StoreResult<()> {
-        let id = id.to_owned();
-        self.writes.run(move |c| hooks::set_enabled(c, &id, enabled)).await
-    }
-
-    async fn claim_deliveries(&self, now: i64, lease: i64, req: &ClaimRequest) -> StoreResult<Claimed> {
-        let req = req.clone();
-        self.writes.run(move |c| outbox::claim(c, now, lease, &req)).await
-    }
-
-    async fn finish_deliveries(&self, now: i64, done: Vec<Finished>) -> StoreResult<()> {
-        self.writes.run(move |c| outbox::finish(c, now, &done)).await
-    }
-
-    async fn deliveries(&self, id: &str, failed_only: bool) -> StoreResult<Vec<DeliveryRecord>> {
-        let id = id.to_owned();
-        self.reads.run(move |c| outbox::list(c, &id, failed_only)).await
-    }
-
-    async fn replay_deliveries(&self, id: &str, which: Replay, now: i64) -> StoreResult<u64> {
-        let id = id.to_owned();
-        self.writes.run(move |c| outbox::replay(c, &id, which, now)).await
-    }
-
-    async fn outbox_backlog(&self) -> StoreResult<u64> {
-        self.reads.run(outbox::backlog).await
-    }
-
-    async fn prune_failed_deliveries(&self, before: i64) -> StoreResult<u64> {
-        self.writes.run(move |c| outbox::prune_failed(c, before)).await
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Scope;
+    use crate::prelude::*;
 
     #[tokio::test]
     async fn opening_creates_and_migrates_and_refuses_a_newer_schema() {

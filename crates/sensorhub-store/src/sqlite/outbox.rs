@@ -2,6 +2,7 @@
 //! by the worker (one writer: a claim is one transaction), finished,
 //! listed and replayed.
 
+use super::SqliteStore;
 use super::tx::begin;
 use crate::decide::claim;
 use crate::hooks::{
@@ -9,6 +10,7 @@ use crate::hooks::{
     batch_room, failing_changes, no_such_subscription,
 };
 use crate::{StoreError, StoreResult};
+use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, params};
 
 pub(super) fn claim(c: &mut Connection, now: i64, lease: i64, req: &ClaimRequest) -> StoreResult<Claimed> {
@@ -240,4 +242,57 @@ pub(super) fn prune_failed(c: &mut Connection, before: i64) -> StoreResult<u64> 
     let n = tx.execute("DELETE FROM outbox WHERE state IN ('failed', 'dropped') AND created_at < ?1", [before])?;
     tx.commit()?;
     Ok(n as u64)
+}
+
+#[async_trait]
+impl crate::store::Deliveries for SqliteStore {
+    async fn add_subscription(&self, sub: crate::hooks::NewSubscription) -> StoreResult<()> {
+        self.writes.run(move |c| super::hooks::add(c, sub)).await
+    }
+
+    async fn subscriptions(&self) -> StoreResult<Vec<crate::hooks::Subscription>> {
+        self.reads.run(super::hooks::list).await
+    }
+
+    async fn remove_subscription(&self, id: &str) -> StoreResult<()> {
+        let id = id.to_owned();
+        self.writes.run(move |c| super::hooks::remove(c, &id)).await
+    }
+
+    async fn replace_subscription_secret(&self, id: &str, sealed_secret: Vec<u8>) -> StoreResult<()> {
+        let id = id.to_owned();
+        self.writes.run(move |c| super::hooks::set_secret(c, &id, &sealed_secret)).await
+    }
+
+    async fn set_subscription_enabled(&self, id: &str, enabled: bool) -> StoreResult<()> {
+        let id = id.to_owned();
+        self.writes.run(move |c| super::hooks::set_enabled(c, &id, enabled)).await
+    }
+
+    async fn claim_deliveries(&self, now: i64, lease: i64, req: &ClaimRequest) -> StoreResult<Claimed> {
+        let req = req.clone();
+        self.writes.run(move |c| claim(c, now, lease, &req)).await
+    }
+
+    async fn finish_deliveries(&self, now: i64, done: Vec<Finished>) -> StoreResult<()> {
+        self.writes.run(move |c| finish(c, now, &done)).await
+    }
+
+    async fn deliveries(&self, id: &str, failed_only: bool) -> StoreResult<Vec<DeliveryRecord>> {
+        let id = id.to_owned();
+        self.reads.run(move |c| list(c, &id, failed_only)).await
+    }
+
+    async fn replay_deliveries(&self, id: &str, which: Replay, now: i64) -> StoreResult<u64> {
+        let id = id.to_owned();
+        self.writes.run(move |c| replay(c, &id, which, now)).await
+    }
+
+    async fn outbox_backlog(&self) -> StoreResult<u64> {
+        self.reads.run(backlog).await
+    }
+
+    async fn prune_failed_deliveries(&self, before: i64) -> StoreResult<u64> {
+        self.writes.run(move |c| prune_failed(c, before)).await
+    }
 }

@@ -1,13 +1,15 @@
 //! Read queries of the SQLite backend.
 
+use super::SqliteStore;
 use super::pool::Pool;
 use super::{hour_key, key_chunk};
-use crate::batches;
 use crate::chunk::{self, chunk_of};
 use crate::{
     AccountAuth, AccountSummary, ApiKeyAuth, ApiKeySummary, DeviceHandle, ReadingBatch, ReadingStream, Scope,
     StoreResult, StoredHour, WebhookKeyAuth,
 };
+use crate::{LatestValue, Window};
+use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, params};
 use sensorhub_core::model::{Device, SensorMeta};
 use sensorhub_core::secret::KeyDigest;
@@ -145,7 +147,7 @@ pub(super) fn device_sensors(c: &Connection, pk: i64) -> StoreResult<Vec<SensorM
 
 /// Streams readings of `device_pk` from `next` to `end` in batches ([`crate::batches`]).
 pub(super) fn stream_from(pool: Pool, device_pk: i64, next: Option<i64>, end: i64) -> ReadingStream {
-    batches::stream_from(next, end, batches::BATCH_READINGS, move |from, end, limit| {
+    crate::batches::stream_from(next, end, crate::batches::BATCH_READINGS, move |from, end, limit| {
         let pool = pool.clone();
         async move { pool.run_short(move |c| read_batch(c, device_pk, from, end, limit)).await }
     })
@@ -159,7 +161,7 @@ pub(super) fn window_head(
     range: TimeRange,
 ) -> StoreResult<Option<(DeviceHandle, ReadingBatch)>> {
     let Some(device) = find_device(c, scope, device_id)? else { return Ok(None) };
-    let first = read_batch(c, device.pk, range.start, range.end, batches::FIRST_BATCH)?;
+    let first = read_batch(c, device.pk, range.start, range.end, crate::batches::FIRST_BATCH)?;
     Ok(Some((device, first)))
 }
 
@@ -271,4 +273,64 @@ pub(super) fn api_keys(c: &mut Connection) -> StoreResult<Vec<ApiKeySummary>> {
         }
     }
     Ok(out.into_iter().map(|(_, k)| k).collect())
+}
+
+#[async_trait]
+impl crate::store::Access for SqliteStore {
+    async fn account_auth(&self, username: &str) -> StoreResult<Option<AccountAuth>> {
+        let username = username.to_owned();
+        self.reads.run_short(move |c| account_auth(c, &username)).await
+    }
+
+    async fn api_key_auth(&self, digest: &KeyDigest) -> StoreResult<Option<ApiKeyAuth>> {
+        let digest = *digest;
+        self.reads.run_short(move |c| api_key_auth(c, &digest)).await
+    }
+
+    async fn webhook_key_auth(&self, digest: &KeyDigest) -> StoreResult<Option<WebhookKeyAuth>> {
+        let digest = *digest;
+        self.reads.run_short(move |c| webhook_key_auth(c, &digest)).await
+    }
+
+    async fn access_generation(&self) -> StoreResult<i64> {
+        self.reads.run_short(access_generation).await
+    }
+
+    async fn may_write(&self, account_id: i64, device_pk: i64) -> StoreResult<bool> {
+        self.reads.run_short(move |c| may_write(c, account_id, device_pk)).await
+    }
+}
+
+#[async_trait]
+impl crate::store::Reads for SqliteStore {
+    async fn list_devices(&self, scope: Scope) -> StoreResult<Vec<Device>> {
+        self.reads.run_short(move |c| list_devices(c, scope)).await
+    }
+
+    async fn find_device(&self, scope: Scope, device_id: &str) -> StoreResult<Option<DeviceHandle>> {
+        let device_id = device_id.to_owned();
+        self.reads.run_short(move |c| find_device(c, scope, &device_id)).await
+    }
+
+    async fn latest(&self, scope: Scope, device_id: &str) -> StoreResult<Option<(DeviceHandle, Vec<LatestValue>)>> {
+        let device_id = device_id.to_owned();
+        self.reads.run_short(move |c| super::latest::read(c, scope, &device_id)).await
+    }
+
+    async fn read_window(&self, scope: Scope, device_id: &str, range: TimeRange) -> StoreResult<Option<Window>> {
+        let id = device_id.to_owned();
+        let Some((device, first)) = self.reads.run_short(move |c| window_head(c, scope, &id, range)).await? else {
+            return Ok(None);
+        };
+        let (reads, pk) = (self.reads.clone(), device.pk);
+        Ok(Some(Window::after_first(device, first, range.end, |next| stream_from(reads, pk, next, range.end))))
+    }
+
+    fn read_readings(&self, device: &DeviceHandle, range: TimeRange) -> ReadingStream {
+        stream_from(self.reads.clone(), device.pk, Some(range.start), range.end)
+    }
+
+    async fn read_hours(&self, device_pk: i64, from: i64, to: i64, limit: usize) -> StoreResult<Vec<StoredHour>> {
+        self.reads.run_short(move |c| read_hours(c, device_pk, from, to, limit)).await
+    }
 }

@@ -1,15 +1,21 @@
 //! Writes of the SQLite backend: provisioning, imports and admin changes.
 //! Every entry point runs in one `IMMEDIATE` transaction: all or nothing.
 
+use super::SqliteStore;
 use super::tx::{SqliteTx, begin, ready};
 use crate::hooks::{Outbox, ProvisionedHooks};
 use crate::write::readings::{self};
 use crate::write::{provision, remove};
 use crate::{ApplyReport, DeleteReport, ImportReport, ReadingSource, StoreResult};
+use async_trait::async_trait;
 use rusqlite::Connection;
 use sensorhub_core::model::ReadingInput;
 use sensorhub_core::provision::Provision;
 use sensorhub_core::time::TimeRange;
+
+use crate::{AccountSummary, ApiKeySummary, IMPORT_COMMIT_EVERY, PartialImport, RetentionReport};
+
+use sensorhub_core::retention::Retention;
 
 pub(super) fn apply(
     c: &mut Connection,
@@ -81,4 +87,100 @@ pub(super) fn add_hour_summaries(
     let out = ready(remove::add_hour_summaries(&SqliteTx(&tx), after, batch))?;
     tx.commit()?;
     Ok(out)
+}
+
+#[async_trait]
+impl crate::store::ReadingWrites for SqliteStore {
+    fn observe(&self, observer: std::sync::Arc<dyn crate::observe::AfterCommit>) {
+        self.observers.add(observer);
+    }
+
+    fn ingest_waiting(&self) -> usize {
+        self.ingest_waiting.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    async fn ingest(&self, reading: ReadingInput) -> StoreResult<()> {
+        let _waiting = super::Waiting::enter(&self.ingest_waiting);
+        self.observers.one(reading, |reading| self.group.write(reading)).await
+    }
+
+    async fn import(&self, source: ReadingSource, outbox: Outbox) -> StoreResult<ImportReport> {
+        let _waiting = super::Waiting::enter(&self.ingest_waiting);
+        let import = |source| async move { Ok(self.writes.run(move |c| import(c, source, None, outbox)).await?.0) };
+        self.observers.import(source, import).await
+    }
+
+    async fn import_batched(&self, source: ReadingSource, outbox: Outbox) -> Result<ImportReport, PartialImport> {
+        let _waiting = super::Waiting::enter(&self.ingest_waiting);
+        let steps = |source| {
+            crate::import_in_steps(source, |source| {
+                self.writes.run(move |c| import(c, source, Some(IMPORT_COMMIT_EVERY), outbox))
+            })
+        };
+        self.observers.import_batched(source, steps).await
+    }
+
+    async fn delete_readings(&self, device_id: &str, range: TimeRange) -> StoreResult<DeleteReport> {
+        let id = device_id.to_owned();
+        self.writes.run(move |c| delete_readings(c, &id, range)).await
+    }
+
+    async fn expire_readings(&self, default: Retention, now: i64) -> StoreResult<RetentionReport> {
+        let settings = self.reads.run(super::retention::settings).await?;
+        let mut total = crate::expire_in_steps(settings, default, now, |pk, cutoff| {
+            self.writes.run(move |c| super::retention::expire_batch(c, pk, cutoff))
+        })
+        .await?;
+        if !total.is_empty() {
+            total.returned = self.writes.run(super::retention::return_free_pages).await?;
+        }
+        Ok(total)
+    }
+
+    async fn add_hour_summaries(&self, batch: usize) -> StoreResult<u64> {
+        let (mut after, mut total) = (None, 0);
+        loop {
+            let (next, rewritten) = self.writes.run(move |c| add_hour_summaries(c, after, batch)).await?;
+            total += rewritten;
+            match next {
+                Some(hour) => after = Some(hour),
+                None => return Ok(total),
+            }
+            tokio::time::sleep(crate::IMPORT_PAUSE).await;
+        }
+    }
+}
+
+#[async_trait]
+impl crate::store::Provisioning for SqliteStore {
+    async fn apply_with_hooks(
+        &self,
+        doc: Provision,
+        readings: Vec<ReadingInput>,
+        hooks: Option<crate::hooks::ProvisionedHooks>,
+    ) -> StoreResult<ApplyReport> {
+        let apply = |readings| self.writes.run(move |c| apply(c, doc, readings, hooks));
+        self.observers.all(readings, apply).await
+    }
+
+    async fn is_empty(&self) -> StoreResult<bool> {
+        self.reads.run(super::read::is_empty).await
+    }
+
+    async fn accounts(&self) -> StoreResult<Vec<AccountSummary>> {
+        self.reads.run(super::read::accounts).await
+    }
+
+    async fn api_keys(&self) -> StoreResult<Vec<ApiKeySummary>> {
+        self.reads.run(super::read::api_keys).await
+    }
+
+    async fn revoke_api_key(&self, id_or_prefix: &str) -> StoreResult<String> {
+        let id = id_or_prefix.to_owned();
+        self.writes.run(move |c| revoke_api_key(c, &id)).await
+    }
+
+    async fn grant_write_to_viewers(&self) -> StoreResult<u64> {
+        self.writes.run(grant_write_to_viewers).await
+    }
 }
