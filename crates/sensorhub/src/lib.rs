@@ -4,6 +4,7 @@
 
 pub mod cli;
 pub mod config;
+pub mod demo;
 pub mod hooks;
 pub mod http;
 pub mod limiter;
@@ -12,3 +13,4 @@ pub mod metrics;
 pub mod mqtt;
 pub mod redis_client;
 pub mod retention;
+pub mod service;

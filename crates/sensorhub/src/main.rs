@@ -23,13 +23,20 @@ fn main() -> ExitCode {
 
 async fn run() -> ExitCode {
     let cli = sensorhub::cli::Cli::parse();
+    let ctx = match cli.context() {
+        Ok(ctx) => ctx,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let filter = EnvFilter::try_from_env(sensorhub::config::env::LOG_VAR).unwrap_or_else(|_| EnvFilter::new("info"));
     let logs = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
-    match cli.log_format() {
+    match ctx.log_format {
         LogFormat::Json => logs.json().flatten_event(true).init(),
         LogFormat::Text => logs.with_ansi(std::io::stderr().is_terminal()).init(),
     }
-    match sensorhub::cli::run(cli).await {
+    match sensorhub::cli::run(cli, ctx).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");

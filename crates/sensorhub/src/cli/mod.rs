@@ -15,9 +15,7 @@ mod subscription;
 
 use crate::config::{self, FileConfig, LogFormat};
 use clap::{Parser, Subcommand};
-use sensorhub_store::Store;
 use std::path::PathBuf;
-use std::sync::Arc;
 
 /// The version and the commit the binary was built from (`build.rs`).
 pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("SENSORHUB_COMMIT"), ")");
@@ -40,18 +38,18 @@ pub struct Cli {
 }
 
 impl Cli {
-    /// The log format: flag or environment, else the config file, else text.
-    pub fn log_format(&self) -> LogFormat {
-        self.log_format
-            .or_else(|| FileConfig::load(self.config.as_deref()).ok().and_then(|f| f.log_format))
-            .unwrap_or_default()
+    /// What every command shares, resolved once: the config file (read
+    /// here, once), the database and the log format.
+    pub fn context(&self) -> CliResult<Context> {
+        let file = FileConfig::load(self.config.as_deref())?;
+        Ok(config::Common::resolve(self.database.clone(), self.log_format, file))
     }
 }
 
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Serve the HTTP API
-    Serve(Box<serve::Args>),
+    Serve(Box<config::serve::ServeArgs>),
     /// Fill an empty database with demo stations, accounts and 35 days of readings
     Demo(demo::Args),
     /// Make a provisioning file (accounts, devices, keys, readings) true, atomically
@@ -97,36 +95,17 @@ struct MigrateArgs {
     summaries: bool,
 }
 
-/// What every command gets: the config file and the database to open.
-pub struct Context {
-    /// The config file's contents.
-    pub file: FileConfig,
-    /// Database path or URL after layering.
-    pub database: String,
-}
-
-impl Context {
-    /// Opens (creating and migrating when needed) the database.
-    pub async fn open(&self) -> CliResult<Arc<dyn Store>> {
-        Ok(sensorhub_store::open(&self.database).await?)
-    }
-}
+/// What every command gets: the config file, the database and the log format.
+pub type Context = config::Common;
 
 /// Result of a command; an error is reported on stderr with exit code 1.
 pub type CliResult<T = ()> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
-/// Parses the command line and runs the command.
-pub async fn run(cli: Cli) -> CliResult {
+/// Runs the command of `cli` with what [`Cli::context`] resolved.
+pub async fn run(cli: Cli, ctx: Context) -> CliResult {
     for var in config::env::unknown(&<Cli as clap::CommandFactory>::command()) {
         tracing::warn!(variable = %var, "unknown SENSORHUB_ environment variable ignored");
     }
-    let file = FileConfig::load(cli.config.as_deref())?;
-    let database = cli
-        .database
-        .map(|u| u.0)
-        .or_else(|| file.database.clone())
-        .unwrap_or_else(|| config::DEFAULT_DATABASE.to_owned());
-    let ctx = Context { file, database };
     match cli.command {
         Command::Serve(args) => serve::run(&ctx, *args).await,
         Command::Demo(args) => demo::run(&ctx, args).await,

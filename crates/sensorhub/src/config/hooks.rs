@@ -2,9 +2,30 @@
 //! and `SENSORHUB_WEBHOOK_…` variables over the config file's `[webhooks]`
 //! table, resolved into [`DeliverySettings`].
 
-use crate::hooks::retry::RetryPolicy;
 use serde::Deserialize;
 use std::time::Duration;
+
+/// How deliveries are retried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// The wait after the first failed attempt; each next one doubles it.
+    pub first_backoff: Duration,
+    /// The longest wait between two attempts.
+    pub max_backoff: Duration,
+    /// How long after the reading was stored a delivery is still tried.
+    pub retry_for: Duration,
+}
+
+impl Default for RetryPolicy {
+    /// 5 s, 10 s, 20 s … at most an hour apart, for 24 hours.
+    fn default() -> Self {
+        Self {
+            first_backoff: Duration::from_secs(5),
+            max_backoff: Duration::from_secs(3600),
+            retry_for: Duration::from_secs(24 * 3600),
+        }
+    }
+}
 
 /// The `[webhooks]` table of the config file: the flags' values, by the
 /// flags' names without `webhook-`.

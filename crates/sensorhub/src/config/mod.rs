@@ -10,6 +10,7 @@ pub mod hooks;
 pub mod mqtt;
 pub mod reference;
 pub mod serve;
+pub mod server;
 
 use serde::Deserialize;
 use std::net::SocketAddr;
@@ -69,6 +70,32 @@ impl std::str::FromStr for Secret {
     }
 }
 
+/// What every command shares, resolved once from the global flags (and
+/// their environment variables) over the config file over the defaults.
+pub struct Common {
+    /// The config file's contents (empty without `--config`).
+    pub file: FileConfig,
+    /// The database: a SQLite path or a URL.
+    pub database: String,
+    /// How log lines are written.
+    pub log_format: LogFormat,
+}
+
+impl Common {
+    /// Layers the global flags over `file` over the defaults. Pure.
+    pub fn resolve(database: Option<Url>, log_format: Option<LogFormat>, file: FileConfig) -> Self {
+        let database =
+            database.map(|u| u.0).or_else(|| file.database.clone()).unwrap_or_else(|| DEFAULT_DATABASE.to_owned());
+        let log_format = log_format.or(file.log_format).unwrap_or_default();
+        Self { file, database, log_format }
+    }
+
+    /// Opens (creating and migrating when needed) the database.
+    pub async fn open(&self) -> sensorhub_store::StoreResult<std::sync::Arc<dyn sensorhub_store::Store>> {
+        sensorhub_store::open(&self.database).await
+    }
+}
+
 /// The keys a config file may hold; all optional.
 #[derive(Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -89,7 +116,7 @@ pub struct FileConfig {
     /// Failed logins per username (`30/hour`, `off`).
     pub login_failure_limit: Option<String>,
     /// `simulate` or `ingest`.
-    pub webhook_mode: Option<crate::http::webhook::WebhookMode>,
+    pub webhook_mode: Option<server::WebhookMode>,
     /// Largest webhook body, in bytes.
     pub max_body_bytes: Option<usize>,
     /// `--max-future-skew` (seconds).
@@ -113,7 +140,7 @@ pub struct FileConfig {
     /// `text` or `json`.
     pub log_format: Option<LogFormat>,
     /// `open` or `closed`: the rate limit while Redis does not answer.
-    pub rate_limit_fail: Option<crate::http::RateLimitFail>,
+    pub rate_limit_fail: Option<server::RateLimitFail>,
     /// Seconds to send a whole request head.
     pub header_read_timeout: Option<u64>,
     /// Seconds an idle keep-alive connection may stay silent.
@@ -179,7 +206,22 @@ impl FileConfig {
 
 #[cfg(test)]
 mod tests {
-    use super::{FileConfig, Url};
+    use super::{Common, FileConfig, LogFormat, Url};
+
+    #[test]
+    fn the_common_settings_layer_flags_over_the_file_over_the_defaults() {
+        let none = Common::resolve(None, None, FileConfig::default());
+        assert_eq!((none.database.as_str(), none.log_format), ("./sensorhub.db", LogFormat::Text));
+        let file = || FileConfig {
+            database: Some("from-file.db".into()),
+            log_format: Some(LogFormat::Json),
+            ..FileConfig::default()
+        };
+        let from_file = Common::resolve(None, None, file());
+        assert_eq!((from_file.database.as_str(), from_file.log_format), ("from-file.db", LogFormat::Json));
+        let flags = Common::resolve(Some(Url("flag.db".into())), Some(LogFormat::Text), file());
+        assert_eq!((flags.database.as_str(), flags.log_format), ("flag.db", LogFormat::Text));
+    }
 
     #[test]
     fn debug_output_hides_passwords() {

@@ -4,9 +4,79 @@
 //! MQTT.
 
 use super::Secret;
-use crate::mqtt::{ClientId, MAX_PACKET_BYTES, MqttSettings};
 use serde::Deserialize;
+use sha2::{Digest, Sha256};
 use std::path::PathBuf;
+
+/// The largest message sensorhub takes (MQTT 5's Maximum Packet Size): the
+/// broker drops larger ones for it.
+pub const MAX_PACKET_BYTES: usize = 1 << 20;
+
+/// Where and how to connect.
+#[derive(Debug, Clone)]
+pub struct MqttSettings {
+    /// Broker host.
+    pub host: String,
+    /// Broker port.
+    pub port: u16,
+    /// TLS (`mqtts://`) with the CA in this PEM file (the system's roots
+    /// are not consulted: a CA file is required); read when connecting.
+    pub tls_ca: Option<PathBuf>,
+    /// Username and password, when the broker asks for them.
+    pub credentials: Option<(String, String)>,
+    /// The first topic level (`sensorhub`).
+    pub prefix: String,
+    /// A shared subscription group (`$share/<group>/…`), for several instances.
+    pub group: Option<String>,
+    /// The client id: stable across restarts, so that the broker keeps the session.
+    pub client_id: ClientId,
+    /// Publish refusals to `{prefix}/{device_id}/errors`.
+    pub publish_errors: bool,
+    /// How far ahead of the server's clock a reading may be.
+    pub max_future_skew: jiff::SignedDuration,
+    /// The most bytes of received messages held at once (queued or being written).
+    pub queue_bytes: usize,
+}
+
+/// The client id sensorhub connects with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClientId {
+    /// `--mqtt-client-id`.
+    Given(String),
+    /// None given: `sensorhub-HOSTNAME-` and 16 hex digits derived from the
+    /// installation's random id, stable for this database and host but not
+    /// guessable (the hostname keeps instances on one database apart).
+    Installation,
+}
+
+impl ClientId {
+    /// The id for the installation whose random id is `installation_id`,
+    /// on the machine called `hostname`.
+    pub fn for_installation(&self, installation_id: &str, hostname: &str) -> String {
+        match self {
+            Self::Given(id) => id.clone(),
+            Self::Installation => {
+                // Derived rather than copied: the broker (and its logs) learn
+                // nothing of the installation id itself.
+                let digest =
+                    Sha256::new().chain_update(b"sensorhub mqtt client id\0").chain_update(installation_id).finalize();
+                let hex: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
+                format!("sensorhub-{hostname}-{hex}")
+            }
+        }
+    }
+}
+
+impl MqttSettings {
+    /// The topic filter subscribed to.
+    pub fn filter(&self) -> String {
+        let topic = format!("{}/+/readings", self.prefix);
+        match &self.group {
+            Some(group) => format!("$share/{group}/{topic}"),
+            None => topic,
+        }
+    }
+}
 
 /// Default first topic level.
 const DEFAULT_PREFIX: &str = "sensorhub";
@@ -102,18 +172,9 @@ fn parse_url(url: &str) -> Result<(String, u16, bool), String> {
     Ok((host.to_owned(), port, tls))
 }
 
-/// This machine's name, for the default client id.
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .map(|h| h.trim().to_owned())
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "localhost".into())
-}
-
 impl MqttSettings {
-    /// Layers `flags` over `file`; `None` when no broker is named. Reads
-    /// the CA file.
+    /// Layers `flags` over `file`; `None` when no broker is named. Pure:
+    /// the CA file is read when connecting.
     pub fn resolve(
         flags: &MqttFlags,
         file: Option<&MqttFile>,
@@ -134,7 +195,7 @@ impl MqttSettings {
                 return Err("--mqtt-client-id must be 1 to 128 bytes".into());
             }
             Some(id) => ClientId::Given(id),
-            None => ClientId::Installation { hostname: hostname() },
+            None => ClientId::Installation,
         };
         let queue_bytes = flags.mqtt_queue_bytes.or(file.queue_bytes).unwrap_or(DEFAULT_QUEUE_BYTES);
         if queue_bytes < MAX_PACKET_BYTES {
@@ -149,9 +210,7 @@ impl MqttSettings {
         };
         let ca_file = flags.mqtt_ca_file.clone().or_else(|| file.ca_file.clone());
         let tls_ca = match (tls, ca_file) {
-            (true, Some(path)) => {
-                Some(std::fs::read(&path).map_err(|e| format!("--mqtt-ca-file {}: {e}", path.display()))?)
-            }
+            (true, Some(path)) => Some(path),
             (true, None) => {
                 return Err("mqtts:// needs --mqtt-ca-file, the CA that signed the broker's certificate".into());
             }
@@ -200,13 +259,17 @@ mod tests {
             .flatten()
             .expect("settings");
         assert_eq!((s.prefix.as_str(), s.filter().as_str()), ("sensorhub", "sensorhub/+/readings"));
-        let ClientId::Installation { hostname } = &s.client_id else { panic!("{:?}", s.client_id) };
-        let id = s.client_id.for_installation("0123456789abcdef0123456789abcdef");
-        let hex = id.strip_prefix(&format!("sensorhub-{hostname}-")).expect("sensorhub-HOSTNAME-…");
+        assert_eq!(s.client_id, ClientId::Installation);
+        let id = s.client_id.for_installation("0123456789abcdef0123456789abcdef", "station-host");
+        let hex = id.strip_prefix("sensorhub-station-host-").expect("sensorhub-HOSTNAME-…");
         assert!(hex.len() == 16 && hex.bytes().all(|b| b.is_ascii_hexdigit()), "{id}");
         assert!(!id.contains("0123456789abcdef"), "derived, not copied: {id}");
-        assert_eq!(id, s.client_id.for_installation("0123456789abcdef0123456789abcdef"), "stable");
-        assert_ne!(id, s.client_id.for_installation("fedcba9876543210fedcba9876543210"), "per installation");
+        assert_eq!(id, s.client_id.for_installation("0123456789abcdef0123456789abcdef", "station-host"), "stable");
+        assert_ne!(
+            id,
+            s.client_id.for_installation("fedcba9876543210fedcba9876543210", "station-host"),
+            "per installation"
+        );
         assert_eq!(s.queue_bytes, 32 << 20);
         let file = MqttFile { url: Some("mqtt://h".into()), group: Some("ingest".into()), ..MqttFile::default() };
         let s = MqttSettings::resolve(&MqttFlags::default(), Some(&file), jiff::SignedDuration::ZERO)

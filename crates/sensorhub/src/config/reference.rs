@@ -48,11 +48,9 @@ pub fn file_keys() -> Vec<String> {
     out
 }
 
-/// `serve` as the command line sees it: with the global flags
+/// `serve` as the command line `cli` sees it: with the global flags
 /// (`--database`, `--config`, `--log-format`) among its own.
-pub fn serve_command() -> clap::Command {
-    use clap::CommandFactory;
-    let mut cli = crate::cli::Cli::command();
+pub fn serve_command(mut cli: clap::Command) -> clap::Command {
     cli.build();
     cli.find_subcommand("serve").cloned().unwrap_or_default()
 }
@@ -140,7 +138,7 @@ mod tests {
     use super::*;
 
     fn serve() -> clap::Command {
-        let serve = serve_command();
+        let serve = serve_command(<crate::cli::Cli as clap::CommandFactory>::command());
         assert!(serve.get_arguments().any(|a| a.get_long() == Some("database")), "globals are in");
         serve
     }

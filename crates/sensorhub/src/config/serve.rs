@@ -1,14 +1,20 @@
 //! The settings of `sensorhub serve`: its flags (each also an environment
 //! variable), and [`ServeSettings::resolve`], the one pure function that
-//! layers flags over the config file over the defaults. Every default of
-//! the server is written here, once; `cli/serve.rs` only does the I/O.
+//! layers flags over the config file over the defaults into one tree (the
+//! server's settings and the MQTT, delivery and dashboard tables). Every
+//! default of the server is written here or in its table's module, once;
+//! `service.rs` does the I/O of starting what the tree says.
 
+use super::dashboard::{DashboardFlags, DashboardSettings};
+use super::hooks::{DeliveryFlags, DeliverySettings};
+use super::mqtt::{MqttFlags, MqttSettings};
+use super::server::WebhookMode;
+use super::server::{
+    ConnectionLimits, CounterStore, MetricsAccess, RateLimitFail, StreamLimits, TlsFiles, WebhookSettings, loopback,
+    parse_networks,
+};
 use super::{DEFAULT_LISTEN, FileConfig, Secret, Url};
-use crate::http::client_ip::{loopback, parse_networks};
-use crate::http::webhook::WebhookMode;
-use crate::http::{ConnectionLimits, MetricsAccess, RateLimitFail, WebhookSettings};
 use crate::limiter::RateLimitSetting;
-use crate::live::slots::StreamLimits;
 use axum::http::HeaderName;
 use jiff::tz::Offset;
 use sensorhub_core::retention::Retention;
@@ -43,7 +49,7 @@ const DEFAULT_MAX_CONNECTIONS: usize = 4096;
 
 /// The flags of `serve` that are settings (each also read from the
 /// environment); `None` means "not given here".
-#[derive(Debug, Default, clap::Args)]
+#[derive(Debug, Clone, Default, clap::Args)]
 pub struct ServeFlags {
     /// Address to listen on [default: 127.0.0.1:8080]
     #[arg(long, env = "SENSORHUB_LISTEN")]
@@ -131,32 +137,31 @@ pub struct ServeFlags {
     pub retention_every: Option<u64>,
 }
 
-/// Where rate-limit counters and the webhook's received list live.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CounterStore {
-    /// This process's memory.
-    Memory,
-    /// A Redis shared by instances.
-    Redis {
-        /// `redis://…`; its `Debug` hides a password.
-        url: Url,
-        /// Prefix of every key.
-        prefix: String,
-    },
+/// Everything `serve` reads from its command line: the server's settings,
+/// the MQTT, delivery and dashboard flags, and `--demo`.
+#[derive(Debug, Default, clap::Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub settings: ServeFlags,
+    #[command(flatten)]
+    pub mqtt: MqttFlags,
+    #[command(flatten)]
+    pub deliveries: DeliveryFlags,
+    #[command(flatten)]
+    pub dashboard: DashboardFlags,
+    /// Fill the database with demo data first when it is empty
+    #[arg(long)]
+    pub demo: bool,
 }
 
-/// The PEM files of HTTPS.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TlsFiles {
-    /// The certificate chain.
-    pub cert: std::path::PathBuf,
-    /// Its private key.
-    pub key: std::path::PathBuf,
-}
+/// How long a login waits for an Argon2 slot before 503.
+const DEFAULT_LOGIN_SLOT_WAIT: Duration = Duration::from_secs(2);
 
-/// Every setting of `serve`, resolved.
+/// Every setting of `serve`, resolved: one tree.
 #[derive(Debug, Clone)]
 pub struct ServeSettings {
+    /// The database (a SQLite path or a URL), as every command resolves it.
+    pub database: String,
     /// Address to listen on.
     pub listen: SocketAddr,
     /// Time-range defaults and limits.
@@ -191,12 +196,34 @@ pub struct ServeSettings {
     pub retention: Retention,
     /// Time between retention passes.
     pub retention_every: Duration,
+    /// How long a login waits for an Argon2 slot before 503 (not a flag).
+    pub login_slot_wait: Duration,
+    /// MQTT ingestion; `None`: no broker named.
+    pub mqtt: Option<MqttSettings>,
+    /// Outgoing webhook deliveries.
+    pub deliveries: DeliverySettings,
+    /// The dashboard at `/`; `None`: not served.
+    pub dashboard: Option<DashboardSettings>,
+    /// Keep the demo's stations reporting (on a database that holds the demo).
+    pub demo: bool,
+}
+
+impl Default for ServeSettings {
+    /// The settings of `serve` given nothing, over `./sensorhub.db`.
+    fn default() -> Self {
+        match Self::resolve(super::DEFAULT_DATABASE, &ServeArgs::default(), &FileConfig::default()) {
+            Ok(settings) => settings,
+            // A test proves the defaults resolve (`defaults_when_nothing_is_given`).
+            Err(e) => unreachable!("the defaults of serve do not resolve: {e}"),
+        }
+    }
 }
 
 impl ServeSettings {
-    /// Layers `flags` (command line and environment) over `file` over the
+    /// Layers `args` (command line and environment) over `file` over the
     /// defaults, and checks every value. Pure: reads nothing, opens nothing.
-    pub fn resolve(flags: &ServeFlags, file: &FileConfig) -> Result<Self, String> {
+    pub fn resolve(database: &str, args: &ServeArgs, file: &FileConfig) -> Result<Self, String> {
+        let flags = &args.settings;
         let listen = match flags.listen.or(file.listen) {
             Some(a) => a,
             None => DEFAULT_LISTEN.parse().map_err(|e| format!("{DEFAULT_LISTEN}: {e}"))?,
@@ -318,7 +345,11 @@ impl ServeSettings {
             0 => return Err("--retention-every must be at least 1 minute".into()),
             m => Duration::from_secs(m.saturating_mul(60)),
         };
+        let mqtt = MqttSettings::resolve(&args.mqtt, file.mqtt.as_ref(), webhook.max_future_skew)?;
+        let deliveries = DeliverySettings::resolve(&args.deliveries, file.webhooks.as_ref())?;
+        let dashboard = super::dashboard::resolve(&args.dashboard, file.dashboard.as_ref())?;
         Ok(Self {
+            database: database.to_owned(),
             listen,
             rules: RangeRules { default_tz, max_range_days },
             rate_limit,
@@ -336,6 +367,11 @@ impl ServeSettings {
             tls,
             retention,
             retention_every,
+            login_slot_wait: DEFAULT_LOGIN_SLOT_WAIT,
+            mqtt,
+            deliveries,
+            dashboard,
+            demo: args.demo,
         })
     }
 }
@@ -371,130 +407,5 @@ fn resolve_streams(flags: &ServeFlags, file: &FileConfig, max_connections: usize
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn file(toml: &str) -> FileConfig {
-        toml::from_str(toml).expect("valid config")
-    }
-
-    #[test]
-    fn defaults_when_nothing_is_given() {
-        let s = ServeSettings::resolve(&ServeFlags::default(), &FileConfig::default()).expect("defaults");
-        assert_eq!(s.listen.to_string(), "127.0.0.1:8080");
-        assert_eq!(s.rules.default_tz, Zone::Fixed(Offset::UTC));
-        assert_eq!(s.rules.max_range_days, 366);
-        assert_eq!(s.connections, ConnectionLimits::default(), "the server's defaults are docs/operations.md's");
-        assert_eq!(s.request_timeout, Duration::from_secs(30));
-        assert_eq!(s.rate_limit_fail, RateLimitFail::Open);
-        assert_eq!(s.rate_limit.to_string(), "600/minute");
-        assert_eq!(s.login_failure_limit.to_string(), "30/hour");
-        assert_eq!(s.webhook.mode, WebhookMode::Simulate);
-        assert_eq!(s.webhook.max_body_bytes, 1 << 20);
-        assert_eq!(s.webhook.max_future_skew, jiff::SignedDuration::from_secs(600));
-        assert_eq!(s.client_ip_header, None);
-        assert_eq!(s.trusted_proxies, loopback());
-        assert_eq!((s.metrics_listen, s.metrics_access.token_digest), (None, None));
-        assert_eq!(s.counters, CounterStore::Memory);
-        assert_eq!(s.streams, StreamLimits { total: 2048, per_caller: 64, per_address: 32 });
-    }
-
-    #[test]
-    fn the_stream_budget_follows_the_connections_and_stays_below_them() {
-        let resolve = |flags: ServeFlags| ServeSettings::resolve(&flags, &FileConfig::default());
-        let s = resolve(ServeFlags { max_connections: Some(600), ..ServeFlags::default() }).expect("half");
-        assert_eq!(s.streams.total, 300);
-        let s = resolve(ServeFlags { max_connections: Some(600), max_streams: Some(100), ..ServeFlags::default() })
-            .expect("given");
-        assert_eq!(s.streams.total, 100);
-        let e = resolve(ServeFlags { max_connections: Some(600), max_streams: Some(600), ..ServeFlags::default() })
-            .expect_err("every connection");
-        assert!(e.contains("--max-streams (600) must be below --max-connections (600)"), "{e}");
-        let e = resolve(ServeFlags { max_streams_per_caller: Some(0), ..ServeFlags::default() }).expect_err("zero");
-        assert!(e.contains("--max-streams-per-caller"), "{e}");
-        let f = file("max_streams_per_address = 4");
-        assert_eq!(ServeSettings::resolve(&ServeFlags::default(), &f).expect("file").streams.per_address, 4);
-    }
-
-    #[test]
-    fn the_file_overrides_defaults_and_flags_override_the_file() {
-        let f = file(
-            r#"listen = "0.0.0.0:9000"
-               default_tz = 7
-               max_range_days = 31
-               rate_limit = "10/second"
-               rate_limit_store = "redis://:hunter2@r:6379"
-               redis_prefix = "site-a"
-               header_read_timeout = 3
-               keep_alive_timeout = 4
-               request_timeout = 5
-               write_timeout = 6
-               max_connections = 7
-               rate_limit_fail = "closed""#,
-        );
-        let s = ServeSettings::resolve(&ServeFlags::default(), &f).expect("file");
-        assert_eq!(s.listen.to_string(), "0.0.0.0:9000");
-        assert_eq!(s.rules.default_tz, Zone::Fixed(Offset::constant(7)));
-        assert_eq!(s.rules.max_range_days, 31);
-        assert_eq!(s.rate_limit.to_string(), "10/second");
-        assert_eq!(
-            s.counters,
-            CounterStore::Redis { url: Url("redis://:hunter2@r:6379".into()), prefix: "site-a".into() }
-        );
-        assert!(!format!("{s:?}").contains("hunter2"), "settings print no password");
-        let c = s.connections;
-        assert_eq!(
-            [c.header_read_timeout, c.keep_alive_timeout, s.request_timeout, c.write_timeout],
-            [3, 4, 5, 6].map(Duration::from_secs)
-        );
-        assert_eq!((c.max_connections, s.rate_limit_fail), (7, RateLimitFail::Closed));
-        let flags = ServeFlags {
-            listen: Some("127.0.0.1:1".parse().expect("addr")),
-            max_range_days: Some(2),
-            rate_limit_store: Some(Url("memory".into())),
-            ..ServeFlags::default()
-        };
-        let s = ServeSettings::resolve(&flags, &f).expect("flags");
-        assert_eq!(s.listen.to_string(), "127.0.0.1:1");
-        assert_eq!(s.rules.max_range_days, 2);
-        assert_eq!(s.rules.default_tz, Zone::Fixed(Offset::constant(7)), "what flags do not give comes from the file");
-        assert_eq!(s.counters, CounterStore::Memory);
-    }
-
-    #[test]
-    fn bad_values_are_refused_with_the_setting_named() {
-        let bad = |flags: ServeFlags| ServeSettings::resolve(&flags, &FileConfig::default()).expect_err("refused");
-        assert!(bad(ServeFlags { max_range_days: Some(0), ..ServeFlags::default() }).contains("--max-range-days"));
-        assert!(
-            bad(ServeFlags { default_tz: Some("+25:00".into()), ..ServeFlags::default() }).contains("--default-tz")
-        );
-        assert!(
-            bad(ServeFlags { default_tz: Some("Mars/Olympus_Mons".into()), ..ServeFlags::default() })
-                .contains("--default-tz: tz \"Mars/Olympus_Mons\" is not a time zone")
-        );
-        let named = ServeFlags { default_tz: Some("Asia/Jakarta".into()), ..ServeFlags::default() };
-        let s = ServeSettings::resolve(&named, &FileConfig::default()).expect("a zone name is a valid default");
-        assert!(matches!(s.rules.default_tz, Zone::Named(_)));
-        let e = bad(ServeFlags { rate_limit_store: Some(Url("mysql://x".into())), ..ServeFlags::default() });
-        assert!(e.contains("--rate-limit-store"), "{e}");
-        let e = bad(ServeFlags { write_timeout: Some(0), ..ServeFlags::default() });
-        assert!(e.contains("--write-timeout"), "{e}");
-        let e = bad(ServeFlags { max_connections: Some(0), ..ServeFlags::default() });
-        assert!(e.contains("--max-connections"), "{e}");
-        let e = bad(ServeFlags { client_ip_header: Some("bad header".into()), ..ServeFlags::default() });
-        assert!(e.contains("--client-ip-header"), "{e}");
-        let e = bad(ServeFlags { trusted_proxies: Some("10.0.0.0/8".into()), ..ServeFlags::default() });
-        assert!(e.contains("without --client-ip-header"), "{e}");
-        let e = bad(ServeFlags {
-            client_ip_header: Some("X-Forwarded-For".into()),
-            trusted_proxies: Some("10.0.0.0/99".into()),
-            ..ServeFlags::default()
-        });
-        assert!(e.contains("--trusted-proxies"), "{e}");
-        let e = bad(ServeFlags { metrics_token: Some(Secret("short".into())), ..ServeFlags::default() });
-        assert!(e.contains("--metrics-token"), "{e}");
-        let flags = ServeFlags { metrics_token: Some(Secret("a-long-metrics-token".into())), ..ServeFlags::default() };
-        let s = ServeSettings::resolve(&flags, &FileConfig::default()).expect("token");
-        assert!(!format!("{flags:?}{s:?}").contains("a-long-metrics-token"), "the token never prints");
-    }
-}
+#[path = "serve_tests.rs"]
+mod tests;

@@ -18,25 +18,6 @@ pub struct ForwardedFor {
     pub trusted: Vec<IpNet>,
 }
 
-/// Loopback, the default trusted proxies: a proxy on the same host.
-pub fn loopback() -> Vec<IpNet> {
-    ["127.0.0.0/8", "::1/128"].iter().filter_map(|n| n.parse().ok()).collect()
-}
-
-/// Parses a comma-separated list of networks (`10.0.0.0/8`) or addresses
-/// (`192.0.2.7`, taken as a network of one).
-pub fn parse_networks(list: &str) -> Result<Vec<IpNet>, String> {
-    list.split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(|s| {
-            s.parse::<IpNet>()
-                .or_else(|_| s.parse::<IpAddr>().map(IpNet::from))
-                .map_err(|_| format!("{s:?} is not an address or a network like 10.0.0.0/8"))
-        })
-        .collect()
-}
-
 impl ForwardedFor {
     fn trusts(&self, ip: IpAddr) -> bool {
         let ip = ip.to_canonical();
@@ -82,6 +63,7 @@ pub fn client_ip(headers: &HeaderMap, extensions: &Extensions, forwarded: Option
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::server::parse_networks;
     use axum::http::HeaderValue;
 
     fn request_from(peer: &str, xff: &[&str]) -> (HeaderMap, Extensions) {

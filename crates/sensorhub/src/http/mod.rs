@@ -23,15 +23,16 @@ pub mod stream;
 pub mod tls;
 pub mod webhook;
 
-pub use server::{ConnectionLimits, serve};
+pub use server::serve;
 
+use crate::config::serve::ServeSettings;
+use crate::config::server::{MetricsAccess, RateLimitFail, WebhookSettings};
 use crate::limiter::memory::MemoryLimiter;
 use crate::limiter::redis::{RedisLimiter, WhenDown};
 use crate::limiter::{Limiter, Quota, RateLimitSetting};
 use crate::metrics::Metrics;
 use crate::redis_client::SharedRedis;
 use axum::Router;
-use axum::http::HeaderName;
 use axum::routing::{MethodRouter, get, post};
 use error::{ApiError, WebhookError};
 use influx::InfluxError;
@@ -40,7 +41,6 @@ use sensorhub_store::Store;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
-use webhook::WebhookMode;
 
 /// A limiter the state holds; `None` when limits are off.
 type SharedLimiter = Option<Arc<dyn Limiter>>;
@@ -88,109 +88,14 @@ pub struct AppState {
     pub streams: Arc<crate::live::slots::StreamSlots>,
 }
 
-/// How the webhook treats envelopes.
-#[derive(Debug, Clone, Copy)]
-pub struct WebhookSettings {
-    /// Simulate (test bench) or ingest.
-    pub mode: WebhookMode,
-    /// Largest body accepted.
-    pub max_body_bytes: usize,
-    /// How far ahead of the server's clock a reading may be (ingest refuses later ones).
-    pub max_future_skew: jiff::SignedDuration,
-}
-
-impl Default for WebhookSettings {
-    fn default() -> Self {
-        Self {
-            mode: WebhookMode::Simulate,
-            max_body_bytes: 1 << 20,
-            max_future_skew: jiff::SignedDuration::from_secs(600),
-        }
-    }
-}
-
-/// Everything about serving that an operator chooses.
-#[derive(Debug, Clone)]
-pub struct ServerOptions {
-    /// Time-range defaults and limits.
-    pub rules: RangeRules,
-    /// Per-caller quota.
-    pub rate_limit: RateLimitSetting,
-    /// Header holding the client address (e.g. `X-Forwarded-For`), if behind a proxy.
-    pub client_ip_header: Option<HeaderName>,
-    /// The proxies whose `client_ip_header` is believed (default: loopback).
-    pub trusted_proxies: Vec<ipnet::IpNet>,
-    /// Who may read `/metrics`, and where.
-    pub metrics_access: MetricsAccess,
-    /// Webhook behaviour.
-    pub webhook: WebhookSettings,
-    /// The Redis shared by instances (rate limits, webhook list); `None`: this process's memory.
-    pub redis: Option<Arc<SharedRedis>>,
-    /// Time a handler has to begin its answer.
-    pub request_timeout: Duration,
-    /// Whether callers are served unchecked (open) or refused (closed)
-    /// while the shared rate-limit store does not answer.
-    pub rate_limit_fail: RateLimitFail,
-    /// Failed logins per username.
-    pub login_failure_limit: RateLimitSetting,
-    /// How long a login waits for an Argon2 slot before 503.
-    pub login_slot_wait: Duration,
-    /// The dashboard at `/`; `None`: not served.
-    pub dashboard: Option<crate::config::dashboard::DashboardSettings>,
-    /// How many streams may be open: in all, per caller, per address.
-    pub streams: crate::live::slots::StreamLimits,
-}
-
-/// Who may read `/metrics`, and on which listener.
-#[derive(Debug, Clone, Default)]
-pub struct MetricsAccess {
-    /// SHA-256 of the bearer token `/metrics` requires; `None`: no token.
-    pub token_digest: Option<sensorhub_core::secret::KeyDigest>,
-    /// `/metrics` is served on a listener of its own, not on the API's.
-    pub separate_listener: bool,
-}
-
-/// What the rate limit does while its shared store (Redis) does not answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum RateLimitFail {
-    /// Serve callers unchecked (availability first).
-    #[default]
-    Open,
-    /// Refuse callers with 503 and `Retry-After` (limits first).
-    Closed,
-}
-
-impl Default for ServerOptions {
-    fn default() -> Self {
-        Self {
-            rules: RangeRules {
-                default_tz: sensorhub_core::time::Zone::Fixed(jiff::tz::Offset::UTC),
-                max_range_days: 366,
-            },
-            rate_limit: RateLimitSetting::On(Quota { count: 600, period: Duration::from_secs(60) }),
-            client_ip_header: None,
-            trusted_proxies: client_ip::loopback(),
-            metrics_access: MetricsAccess::default(),
-            webhook: WebhookSettings::default(),
-            redis: None,
-            request_timeout: Duration::from_secs(30),
-            rate_limit_fail: RateLimitFail::Open,
-            login_failure_limit: RateLimitSetting::On(Quota { count: 30, period: Duration::from_secs(3600) }),
-            login_slot_wait: logins::DEFAULT_SLOT_WAIT,
-            dashboard: Some(crate::config::dashboard::DashboardSettings::default()),
-            streams: crate::live::slots::StreamLimits::for_connections(ConnectionLimits::default().max_connections),
-        }
-    }
-}
-
 impl AppState {
-    /// State over `store` with `options`: rate limits and the webhook list
-    /// in Redis when it is given, else in this process's memory.
-    pub fn new(store: Arc<dyn Store>, options: ServerOptions) -> Self {
+    /// State over `store` with `settings`: rate limits and the webhook
+    /// list in `redis` when it is given, else in this process's memory.
+    pub fn new(store: Arc<dyn Store>, settings: &ServeSettings, redis: Option<Arc<SharedRedis>>) -> Self {
+        let options = settings;
         let metrics = Arc::new(Metrics::default());
         let memory = memory_limiter;
-        let (limiter, login_limiter): (SharedLimiter, SharedLimiter) = match (options.rate_limit, &options.redis) {
+        let (limiter, login_limiter): (SharedLimiter, SharedLimiter) = match (options.rate_limit, &redis) {
             (RateLimitSetting::Off, _) => (None, None),
             (RateLimitSetting::On(quota), None) => {
                 let limiter = memory(quota);
@@ -208,7 +113,7 @@ impl AppState {
                 (Some(Arc::new(callers)), Some(Arc::new(logins)))
             }
         };
-        let failures: SharedLimiter = match (options.login_failure_limit, &options.redis) {
+        let failures: SharedLimiter = match (options.login_failure_limit, &redis) {
             (RateLimitSetting::Off, _) => None,
             (RateLimitSetting::On(quota), None) => Some(memory(quota)),
             (RateLimitSetting::On(quota), Some(redis)) => {
@@ -221,32 +126,33 @@ impl AppState {
             RateLimitSetting::On(quota) => Some(memory(quota)),
         };
         let slots = std::thread::available_parallelism().map_or(2, std::num::NonZeroUsize::get);
-        let received = match &options.redis {
+        let received = match &redis {
             Some(redis) => received::ReceivedLog::redis(redis.clone(), metrics.redis_unavailable("received")),
             None => received::ReceivedLog::default(),
         };
-        let live = crate::live::LiveHub::new(options.redis.clone(), metrics.clone());
+        let live = crate::live::LiveHub::new(redis.clone(), metrics.clone());
         live.start();
         store.observe(Arc::new(crate::live::Publisher(live.clone())));
         let access = crate::live::access::watch(store.clone());
         Self {
             store,
             live,
-            rules: options.rules,
+            rules: options.rules.clone(),
             logins: Arc::new(logins::Logins::new(failures, slots, options.login_slot_wait)),
             limiter,
             ops_limiter,
             login_limiter,
             forwarded_for: options
                 .client_ip_header
-                .map(|header| client_ip::ForwardedFor { header, trusted: options.trusted_proxies }),
-            metrics_access: options.metrics_access,
+                .clone()
+                .map(|header| client_ip::ForwardedFor { header, trusted: options.trusted_proxies.clone() }),
+            metrics_access: options.metrics_access.clone(),
             webhook: options.webhook,
             received: Arc::new(received),
             metrics,
             request_timeout: options.request_timeout,
             mqtt: None,
-            dashboard: options.dashboard.map(|d| Arc::new(dashboard::Dashboard::new(&d))),
+            dashboard: options.dashboard.as_ref().map(|d| Arc::new(dashboard::Dashboard::new(d))),
             access,
             streams: crate::live::slots::StreamSlots::new(options.streams),
         }

@@ -15,6 +15,7 @@
 //!
 //! The time limit of handlers is a middleware ([`super::deadline`]).
 
+use crate::config::server::ConnectionLimits;
 use crate::metrics::Metrics;
 use axum::Router;
 use axum::extract::ConnectInfo;
@@ -36,35 +37,6 @@ use tokio::sync::{Semaphore, watch};
 use tokio::time::{Instant, Sleep};
 use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt;
-
-/// The limits a server applies to every connection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ConnectionLimits {
-    /// Time to send a complete request head, counted from when the
-    /// connection starts waiting for it.
-    pub header_read_timeout: Duration,
-    /// Time an idle keep-alive connection may stay silent.
-    pub keep_alive_timeout: Duration,
-    /// Time a client may accept no byte of an answer.
-    pub write_timeout: Duration,
-    /// Connections served at once; more wait in the listen backlog.
-    pub max_connections: usize,
-    /// Time in-flight requests get after a shutdown signal.
-    pub shutdown_grace: Duration,
-}
-
-impl Default for ConnectionLimits {
-    /// The defaults of `serve` (the limits table of docs/operations.md).
-    fn default() -> Self {
-        Self {
-            header_read_timeout: Duration::from_secs(10),
-            keep_alive_timeout: Duration::from_secs(60),
-            write_timeout: Duration::from_secs(30),
-            max_connections: 4096,
-            shutdown_grace: Duration::from_secs(30),
-        }
-    }
-}
 
 /// Serves `app` on `listener` until `shutdown` resolves, then stops
 /// accepting, closes idle connections and lets in-flight requests finish,

@@ -9,6 +9,7 @@ use super::auth::WebhookCaller;
 use super::error::{ApiError, JSON, WebhookError, WebhookReply, success};
 use super::received::Received;
 use super::schema::{ReceivedList, WebhookEnvelope};
+use crate::config::server::WebhookMode;
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, header};
@@ -19,17 +20,6 @@ use sensorhub_core::time::{format_rfc3339, parse_rfc3339};
 use sensorhub_store::Scope;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
-
-/// What the webhook does with accepted envelopes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum WebhookMode {
-    /// Check and remember envelopes; store nothing (a test bench for senders).
-    #[default]
-    Simulate,
-    /// Store each envelope's values as one reading.
-    Ingest,
-}
 
 /// A checked envelope.
 struct Envelope {

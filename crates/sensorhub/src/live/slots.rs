@@ -5,36 +5,9 @@
 //! a [`StreamSlot`] for as long as it is open; dropping it gives the place
 //! back.
 
+use crate::config::server::StreamLimits;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
-
-/// The caps, as the operator set them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StreamLimits {
-    /// Streams open at once on this instance.
-    pub total: usize,
-    /// Streams open at once for one caller (a username or an API key).
-    pub per_caller: usize,
-    /// Streams open at once from one client address (an IPv6 /64).
-    pub per_address: usize,
-}
-
-impl StreamLimits {
-    /// Streams one caller may hold by default.
-    pub const DEFAULT_PER_CALLER: usize = 64;
-    /// Streams one client address may hold by default.
-    pub const DEFAULT_PER_ADDRESS: usize = 32;
-
-    /// The defaults for a server of `max_connections`: half of them for
-    /// streams, the other half always free for other requests.
-    pub fn for_connections(max_connections: usize) -> Self {
-        Self {
-            total: (max_connections / 2).max(1),
-            per_caller: Self::DEFAULT_PER_CALLER,
-            per_address: Self::DEFAULT_PER_ADDRESS,
-        }
-    }
-}
 
 /// Which cap refused a stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

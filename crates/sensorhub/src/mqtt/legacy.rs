@@ -56,7 +56,10 @@ impl Drain {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
-        let mut options = options(&self.settings, &self.client_id);
+        let mut options = match options(&self.settings, &self.client_id) {
+            Ok(options) => options,
+            Err(e) => return tracing::warn!(error = %e, "cannot collect the earlier MQTT session"),
+        };
         // Ends with this connection: the broker forgets the old session.
         options.set_session_expiry_interval(Some(0));
         let (client, mut eventloop) = AsyncClient::new(options, PUBLISHES_IN_FLIGHT + 64);

@@ -21,10 +21,10 @@ mod queue;
 mod recent;
 mod writer;
 
+use crate::config::mqtt::{ClientId, MAX_PACKET_BYTES, MqttSettings};
 use crate::metrics::Metrics;
 use rumqttc::v5::{AsyncClient, MqttOptions};
 use sensorhub_store::Store;
-use sha2::{Digest, Sha256};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -32,82 +32,11 @@ use std::time::Duration;
 /// Messages the broker may send before sensorhub acknowledges them (MQTT
 /// 5's Receive Maximum): enough to fill a batch while the last one commits.
 const RECEIVE_MAXIMUM: u16 = 4096;
-/// The largest message sensorhub takes (MQTT 5's Maximum Packet Size): the
-/// broker drops larger ones for it.
-pub const MAX_PACKET_BYTES: usize = 1 << 20;
 /// How long the broker keeps the session (and messages for it) while
 /// sensorhub is away: a week.
 const SESSION_EXPIRY_SECONDS: u32 = 7 * 24 * 3600;
 /// The longest wait between two connection attempts.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
-
-/// Where and how to connect.
-#[derive(Debug, Clone)]
-pub struct MqttSettings {
-    /// Broker host.
-    pub host: String,
-    /// Broker port.
-    pub port: u16,
-    /// TLS (`mqtts://`), with this CA's PEM file when given (else the
-    /// system's roots are not consulted: a CA file is required).
-    pub tls_ca: Option<Vec<u8>>,
-    /// Username and password, when the broker asks for them.
-    pub credentials: Option<(String, String)>,
-    /// The first topic level (`sensorhub`).
-    pub prefix: String,
-    /// A shared subscription group (`$share/<group>/…`), for several instances.
-    pub group: Option<String>,
-    /// The client id: stable across restarts, so that the broker keeps the session.
-    pub client_id: ClientId,
-    /// Publish refusals to `{prefix}/{device_id}/errors`.
-    pub publish_errors: bool,
-    /// How far ahead of the server's clock a reading may be.
-    pub max_future_skew: jiff::SignedDuration,
-    /// The most bytes of received messages held at once (queued or being written).
-    pub queue_bytes: usize,
-}
-
-/// The client id sensorhub connects with.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ClientId {
-    /// `--mqtt-client-id`.
-    Given(String),
-    /// None given: `sensorhub-HOSTNAME-` and 16 hex digits derived from the
-    /// installation's random id, stable for this database and host but not
-    /// guessable (the hostname keeps instances on one database apart).
-    Installation {
-        /// This machine's name.
-        hostname: String,
-    },
-}
-
-impl ClientId {
-    /// The id for the installation whose random id is `installation_id`.
-    pub fn for_installation(&self, installation_id: &str) -> String {
-        match self {
-            Self::Given(id) => id.clone(),
-            Self::Installation { hostname } => {
-                // Derived rather than copied: the broker (and its logs) learn
-                // nothing of the installation id itself.
-                let digest =
-                    Sha256::new().chain_update(b"sensorhub mqtt client id\0").chain_update(installation_id).finalize();
-                let hex: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
-                format!("sensorhub-{hostname}-{hex}")
-            }
-        }
-    }
-}
-
-impl MqttSettings {
-    /// The topic filter subscribed to.
-    pub fn filter(&self) -> String {
-        let topic = format!("{}/+/readings", self.prefix);
-        match &self.group {
-            Some(group) => format!("$share/{group}/{topic}"),
-            None => topic,
-        }
-    }
-}
 
 /// Whether the link to the broker is up (for `/readyz`).
 #[derive(Debug, Default)]
@@ -123,16 +52,18 @@ impl MqttStatus {
 }
 
 /// Starts the link and the writer; they run as long as the process.
-/// `installation_id` is the store's (for the default client id).
+/// `installation_id` is the store's (for the default client id). Fails
+/// only when the CA file of `mqtts://` cannot be read.
 pub fn spawn(
     settings: MqttSettings,
     installation_id: &str,
     store: Arc<dyn Store>,
     metrics: Arc<Metrics>,
-) -> Arc<MqttStatus> {
+) -> Result<Arc<MqttStatus>, String> {
     let status = Arc::new(MqttStatus::default());
-    let client_id = settings.client_id.for_installation(installation_id);
-    let mut options = options(&settings, &client_id);
+    let hostname = hostname();
+    let client_id = settings.client_id.for_installation(installation_id, &hostname);
+    let mut options = options(&settings, &client_id)?;
     options.set_session_expiry_interval(Some(SESSION_EXPIRY_SECONDS));
     // No deadlock between the two tasks: the link waits for the writer
     // only for room in the queue, which the writer gives back before it
@@ -160,7 +91,7 @@ pub fn spawn(
     // The session an earlier version kept is collected (once), so that
     // what stations sent while it was being upgraded is stored too.
     let legacy = match &settings.client_id {
-        ClientId::Installation { hostname } => Some(legacy::Drain {
+        ClientId::Installation => Some(legacy::Drain {
             client_id: format!("sensorhub-{hostname}"),
             settings: settings.clone(),
             store: store.clone(),
@@ -174,13 +105,22 @@ pub fn spawn(
     if let Some(legacy) = legacy {
         tokio::spawn(legacy.run(status.clone()));
     }
-    status
+    Ok(status)
+}
+
+/// This machine's name, for the default client id.
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".into())
 }
 
 /// The options every connection of sensorhub's has: broker, credentials,
 /// TLS, keep-alive, a persistent session (its expiry set by the caller),
 /// acknowledgements after the commit, and the largest message taken.
-fn options(settings: &MqttSettings, client_id: &str) -> MqttOptions {
+fn options(settings: &MqttSettings, client_id: &str) -> Result<MqttOptions, String> {
     let mut options = MqttOptions::new(client_id, settings.host.clone(), settings.port);
     options
         .set_keep_alive(Duration::from_secs(30))
@@ -191,14 +131,15 @@ fn options(settings: &MqttSettings, client_id: &str) -> MqttOptions {
     if let Some((user, password)) = &settings.credentials {
         options.set_credentials(user.clone(), password.clone());
     }
-    if let Some(ca) = &settings.tls_ca {
+    if let Some(path) = &settings.tls_ca {
+        let ca = std::fs::read(path).map_err(|e| format!("--mqtt-ca-file {}: {e}", path.display()))?;
         // One process-wide provider; a second install is refused harmlessly.
         let _ = rustls::crypto::ring::default_provider().install_default();
         options.set_transport(rumqttc::Transport::tls_with_config(rumqttc::TlsConfiguration::Simple {
-            ca: ca.clone(),
+            ca,
             alpn: None,
             client_auth: None,
         }));
     }
-    options
+    Ok(options)
 }

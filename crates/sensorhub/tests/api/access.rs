@@ -7,8 +7,9 @@
 use crate::cli::{ok, run};
 use crate::harness::{ALICE_PASSWORD, TestApp, basic};
 use crate::stream::{Sse, envelope, ingest};
-use sensorhub::http::{ConnectionLimits, ServerOptions};
-use sensorhub::live::slots::StreamLimits;
+use sensorhub::config::serve::ServeSettings;
+use sensorhub::config::server::ConnectionLimits;
+use sensorhub::config::server::StreamLimits;
 use std::time::{Duration, Instant};
 
 /// How soon a stream must end after its caller lost access.
@@ -104,10 +105,10 @@ async fn stream_from(app: &TestApp, key: &str, address: &str) -> reqwest::Respon
 
 #[tokio::test]
 async fn streams_are_capped_per_caller_per_address_and_in_all() {
-    let options = ServerOptions {
+    let options = ServeSettings {
         client_ip_header: Some(axum::http::HeaderName::from_static("x-forwarded-for")),
         streams: StreamLimits { total: 5, per_caller: 2, per_address: 3 },
-        ..ServerOptions::default()
+        ..TestApp::settings()
     };
     let app = TestApp::with(options).await;
     let mut open = Vec::new();
@@ -171,10 +172,10 @@ async fn streams_are_capped_per_caller_per_address_and_in_all() {
 async fn other_requests_find_a_connection_while_one_key_asks_for_more_streams_than_fit() {
     let limits =
         ConnectionLimits { max_connections: 40, shutdown_grace: Duration::from_secs(5), ..ConnectionLimits::default() };
-    let options = ServerOptions {
+    let options = ServeSettings {
         client_ip_header: Some(axum::http::HeaderName::from_static("x-forwarded-for")),
         streams: StreamLimits { total: 20, per_caller: 1000, per_address: 1000 },
-        ..ServerOptions::default()
+        ..TestApp::settings()
     };
     let app = TestApp::with_limits(options, limits).await;
     let requests = (0..60).map(|i| {
@@ -200,9 +201,9 @@ async fn other_requests_find_a_connection_while_one_key_asks_for_more_streams_th
 
 #[tokio::test]
 async fn csp_reports_are_throttled_per_client_address() {
-    let options = ServerOptions {
+    let options = ServeSettings {
         client_ip_header: Some(axum::http::HeaderName::from_static("x-forwarded-for")),
-        ..ServerOptions::default()
+        ..TestApp::settings()
     };
     let app = TestApp::with(options).await;
     let url = format!("{}/dashboard/csp-report", app.root());

@@ -4,8 +4,9 @@
 //! 503 and `Retry-After` (a retry is idempotent), and nothing answers 500.
 
 use crate::harness::{TestApp, secs};
-use sensorhub::http::webhook::WebhookMode;
-use sensorhub::http::{ServerOptions, WebhookSettings};
+use sensorhub::config::serve::ServeSettings;
+use sensorhub::config::server::WebhookMode;
+use sensorhub::config::server::WebhookSettings;
 use serde_json::json;
 use std::io::Write;
 use std::sync::Arc;
@@ -71,10 +72,10 @@ fn big_csv(dir: &std::path::Path) -> std::path::PathBuf {
 
 on_each_backend! {
     async fn a_large_import_stalls_neither_reads_nor_ingest() {
-        let app = TestApp::with(ServerOptions {
+        let app = TestApp::with(ServeSettings {
             webhook: WebhookSettings { mode: WebhookMode::Ingest, ..WebhookSettings::default() },
             rate_limit: sensorhub::limiter::RateLimitSetting::Off,
-            ..ServerOptions::default()
+            ..TestApp::settings()
         })
         .await;
         let dir = tempfile::tempdir().expect("dir");

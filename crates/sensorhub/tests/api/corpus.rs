@@ -6,8 +6,8 @@
 
 use crate::harness::{TestApp, assert_error};
 use reqwest::Method;
-use sensorhub::http::ServerOptions;
-use sensorhub::http::webhook::WebhookMode;
+use sensorhub::config::serve::ServeSettings;
+use sensorhub::config::server::WebhookMode;
 use sensorhub::limiter::RateLimitSetting;
 use std::path::PathBuf;
 
@@ -27,7 +27,7 @@ fn corpus(kind: &str) -> Vec<(String, Vec<u8>)> {
 }
 
 async fn app() -> TestApp {
-    let mut options = ServerOptions { rate_limit: RateLimitSetting::Off, ..ServerOptions::default() };
+    let mut options = ServeSettings { rate_limit: RateLimitSetting::Off, ..TestApp::settings() };
     options.webhook.mode = WebhookMode::Ingest;
     TestApp::with(options).await
 }

@@ -5,7 +5,8 @@
 //! default `postgres://postgres@127.0.0.1:5432/test`, dropped after it).
 
 use reqwest::{Method, StatusCode, header::HeaderMap};
-use sensorhub::http::{AppState, ConnectionLimits, ServerOptions, app, serve};
+use sensorhub::config::serve::ServeSettings;
+use sensorhub::config::server::{ConnectionLimits, CounterStore};
 use sensorhub_core::model::ReadingInput;
 use sensorhub_core::provision::{Provision, parse_json};
 use sensorhub_core::time::RangeRules;
@@ -79,7 +80,7 @@ pub async fn fresh_database() -> (String, TempDir, Option<TempDatabase>) {
 pub struct TestApp {
     /// `http://127.0.0.1:PORT/external/v1`
     pub base: String,
-    /// The server's store (publishing to its live streams), for tests that add readings.
+    /// The server's store (its live streams hear of what is written to it), for tests that add readings.
     pub store: Arc<dyn Store>,
     /// The database: a SQLite file path or a PostgreSQL URL.
     pub db: String,
@@ -104,75 +105,64 @@ impl Answer {
     }
 }
 
-impl TestApp {
-    /// A server over the fixture with the default options (tz 0, 366 days, 600/minute).
-    pub async fn start() -> Self {
-        Self::with(ServerOptions::default()).await
+/// How a [`TestApp`] starts: its settings, its database, what it is
+/// provisioned with. [`TestApp::builder`] starts from the harness's settings
+/// ([`TestApp::settings`]) over a fresh database with the fixture.
+pub struct Builder {
+    settings: ServeSettings,
+    fixture: Option<&'static str>,
+    database: Option<(String, TempDir, Option<TempDatabase>)>,
+}
+
+impl Builder {
+    /// Serves with `settings` (the database is the test's own).
+    pub fn settings(mut self, settings: ServeSettings) -> Self {
+        self.settings = settings;
+        self
     }
 
-    /// A server over the fixture with `rules`.
-    pub async fn with_rules(rules: RangeRules) -> Self {
-        Self::with(ServerOptions { rules, ..ServerOptions::default() }).await
+    /// Changes the settings in place.
+    pub fn configure(mut self, change: impl FnOnce(&mut ServeSettings)) -> Self {
+        change(&mut self.settings);
+        self
     }
 
-    /// A server over the fixture with `options`.
-    pub async fn with(options: ServerOptions) -> Self {
-        Self::spawn(options, Self::test_limits(), Some(FIXTURE)).await
+    /// Starts over an empty database: no fixture.
+    pub fn empty(mut self) -> Self {
+        self.fixture = None;
+        self
     }
 
-    /// A server over the fixture with `options` and connection `limits`.
-    pub async fn with_limits(options: ServerOptions, limits: ConnectionLimits) -> Self {
-        Self::spawn(options, limits, Some(FIXTURE)).await
+    /// Starts over an existing database (kept alive by `dir` and `pg`), as it is.
+    pub fn over(mut self, db: String, dir: TempDir, pg: Option<TempDatabase>) -> Self {
+        self.database = Some((db, dir, pg));
+        self.fixture = None;
+        self
     }
 
-    /// A server over an empty database.
-    pub async fn empty() -> Self {
-        Self::spawn(ServerOptions::default(), Self::test_limits(), None).await
-    }
-
-    /// The server's default limits, with a short shutdown grace.
-    fn test_limits() -> ConnectionLimits {
-        ConnectionLimits { shutdown_grace: std::time::Duration::from_secs(5), ..ConnectionLimits::default() }
-    }
-
-    /// A server over an existing database (kept alive by `dir` and `pg`).
-    pub async fn over(db: String, dir: TempDir, pg: Option<TempDatabase>) -> Self {
-        Self::serve(db, dir, pg, ServerOptions::default(), Self::test_limits(), None).await
-    }
-
-    async fn spawn(options: ServerOptions, limits: ConnectionLimits, provision: Option<&str>) -> Self {
-        let (db, dir, pg) = fresh_database().await;
-        Self::serve(db, dir, pg, options, limits, provision).await
-    }
-
-    async fn serve(
-        db: String,
-        dir: TempDir,
-        pg: Option<TempDatabase>,
-        options: ServerOptions,
-        limits: ConnectionLimits,
-        provision: Option<&str>,
-    ) -> Self {
+    /// Opens the database, provisions it through the same path as `apply`,
+    /// and starts the service on 127.0.0.1:0 the way `serve` does
+    /// ([`sensorhub::service::launch`]).
+    pub async fn start(self) -> TestApp {
+        let (db, dir, pg) = match self.database {
+            Some(database) => database,
+            None => fresh_database().await,
+        };
         let store = sensorhub_store::open(&db).await.expect("open store");
-        if let Some(text) = provision {
+        if let Some(text) = self.fixture {
             let mut doc: Provision = parse_json(text).expect("fixture parses");
             let readings = doc.check().expect("fixture is valid");
             store.apply(doc, readings).await.expect("fixture applies");
         }
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().expect("addr");
         let (tx, rx) = oneshot::channel::<()>();
-        let state = AppState::new(store, options);
-        // The server's own store: readings added through it reach live streams.
-        let store = state.store.clone();
-        let metrics = state.metrics.clone();
-        let router = app(state);
         let stop = async {
             let _ = rx.await;
         };
-        tokio::spawn(serve(listener, router, stop, limits, metrics, None));
-        Self {
-            base: format!("http://{addr}/external/v1"),
+        let settings = ServeSettings { database: db.clone(), ..self.settings };
+        let service = sensorhub::service::launch(settings, store.clone(), listener, stop).await.expect("launch");
+        TestApp {
+            base: format!("http://{}/external/v1", service.address),
             store,
             db,
             client: reqwest::Client::new(),
@@ -180,6 +170,50 @@ impl TestApp {
             _dir: dir,
             _pg: pg,
         }
+    }
+}
+
+impl TestApp {
+    /// The harness's settings: `serve`'s defaults with a short shutdown grace.
+    pub fn settings() -> ServeSettings {
+        let mut settings = ServeSettings::default();
+        settings.connections.shutdown_grace = std::time::Duration::from_secs(5);
+        settings
+    }
+
+    /// A builder over a fresh database with the fixture and [`TestApp::settings`].
+    pub fn builder() -> Builder {
+        Builder { settings: Self::settings(), fixture: Some(FIXTURE), database: None }
+    }
+
+    /// A server over the fixture with the harness's settings (tz 0, 366 days, 600/minute).
+    pub async fn start() -> Self {
+        Self::builder().start().await
+    }
+
+    /// A server over the fixture with `rules`.
+    pub async fn with_rules(rules: RangeRules) -> Self {
+        Self::builder().configure(|s| s.rules = rules).start().await
+    }
+
+    /// A server over the fixture with `settings`.
+    pub async fn with(settings: ServeSettings) -> Self {
+        Self::builder().settings(settings).start().await
+    }
+
+    /// A server over the fixture with `settings` and connection `limits`.
+    pub async fn with_limits(settings: ServeSettings, limits: ConnectionLimits) -> Self {
+        Self::builder().settings(ServeSettings { connections: limits, ..settings }).start().await
+    }
+
+    /// A server over an empty database.
+    pub async fn empty() -> Self {
+        Self::builder().empty().start().await
+    }
+
+    /// A server over an existing database (kept alive by `dir` and `pg`).
+    pub async fn over(db: String, dir: TempDir, pg: Option<TempDatabase>) -> Self {
+        Self::builder().over(db, dir, pg).start().await
     }
 
     /// Stores readings directly.
@@ -302,10 +336,16 @@ impl RedisPrefix {
         Self { prefix: format!("sensorhub-test-{}", sensorhub_core::secret::generate_key("").expect("random")) }
     }
 
-    /// A connection handle under this prefix.
-    pub fn shared(&self) -> Arc<sensorhub::redis_client::SharedRedis> {
-        Arc::new(sensorhub::redis_client::SharedRedis::new(&redis_url(), &self.prefix).expect("redis url"))
+    /// The setting that keeps a server's counters under this prefix.
+    pub fn counters(&self) -> CounterStore {
+        CounterStore::Redis { url: sensorhub::config::Url(redis_url()), prefix: self.prefix.clone() }
     }
+}
+
+/// The setting of a Redis that is down: nothing listens on port 1, so
+/// every call fails.
+pub fn stopped_redis() -> CounterStore {
+    CounterStore::Redis { url: sensorhub::config::Url("redis://127.0.0.1:1/".into()), prefix: "down".into() }
 }
 
 impl Drop for RedisPrefix {

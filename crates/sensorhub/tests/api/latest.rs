@@ -4,8 +4,9 @@
 use crate::harness::{ALICE_PASSWORD, TestApp, assert_error, basic, reading, secs};
 use jiff::tz::Offset;
 use reqwest::Method;
-use sensorhub::http::webhook::WebhookMode;
-use sensorhub::http::{ServerOptions, WebhookSettings};
+use sensorhub::config::serve::ServeSettings;
+use sensorhub::config::server::WebhookMode;
+use sensorhub::config::server::WebhookSettings;
 use sensorhub_core::time::{RangeRules, TimeRange};
 
 /// AWS-002 after a battery reading two hours after the fixture's last one:
@@ -91,9 +92,9 @@ on_each_backend! {
 
 on_each_backend! {
     async fn a_late_webhook_reading_does_not_replace_a_newer_one() {
-        let options = ServerOptions {
+        let options = ServeSettings {
             webhook: WebhookSettings { mode: WebhookMode::Ingest, ..WebhookSettings::default() },
-            ..ServerOptions::default()
+            ..TestApp::settings()
         };
         let app = TestApp::with(options).await;
         let send = |ts: &str, value: f64| {
@@ -118,7 +119,7 @@ on_each_backend! {
 on_each_backend! {
     async fn latest_requests_count_against_the_callers_quota() {
         let rate_limit = "1/minute".parse().expect("quota");
-        let app = TestApp::with(ServerOptions { rate_limit, ..ServerOptions::default() }).await;
+        let app = TestApp::with(ServeSettings { rate_limit, ..TestApp::settings() }).await;
         assert_eq!(app.alice("/devices/AWLR-001/latest").await.status, 200);
         assert_error(&app.alice("/devices/AWLR-001/latest").await, 429, "To Many Request");
         assert_eq!(app.get("/pk-alice-all/devices/AWLR-001/latest").await.status, 200);

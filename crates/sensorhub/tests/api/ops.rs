@@ -60,13 +60,13 @@ on_each_backend! {
 on_each_backend! {
     async fn metrics_can_require_a_token_and_operations_are_throttled() {
         let token = "a-long-metrics-token";
-        let app = TestApp::with(sensorhub::http::ServerOptions {
+        let app = TestApp::with(sensorhub::config::serve::ServeSettings {
             rate_limit: "3/minute".parse().expect("quota"),
-            metrics_access: sensorhub::http::MetricsAccess {
+            metrics_access: sensorhub::config::server::MetricsAccess {
                 token_digest: Some(sensorhub_core::secret::key_digest(token)),
                 separate_listener: false,
             },
-            ..sensorhub::http::ServerOptions::default()
+            ..crate::harness::TestApp::settings()
         })
         .await;
         let url = format!("{}/metrics", app.root());

@@ -3,13 +3,13 @@
 
 use crate::harness::{ALICE_PASSWORD, Answer, TestApp, assert_error, basic};
 use reqwest::Method;
-use sensorhub::http::ServerOptions;
+use sensorhub::config::serve::ServeSettings;
 use sensorhub::limiter::RateLimitSetting;
 use serde_json::json;
 
 async fn limited(quota: &str) -> TestApp {
     let rate_limit: RateLimitSetting = quota.parse().expect("quota");
-    TestApp::with(ServerOptions { rate_limit, ..ServerOptions::default() }).await
+    TestApp::with(ServeSettings { rate_limit, ..TestApp::settings() }).await
 }
 
 fn header(a: &Answer, name: &str) -> Option<u64> {
@@ -115,10 +115,10 @@ on_each_backend! {
 
 /// A server with 2 requests a minute that trusts `X-Forwarded-For`.
 async fn behind_proxy() -> TestApp {
-    TestApp::with(ServerOptions {
+    TestApp::with(ServeSettings {
         rate_limit: "2/minute".parse().expect("quota"),
         client_ip_header: Some(reqwest::header::HeaderName::from_static("x-forwarded-for")),
-        ..ServerOptions::default()
+        ..TestApp::settings()
     })
     .await
 }
@@ -175,10 +175,10 @@ async fn ipv4_mapped_addresses_are_limited_as_their_ipv4_address() {
 
 /// A server with 3 failed logins an hour per username, trusting `X-Forwarded-For`.
 async fn username_limited() -> TestApp {
-    TestApp::with(ServerOptions {
+    TestApp::with(ServeSettings {
         login_failure_limit: "3/hour".parse().expect("quota"),
         client_ip_header: Some(reqwest::header::HeaderName::from_static("x-forwarded-for")),
-        ..ServerOptions::default()
+        ..TestApp::settings()
     })
     .await
 }
@@ -226,10 +226,10 @@ on_each_backend! {
 
 on_each_backend! {
     async fn a_flood_of_logins_waits_for_argon2_a_bounded_time() {
-        let app = TestApp::with(ServerOptions {
+        let app = TestApp::with(ServeSettings {
             login_slot_wait: std::time::Duration::from_millis(1),
             login_failure_limit: RateLimitSetting::Off,
-            ..ServerOptions::default()
+            ..TestApp::settings()
         })
         .await;
         // Far more uncached checks at once than there are cores: those that
@@ -261,11 +261,11 @@ on_each_backend! {
 on_each_backend! {
     async fn a_forwarded_address_counts_only_from_a_trusted_proxy() {
         // The header is configured, but this client (loopback) is not one of the proxies.
-        let app = TestApp::with(ServerOptions {
+        let app = TestApp::with(ServeSettings {
             rate_limit: "2/minute".parse().expect("quota"),
             client_ip_header: Some(reqwest::header::HeaderName::from_static("x-forwarded-for")),
             trusted_proxies: vec!["10.0.0.0/8".parse().expect("network")],
-            ..ServerOptions::default()
+            ..TestApp::settings()
         })
         .await;
         let guess = basic("nobody", "x");

@@ -1,26 +1,26 @@
 //! Rate limits and the webhook's received list kept in Redis: one limit and
 //! one list across servers, and service going on when Redis is down.
 
-use crate::harness::{RedisPrefix, TestApp, assert_error, basic};
+use crate::harness::{RedisPrefix, TestApp, assert_error, basic, stopped_redis};
 use reqwest::Method;
-use sensorhub::http::ServerOptions;
+use sensorhub::config::serve::ServeSettings;
+use sensorhub::config::server::CounterStore;
 use sensorhub::limiter::{Quota, RateLimitSetting};
-use std::sync::Arc;
 use std::time::Duration;
 
-fn options(per_minute: u32, redis: Option<Arc<sensorhub::redis_client::SharedRedis>>) -> ServerOptions {
-    ServerOptions {
+fn options(per_minute: u32, counters: CounterStore) -> ServeSettings {
+    ServeSettings {
         rate_limit: RateLimitSetting::On(Quota { count: per_minute, period: Duration::from_secs(60) }),
-        redis,
-        ..ServerOptions::default()
+        counters,
+        ..TestApp::settings()
     }
 }
 
 #[tokio::test]
 async fn one_limit_across_two_servers_with_the_same_headers() {
     let prefix = RedisPrefix::new();
-    let a = TestApp::with(options(5, Some(prefix.shared()))).await;
-    let b = TestApp::with(options(5, Some(prefix.shared()))).await;
+    let a = TestApp::with(options(5, prefix.counters())).await;
+    let b = TestApp::with(options(5, prefix.counters())).await;
     let mut remaining = Vec::new();
     for app in [&a, &a, &a, &b, &b] {
         let r = app.get("/pk-alice-all/devices").await;
@@ -40,8 +40,8 @@ async fn one_limit_across_two_servers_with_the_same_headers() {
 #[tokio::test]
 async fn the_received_list_is_shared_and_capped() {
     let prefix = RedisPrefix::new();
-    let a = TestApp::with(options(600, Some(prefix.shared()))).await;
-    let b = TestApp::with(options(600, Some(prefix.shared()))).await;
+    let a = TestApp::with(options(600, prefix.counters())).await;
+    let b = TestApp::with(options(600, prefix.counters())).await;
     let envelope = |i: usize| {
         format!(
             r#"{{"event":"sensor-data","device_id":"AWLR-001","timestamp":"2026-05-05T07:00:00+07:00","data":{{"AWLR1-wl":{i}}}}}"#
@@ -66,9 +66,7 @@ async fn the_received_list_is_shared_and_capped() {
 
 #[tokio::test]
 async fn without_redis_requests_are_served_and_logins_limited_in_memory() {
-    // Nothing listens on port 1: every Redis call fails.
-    let down = Arc::new(sensorhub::redis_client::SharedRedis::new("redis://127.0.0.1:1", "x").expect("url"));
-    let app = TestApp::with(options(3, Some(down))).await;
+    let app = TestApp::with(options(3, stopped_redis())).await;
     for _ in 0..6 {
         let r = app.get("/pk-alice-all/devices").await;
         assert_eq!(r.status, 200, "served unchecked: {}", r.text);
@@ -99,21 +97,16 @@ async fn counted(app: &TestApp, outcome: &str) -> bool {
     metrics.lines().any(|l| l.starts_with(&series) && !l.ends_with(" 0"))
 }
 
-/// A Redis that is down: nothing listens on this port.
-fn stopped_redis() -> Arc<sensorhub::redis_client::SharedRedis> {
-    Arc::new(sensorhub::redis_client::SharedRedis::new("redis://127.0.0.1:1/", "down").expect("a Redis URL"))
-}
-
 #[tokio::test]
 async fn with_redis_down_fail_open_serves_and_fail_closed_refuses_with_503() {
-    let open = TestApp::with(options(5, Some(stopped_redis()))).await;
+    let open = TestApp::with(options(5, stopped_redis())).await;
     for _ in 0..7 {
         let r = open.get("/pk-alice-all/devices").await;
         assert_eq!(r.status, 200, "fail open: served unchecked, past the quota too: {}", r.text);
     }
-    let closed = TestApp::with(ServerOptions {
-        rate_limit_fail: sensorhub::http::RateLimitFail::Closed,
-        ..options(5, Some(stopped_redis()))
+    let closed = TestApp::with(ServeSettings {
+        rate_limit_fail: sensorhub::config::server::RateLimitFail::Closed,
+        ..options(5, stopped_redis())
     })
     .await;
     let r = closed.get("/pk-alice-all/devices").await;
@@ -129,8 +122,8 @@ async fn with_redis_down_fail_open_serves_and_fail_closed_refuses_with_503() {
 
 #[tokio::test]
 async fn ingest_answers_200_once_committed_even_when_redis_is_down() {
-    let mut opts = options(100, Some(stopped_redis()));
-    opts.webhook.mode = sensorhub::http::webhook::WebhookMode::Ingest;
+    let mut opts = options(100, stopped_redis());
+    opts.webhook.mode = sensorhub::config::server::WebhookMode::Ingest;
     let app = TestApp::with(opts).await;
     let body = r#"{"event": "sensor-data", "device_id": "AWLR-001", "timestamp": "2026-06-01T00:00:00Z", "data": {"AWLR1-wl": 131.25}}"#;
     let a = app.webhook(Some("wh-alice-secret"), body).await;

@@ -4,7 +4,8 @@
 //! long answer. A slow reader that keeps taking bytes is not cut.
 
 use crate::harness::{ALICE_PASSWORD, TestApp, basic};
-use sensorhub::http::{ConnectionLimits, ServerOptions};
+use sensorhub::config::serve::ServeSettings;
+use sensorhub::config::server::ConnectionLimits;
 use sensorhub::limiter::RateLimitSetting;
 use sensorhub_core::model::{Origin, ReadingInput, ValueInput};
 use std::time::Duration;
@@ -25,7 +26,7 @@ fn limits() -> ConnectionLimits {
 }
 
 async fn app() -> TestApp {
-    let options = ServerOptions { rate_limit: RateLimitSetting::Off, ..ServerOptions::default() };
+    let options = ServeSettings { rate_limit: RateLimitSetting::Off, ..TestApp::settings() };
     TestApp::with_limits(options, limits()).await
 }
 

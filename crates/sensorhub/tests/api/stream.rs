@@ -12,8 +12,9 @@ use crate::harness::{
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 use reqwest::Method;
-use sensorhub::http::webhook::WebhookMode;
-use sensorhub::http::{ConnectionLimits, ServerOptions, WebhookSettings};
+use sensorhub::config::serve::ServeSettings;
+use sensorhub::config::server::WebhookMode;
+use sensorhub::config::server::{ConnectionLimits, WebhookSettings};
 use std::pin::Pin;
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
@@ -21,10 +22,10 @@ use tokio::io::AsyncWriteExt;
 /// The longest any test waits for one thing to happen.
 const WAIT: Duration = Duration::from_secs(10);
 
-pub(crate) fn ingest() -> ServerOptions {
-    ServerOptions {
+pub(crate) fn ingest() -> ServeSettings {
+    ServeSettings {
         webhook: WebhookSettings { mode: WebhookMode::Ingest, ..WebhookSettings::default() },
-        ..ServerOptions::default()
+        ..TestApp::settings()
     }
 }
 
@@ -243,7 +244,7 @@ async fn a_stalled_reader_is_cut_and_its_queue_freed() {
 #[tokio::test]
 async fn a_quiet_stream_gets_heartbeats_and_outlives_the_request_and_keep_alive_timeouts() {
     let limits = ConnectionLimits { keep_alive_timeout: Duration::from_secs(1), ..ConnectionLimits::default() };
-    let options = ServerOptions { request_timeout: Duration::from_secs(1), ..ingest() };
+    let options = ServeSettings { request_timeout: Duration::from_secs(1), ..ingest() };
     let app = TestApp::with_limits(options, limits).await;
     let mut quiet = Sse::open(&format!("{}/pk-alice-all/devices/AWLR-001/stream", app.base), &[]).await;
     let opened = tokio::time::Instant::now();
@@ -258,9 +259,7 @@ async fn a_quiet_stream_gets_heartbeats_and_outlives_the_request_and_keep_alive_
 
 #[tokio::test]
 async fn without_redis_answering_readings_still_reach_this_instances_streams() {
-    // Nothing listens on port 1: every Redis call fails.
-    let down = std::sync::Arc::new(sensorhub::redis_client::SharedRedis::new("redis://127.0.0.1:1", "x").expect("url"));
-    let app = TestApp::with(ServerOptions { redis: Some(down), ..ingest() }).await;
+    let app = TestApp::with(ServeSettings { counters: crate::harness::stopped_redis(), ..ingest() }).await;
     let mut stream = Sse::open(&format!("{}/pk-alice-all/devices/AWLR-001/stream", app.base), &[]).await;
     let posted = app.webhook(Some("wh-alice-secret"), &envelope("2026-06-03T00:00:00Z", r#"{"AWLR1-wl":5}"#)).await;
     assert_eq!(posted.status, 200, "{}", posted.text);

@@ -3,8 +3,9 @@
 
 use crate::harness::{ALICE_PASSWORD, TestApp};
 use reqwest::Method;
-use sensorhub::http::webhook::WebhookMode;
-use sensorhub::http::{ServerOptions, WebhookSettings};
+use sensorhub::config::serve::ServeSettings;
+use sensorhub::config::server::WebhookMode;
+use sensorhub::config::server::WebhookSettings;
 use serde_json::json;
 
 const KEY: &str = "wh-alice-secret";
@@ -15,10 +16,10 @@ fn envelope(device: &str, ts: &str, data: serde_json::Value) -> String {
     .to_string()
 }
 
-fn ingest_app() -> ServerOptions {
-    ServerOptions {
+fn ingest_app() -> ServeSettings {
+    ServeSettings {
         webhook: WebhookSettings { mode: WebhookMode::Ingest, ..WebhookSettings::default() },
-        ..ServerOptions::default()
+        ..TestApp::settings()
     }
 }
 
@@ -98,9 +99,9 @@ on_each_backend! {
 
 on_each_backend! {
     async fn bodies_over_the_limit_are_413_declared_or_streamed() {
-        let app = TestApp::with(ServerOptions {
+        let app = TestApp::with(ServeSettings {
             webhook: WebhookSettings { mode: WebhookMode::Simulate, max_body_bytes: 1024, ..WebhookSettings::default() },
-            ..ServerOptions::default()
+            ..TestApp::settings()
         })
         .await;
         let big = envelope("AWLR-001", "2026-05-05T00:00:00Z", json!({"pad": "x".repeat(2000)}));

@@ -9,11 +9,11 @@ use super::{SECRET_KEY, id_and_secret, subscription};
 use crate::cli::ok;
 use crate::harness::{ServeProcess, TestApp, fresh_database};
 use sensorhub::config::hooks::DeliverySettings;
+use sensorhub::config::serve::ServeSettings;
+use sensorhub::config::server::WebhookMode;
 use sensorhub::hooks::seal::SealingKey;
 use sensorhub::hooks::sign::SigningSecret;
 use sensorhub::hooks::worker::{Clock, WorkerHandle, spawn};
-use sensorhub::http::ServerOptions;
-use sensorhub::http::webhook::WebhookMode;
 use sensorhub::metrics::Metrics;
 use sensorhub_core::secret::generate_key;
 use sensorhub_store::Store;
@@ -41,8 +41,8 @@ impl TestClock {
     }
 }
 
-pub(super) fn ingest() -> ServerOptions {
-    let mut options = ServerOptions::default();
+pub(super) fn ingest() -> ServeSettings {
+    let mut options = TestApp::settings();
     options.webhook.mode = WebhookMode::Ingest;
     options
 }
