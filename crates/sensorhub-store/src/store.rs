@@ -4,7 +4,6 @@
 //! with its own. [`Store`] is all of them together: what the binary holds
 //! (`Arc<dyn Store>`); a part that needs one capability may take only it.
 
-use crate::hooks;
 use crate::{
     AccountAuth, AccountSummary, ApiKeyAuth, ApiKeySummary, ApplyReport, DeleteReport, DeviceHandle, ImportReport,
     Installation, LatestValue, PartialImport, PoolStatus, ReadingSource, ReadingStream, RetentionReport, Scope,
@@ -115,21 +114,24 @@ pub trait ReadingWrites: Send + Sync {
     /// Backends may commit readings that arrive together in one transaction
     /// (group commit); a refused reading is refused alone.
     async fn ingest(&self, reading: ReadingInput) -> StoreResult<()> {
-        self.import(Box::new(std::iter::once(Ok(reading))), hooks::Outbox::Deliver).await.map(|_| ())
+        self.import(Box::new(std::iter::once(Ok(reading))), crate::delivery::Outbox::Deliver).await.map(|_| ())
     }
 
     /// Stores readings, atomically: all of them or, on the first error,
-    /// none. With [`hooks::Outbox::Deliver`], the deliveries they owe to
+    /// none. With [`crate::delivery::Outbox::Deliver`], the deliveries they owe to
     /// subscriptions are written in the same transaction.
-    async fn import(&self, source: ReadingSource, outbox: hooks::Outbox) -> StoreResult<ImportReport>;
+    async fn import(&self, source: ReadingSource, outbox: crate::delivery::Outbox) -> StoreResult<ImportReport>;
 
     /// Stores readings in transactions of at most [`IMPORT_COMMIT_EVERY`]
     /// each, pausing [`IMPORT_PAUSE`] after each commit, so that a long
     /// import never holds the database's writes for long. The first error
     /// stops it; what was committed before stays ([`PartialImport`]).
     /// Deliveries owed are written as by [`Store::import`].
-    async fn import_batched(&self, source: ReadingSource, outbox: hooks::Outbox)
-    -> Result<ImportReport, PartialImport>;
+    async fn import_batched(
+        &self,
+        source: ReadingSource,
+        outbox: crate::delivery::Outbox,
+    ) -> Result<ImportReport, PartialImport>;
 
     /// Removes the readings of device `device_id` within `range`
     /// (inclusive), atomically, and says what was removed.
@@ -164,7 +166,7 @@ pub trait Provisioning: Send + Sync {
         &self,
         doc: Provision,
         readings: Vec<ReadingInput>,
-        hooks: Option<hooks::ProvisionedHooks>,
+        hooks: Option<crate::delivery::ProvisionedHooks>,
     ) -> StoreResult<ApplyReport>;
 
     /// Whether the store holds no account and no device (demo data may go in).
@@ -191,10 +193,10 @@ pub trait Provisioning: Send + Sync {
 pub trait Deliveries: Send + Sync {
     /// Adds a webhook subscription. Refuses an unknown account, a device
     /// the account does not see, or an id already taken.
-    async fn add_subscription(&self, sub: hooks::NewSubscription) -> StoreResult<()>;
+    async fn add_subscription(&self, sub: crate::delivery::NewSubscription) -> StoreResult<()>;
 
     /// All webhook subscriptions, by account and id.
-    async fn subscriptions(&self) -> StoreResult<Vec<hooks::Subscription>>;
+    async fn subscriptions(&self) -> StoreResult<Vec<crate::delivery::Subscription>>;
 
     /// Removes webhook subscription `id`.
     async fn remove_subscription(&self, id: &str) -> StoreResult<()>;
@@ -214,11 +216,16 @@ pub trait Deliveries: Send + Sync {
     /// other due ones, up to its `batch_max`, so readings that arrived
     /// together go together. Due rows whose account is disabled, or no
     /// longer sees the reading's device, are marked `dropped` instead.
-    async fn claim_deliveries(&self, now: i64, lease: i64, req: &hooks::ClaimRequest) -> StoreResult<hooks::Claimed>;
+    async fn claim_deliveries(
+        &self,
+        now: i64,
+        lease: i64,
+        req: &crate::delivery::ClaimRequest,
+    ) -> StoreResult<crate::delivery::Claimed>;
 
     /// Records what attempts came to at `now` (ms), in one transaction, and
     /// whether each subscription is failing since then (by its last outcome).
-    async fn finish_deliveries(&self, now: i64, done: Vec<hooks::Finished>) -> StoreResult<()>;
+    async fn finish_deliveries(&self, now: i64, done: Vec<crate::delivery::Finished>) -> StoreResult<()>;
 
     /// Records what an attempt of delivery `id` of subscription
     /// `subscription_id` came to at `now` (ms).
@@ -227,19 +234,19 @@ pub trait Deliveries: Send + Sync {
         id: i64,
         subscription_id: &str,
         now: i64,
-        attempt: hooks::Attempt,
+        attempt: crate::delivery::Attempt,
     ) -> StoreResult<()> {
-        let done = hooks::Finished { id, subscription_id: subscription_id.to_owned(), attempt };
+        let done = crate::delivery::Finished { id, subscription_id: subscription_id.to_owned(), attempt };
         self.finish_deliveries(now, vec![done]).await
     }
 
     /// The pending and failed deliveries of subscription `id` (only the
     /// failed ones with `failed_only`), oldest first.
-    async fn deliveries(&self, id: &str, failed_only: bool) -> StoreResult<Vec<hooks::DeliveryRecord>>;
+    async fn deliveries(&self, id: &str, failed_only: bool) -> StoreResult<Vec<crate::delivery::DeliveryRecord>>;
 
     /// Makes deliveries of subscription `id` due at `now` (ms) again, with
     /// their attempts reset; returns how many.
-    async fn replay_deliveries(&self, id: &str, which: hooks::Replay, now: i64) -> StoreResult<u64>;
+    async fn replay_deliveries(&self, id: &str, which: crate::delivery::Replay, now: i64) -> StoreResult<u64>;
 
     /// Deliveries pending, over all subscriptions.
     async fn outbox_backlog(&self) -> StoreResult<u64>;

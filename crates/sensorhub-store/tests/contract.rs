@@ -21,7 +21,7 @@ use sensorhub_core::model::{Origin, ReadingInput, ValueInput};
 use sensorhub_core::provision::{InputError, Provision, parse_json};
 use sensorhub_core::secret::key_digest;
 use sensorhub_core::time::TimeRange;
-use sensorhub_store::hooks::Outbox;
+use sensorhub_store::delivery::Outbox;
 use sensorhub_store::{ReadingBatch, Scope, Store, StoreError, StoredValue};
 use sensorhub_testing::TempDatabase;
 use std::sync::Arc;

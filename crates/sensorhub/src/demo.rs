@@ -7,7 +7,7 @@
 use sensorhub_core::model::{DeviceSpec, Origin, ReadingInput, SensorMeta, ValueInput};
 use sensorhub_core::provision::{AccountSpec, ApiKeySpec, KeyDevices, Provision, WebhookKeySpec};
 use sensorhub_core::simulate::Weather;
-use sensorhub_store::hooks::Outbox;
+use sensorhub_store::delivery::Outbox;
 use sensorhub_store::{ImportReport, Store, StoreResult};
 use std::sync::Arc;
 

@@ -4,13 +4,13 @@
 
 pub mod cli;
 pub mod config;
+pub mod delivery;
 pub mod demo;
-pub mod hooks;
 pub mod http;
+pub mod ingest;
 pub mod limiter;
 pub mod live;
 pub mod metrics;
-pub mod mqtt;
 pub mod redis_client;
 pub mod retention;
 pub mod service;

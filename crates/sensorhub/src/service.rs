@@ -6,7 +6,7 @@
 
 use crate::config::serve::ServeSettings;
 use crate::config::server::CounterStore;
-use crate::hooks::seal::SealError;
+use crate::delivery::seal::SealError;
 use crate::http::{AppState, app};
 use crate::redis_client::SharedRedis;
 use sensorhub_store::Store;
@@ -64,7 +64,7 @@ pub async fn launch(
     let metrics = state.metrics.clone();
     if let Some(mqtt) = settings.mqtt.clone() {
         let installation = store.installation_id().await?;
-        state.mqtt = Some(crate::mqtt::spawn(mqtt, &installation, store.clone(), metrics.clone())?);
+        state.mqtt = Some(crate::ingest::mqtt::spawn(mqtt, &installation, store.clone(), metrics.clone())?);
     }
     start_deliveries(&settings, &store, &state).await?;
     if settings.demo && crate::demo::is_demo(&store).await {
@@ -110,10 +110,10 @@ async fn start_deliveries(
     store: &Arc<dyn Store>,
     state: &AppState,
 ) -> Result<(), LaunchError> {
-    match crate::hooks::key_file::sealing_key(&settings.database, false) {
+    match crate::delivery::key_file::sealing_key(&settings.database, false) {
         Ok(key) => {
-            let clock = Arc::new(crate::hooks::worker::SystemClock);
-            crate::hooks::worker::spawn(store.clone(), key, settings.deliveries, state.metrics.clone(), clock)?;
+            let clock = Arc::new(crate::delivery::worker::SystemClock);
+            crate::delivery::worker::spawn(store.clone(), key, settings.deliveries, state.metrics.clone(), clock)?;
         }
         // Only worth a warning where there is something to deliver.
         Err(SealError::NoKey | SealError::NoKeyPostgres)

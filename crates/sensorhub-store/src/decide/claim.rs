@@ -10,42 +10,8 @@
 //! down to half its share, so that a busy endpoint is claimed for many
 //! rows at a time rather than one row per finished attempt.
 
+use crate::delivery::{ClaimRequest, endpoint};
 use std::collections::{BTreeSet, HashMap};
-
-/// What a worker asks of a claim.
-#[derive(Debug, Clone, Default)]
-pub struct ClaimRequest {
-    /// The most deliveries to claim (the worker's free slots).
-    pub limit: usize,
-    /// The worker's slots in all: each endpoint's share is cut from them.
-    pub slots: usize,
-    /// The claimed deliveries (POSTs) each endpoint holds now, by [`endpoint`].
-    pub held: std::collections::HashMap<String, usize>,
-}
-
-impl ClaimRequest {
-    /// Up to `limit` deliveries for a worker of `2 × limit` slots holding
-    /// none: one endpoint gets them all.
-    pub fn up_to(limit: usize) -> Self {
-        Self { limit, slots: limit.saturating_mul(2), held: std::collections::HashMap::new() }
-    }
-}
-
-impl ClaimRequest {
-    /// Whether `endpoint`, holding what this request says, would be given
-    /// more by a claim now (it is down to half of its least share).
-    pub fn has_room(&self, endpoint: &str) -> bool {
-        has_room(self, endpoint)
-    }
-}
-
-/// The endpoint of a delivery URL: its scheme, host and port as written
-/// (`https://partner.example:8443`); what the per-endpoint share counts.
-pub fn endpoint(url: &str) -> &str {
-    let start = url.find("://").map_or(0, |i| i + 3);
-    let end = url[start..].find(['/', '?', '#']).map_or(url.len(), |i| start + i);
-    &url[..end]
-}
 
 /// A due row as the claim's first look sees it.
 #[derive(Debug, Clone)]
@@ -84,6 +50,14 @@ fn share(req: &ClaimRequest, active: usize) -> usize {
 /// down to half of it.
 fn room(share: usize, held: usize) -> usize {
     if held <= share / 2 { share - held } else { 0 }
+}
+
+impl ClaimRequest {
+    /// Whether `endpoint`, holding what this request says, would be given
+    /// more by a claim now (it is down to half of its least share).
+    pub fn has_room(&self, endpoint: &str) -> bool {
+        has_room(self, endpoint)
+    }
 }
 
 /// Whether `endpoint` has room under the least share it may have now.

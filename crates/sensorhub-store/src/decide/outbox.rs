@@ -5,7 +5,7 @@
 //! is a delivery owed.
 
 use super::DeviceSensors;
-use crate::hooks::Outbox;
+use crate::delivery::Outbox;
 use sensorhub_core::model::ReadingInput;
 use sensorhub_core::secret::generate_key;
 use std::fmt::Write as _;

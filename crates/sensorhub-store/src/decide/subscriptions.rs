@@ -5,7 +5,7 @@
 
 use super::invalid;
 use crate::StoreResult;
-use crate::hooks::{ProvisionedHooks, ProvisionedSubscription, Sealer, join_events};
+use crate::delivery::{ProvisionedHooks, ProvisionedSubscription, Sealer, join_events};
 use sensorhub_core::provision::AccountSpec;
 use sensorhub_core::secret::generate_key;
 use std::collections::BTreeSet;

@@ -5,12 +5,12 @@
 //! byte. Several sensorhub processes may share one database.
 
 mod copy;
-mod hooks;
 mod latest;
 mod outbox;
 mod provision;
 mod read;
 mod retention;
+mod subscriptions;
 mod tx;
 mod upgrade;
 mod write;

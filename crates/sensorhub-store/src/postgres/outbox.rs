@@ -6,7 +6,7 @@
 use super::PgStore;
 use crate::decide::claim;
 use crate::decide::outbox::OutboxRow;
-use crate::hooks::{
+use crate::delivery::{
     Attempt, ClaimRequest, Claimed, DROPPED_DISABLED, DROPPED_UNSEEN, Delivery, DeliveryRecord, Finished, Replay,
     SENSOR_DATA, batch_room, failing_changes, no_such_subscription,
 };
@@ -308,28 +308,28 @@ pub(super) async fn prune_failed(c: &impl GenericClient, before: i64) -> StoreRe
 
 #[async_trait]
 impl crate::store::Deliveries for PgStore {
-    async fn add_subscription(&self, sub: crate::hooks::NewSubscription) -> StoreResult<()> {
+    async fn add_subscription(&self, sub: crate::delivery::NewSubscription) -> StoreResult<()> {
         let _writer = self.writer().await?;
-        super::hooks::add(&mut self.pool.get().await?, sub).await
+        super::subscriptions::add(&mut self.pool.get().await?, sub).await
     }
 
-    async fn subscriptions(&self) -> StoreResult<Vec<crate::hooks::Subscription>> {
-        super::hooks::list(&self.pool.get().await?).await
+    async fn subscriptions(&self) -> StoreResult<Vec<crate::delivery::Subscription>> {
+        super::subscriptions::list(&self.pool.get().await?).await
     }
 
     async fn remove_subscription(&self, id: &str) -> StoreResult<()> {
         let _writer = self.writer().await?;
-        super::hooks::remove(&mut self.pool.get().await?, id).await
+        super::subscriptions::remove(&mut self.pool.get().await?, id).await
     }
 
     async fn replace_subscription_secret(&self, id: &str, sealed_secret: Vec<u8>) -> StoreResult<()> {
         let _writer = self.writer().await?;
-        super::hooks::set_secret(&mut self.pool.get().await?, id, &sealed_secret).await
+        super::subscriptions::set_secret(&mut self.pool.get().await?, id, &sealed_secret).await
     }
 
     async fn set_subscription_enabled(&self, id: &str, enabled: bool) -> StoreResult<()> {
         let _writer = self.writer().await?;
-        super::hooks::set_enabled(&mut self.pool.get().await?, id, enabled).await
+        super::subscriptions::set_enabled(&mut self.pool.get().await?, id, enabled).await
     }
 
     async fn claim_deliveries(&self, now: i64, lease: i64, req: &ClaimRequest) -> StoreResult<Claimed> {

@@ -7,7 +7,7 @@
 
 use super::PgStore;
 use super::tx::PgTx;
-use crate::hooks::{Outbox, ProvisionedHooks};
+use crate::delivery::{Outbox, ProvisionedHooks};
 use crate::write::readings::{self};
 use crate::write::{provision, remove};
 use crate::{ApplyReport, DeleteReport, ImportReport, ReadingSource, StoreResult};
@@ -182,7 +182,7 @@ impl crate::store::Provisioning for PgStore {
         &self,
         doc: Provision,
         readings: Vec<ReadingInput>,
-        hooks: Option<crate::hooks::ProvisionedHooks>,
+        hooks: Option<crate::delivery::ProvisionedHooks>,
     ) -> StoreResult<ApplyReport> {
         let apply = |readings| async move {
             let _writer = self.writer().await?;

@@ -2,13 +2,13 @@
 //! `migrations/sqlite/` applied on open.
 
 mod copy;
-mod hooks;
 mod latest;
 mod outbox;
 mod pool;
 mod provision;
 mod read;
 mod retention;
+mod subscriptions;
 mod tx;
 mod upgrade;
 mod write;

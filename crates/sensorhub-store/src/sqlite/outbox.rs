@@ -5,7 +5,7 @@
 use super::SqliteStore;
 use super::tx::begin;
 use crate::decide::claim;
-use crate::hooks::{
+use crate::delivery::{
     Attempt, ClaimRequest, Claimed, DROPPED_DISABLED, DROPPED_UNSEEN, Delivery, DeliveryRecord, Finished, Replay,
     batch_room, failing_changes, no_such_subscription,
 };
@@ -246,27 +246,27 @@ pub(super) fn prune_failed(c: &mut Connection, before: i64) -> StoreResult<u64> 
 
 #[async_trait]
 impl crate::store::Deliveries for SqliteStore {
-    async fn add_subscription(&self, sub: crate::hooks::NewSubscription) -> StoreResult<()> {
-        self.writes.run(move |c| super::hooks::add(c, sub)).await
+    async fn add_subscription(&self, sub: crate::delivery::NewSubscription) -> StoreResult<()> {
+        self.writes.run(move |c| super::subscriptions::add(c, sub)).await
     }
 
-    async fn subscriptions(&self) -> StoreResult<Vec<crate::hooks::Subscription>> {
-        self.reads.run(super::hooks::list).await
+    async fn subscriptions(&self) -> StoreResult<Vec<crate::delivery::Subscription>> {
+        self.reads.run(super::subscriptions::list).await
     }
 
     async fn remove_subscription(&self, id: &str) -> StoreResult<()> {
         let id = id.to_owned();
-        self.writes.run(move |c| super::hooks::remove(c, &id)).await
+        self.writes.run(move |c| super::subscriptions::remove(c, &id)).await
     }
 
     async fn replace_subscription_secret(&self, id: &str, sealed_secret: Vec<u8>) -> StoreResult<()> {
         let id = id.to_owned();
-        self.writes.run(move |c| super::hooks::set_secret(c, &id, &sealed_secret)).await
+        self.writes.run(move |c| super::subscriptions::set_secret(c, &id, &sealed_secret)).await
     }
 
     async fn set_subscription_enabled(&self, id: &str, enabled: bool) -> StoreResult<()> {
         let id = id.to_owned();
-        self.writes.run(move |c| super::hooks::set_enabled(c, &id, enabled)).await
+        self.writes.run(move |c| super::subscriptions::set_enabled(c, &id, enabled)).await
     }
 
     async fn claim_deliveries(&self, now: i64, lease: i64, req: &ClaimRequest) -> StoreResult<Claimed> {

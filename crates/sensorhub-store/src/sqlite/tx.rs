@@ -7,7 +7,7 @@ use super::{checked_hour_key, hour_key, key_chunk};
 use crate::decide::HourRow;
 use crate::decide::latest::{LatestRow, idx_of, mask_of};
 use crate::decide::outbox::OutboxRow;
-use crate::hooks::SENSOR_DATA;
+use crate::delivery::SENSOR_DATA;
 use crate::write::tx::{Slice, Tx};
 use crate::{ReadingSource, StoreError, StoreResult};
 use futures_util::FutureExt;

@@ -3,7 +3,7 @@
 
 use super::SqliteStore;
 use super::tx::{SqliteTx, begin, ready};
-use crate::hooks::{Outbox, ProvisionedHooks};
+use crate::delivery::{Outbox, ProvisionedHooks};
 use crate::write::readings::{self};
 use crate::write::{provision, remove};
 use crate::{ApplyReport, DeleteReport, ImportReport, ReadingSource, StoreResult};
@@ -157,7 +157,7 @@ impl crate::store::Provisioning for SqliteStore {
         &self,
         doc: Provision,
         readings: Vec<ReadingInput>,
-        hooks: Option<crate::hooks::ProvisionedHooks>,
+        hooks: Option<crate::delivery::ProvisionedHooks>,
     ) -> StoreResult<ApplyReport> {
         let apply = |readings| self.writes.run(move |c| apply(c, doc, readings, hooks));
         self.observers.all(readings, apply).await

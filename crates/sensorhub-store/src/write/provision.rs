@@ -8,7 +8,7 @@ use super::readings::ReadingWriter;
 use super::tx::{DeviceFields, KeyKind, NewKey, RetentionOf, SubscriptionTx};
 use crate::decide::subscriptions::{SubscriptionWrite, provisioned_of, subscription_devices, subscription_write};
 use crate::decide::{self, AccountWrite, Change, KeyWrite, ScopeRequest, SensorWrite, invalid, now};
-use crate::hooks::{Outbox, ProvisionedHooks, ProvisionedSubscription, Sealer};
+use crate::delivery::{Outbox, ProvisionedHooks, ProvisionedSubscription, Sealer};
 use crate::{ApplyReport, StoreError, StoreResult};
 use sensorhub_core::model::{DeviceSpec, ReadingInput};
 use sensorhub_core::provision::{AccountSpec, KeyDevices, Provision};

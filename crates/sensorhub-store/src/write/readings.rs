@@ -8,7 +8,7 @@ use super::tx::Tx;
 use crate::decide::latest::Newest;
 use crate::decide::outbox::Deliveries;
 use crate::decide::{self, DeviceSensors, FastMap, Hours};
-use crate::hooks::Outbox;
+use crate::delivery::Outbox;
 use crate::{ImportReport, ReadingSource, StoreResult};
 use sensorhub_core::model::ReadingInput;
 

@@ -6,7 +6,7 @@
 
 use super::{apply, backends, reading};
 use sensorhub_store::Store;
-use sensorhub_store::hooks::{ClaimRequest, DROPPED_DISABLED, DROPPED_UNSEEN, NewSubscription, Outbox, SENSOR_DATA};
+use sensorhub_store::delivery::{ClaimRequest, DROPPED_DISABLED, DROPPED_UNSEEN, NewSubscription, Outbox, SENSOR_DATA};
 use std::collections::{BTreeMap, BTreeSet};
 
 const T: i64 = 1_777_964_400;

@@ -3,7 +3,7 @@
 
 use super::{backends, reading};
 use sensorhub_core::provision::{Provision, parse_json};
-use sensorhub_store::hooks::{
+use sensorhub_store::delivery::{
     Attempt, ClaimRequest, Delivery, Finished, NewSubscription, Outbox, ProvisionedHooks, ProvisionedSubscription,
     Replay, SENSOR_DATA, Sealer,
 };

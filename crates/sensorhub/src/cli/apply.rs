@@ -22,8 +22,9 @@ pub async fn run(ctx: &Context, args: Args) -> CliResult {
         eprintln!("warning: {name}: {warning}");
     }
     // Secret references are read before the database is touched.
-    let key = || crate::hooks::key_file::sealing_key(&ctx.database, true);
-    let hooks = crate::hooks::provision::resolve(&doc, key).map_err(|e| format!("{name}: {e}; nothing was written"))?;
+    let key = || crate::delivery::key_file::sealing_key(&ctx.database, true);
+    let hooks =
+        crate::delivery::provision::resolve(&doc, key).map_err(|e| format!("{name}: {e}; nothing was written"))?;
     let store = ctx.open().await?;
     let report =
         store.apply_with_hooks(doc, readings, hooks).await.map_err(|e| format!("{name}: {e}; nothing was written"))?;

@@ -8,7 +8,7 @@ use super::{CliResult, Context};
 use sensorhub_core::model::{Origin, ReadingInput, ValueInput};
 use sensorhub_core::provision::{InputError, ReadingSpec, parse_json_at};
 use sensorhub_core::time::parse_reading_timestamp;
-use sensorhub_store::hooks::Outbox;
+use sensorhub_store::delivery::Outbox;
 use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

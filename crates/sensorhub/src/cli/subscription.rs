@@ -3,13 +3,13 @@
 //! sealed under `SENSORHUB_SECRET_KEY`, so these commands need that key.
 
 use super::{CliResult, Context};
-use crate::hooks::headers::{parse_header, seal_headers};
-use crate::hooks::key_file::sealing_key;
-use crate::hooks::sign::SigningSecret;
-use crate::hooks::target::check_url;
+use crate::delivery::headers::{parse_header, seal_headers};
+use crate::delivery::key_file::sealing_key;
+use crate::delivery::sign::SigningSecret;
+use crate::delivery::target::check_url;
 use sensorhub_core::provision::{DEFAULT_BATCH, MAX_BATCH};
 use sensorhub_core::secret::generate_key;
-use sensorhub_store::hooks::{NewSubscription, Replay, SENSOR_DATA};
+use sensorhub_store::delivery::{NewSubscription, Replay, SENSOR_DATA};
 
 /// Subscription subcommands.
 #[derive(Debug, clap::Subcommand)]

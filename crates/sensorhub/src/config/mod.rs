@@ -5,8 +5,8 @@
 //! holds every default once.
 
 pub mod dashboard;
+pub mod delivery;
 pub mod env;
-pub mod hooks;
 pub mod mqtt;
 pub mod reference;
 pub mod serve;
@@ -166,7 +166,7 @@ pub struct FileConfig {
     /// The dashboard (`[dashboard]`).
     pub dashboard: Option<dashboard::DashboardFile>,
     /// Outgoing webhook deliveries (`[webhooks]`).
-    pub webhooks: Option<hooks::DeliveryFile>,
+    pub webhooks: Option<delivery::DeliveryFile>,
 }
 
 /// `default_tz` may be a number of hours or a string.

@@ -39,7 +39,7 @@ pub fn file_keys() -> Vec<String> {
     let mut out: Vec<String> = fields_of::<super::FileConfig>().iter().map(|k| (*k).to_owned()).collect();
     let tables = [
         ("mqtt", fields_of::<super::mqtt::MqttFile>()),
-        ("webhooks", fields_of::<super::hooks::DeliveryFile>()),
+        ("webhooks", fields_of::<super::delivery::DeliveryFile>()),
         ("dashboard", fields_of::<super::dashboard::DashboardFile>()),
     ];
     for (table, keys) in tables {

@@ -6,7 +6,7 @@
 //! `service.rs` does the I/O of starting what the tree says.
 
 use super::dashboard::{DashboardFlags, DashboardSettings};
-use super::hooks::{DeliveryFlags, DeliverySettings};
+use super::delivery::{DeliveryFlags, DeliverySettings};
 use super::mqtt::{MqttFlags, MqttSettings};
 use super::server::WebhookMode;
 use super::server::{

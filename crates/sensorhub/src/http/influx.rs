@@ -25,7 +25,7 @@ use sensorhub_core::ingest::{self, Given, Rules, ValueAt};
 use sensorhub_core::lineproto::{Precision, parse_line};
 use sensorhub_core::model::{ReadingInput, SensorMeta};
 use sensorhub_store::Scope;
-use sensorhub_store::hooks::Outbox;
+use sensorhub_store::delivery::Outbox;
 use std::collections::HashMap;
 use std::io::Read;
 

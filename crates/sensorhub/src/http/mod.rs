@@ -78,7 +78,7 @@ pub struct AppState {
     /// Time a handler has to begin its answer.
     pub request_timeout: Duration,
     /// The MQTT link, when ingesting from a broker.
-    pub mqtt: Option<Arc<crate::mqtt::MqttStatus>>,
+    pub mqtt: Option<Arc<crate::ingest::mqtt::MqttStatus>>,
     /// The dashboard at `/`; `None` when it is off.
     pub dashboard: Option<Arc<dashboard::Dashboard>>,
     /// The store's access generation as last read: it moves when access

@@ -219,7 +219,7 @@ impl TestApp {
     /// Stores readings directly.
     pub async fn add_readings(&self, readings: Vec<ReadingInput>) {
         self.store
-            .import(Box::new(readings.into_iter().map(Ok)), sensorhub_store::hooks::Outbox::Deliver)
+            .import(Box::new(readings.into_iter().map(Ok)), sensorhub_store::delivery::Outbox::Deliver)
             .await
             .expect("import");
     }

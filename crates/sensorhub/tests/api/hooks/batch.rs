@@ -7,8 +7,8 @@ use super::receiver::{Receiver, Reply};
 use super::{SECRET_KEY, id_and_secret, subscription};
 use crate::cli::ok;
 use crate::harness::{TestApp, reading};
-use sensorhub::hooks::sign::SigningSecret;
-use sensorhub_store::hooks::Outbox;
+use sensorhub::delivery::sign::SigningSecret;
+use sensorhub_store::delivery::Outbox;
 use std::collections::BTreeSet;
 
 /// Subscribes alice's devices to `url` in batches of up to 10; returns the

@@ -60,9 +60,9 @@ on_each_backend! {
 
         // What the database holds is sealed: it does not contain the secret and opens only with the key.
         let stored = app.store.subscriptions().await.expect("list");
-        let raw = sensorhub::hooks::sign::SigningSecret::parse(&secret).expect("whsec");
+        let raw = sensorhub::delivery::sign::SigningSecret::parse(&secret).expect("whsec");
         assert!(!stored[0].sealed_secret.windows(raw.as_bytes().len()).any(|w| w == raw.as_bytes()));
-        let key = sensorhub::hooks::seal::SealingKey::from_base64(SECRET_KEY).expect("key");
+        let key = sensorhub::delivery::seal::SealingKey::from_base64(SECRET_KEY).expect("key");
         assert_eq!(key.open(&id, &stored[0].sealed_secret).expect("opens"), raw.as_bytes());
 
         let (same, rotated) = id_and_secret(&ok(&subscription(&app.db, Some(SECRET_KEY), &["rotate-secret", &id])));
@@ -90,17 +90,17 @@ async fn key_file_a_sqlite_database_makes_its_own_secret_key_once_and_the_variab
     let second = subscription(&app.db, None, &["rotate-secret", &id]);
     assert!(!String::from_utf8_lossy(&second.stderr).contains(&file), "named once");
     let (_, secret) = id_and_secret(&ok(&second));
-    let from_file =
-        sensorhub::hooks::seal::SealingKey::from_base64(&std::fs::read_to_string(&file).expect("read")).expect("a key");
-    let raw = sensorhub::hooks::sign::SigningSecret::parse(&secret).expect("whsec");
-    let sealed = |subs: &[sensorhub_store::hooks::Subscription], id: &str| {
+    let from_file = sensorhub::delivery::seal::SealingKey::from_base64(&std::fs::read_to_string(&file).expect("read"))
+        .expect("a key");
+    let raw = sensorhub::delivery::sign::SigningSecret::parse(&secret).expect("whsec");
+    let sealed = |subs: &[sensorhub_store::delivery::Subscription], id: &str| {
         subs.iter().find(|s| s.id == id).expect("stored").sealed_secret.clone()
     };
     let subs = app.store.subscriptions().await.expect("list");
     let opened = from_file.open(&id, &sealed(&subs, &id)).expect("the file's key");
     assert_eq!(opened, raw.as_bytes(), "both commands used one key");
     let (with_var, _) = id_and_secret(&ok(&subscription(&app.db, Some(SECRET_KEY), &add)));
-    let var_key = sensorhub::hooks::seal::SealingKey::from_base64(SECRET_KEY).expect("key");
+    let var_key = sensorhub::delivery::seal::SealingKey::from_base64(SECRET_KEY).expect("key");
     let subs = app.store.subscriptions().await.expect("list");
     assert!(var_key.open(&with_var, &sealed(&subs, &with_var)).is_ok(), "the variable wins over the file");
 }

@@ -8,8 +8,8 @@ use super::delivery::{verify, worker};
 use super::receiver::Receiver;
 use crate::cli::{failed, ok};
 use crate::harness::TestApp;
-use sensorhub::hooks::sign::SigningSecret;
-use sensorhub_store::hooks::Outbox;
+use sensorhub::delivery::sign::SigningSecret;
+use sensorhub_store::delivery::Outbox;
 use std::path::Path;
 use std::process::{Command, Output};
 

@@ -6,8 +6,8 @@
 use super::delivery::{KEY, ingest, recorded, subscribe, worker_with};
 use super::receiver::{Receiver, Reply};
 use crate::harness::TestApp;
-use sensorhub::config::hooks::DeliverySettings;
-use sensorhub::hooks::worker::Clock;
+use sensorhub::config::delivery::DeliverySettings;
+use sensorhub::delivery::worker::Clock;
 use serde_json::json;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

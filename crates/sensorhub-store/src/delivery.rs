@@ -147,8 +147,6 @@ impl std::fmt::Debug for Delivery {
     }
 }
 
-pub use crate::decide::claim::{ClaimRequest, endpoint};
-
 /// What a claim gave.
 #[derive(Debug, Default)]
 pub struct Claimed {
@@ -309,4 +307,31 @@ impl std::fmt::Debug for ProvisionedHooks {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ProvisionedHooks").field("subscriptions", &self.subscriptions).finish_non_exhaustive()
     }
+}
+
+/// What a worker asks of a claim.
+#[derive(Debug, Clone, Default)]
+pub struct ClaimRequest {
+    /// The most deliveries to claim (the worker's free slots).
+    pub limit: usize,
+    /// The worker's slots in all: each endpoint's share is cut from them.
+    pub slots: usize,
+    /// The claimed deliveries (POSTs) each endpoint holds now, by [`endpoint`].
+    pub held: std::collections::HashMap<String, usize>,
+}
+
+impl ClaimRequest {
+    /// Up to `limit` deliveries for a worker of `2 × limit` slots holding
+    /// none: one endpoint gets them all.
+    pub fn up_to(limit: usize) -> Self {
+        Self { limit, slots: limit.saturating_mul(2), held: std::collections::HashMap::new() }
+    }
+}
+
+/// The endpoint of a delivery URL: its scheme, host and port as written
+/// (`https://partner.example:8443`); what the per-endpoint share counts.
+pub fn endpoint(url: &str) -> &str {
+    let start = url.find("://").map_or(0, |i| i + 3);
+    let end = url[start..].find(['/', '?', '#']).map_or(url.len(), |i| start + i);
+    &url[..end]
 }

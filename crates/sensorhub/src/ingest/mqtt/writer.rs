@@ -174,7 +174,7 @@ impl Writer {
         let mut wait = Duration::from_millis(100);
         loop {
             let source = Box::new(readings.clone().into_iter().map(Ok));
-            match self.store.import(source, sensorhub_store::hooks::Outbox::Deliver).await {
+            match self.store.import(source, sensorhub_store::delivery::Outbox::Deliver).await {
                 Ok(_) => return,
                 Err(StoreError::Invalid(e)) => {
                     tracing::warn!(error = %e, "a batch was refused; storing its readings one by one");

@@ -11,7 +11,7 @@ use super::seal::SealingKey;
 use super::sign::SigningSecret;
 use super::target::check_url;
 use sensorhub_core::provision::{HeaderValueSpec, InputError, KeyDevices, Provision, SecretRef, SubscriptionSpec};
-use sensorhub_store::hooks::{ProvisionedHooks, ProvisionedSubscription, Sealer};
+use sensorhub_store::delivery::{ProvisionedHooks, ProvisionedSubscription, Sealer};
 use std::sync::Arc;
 
 impl Sealer for SealingKey {

@@ -7,7 +7,7 @@
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use sensorhub_store::hooks::Delivery;
+use sensorhub_store::delivery::Delivery;
 use sha2::{Digest, Sha256};
 
 /// The event kind of a batched delivery.

@@ -3,7 +3,7 @@
 
 use super::write::begin;
 use crate::decide::now;
-use crate::hooks::{NewSubscription, Subscription, join_events, no_such_subscription, split_events, unseen_device};
+use crate::delivery::{NewSubscription, Subscription, join_events, no_such_subscription, split_events, unseen_device};
 use crate::{StoreError, StoreResult};
 use deadpool_postgres::{Client, GenericClient};
 use tokio_postgres::types::ToSql;

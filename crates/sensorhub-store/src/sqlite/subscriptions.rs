@@ -3,7 +3,7 @@
 
 use super::tx::begin;
 use crate::decide::now;
-use crate::hooks::{NewSubscription, Subscription, join_events, no_such_subscription, split_events, unseen_device};
+use crate::delivery::{NewSubscription, Subscription, join_events, no_such_subscription, split_events, unseen_device};
 use crate::{StoreError, StoreResult};
 use rusqlite::{Connection, OptionalExtension, params};
 

@@ -9,9 +9,9 @@
 //! has failed for too long are disabled.
 
 use super::yielding::IngestFirst;
-use crate::config::hooks::DeliverySettings;
+use crate::config::delivery::DeliverySettings;
 use sensorhub_store::Store;
-use sensorhub_store::hooks::{Attempt, Finished};
+use sensorhub_store::delivery::{Attempt, Finished};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;

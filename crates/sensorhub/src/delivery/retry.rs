@@ -6,8 +6,8 @@
 //! target) fails at once. Pure: the caller passes the time and the jitter.
 
 use super::send::Sent;
-use crate::config::hooks::RetryPolicy;
-use sensorhub_store::hooks::Attempt;
+use crate::config::delivery::RetryPolicy;
+use sensorhub_store::delivery::Attempt;
 use std::time::Duration;
 
 impl RetryPolicy {

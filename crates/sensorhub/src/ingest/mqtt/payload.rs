@@ -2,7 +2,7 @@
 //! `{"timestamp": "…", "sensors": [{"id", "value"}, …]}` or a JSON array of
 //! them, checked with the webhook ingest's rules and field-level messages.
 
-use crate::http::webhook::{given, kind};
+use crate::ingest::envelope::{given, kind};
 use sensorhub_core::ingest::{self, Problem, Reason, Rules, ValueAt};
 use sensorhub_core::model::{ReadingInput, SensorMeta};
 use serde_json::Value;
