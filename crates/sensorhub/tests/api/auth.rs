@@ -109,3 +109,18 @@ on_each_backend! {
         assert_error(&app.get("/pk-alice-all/devices").await, 403, "Forbidden");
     }
 }
+
+#[tokio::test]
+async fn each_kind_of_caller_reaches_what_its_credentials_allow() {
+    let app = TestApp::start().await;
+    let by_basic = app.as_alice().get("/devices").await;
+    let by_key = app.with_key("pk-alice-all").get("/devices").await;
+    assert_eq!((by_basic.status.as_u16(), by_key.status.as_u16()), (200, 200), "{} {}", by_basic.text, by_key.text);
+    assert_eq!(by_basic.data(), by_key.data(), "alice and her all-devices key see the same devices");
+    assert_error(&app.with_key("pk-nobody").get("/devices").await, 403, "Forbidden");
+    assert_error(&app.as_user("alice", "wrong").get("/devices").await, 401, "Unauthorized");
+    let envelope = r#"{"event":"sensor-data","device_id":"AWLR-001","timestamp":"2026-05-05T07:00:00+07:00","data":{"AWLR1-wl":1}}"#;
+    let sent = app.with_webhook_key("wh-alice-secret").post("/webhook/sensor-data", envelope).await;
+    assert_eq!(sent.status, 200, "{}", sent.text);
+    assert_eq!(app.with_webhook_key("wh-wrong").post("/webhook/sensor-data", envelope).await.status, 401);
+}

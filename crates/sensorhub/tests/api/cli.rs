@@ -444,7 +444,11 @@ fn serve_shuts_down_gracefully_and_logs_no_secret() {
             "GET /external/v1/pk-alice-all/devices/AWLR-001/data?start=2025-06-01T00:00:00Z&end=2026-01-01T00:00:00Z HTTP/1.1\r\nHost: {addr}\r\n\r\n"
         );
         stalled.write_all(request.as_bytes()).expect("send");
-        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        // The answer has begun once its first bytes arrive; the rest stays unread.
+        stalled.set_read_timeout(Some(std::time::Duration::from_secs(10))).expect("timeout");
+        let mut head = [0u8; 12];
+        std::io::Read::read_exact(&mut stalled, &mut head).expect("the answer begins");
+        assert_eq!(&head, b"HTTP/1.1 200");
         stalled
     });
     let kill = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().expect("kill");

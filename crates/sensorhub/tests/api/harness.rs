@@ -282,6 +282,72 @@ impl TestApp {
     pub async fn alice(&self, path: &str) -> Answer {
         self.get_as("alice", ALICE_PASSWORD, path).await
     }
+
+    /// A client acting as alice (HTTP Basic).
+    pub fn as_alice(&self) -> Client<'_> {
+        self.as_user("alice", ALICE_PASSWORD)
+    }
+
+    /// A client acting as `user` with `password` (HTTP Basic).
+    pub fn as_user(&self, user: &str, password: &str) -> Client<'_> {
+        Client { app: self, caller: Caller::Basic(basic(user, password)) }
+    }
+
+    /// A client acting through the public API key id `key` (in the path).
+    pub fn with_key(&self, key: &str) -> Client<'_> {
+        Client { app: self, caller: Caller::Key(key.to_owned()) }
+    }
+
+    /// A client sending with the webhook key `key` (`X-API-KEY`).
+    pub fn with_webhook_key(&self, key: &str) -> Client<'_> {
+        Client { app: self, caller: Caller::WebhookKey(key.to_owned()) }
+    }
+}
+
+/// Who a [`Client`] acts as.
+enum Caller {
+    /// `Authorization: Basic …`.
+    Basic(String),
+    /// A public API key id, placed in the path after `/external/v1`.
+    Key(String),
+    /// A webhook key, sent as `X-API-KEY`.
+    WebhookKey(String),
+}
+
+/// Requests to one [`TestApp`] as one caller; paths are under
+/// `/external/v1` and name no key (a key client puts its own in).
+pub struct Client<'a> {
+    app: &'a TestApp,
+    caller: Caller,
+}
+
+impl Client<'_> {
+    fn url(&self, path: &str) -> String {
+        match &self.caller {
+            Caller::Key(key) => format!("{}/{key}{path}", self.app.base),
+            _ => format!("{}{path}", self.app.base),
+        }
+    }
+
+    fn headers(&self) -> Vec<(&str, &str)> {
+        match &self.caller {
+            Caller::Basic(auth) => vec![("Authorization", auth.as_str())],
+            Caller::Key(_) => Vec::new(),
+            Caller::WebhookKey(key) => vec![("X-API-KEY", key.as_str())],
+        }
+    }
+
+    /// GET `path`.
+    pub async fn get(&self, path: &str) -> Answer {
+        self.app.request(Method::GET, &self.url(path), &self.headers(), None).await
+    }
+
+    /// POSTs `body` (JSON) to `path`.
+    pub async fn post(&self, path: &str, body: &str) -> Answer {
+        let mut headers = self.headers();
+        headers.push(("Content-Type", "application/json"));
+        self.app.request(Method::POST, &self.url(path), &headers, Some(body.to_owned().into())).await
+    }
 }
 
 impl Drop for TestApp {
@@ -367,6 +433,8 @@ pub struct ServeProcess {
     pub base: String,
     /// What it logged until it was up.
     pub log: String,
+    /// What it logged since, as it comes.
+    later: Arc<std::sync::Mutex<String>>,
 }
 
 impl ServeProcess {
@@ -397,9 +465,31 @@ impl ServeProcess {
                 break rest.split_whitespace().next().expect("address").to_owned();
             }
         };
-        // Keep draining the log so the server never blocks on a full pipe.
-        std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
-        Self { child, base: format!("http://{addr}/external/v1"), log }
+        // Keep draining the log so the server never blocks on a full pipe,
+        // and keep it for [`ServeProcess::wait_log`].
+        let later = Arc::new(std::sync::Mutex::new(String::new()));
+        let keep = later.clone();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            while stderr.read_line(&mut line).is_ok_and(|n| n > 0) {
+                keep.lock().expect("log lock").push_str(&line);
+                line.clear();
+            }
+        });
+        Self { child, base: format!("http://{addr}/external/v1"), log, later }
+    }
+
+    /// Waits (at most `limit`) until the log since the start holds `needle`; what it holds then.
+    pub async fn wait_log(&self, needle: &str, limit: std::time::Duration) -> String {
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            let text = self.later.lock().expect("log lock").clone();
+            if text.contains(needle) {
+                return text;
+            }
+            assert!(std::time::Instant::now() < deadline, "{needle:?} not logged within {limit:?}: {text}");
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
     }
 }
 

@@ -266,15 +266,22 @@ on_each_backend! {
         errors.subscribe("sensorhub/+/errors", QoS::AtLeastOnce).await.expect("subscribe");
         let refusals = Arc::new(std::sync::Mutex::new(Vec::<(String, Value)>::new()));
         let seen = refusals.clone();
+        let (subscribed, mut suback) = tokio::sync::watch::channel(false);
         let errors_task = tokio::spawn(async move {
             while let Ok(event) = errors_loop.poll().await {
-                if let Event::Incoming(Packet::Publish(p)) = event {
-                    let topic = String::from_utf8_lossy(&p.topic).into_owned();
-                    seen.lock().expect("lock").push((topic, serde_json::from_slice(&p.payload).unwrap_or(Value::Null)));
+                match event {
+                    Event::Incoming(Packet::Publish(p)) => {
+                        let topic = String::from_utf8_lossy(&p.topic).into_owned();
+                        seen.lock().expect("lock").push((topic, serde_json::from_slice(&p.payload).unwrap_or(Value::Null)));
+                    }
+                    Event::Incoming(Packet::SubAck(_)) => {
+                        let _ = subscribed.send(true);
+                    }
+                    _ => {}
                 }
             }
         });
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        tokio::time::timeout(Duration::from_secs(10), suback.wait_for(|s| *s)).await.expect("subscribed").expect("acked");
         let publisher = Publisher::connect(broker.port, &client_id("pub"));
         let array = format!("[{},{}]", payload(1), payload(2));
         let refused = [
@@ -608,6 +615,7 @@ async fn mqtts_with_a_ca_file_and_a_password() {
         "--mqtt-password",
         "s3cret-pass",
     ]);
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let said = refused.wait_log("MQTT broker unreachable; retrying", Duration::from_secs(10)).await;
+    assert!(said.contains("CA") || said.to_lowercase().contains("certificate"), "the refusal says why: {said}");
     wait_for(&refused, Duration::from_secs(5), |r| r["mqtt"] == "disconnected", "/readyz", "a refused link").await;
 }

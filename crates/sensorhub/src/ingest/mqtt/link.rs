@@ -35,12 +35,16 @@ impl Link {
     /// Polls `eventloop` as long as the writer runs.
     pub async fn run(self, mut eventloop: EventLoop) {
         let mut backoff = Duration::from_millis(100);
+        // The first failed attempt of a streak is worth a warning (a wrong
+        // CA or password is otherwise silent); the retries are not.
+        let mut warned = false;
         loop {
             match eventloop.poll().await {
                 Ok(Event::Incoming(Packet::ConnAck(ack))) => {
                     self.status.connected.store(true, Ordering::Relaxed);
                     self.metrics.mqtt_connected(true);
                     backoff = Duration::from_millis(100);
+                    warned = false;
                     tracing::info!(broker = %self.broker, client_id = %self.client_id, session_present = ack.session_present, filter = %self.filter, "MQTT connected");
                     // A kept session keeps its subscription; subscribing again is harmless.
                     if let Err(e) = self.client.try_subscribe(self.filter.clone(), QoS::AtLeastOnce) {
@@ -72,6 +76,10 @@ impl Link {
                     if self.status.connected.swap(false, Ordering::Relaxed) {
                         self.metrics.mqtt_connected(false);
                         tracing::warn!(error = %e, "MQTT link lost; reconnecting");
+                        warned = true;
+                    } else if !warned {
+                        tracing::warn!(broker = %self.broker, error = %e, "MQTT broker unreachable; retrying");
+                        warned = true;
                     } else {
                         tracing::debug!(error = %e, retry_in = ?backoff, "MQTT broker unreachable");
                     }

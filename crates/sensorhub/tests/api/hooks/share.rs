@@ -54,7 +54,12 @@ on_each_backend! {
         };
         let (worker, _clock) = worker_with(app.store.clone(), settings);
         worker.wake();
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        // The worker has taken the black hole's backlog once it holds its connections.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while connections.load(Ordering::SeqCst) == 0 {
+            assert!(Instant::now() < deadline, "the worker never reached the black hole");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
 
         let mut rx = Receiver::start(Vec::new()).await;
         subscribe(&*app.store, &rx.url).await;
