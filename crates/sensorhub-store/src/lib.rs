@@ -12,6 +12,7 @@ mod group;
 mod legacy;
 pub mod observe;
 pub mod postgres;
+mod sql;
 pub mod sqlite;
 pub mod stats;
 mod store;

@@ -7,7 +7,6 @@
 mod copy;
 mod latest;
 mod outbox;
-mod provision;
 mod read;
 mod retention;
 mod subscriptions;

@@ -5,7 +5,6 @@ mod copy;
 mod latest;
 mod outbox;
 mod pool;
-mod provision;
 mod read;
 mod retention;
 mod subscriptions;

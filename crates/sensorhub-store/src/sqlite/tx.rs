@@ -8,9 +8,11 @@ use crate::decide::HourRow;
 use crate::decide::latest::{LatestRow, idx_of, mask_of};
 use crate::decide::outbox::OutboxRow;
 use crate::delivery::SENSOR_DATA;
+use crate::sql::{Param, Row, Sql, Value, sqlite_placeholders};
 use crate::write::tx::{Slice, Tx};
 use crate::{ReadingSource, StoreError, StoreResult};
 use futures_util::FutureExt;
+use rusqlite::types::{ToSqlOutput, ValueRef};
 use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
 use sensorhub_core::model::SensorMeta;
 use std::future::Future;
@@ -20,7 +22,7 @@ pub(super) fn ready<T>(step: impl Future<Output = StoreResult<T>>) -> StoreResul
     step.now_or_never().unwrap_or_else(|| Err(StoreError::Backend("a SQLite write step waited".into())))
 }
 
-/// The writer's connection inside a transaction.
+/// A connection: the writer's inside a transaction, or a reader's.
 pub(super) struct SqliteTx<'c>(pub &'c Connection);
 
 fn rows(c: &Connection, sql: &str, p: impl rusqlite::Params) -> StoreResult<Vec<HourRow>> {
@@ -166,6 +168,51 @@ impl crate::write::migrate::MigrationTx for SqliteTx<'_> {
 
     async fn set_schema_version(&self, version: usize) -> StoreResult<()> {
         Ok(self.0.pragma_update(None, "user_version", version as i64)?)
+    }
+}
+
+impl rusqlite::ToSql for Param<'_> {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        use rusqlite::types::Value as V;
+        let null = || ToSqlOutput::Owned(V::Null);
+        Ok(match *self {
+            Param::Int(v) => v.map_or_else(null, ToSqlOutput::from),
+            Param::Int4(v) => v.map_or_else(null, ToSqlOutput::from),
+            Param::Int2(v) => v.map_or_else(null, ToSqlOutput::from),
+            Param::Real(v) => v.map_or_else(null, ToSqlOutput::from),
+            Param::Bool(v) => v.map_or_else(null, ToSqlOutput::from),
+            Param::Text(v) => v.map_or_else(null, ToSqlOutput::from),
+            Param::Bytes(v) => v.map_or_else(null, ToSqlOutput::from),
+        })
+    }
+}
+
+/// A column as [`Row`]s hold it.
+fn value(v: ValueRef<'_>) -> StoreResult<Value> {
+    Ok(match v {
+        ValueRef::Null => Value::Null,
+        ValueRef::Integer(n) => Value::Int(n),
+        ValueRef::Real(x) => Value::Real(x),
+        ValueRef::Text(t) => Value::Text(std::str::from_utf8(t).map_err(|e| StoreError::Backend(e.into()))?.to_owned()),
+        ValueRef::Blob(b) => Value::Bytes(b.to_vec()),
+    })
+}
+
+impl Sql for SqliteTx<'_> {
+    async fn query(&self, sql: &str, params: &[Param<'_>]) -> StoreResult<Vec<Row>> {
+        let mut stmt = self.0.prepare_cached(&sqlite_placeholders(sql))?;
+        let n = stmt.column_count();
+        let mut rows = stmt.query(rusqlite::params_from_iter(params))?;
+        let mut out = Vec::new();
+        while let Some(r) = rows.next()? {
+            out.push(Row((0..n).map(|i| value(r.get_ref(i)?)).collect::<StoreResult<_>>()?));
+        }
+        Ok(out)
+    }
+
+    async fn execute(&self, sql: &str, params: &[Param<'_>]) -> StoreResult<u64> {
+        let mut stmt = self.0.prepare_cached(&sqlite_placeholders(sql))?;
+        Ok(stmt.execute(rusqlite::params_from_iter(params))? as u64)
     }
 }
 
