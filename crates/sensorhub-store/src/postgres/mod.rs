@@ -9,7 +9,6 @@ mod latest;
 mod outbox;
 mod read;
 mod retention;
-mod subscriptions;
 mod tx;
 mod upgrade;
 mod write;

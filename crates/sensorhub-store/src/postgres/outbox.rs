@@ -4,13 +4,14 @@
 //! takes the write lock that readings' writes hold.
 
 use super::PgStore;
+use crate::StoreResult;
 use crate::decide::claim;
 use crate::decide::outbox::OutboxRow;
 use crate::delivery::{
     Attempt, ClaimRequest, Claimed, DROPPED_DISABLED, DROPPED_UNSEEN, Delivery, DeliveryRecord, Finished, Replay,
-    SENSOR_DATA, batch_room, failing_changes, no_such_subscription,
+    SENSOR_DATA, batch_room, failing_changes,
 };
-use crate::{StoreError, StoreResult};
+use crate::sql::{outbox, subscriptions};
 use async_trait::async_trait;
 use deadpool_postgres::{Client, GenericClient, Transaction};
 
@@ -239,97 +240,26 @@ impl<'a> Outcomes<'a> {
     }
 }
 
-/// Refuses an unknown subscription.
-async fn require(c: &impl GenericClient, id: &str) -> StoreResult<()> {
-    let found = c.query_opt("SELECT 1 FROM subscriptions WHERE id = $1", &[&id]).await?;
-    found.map(|_| ()).ok_or_else(|| no_such_subscription(id))
-}
-
-pub(super) async fn list(c: &impl GenericClient, id: &str, failed_only: bool) -> StoreResult<Vec<DeliveryRecord>> {
-    require(c, id).await?;
-    let rows = c
-        .query(
-            "SELECT id, message_id, state, attempts, created_at, next_attempt, last_status, last_error FROM outbox
-             WHERE subscription_id = $1 AND (NOT $2 OR state = 'failed') ORDER BY id",
-            &[&id, &failed_only],
-        )
-        .await?;
-    Ok(rows
-        .iter()
-        .map(|r| DeliveryRecord {
-            id: r.get(0),
-            message_id: r.get(1),
-            state: r.get(2),
-            attempts: u32::try_from(r.get::<_, i32>(3)).unwrap_or(0),
-            created_at: r.get(4),
-            next_attempt: r.get(5),
-            last_status: r.get::<_, Option<i32>>(6).and_then(|s| u16::try_from(s).ok()),
-            last_error: r.get(7),
-        })
-        .collect())
-}
-
-pub(super) async fn replay(c: &mut Client, id: &str, which: Replay, now: i64) -> StoreResult<u64> {
-    let tx = c.transaction().await?;
-    require(&tx, id).await?;
-    let n = match which {
-        Replay::Failed => {
-            tx.execute(
-                "UPDATE outbox SET state = 'pending', attempts = 0, next_attempt = $2
-                 WHERE subscription_id = $1 AND state = 'failed'",
-                &[&id, &now],
-            )
-            .await?
-        }
-        Replay::One(row) => {
-            tx.execute(
-                "UPDATE outbox SET state = 'pending', attempts = 0, next_attempt = $3
-                 WHERE subscription_id = $1 AND id = $2",
-                &[&id, &row, &now],
-            )
-            .await?
-        }
-    };
-    if let (Replay::One(row), 0) = (which, n) {
-        return Err(StoreError::NotFound(format!("subscription {id:?} has no delivery {row}")));
-    }
-    tx.commit().await?;
-    Ok(n)
-}
-
-pub(super) async fn backlog(c: &impl GenericClient) -> StoreResult<u64> {
-    let n: i64 = c.query_one("SELECT count(*) FROM outbox WHERE state = 'pending'", &[]).await?.get(0);
-    Ok(n as u64)
-}
-
-pub(super) async fn prune_failed(c: &impl GenericClient, before: i64) -> StoreResult<u64> {
-    Ok(c.execute("DELETE FROM outbox WHERE state IN ('failed', 'dropped') AND created_at < $1", &[&before]).await?)
-}
-
 #[async_trait]
 impl crate::store::Deliveries for PgStore {
     async fn add_subscription(&self, sub: crate::delivery::NewSubscription) -> StoreResult<()> {
-        let _writer = self.writer().await?;
-        super::subscriptions::add(&mut self.pool.get().await?, sub).await
+        self.in_tx(async |tx| subscriptions::add(tx, sub).await).await
     }
 
     async fn subscriptions(&self) -> StoreResult<Vec<crate::delivery::Subscription>> {
-        super::subscriptions::list(&self.pool.get().await?).await
+        self.on(async |c| subscriptions::list(c).await).await
     }
 
     async fn remove_subscription(&self, id: &str) -> StoreResult<()> {
-        let _writer = self.writer().await?;
-        super::subscriptions::remove(&mut self.pool.get().await?, id).await
+        self.in_tx(async |tx| subscriptions::remove(tx, id).await).await
     }
 
     async fn replace_subscription_secret(&self, id: &str, sealed_secret: Vec<u8>) -> StoreResult<()> {
-        let _writer = self.writer().await?;
-        super::subscriptions::set_secret(&mut self.pool.get().await?, id, &sealed_secret).await
+        self.in_tx(async |tx| subscriptions::set_secret(tx, id, &sealed_secret).await).await
     }
 
     async fn set_subscription_enabled(&self, id: &str, enabled: bool) -> StoreResult<()> {
-        let _writer = self.writer().await?;
-        super::subscriptions::set_enabled(&mut self.pool.get().await?, id, enabled).await
+        self.in_tx(async |tx| subscriptions::set_enabled(tx, id, enabled).await).await
     }
 
     async fn claim_deliveries(&self, now: i64, lease: i64, req: &ClaimRequest) -> StoreResult<Claimed> {
@@ -341,18 +271,18 @@ impl crate::store::Deliveries for PgStore {
     }
 
     async fn deliveries(&self, id: &str, failed_only: bool) -> StoreResult<Vec<DeliveryRecord>> {
-        list(&self.pool.get().await?, id, failed_only).await
+        self.on(async |c| outbox::list(c, id, failed_only).await).await
     }
 
     async fn replay_deliveries(&self, id: &str, which: Replay, now: i64) -> StoreResult<u64> {
-        replay(&mut self.pool.get().await?, id, which, now).await
+        self.in_tx(async |tx| outbox::replay(tx, id, which, now).await).await
     }
 
     async fn outbox_backlog(&self) -> StoreResult<u64> {
-        backlog(&self.pool.get().await?).await
+        self.on(async |c| outbox::backlog(c).await).await
     }
 
     async fn prune_failed_deliveries(&self, before: i64) -> StoreResult<u64> {
-        prune_failed(&self.pool.get().await?, before).await
+        self.on(async |c| outbox::prune_failed(c, before).await).await
     }
 }

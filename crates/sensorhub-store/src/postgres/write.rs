@@ -6,7 +6,7 @@
 //! table, then one `INSERT … ON CONFLICT` moves them into place.
 
 use super::PgStore;
-use super::tx::PgTx;
+use super::tx::{On, PgTx};
 use crate::delivery::{Outbox, ProvisionedHooks};
 use crate::write::readings::{self};
 use crate::write::{provision, remove};
@@ -31,6 +31,26 @@ pub(super) async fn begin(c: &mut Client) -> StoreResult<Transaction<'_>> {
     let tx = c.transaction().await?;
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&WRITE_LOCK]).await?;
     Ok(tx)
+}
+
+impl PgStore {
+    /// Runs `step` (written once, [`crate::sql`]) in a writing transaction
+    /// (this process's writer place and the write lock held), and commits
+    /// it when the step succeeds.
+    pub(super) async fn in_tx<R>(&self, step: impl AsyncFnOnce(&PgTx<'_>) -> StoreResult<R>) -> StoreResult<R> {
+        let _writer = self.writer().await?;
+        let mut client = self.pool.get().await?;
+        let tx = begin(&mut client).await?;
+        let result = step(&PgTx::new(&tx)).await?;
+        tx.commit().await?;
+        Ok(result)
+    }
+
+    /// Runs `step` (written once, [`crate::sql`]) on a pooled connection, outside a transaction (reads).
+    pub(super) async fn on<R>(&self, step: impl AsyncFnOnce(&On<'_, Client>) -> StoreResult<R>) -> StoreResult<R> {
+        let client = self.pool.get().await?;
+        step(&On(&client)).await
+    }
 }
 
 /// Begins a bulk writing transaction (import, copy, delete): as [`begin`],

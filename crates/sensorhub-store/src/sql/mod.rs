@@ -9,7 +9,9 @@
 //! Parameters are typed as the PostgreSQL column they meet ([`Param`]):
 //! PostgreSQL checks every one, SQLite takes them as they come.
 
+pub(crate) mod outbox;
 pub(crate) mod provision;
+pub(crate) mod subscriptions;
 
 use crate::{StoreError, StoreResult};
 
@@ -130,7 +132,7 @@ macro_rules! narrower_int {
     )*};
 }
 
-narrower_int!(i32, i16, u32, u64, usize);
+narrower_int!(i32, i16, u32, u16, u64, usize);
 
 impl FromValue for f64 {
     fn from_value(value: &Value) -> Option<Self> {

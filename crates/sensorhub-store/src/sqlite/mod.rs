@@ -7,7 +7,6 @@ mod outbox;
 mod pool;
 mod read;
 mod retention;
-mod subscriptions;
 mod tx;
 mod upgrade;
 mod write;

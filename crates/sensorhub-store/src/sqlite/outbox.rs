@@ -3,15 +3,16 @@
 //! listed and replayed.
 
 use super::SqliteStore;
-use super::tx::begin;
+use super::tx::{begin, in_tx, on};
 use crate::decide::claim;
 use crate::delivery::{
     Attempt, ClaimRequest, Claimed, DROPPED_DISABLED, DROPPED_UNSEEN, Delivery, DeliveryRecord, Finished, Replay,
-    batch_room, failing_changes, no_such_subscription,
+    batch_room, failing_changes,
 };
+use crate::sql::{outbox, subscriptions};
 use crate::{StoreError, StoreResult};
 use async_trait::async_trait;
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{Connection, params};
 
 pub(super) fn claim(c: &mut Connection, now: i64, lease: i64, req: &ClaimRequest) -> StoreResult<Claimed> {
     unsynced(c, |c| {
@@ -184,89 +185,29 @@ fn finish_unsynced(c: &mut Connection, now: i64, done: &[Finished]) -> StoreResu
     Ok(())
 }
 
-/// Refuses an unknown subscription.
-fn require(c: &Connection, id: &str) -> StoreResult<()> {
-    let found = c.query_row("SELECT 1 FROM subscriptions WHERE id = ?1", [id], |_| Ok(())).optional()?;
-    found.ok_or_else(|| no_such_subscription(id))
-}
-
-pub(super) fn list(c: &mut Connection, id: &str, failed_only: bool) -> StoreResult<Vec<DeliveryRecord>> {
-    require(c, id)?;
-    let mut stmt = c.prepare_cached(
-        "SELECT id, message_id, state, attempts, created_at, next_attempt, last_status, last_error FROM outbox
-         WHERE subscription_id = ?1 AND (?2 = 0 OR state = 'failed') ORDER BY id",
-    )?;
-    let rows = stmt.query_map(params![id, failed_only], |r| {
-        Ok(DeliveryRecord {
-            id: r.get(0)?,
-            message_id: r.get(1)?,
-            state: r.get(2)?,
-            attempts: r.get(3)?,
-            created_at: r.get(4)?,
-            next_attempt: r.get(5)?,
-            last_status: r.get(6)?,
-            last_error: r.get(7)?,
-        })
-    })?;
-    Ok(rows.collect::<Result<_, _>>()?)
-}
-
-pub(super) fn replay(c: &mut Connection, id: &str, which: Replay, now: i64) -> StoreResult<u64> {
-    let tx = begin(c)?;
-    require(&tx, id)?;
-    let n = match which {
-        Replay::Failed => tx.execute(
-            "UPDATE outbox SET state = 'pending', attempts = 0, next_attempt = ?2
-             WHERE subscription_id = ?1 AND state = 'failed'",
-            params![id, now],
-        )?,
-        Replay::One(row) => tx.execute(
-            "UPDATE outbox SET state = 'pending', attempts = 0, next_attempt = ?3 WHERE subscription_id = ?1 AND id = ?2",
-            params![id, row, now],
-        )?,
-    };
-    if let (Replay::One(row), 0) = (which, n) {
-        return Err(StoreError::NotFound(format!("subscription {id:?} has no delivery {row}")));
-    }
-    tx.commit()?;
-    Ok(n as u64)
-}
-
-pub(super) fn backlog(c: &mut Connection) -> StoreResult<u64> {
-    let n: i64 = c.query_row("SELECT count(*) FROM outbox WHERE state = 'pending'", [], |r| r.get(0))?;
-    Ok(n as u64)
-}
-
-pub(super) fn prune_failed(c: &mut Connection, before: i64) -> StoreResult<u64> {
-    let tx = begin(c)?;
-    let n = tx.execute("DELETE FROM outbox WHERE state IN ('failed', 'dropped') AND created_at < ?1", [before])?;
-    tx.commit()?;
-    Ok(n as u64)
-}
-
 #[async_trait]
 impl crate::store::Deliveries for SqliteStore {
     async fn add_subscription(&self, sub: crate::delivery::NewSubscription) -> StoreResult<()> {
-        self.writes.run(move |c| super::subscriptions::add(c, sub)).await
+        self.writes.run(move |c| in_tx(c, async |tx| subscriptions::add(tx, sub).await)).await
     }
 
     async fn subscriptions(&self) -> StoreResult<Vec<crate::delivery::Subscription>> {
-        self.reads.run(super::subscriptions::list).await
+        self.reads.run(|c| on(c, async |c| subscriptions::list(c).await)).await
     }
 
     async fn remove_subscription(&self, id: &str) -> StoreResult<()> {
         let id = id.to_owned();
-        self.writes.run(move |c| super::subscriptions::remove(c, &id)).await
+        self.writes.run(move |c| in_tx(c, async |tx| subscriptions::remove(tx, &id).await)).await
     }
 
     async fn replace_subscription_secret(&self, id: &str, sealed_secret: Vec<u8>) -> StoreResult<()> {
         let id = id.to_owned();
-        self.writes.run(move |c| super::subscriptions::set_secret(c, &id, &sealed_secret)).await
+        self.writes.run(move |c| in_tx(c, async |tx| subscriptions::set_secret(tx, &id, &sealed_secret).await)).await
     }
 
     async fn set_subscription_enabled(&self, id: &str, enabled: bool) -> StoreResult<()> {
         let id = id.to_owned();
-        self.writes.run(move |c| super::subscriptions::set_enabled(c, &id, enabled)).await
+        self.writes.run(move |c| in_tx(c, async |tx| subscriptions::set_enabled(tx, &id, enabled).await)).await
     }
 
     async fn claim_deliveries(&self, now: i64, lease: i64, req: &ClaimRequest) -> StoreResult<Claimed> {
@@ -280,19 +221,19 @@ impl crate::store::Deliveries for SqliteStore {
 
     async fn deliveries(&self, id: &str, failed_only: bool) -> StoreResult<Vec<DeliveryRecord>> {
         let id = id.to_owned();
-        self.reads.run(move |c| list(c, &id, failed_only)).await
+        self.reads.run(move |c| on(c, async |c| outbox::list(c, &id, failed_only).await)).await
     }
 
     async fn replay_deliveries(&self, id: &str, which: Replay, now: i64) -> StoreResult<u64> {
         let id = id.to_owned();
-        self.writes.run(move |c| replay(c, &id, which, now)).await
+        self.writes.run(move |c| in_tx(c, async |tx| outbox::replay(tx, &id, which, now).await)).await
     }
 
     async fn outbox_backlog(&self) -> StoreResult<u64> {
-        self.reads.run(backlog).await
+        self.reads.run(|c| on(c, async |c| outbox::backlog(c).await)).await
     }
 
     async fn prune_failed_deliveries(&self, before: i64) -> StoreResult<u64> {
-        self.writes.run(move |c| prune_failed(c, before)).await
+        self.writes.run(move |c| in_tx(c, async |tx| outbox::prune_failed(tx, before).await)).await
     }
 }

@@ -216,6 +216,20 @@ impl Sql for SqliteTx<'_> {
     }
 }
 
+/// Runs `step` (written once, [`crate::sql`]) in an `IMMEDIATE`
+/// transaction on `c`, and commits it when the step succeeds.
+pub(super) fn in_tx<R>(c: &mut Connection, step: impl AsyncFnOnce(&SqliteTx<'_>) -> StoreResult<R>) -> StoreResult<R> {
+    let tx = begin(c)?;
+    let result = ready(step(&SqliteTx(&tx)))?;
+    tx.commit()?;
+    Ok(result)
+}
+
+/// Runs `step` (written once, [`crate::sql`]) on `c`, outside a transaction (reads).
+pub(super) fn on<R>(c: &Connection, step: impl AsyncFnOnce(&SqliteTx<'_>) -> StoreResult<R>) -> StoreResult<R> {
+    ready(step(&SqliteTx(c)))
+}
+
 /// An `IMMEDIATE` transaction: every write of this backend starts here.
 pub(super) fn begin(c: &mut Connection) -> StoreResult<Transaction<'_>> {
     Ok(c.transaction_with_behavior(TransactionBehavior::Immediate)?)
