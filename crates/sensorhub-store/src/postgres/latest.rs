@@ -2,9 +2,10 @@
 //! newest value of each sensor of each device (schema version 5), kept by
 //! every write of readings in its own transaction ([`crate::write`]).
 
-use super::read::{SCOPE_FILTER, scope_params, sensor};
+use super::read::sensor;
 use crate::decide::latest::entry;
 use crate::decide::sensors_by_idx;
+use crate::sql::access::{SCOPE_FILTER, scope_params};
 use crate::{DeviceHandle, LatestValue, Scope, StoreResult};
 use deadpool_postgres::GenericClient;
 

@@ -13,6 +13,7 @@ mod tx;
 mod upgrade;
 mod write;
 
+use crate::sql::access;
 use crate::{PoolStatus, StoreError, StoreResult, fact_key};
 use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
@@ -206,24 +207,16 @@ impl crate::store::Health for PgStore {
     }
 
     async fn installation_id(&self) -> StoreResult<String> {
-        read::installation_id(&self.pool.get().await?).await
+        self.on(async |c| access::installation_id(c).await).await
     }
 
     async fn installation_fact(&self, key: &str) -> StoreResult<Option<String>> {
-        read::installation_fact(&self.pool.get().await?, key).await
+        self.on(async |c| access::installation_fact(c, key).await).await
     }
 
     async fn record_installation_fact(&self, key: &str, value: &str) -> StoreResult<()> {
         let key = fact_key(key)?;
-        self.pool
-            .get()
-            .await?
-            .execute(
-                "INSERT INTO installation (key, value) VALUES ($1, $2) ON CONFLICT (key) DO UPDATE SET value = $2",
-                &[&key, &value],
-            )
-            .await?;
-        Ok(())
+        self.on(async |c| access::record_installation_fact(c, &key, value).await).await
     }
 }
 

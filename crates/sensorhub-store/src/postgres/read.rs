@@ -5,10 +5,8 @@ use super::PgStore;
 use crate::StoredHour;
 use crate::chunk::{self, chunk_of};
 use crate::decide::malformed;
-use crate::{
-    AccountAuth, AccountSummary, ApiKeyAuth, ApiKeySummary, DeviceHandle, ReadingBatch, Scope, StoreResult,
-    WebhookKeyAuth,
-};
+use crate::sql::access::{self, SCOPE_FILTER, scope_params};
+use crate::{AccountAuth, ApiKeyAuth, DeviceHandle, ReadingBatch, Scope, StoreResult, WebhookKeyAuth};
 use crate::{LatestValue, ReadingStream, Window};
 use async_trait::async_trait;
 use deadpool_postgres::GenericClient;
@@ -17,69 +15,6 @@ use sensorhub_core::secret::KeyDigest;
 use std::collections::HashMap;
 
 use sensorhub_core::time::TimeRange;
-
-pub(super) async fn account_auth(c: &impl GenericClient, username: &str) -> StoreResult<Option<AccountAuth>> {
-    let stmt = c.prepare_cached("SELECT id, password_hash, disabled FROM accounts WHERE username = $1").await?;
-    Ok(c.query_opt(&stmt, &[&username]).await?.map(|r| AccountAuth {
-        account_id: r.get(0),
-        password_hash: r.get(1),
-        disabled: r.get(2),
-    }))
-}
-
-pub(super) async fn api_key_auth(c: &impl GenericClient, digest: &KeyDigest) -> StoreResult<Option<ApiKeyAuth>> {
-    let stmt = c
-        .prepare_cached(
-            "SELECT k.id, k.account_id, k.scoped, k.revoked, a.disabled
-             FROM api_keys k JOIN accounts a ON a.id = k.account_id WHERE k.digest = $1",
-        )
-        .await?;
-    Ok(c.query_opt(&stmt, &[&&digest[..]]).await?.map(|r| ApiKeyAuth {
-        key_id: r.get(0),
-        account_id: r.get(1),
-        scoped: r.get(2),
-        revoked: r.get(3),
-        account_disabled: r.get(4),
-    }))
-}
-
-pub(super) async fn webhook_key_auth(
-    c: &impl GenericClient,
-    digest: &KeyDigest,
-) -> StoreResult<Option<WebhookKeyAuth>> {
-    let stmt = c
-        .prepare_cached(
-            "SELECT k.id, k.account_id, k.revoked, a.disabled, k.digest
-             FROM webhook_keys k JOIN accounts a ON a.id = k.account_id WHERE k.digest = $1",
-        )
-        .await?;
-    let Some(r) = c.query_opt(&stmt, &[&&digest[..]]).await? else { return Ok(None) };
-    // The stored digest, as SQLite returns it: the caller compares it with
-    // the one it computed in constant time (comparing the argument with
-    // itself would check nothing).
-    let stored: &[u8] = r.get(4);
-    let Ok(stored) = <[u8; 32]>::try_from(stored) else { return Ok(None) };
-    Ok(Some(WebhookKeyAuth {
-        key_id: r.get(0),
-        account_id: r.get(1),
-        digest: stored,
-        revoked: r.get(2),
-        account_disabled: r.get(3),
-    }))
-}
-
-/// The `WHERE` clause selecting the devices `d` of a scope, with
-/// parameters `$1` (account, or NULL for all) and `$2` (scoped key or NULL).
-pub(super) const SCOPE_FILTER: &str =
-    "($1::bigint IS NULL OR d.id IN (SELECT device_pk FROM account_devices WHERE account_id = $1))
-     AND ($2::bigint IS NULL OR d.id IN (SELECT device_pk FROM api_key_devices WHERE key_id = $2))";
-
-pub(super) fn scope_params(scope: Scope) -> (Option<i64>, Option<i64>) {
-    match scope {
-        Scope::All => (None, None),
-        Scope::Account { account_id, key } => (Some(account_id), key),
-    }
-}
 
 pub(super) fn sensor(r: &tokio_postgres::Row, from: usize) -> SensorMeta {
     SensorMeta { sensor_id: r.get(from), name: r.get(from + 1), kind: r.get(from + 2), unit: r.get(from + 3) }
@@ -128,41 +63,6 @@ pub(super) async fn list_devices(c: &impl GenericClient, scope: Scope) -> StoreR
         });
     }
     Ok(out)
-}
-
-/// Whether account `account_id` owns device `pk` or sees it with a write grant.
-pub(super) async fn may_write(c: &impl GenericClient, account_id: i64, pk: i64) -> StoreResult<bool> {
-    let stmt = c
-        .prepare_cached(
-            "SELECT EXISTS (SELECT 1 FROM devices WHERE id = $2 AND owner_id = $1)
-                 OR EXISTS (SELECT 1 FROM account_devices WHERE account_id = $1 AND device_pk = $2 AND can_write)",
-        )
-        .await?;
-    Ok(c.query_one(&stmt, &[&account_id, &pk]).await?.get(0))
-}
-
-/// The device `device_id` visible in `scope`, with its sensors, in one query.
-pub(super) async fn find_device(
-    c: &impl GenericClient,
-    scope: Scope,
-    device_id: &str,
-) -> StoreResult<Option<DeviceHandle>> {
-    let (account, key) = scope_params(scope);
-    let stmt = c
-        .prepare_cached(&format!(
-            "SELECT d.id, s.idx, s.sensor_id, s.name, s.type, s.unit
-             FROM devices d LEFT JOIN sensors s ON s.device_pk = d.id
-             WHERE d.device_id = $3 AND {SCOPE_FILTER} ORDER BY s.idx"
-        ))
-        .await?;
-    let rows = c.query(&stmt, &[&account, &key, &device_id]).await?;
-    let Some(first) = rows.first() else { return Ok(None) };
-    let pk: i64 = first.get(0);
-    let mut sensors = Vec::with_capacity(rows.len());
-    for r in rows.iter().filter(|r| r.get::<_, Option<i16>>(1).is_some()) {
-        sensors.push(sensor(r, 2));
-    }
-    Ok(Some(DeviceHandle { pk, sensors }))
 }
 
 /// Hour rows the window's first query asks for: a one-minute day (24 rows)
@@ -225,15 +125,6 @@ pub(super) async fn window_head(
         read_into(c, pk, from, end, limit, &mut batch).await?;
     }
     Ok(Some((DeviceHandle { pk, sensors: sensors.into_iter().map(|(_, s)| s).collect() }, batch)))
-}
-
-/// The sensors of device `pk`, by idx.
-pub(super) async fn device_sensors(c: &impl GenericClient, pk: i64) -> StoreResult<Vec<SensorMeta>> {
-    let stmt = c
-        .prepare_cached("SELECT idx, sensor_id, name, type, unit FROM sensors WHERE device_pk = $1 ORDER BY idx")
-        .await?;
-    let rows = c.query(&stmt, &[&pk]).await?;
-    Ok(crate::decide::sensors_by_idx(rows.iter().map(|r| (i64::from(r.get::<_, i16>(0)), sensor(r, 1)))))
 }
 
 /// Hour rows asked for first when reading a batch: a one-minute station's
@@ -311,100 +202,26 @@ pub(super) async fn read_batch(
     Ok(batch)
 }
 
-pub(super) async fn access_generation(c: &impl GenericClient) -> StoreResult<i64> {
-    let stmt = c.prepare_cached("SELECT generation FROM access_generation").await?;
-    Ok(c.query_one(&stmt, &[]).await?.get(0))
-}
-
-pub(super) async fn installation_id(c: &impl GenericClient) -> StoreResult<String> {
-    Ok(c.query_one("SELECT value FROM installation WHERE key = 'id'", &[]).await?.get(0))
-}
-
-pub(super) async fn installation_fact(c: &impl GenericClient, key: &str) -> StoreResult<Option<String>> {
-    Ok(c.query_opt("SELECT value FROM installation WHERE key = $1", &[&key]).await?.map(|r| r.get(0)))
-}
-
-pub(super) async fn is_empty(c: &impl GenericClient) -> StoreResult<bool> {
-    let row =
-        c.query_one("SELECT NOT EXISTS (SELECT 1 FROM accounts) AND NOT EXISTS (SELECT 1 FROM devices)", &[]).await?;
-    Ok(row.get(0))
-}
-
-pub(super) async fn accounts(c: &impl GenericClient) -> StoreResult<Vec<AccountSummary>> {
-    let rows = c
-        .query(
-            "SELECT a.username, a.disabled, d.device_id, (ad.can_write OR d.owner_id = a.id) FROM accounts a
-             LEFT JOIN account_devices ad ON ad.account_id = a.id LEFT JOIN devices d ON d.id = ad.device_pk
-             ORDER BY a.username, d.device_id",
-            &[],
-        )
-        .await?;
-    let mut out: Vec<AccountSummary> = Vec::new();
-    for r in rows {
-        let username: String = r.get(0);
-        if out.last().is_none_or(|a| a.username != username) {
-            out.push(AccountSummary { username, disabled: r.get(1), devices: Vec::new(), writes: Vec::new() });
-        }
-        if let (Some(d), Some(a)) = (r.get::<_, Option<String>>(2), out.last_mut()) {
-            if r.get::<_, Option<bool>>(3).unwrap_or(false) {
-                a.writes.push(d.clone());
-            }
-            a.devices.push(d);
-        }
-    }
-    Ok(out)
-}
-
-pub(super) async fn api_keys(c: &impl GenericClient) -> StoreResult<Vec<ApiKeySummary>> {
-    let rows = c
-        .query(
-            "SELECT k.id, k.prefix, a.username, k.scoped, k.revoked, d.device_id FROM api_keys k
-             JOIN accounts a ON a.id = k.account_id
-             LEFT JOIN api_key_devices kd ON kd.key_id = k.id LEFT JOIN devices d ON d.id = kd.device_pk
-             ORDER BY a.username, k.id, d.device_id",
-            &[],
-        )
-        .await?;
-    let mut out: Vec<(i64, ApiKeySummary)> = Vec::new();
-    for r in rows {
-        let id: i64 = r.get(0);
-        if out.last().is_none_or(|(last, _)| *last != id) {
-            let scoped: bool = r.get(3);
-            let summary = ApiKeySummary {
-                prefix: r.get(1),
-                username: r.get(2),
-                devices: scoped.then(Vec::new),
-                revoked: r.get(4),
-            };
-            out.push((id, summary));
-        }
-        if let (Some(d), Some((_, k))) = (r.get::<_, Option<String>>(5), out.last_mut()) {
-            k.devices.get_or_insert_with(Vec::new).push(d);
-        }
-    }
-    Ok(out.into_iter().map(|(_, k)| k).collect())
-}
-
 #[async_trait]
 impl crate::store::Access for PgStore {
     async fn account_auth(&self, username: &str) -> StoreResult<Option<AccountAuth>> {
-        account_auth(&self.pool.get().await?, username).await
+        self.on(async |c| access::account_auth(c, username).await).await
     }
 
     async fn api_key_auth(&self, digest: &KeyDigest) -> StoreResult<Option<ApiKeyAuth>> {
-        api_key_auth(&self.pool.get().await?, digest).await
+        self.on(async |c| access::api_key_auth(c, digest).await).await
     }
 
     async fn webhook_key_auth(&self, digest: &KeyDigest) -> StoreResult<Option<WebhookKeyAuth>> {
-        webhook_key_auth(&self.pool.get().await?, digest).await
+        self.on(async |c| access::webhook_key_auth(c, digest).await).await
     }
 
     async fn access_generation(&self) -> StoreResult<i64> {
-        access_generation(&self.pool.get().await?).await
+        self.on(async |c| access::access_generation(c).await).await
     }
 
     async fn may_write(&self, account_id: i64, device_pk: i64) -> StoreResult<bool> {
-        may_write(&self.pool.get().await?, account_id, device_pk).await
+        self.on(async |c| access::may_write(c, account_id, device_pk).await).await
     }
 }
 
@@ -415,7 +232,7 @@ impl crate::store::Reads for PgStore {
     }
 
     async fn find_device(&self, scope: Scope, device_id: &str) -> StoreResult<Option<DeviceHandle>> {
-        find_device(&self.pool.get().await?, scope, device_id).await
+        self.on(async |c| access::find_device(c, scope, device_id).await).await
     }
 
     async fn latest(&self, scope: Scope, device_id: &str) -> StoreResult<Option<(DeviceHandle, Vec<LatestValue>)>> {

@@ -134,7 +134,7 @@ impl Tx for PgTx<'_> {
     }
 
     async fn device_sensors(&self, pk: i64) -> StoreResult<Vec<SensorMeta>> {
-        super::read::device_sensors(self.tx, pk).await
+        crate::sql::access::device_sensors(self, pk).await
     }
 
     async fn subscriptions_of(&self, pk: i64) -> StoreResult<Vec<String>> {

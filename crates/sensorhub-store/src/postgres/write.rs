@@ -8,6 +8,7 @@
 use super::PgStore;
 use super::tx::{On, PgTx};
 use crate::delivery::{Outbox, ProvisionedHooks};
+use crate::sql::access;
 use crate::write::readings::{self};
 use crate::write::{provision, remove};
 use crate::{ApplyReport, DeleteReport, ImportReport, ReadingSource, StoreResult};
@@ -102,19 +103,6 @@ pub(super) async fn revoke_api_key(c: &mut Client, id_or_prefix: &str) -> StoreR
     let prefix = provision::revoke_api_key(&PgTx::new(&tx), id_or_prefix).await?;
     tx.commit().await?;
     Ok(prefix)
-}
-
-pub(super) async fn grant_write_to_viewers(c: &mut Client) -> StoreResult<u64> {
-    let tx = begin(c).await?;
-    let n = tx
-        .execute(
-            "UPDATE account_devices x SET can_write = true WHERE NOT x.can_write
-             AND NOT EXISTS (SELECT 1 FROM devices d WHERE d.id = x.device_pk AND d.owner_id = x.account_id)",
-            &[],
-        )
-        .await?;
-    tx.commit().await?;
-    Ok(n)
 }
 
 pub(super) async fn delete_readings(c: &mut Client, device_id: &str, range: TimeRange) -> StoreResult<DeleteReport> {
@@ -212,15 +200,15 @@ impl crate::store::Provisioning for PgStore {
     }
 
     async fn is_empty(&self) -> StoreResult<bool> {
-        super::read::is_empty(&self.pool.get().await?).await
+        self.on(async |c| access::is_empty(c).await).await
     }
 
     async fn accounts(&self) -> StoreResult<Vec<AccountSummary>> {
-        super::read::accounts(&self.pool.get().await?).await
+        self.on(async |c| access::accounts(c).await).await
     }
 
     async fn api_keys(&self) -> StoreResult<Vec<ApiKeySummary>> {
-        super::read::api_keys(&self.pool.get().await?).await
+        self.on(async |c| access::api_keys(c).await).await
     }
 
     async fn revoke_api_key(&self, id_or_prefix: &str) -> StoreResult<String> {
@@ -229,7 +217,6 @@ impl crate::store::Provisioning for PgStore {
     }
 
     async fn grant_write_to_viewers(&self) -> StoreResult<u64> {
-        let _writer = self.writer().await?;
-        grant_write_to_viewers(&mut self.pool.get().await?).await
+        self.in_tx(async |tx| access::grant_write_to_viewers(tx).await).await
     }
 }

@@ -9,6 +9,7 @@
 //! Parameters are typed as the PostgreSQL column they meet ([`Param`]):
 //! PostgreSQL checks every one, SQLite takes them as they come.
 
+pub(crate) mod access;
 pub(crate) mod outbox;
 pub(crate) mod provision;
 pub(crate) mod subscriptions;

@@ -11,6 +11,7 @@ mod tx;
 mod upgrade;
 mod write;
 
+use crate::sql::access;
 use crate::{PoolStatus, StoreError, StoreResult, fact_key};
 use async_trait::async_trait;
 use pool::{Pool, Role};
@@ -192,24 +193,18 @@ impl crate::store::Health for SqliteStore {
     }
 
     async fn installation_id(&self) -> StoreResult<String> {
-        self.reads.run_short(read::installation_id).await
+        self.reads.run_short(|c| tx::on(c, async |c| access::installation_id(c).await)).await
     }
 
     async fn installation_fact(&self, key: &str) -> StoreResult<Option<String>> {
         let key = key.to_owned();
-        self.reads.run_short(move |c| read::installation_fact(c, &key)).await
+        self.reads.run_short(move |c| tx::on(c, async |c| access::installation_fact(c, &key).await)).await
     }
 
     async fn record_installation_fact(&self, key: &str, value: &str) -> StoreResult<()> {
         let (key, value) = (fact_key(key)?, value.to_owned());
         self.writes
-            .run(move |c| {
-                c.execute(
-                    "INSERT INTO installation (key, value) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE SET value = ?2",
-                    [&key, &value],
-                )?;
-                Ok(())
-            })
+            .run(move |c| tx::in_tx(c, async |tx| access::record_installation_fact(tx, &key, &value).await))
             .await
     }
 }

@@ -41,7 +41,7 @@ impl Tx for SqliteTx<'_> {
     }
 
     async fn device_sensors(&self, pk: i64) -> StoreResult<Vec<SensorMeta>> {
-        super::read::device_sensors(self.0, pk)
+        crate::sql::access::device_sensors(self, pk).await
     }
 
     async fn subscriptions_of(&self, pk: i64) -> StoreResult<Vec<String>> {

@@ -3,7 +3,9 @@
 
 use super::SqliteStore;
 use super::tx::{SqliteTx, begin, ready};
+use super::tx::{in_tx, on};
 use crate::delivery::{Outbox, ProvisionedHooks};
+use crate::sql::access;
 use crate::write::readings::{self};
 use crate::write::{provision, remove};
 use crate::{ApplyReport, DeleteReport, ImportReport, ReadingSource, StoreResult};
@@ -57,17 +59,6 @@ pub(super) fn revoke_api_key(c: &mut Connection, id_or_prefix: &str) -> StoreRes
     let prefix = ready(provision::revoke_api_key(&SqliteTx(&tx), id_or_prefix))?;
     tx.commit()?;
     Ok(prefix)
-}
-
-pub(super) fn grant_write_to_viewers(c: &mut Connection) -> StoreResult<u64> {
-    let tx = begin(c)?;
-    let n = tx.execute(
-        "UPDATE account_devices SET can_write = 1 WHERE can_write = 0
-         AND NOT EXISTS (SELECT 1 FROM devices d WHERE d.id = device_pk AND d.owner_id = account_id)",
-        [],
-    )?;
-    tx.commit()?;
-    Ok(n as u64)
 }
 
 pub(super) fn delete_readings(c: &mut Connection, device_id: &str, range: TimeRange) -> StoreResult<DeleteReport> {
@@ -164,15 +155,15 @@ impl crate::store::Provisioning for SqliteStore {
     }
 
     async fn is_empty(&self) -> StoreResult<bool> {
-        self.reads.run(super::read::is_empty).await
+        self.reads.run(|c| on(c, async |c| access::is_empty(c).await)).await
     }
 
     async fn accounts(&self) -> StoreResult<Vec<AccountSummary>> {
-        self.reads.run(super::read::accounts).await
+        self.reads.run(|c| on(c, async |c| access::accounts(c).await)).await
     }
 
     async fn api_keys(&self) -> StoreResult<Vec<ApiKeySummary>> {
-        self.reads.run(super::read::api_keys).await
+        self.reads.run(|c| on(c, async |c| access::api_keys(c).await)).await
     }
 
     async fn revoke_api_key(&self, id_or_prefix: &str) -> StoreResult<String> {
@@ -181,6 +172,6 @@ impl crate::store::Provisioning for SqliteStore {
     }
 
     async fn grant_write_to_viewers(&self) -> StoreResult<u64> {
-        self.writes.run(grant_write_to_viewers).await
+        self.writes.run(|c| in_tx(c, async |tx| access::grant_write_to_viewers(tx).await)).await
     }
 }

@@ -479,11 +479,11 @@ impl ServeProcess {
         Self { child, base: format!("http://{addr}/external/v1"), log, later }
     }
 
-    /// Waits (at most `limit`) until the log since the start holds `needle`; what it holds then.
+    /// Waits (at most `limit`) until the log holds `needle`; the whole log then.
     pub async fn wait_log(&self, needle: &str, limit: std::time::Duration) -> String {
         let deadline = std::time::Instant::now() + limit;
         loop {
-            let text = self.later.lock().expect("log lock").clone();
+            let text = format!("{}{}", self.log, self.later.lock().expect("log lock"));
             if text.contains(needle) {
                 return text;
             }
