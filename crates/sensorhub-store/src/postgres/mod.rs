@@ -8,7 +8,6 @@ mod copy;
 mod latest;
 mod outbox;
 mod read;
-mod retention;
 mod tx;
 mod upgrade;
 mod write;

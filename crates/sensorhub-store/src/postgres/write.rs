@@ -7,8 +7,8 @@
 
 use super::PgStore;
 use super::tx::{On, PgTx};
-use crate::delivery::{Outbox, ProvisionedHooks};
-use crate::sql::access;
+use crate::delivery::Outbox;
+use crate::sql::{access, retention};
 use crate::write::readings::{self};
 use crate::write::{provision, remove};
 use crate::{ApplyReport, DeleteReport, ImportReport, ReadingSource, StoreResult};
@@ -39,9 +39,19 @@ impl PgStore {
     /// (this process's writer place and the write lock held), and commits
     /// it when the step succeeds.
     pub(super) async fn in_tx<R>(&self, step: impl AsyncFnOnce(&PgTx<'_>) -> StoreResult<R>) -> StoreResult<R> {
+        self.transaction(false, step).await
+    }
+
+    /// [`PgStore::in_tx`] for bulk work (import, copy, delete, rewrites):
+    /// without the statement time limit that guards requests.
+    pub(super) async fn in_bulk_tx<R>(&self, step: impl AsyncFnOnce(&PgTx<'_>) -> StoreResult<R>) -> StoreResult<R> {
+        self.transaction(true, step).await
+    }
+
+    async fn transaction<R>(&self, bulk: bool, step: impl AsyncFnOnce(&PgTx<'_>) -> StoreResult<R>) -> StoreResult<R> {
         let _writer = self.writer().await?;
         let mut client = self.pool.get().await?;
-        let tx = begin(&mut client).await?;
+        let tx = if bulk { begin_bulk(&mut client).await? } else { begin(&mut client).await? };
         let result = step(&PgTx::new(&tx)).await?;
         tx.commit().await?;
         Ok(result)
@@ -62,31 +72,6 @@ pub(super) async fn begin_bulk(c: &mut Client) -> StoreResult<Transaction<'_>> {
     Ok(tx)
 }
 
-pub(super) async fn apply(
-    c: &mut Client,
-    doc: Provision,
-    readings: Vec<ReadingInput>,
-    hooks: Option<ProvisionedHooks>,
-) -> StoreResult<ApplyReport> {
-    let tx = begin_bulk(c).await?;
-    let report = provision::apply(&PgTx::new(&tx), doc, readings, hooks).await?;
-    tx.commit().await?;
-    Ok(report)
-}
-
-/// Stores readings from `source` in one transaction ([`crate::write::readings::import`]).
-pub(super) async fn import(
-    c: &mut Client,
-    source: ReadingSource,
-    limit: Option<std::time::Duration>,
-    outbox: Outbox,
-) -> StoreResult<(ImportReport, Option<ReadingSource>)> {
-    let tx = begin_bulk(c).await?;
-    let out = readings::import(&PgTx::new(&tx), source, limit, outbox).await?;
-    tx.commit().await?;
-    Ok(out)
-}
-
 /// Stores single readings in one transaction, each with its own outcome
 /// ([`crate::write::readings::ingest_group`]). An error of the transaction
 /// itself (a lock wait past its limit, a lost connection) is everyone's:
@@ -96,33 +81,6 @@ pub(super) async fn ingest_group(c: &mut Client, group: &[ReadingInput]) -> Stor
     let outcomes = readings::ingest_group(&PgTx::new(&tx), group).await?;
     tx.commit().await?;
     Ok(outcomes)
-}
-
-pub(super) async fn revoke_api_key(c: &mut Client, id_or_prefix: &str) -> StoreResult<String> {
-    let tx = begin(c).await?;
-    let prefix = provision::revoke_api_key(&PgTx::new(&tx), id_or_prefix).await?;
-    tx.commit().await?;
-    Ok(prefix)
-}
-
-pub(super) async fn delete_readings(c: &mut Client, device_id: &str, range: TimeRange) -> StoreResult<DeleteReport> {
-    let tx = begin_bulk(c).await?;
-    let report = remove::delete_readings(&PgTx::new(&tx), device_id, range).await?;
-    tx.commit().await?;
-    Ok(report)
-}
-
-/// One transaction of [`crate::Store::add_hour_summaries`] ([`remove::add_hour_summaries`]),
-/// under the write lock: a concurrent write to the same hour must not be lost.
-pub(super) async fn add_hour_summaries(
-    c: &mut Client,
-    after: Option<(i64, i64)>,
-    batch: usize,
-) -> StoreResult<(Option<(i64, i64)>, u64)> {
-    let tx = begin_bulk(c).await?;
-    let out = remove::add_hour_summaries(&PgTx::new(&tx), after, batch).await?;
-    tx.commit().await?;
-    Ok(out)
 }
 
 #[async_trait]
@@ -137,8 +95,7 @@ impl crate::store::ReadingWrites for PgStore {
 
     async fn import(&self, source: ReadingSource, outbox: Outbox) -> StoreResult<ImportReport> {
         let import = |source| async move {
-            let _writer = self.writer().await?;
-            Ok(import(&mut self.pool.get().await?, source, None, outbox).await?.0)
+            Ok(self.in_bulk_tx(async |tx| readings::import(tx, source, None, outbox).await).await?.0)
         };
         self.observers.import(source, import).await
     }
@@ -146,23 +103,23 @@ impl crate::store::ReadingWrites for PgStore {
     async fn import_batched(&self, source: ReadingSource, outbox: Outbox) -> Result<ImportReport, PartialImport> {
         let steps = |source| {
             crate::import_in_steps(source, |source| async move {
-                let _writer = self.writer().await?;
-                import(&mut self.pool.get().await?, source, Some(IMPORT_COMMIT_EVERY), outbox).await
+                let limit = Some(IMPORT_COMMIT_EVERY);
+                self.in_bulk_tx(async |tx| readings::import(tx, source, limit, outbox).await).await
             })
         };
         self.observers.import_batched(source, steps).await
     }
 
     async fn delete_readings(&self, device_id: &str, range: TimeRange) -> StoreResult<DeleteReport> {
-        let _writer = self.writer().await?;
-        delete_readings(&mut self.pool.get().await?, device_id, range).await
+        self.in_bulk_tx(async |tx| remove::delete_readings(tx, device_id, range).await).await
     }
 
     async fn expire_readings(&self, default: Retention, now: i64) -> StoreResult<RetentionReport> {
-        let settings = super::retention::settings(&self.pool.get().await?).await?;
-        crate::expire_in_steps(settings, default, now, |pk, cutoff| async move {
-            let _writer = self.writer().await?;
-            super::retention::expire_batch(&mut self.pool.get().await?, pk, cutoff).await
+        let settings = self.on(async |c| retention::settings(c).await).await?;
+        // A batch per transaction; with several instances each may run a
+        // pass: a row deleted by one is simply not found by the other.
+        crate::expire_in_steps(settings, default, now, |pk, cutoff| {
+            self.in_tx(async move |tx| remove::expire_batch(tx, pk, cutoff).await)
         })
         .await
     }
@@ -170,10 +127,9 @@ impl crate::store::ReadingWrites for PgStore {
     async fn add_hour_summaries(&self, batch: usize) -> StoreResult<u64> {
         let (mut after, mut total) = (None, 0);
         loop {
-            let (next, rewritten) = {
-                let _writer = self.writer().await?;
-                add_hour_summaries(&mut self.pool.get().await?, after, batch).await?
-            };
+            // Under the write lock: a concurrent write to the same hour must not be lost.
+            let (next, rewritten) =
+                self.in_bulk_tx(async |tx| remove::add_hour_summaries(tx, after, batch).await).await?;
             total += rewritten;
             match next {
                 Some(hour) => after = Some(hour),
@@ -192,10 +148,7 @@ impl crate::store::Provisioning for PgStore {
         readings: Vec<ReadingInput>,
         hooks: Option<crate::delivery::ProvisionedHooks>,
     ) -> StoreResult<ApplyReport> {
-        let apply = |readings| async move {
-            let _writer = self.writer().await?;
-            apply(&mut self.pool.get().await?, doc, readings, hooks).await
-        };
+        let apply = |readings| self.in_bulk_tx(async |tx| provision::apply(tx, doc, readings, hooks).await);
         self.observers.all(readings, apply).await
     }
 
@@ -212,8 +165,7 @@ impl crate::store::Provisioning for PgStore {
     }
 
     async fn revoke_api_key(&self, id_or_prefix: &str) -> StoreResult<String> {
-        let _writer = self.writer().await?;
-        revoke_api_key(&mut self.pool.get().await?, id_or_prefix).await
+        self.in_tx(async |tx| provision::revoke_api_key(tx, id_or_prefix).await).await
     }
 
     async fn grant_write_to_viewers(&self) -> StoreResult<u64> {

@@ -10,8 +10,10 @@
 //! PostgreSQL checks every one, SQLite takes them as they come.
 
 pub(crate) mod access;
+pub(crate) mod copy;
 pub(crate) mod outbox;
 pub(crate) mod provision;
+pub(crate) mod retention;
 pub(crate) mod subscriptions;
 
 use crate::{StoreError, StoreResult};

@@ -12,6 +12,7 @@ mod upgrade;
 mod write;
 
 use crate::sql::access;
+use crate::write::readings::ingest_group;
 use crate::{PoolStatus, StoreError, StoreResult, fact_key};
 use async_trait::async_trait;
 use pool::{Pool, Role};
@@ -125,7 +126,7 @@ impl SqliteStore {
         let group_writes = writes.clone();
         let group = crate::group::GroupCommit::start(move |readings| {
             let writes = group_writes.clone();
-            async move { writes.run(move |c| write::ingest_group(c, &readings)).await }
+            async move { writes.run(move |c| tx::in_tx(c, async |tx| ingest_group(tx, &readings).await)).await }
         });
         Ok(Self {
             reads,

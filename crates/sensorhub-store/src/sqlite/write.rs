@@ -1,16 +1,15 @@
-//! Writes of the SQLite backend: provisioning, imports and admin changes.
-//! Every entry point runs in one `IMMEDIATE` transaction: all or nothing.
+//! Writes of the SQLite backend: the write steps written once
+//! ([`crate::write`], [`crate::sql`]), each in one `IMMEDIATE` transaction
+//! on the writer's connection: all or nothing.
 
 use super::SqliteStore;
-use super::tx::{SqliteTx, begin, ready};
 use super::tx::{in_tx, on};
-use crate::delivery::{Outbox, ProvisionedHooks};
-use crate::sql::access;
+use crate::delivery::Outbox;
+use crate::sql::{access, retention};
 use crate::write::readings::{self};
 use crate::write::{provision, remove};
 use crate::{ApplyReport, DeleteReport, ImportReport, ReadingSource, StoreResult};
 use async_trait::async_trait;
-use rusqlite::Connection;
 use sensorhub_core::model::ReadingInput;
 use sensorhub_core::provision::Provision;
 use sensorhub_core::time::TimeRange;
@@ -18,67 +17,6 @@ use sensorhub_core::time::TimeRange;
 use crate::{AccountSummary, ApiKeySummary, IMPORT_COMMIT_EVERY, PartialImport, RetentionReport};
 
 use sensorhub_core::retention::Retention;
-
-pub(super) fn apply(
-    c: &mut Connection,
-    doc: Provision,
-    readings: Vec<ReadingInput>,
-    hooks: Option<ProvisionedHooks>,
-) -> StoreResult<ApplyReport> {
-    let tx = begin(c)?;
-    let report = ready(provision::apply(&SqliteTx(&tx), doc, readings, hooks))?;
-    tx.commit()?;
-    Ok(report)
-}
-
-/// Stores readings from `source` in one transaction ([`crate::write::readings::import`]).
-pub(super) fn import(
-    c: &mut Connection,
-    source: ReadingSource,
-    limit: Option<std::time::Duration>,
-    outbox: Outbox,
-) -> StoreResult<(ImportReport, Option<ReadingSource>)> {
-    let tx = begin(c)?;
-    let out = ready(readings::import(&SqliteTx(&tx), source, limit, outbox))?;
-    tx.commit()?;
-    Ok(out)
-}
-
-/// Stores single readings in one transaction, each with its own outcome
-/// ([`crate::write::readings::ingest_group`]). An error of the transaction
-/// itself (busy, disk full) is everyone's: nothing is written then.
-pub(super) fn ingest_group(c: &mut Connection, group: &[ReadingInput]) -> StoreResult<Vec<StoreResult<()>>> {
-    let tx = begin(c)?;
-    let outcomes = ready(readings::ingest_group(&SqliteTx(&tx), group))?;
-    tx.commit()?;
-    Ok(outcomes)
-}
-
-pub(super) fn revoke_api_key(c: &mut Connection, id_or_prefix: &str) -> StoreResult<String> {
-    let tx = begin(c)?;
-    let prefix = ready(provision::revoke_api_key(&SqliteTx(&tx), id_or_prefix))?;
-    tx.commit()?;
-    Ok(prefix)
-}
-
-pub(super) fn delete_readings(c: &mut Connection, device_id: &str, range: TimeRange) -> StoreResult<DeleteReport> {
-    let tx = begin(c)?;
-    let report = ready(remove::delete_readings(&SqliteTx(&tx), device_id, range))?;
-    tx.commit()?;
-    Ok(report)
-}
-
-/// One transaction of [`crate::Store::add_hour_summaries`] ([`remove::add_hour_summaries`]).
-pub(super) fn add_hour_summaries(
-    c: &mut Connection,
-    after: Option<(i64, i64)>,
-    batch: usize,
-) -> StoreResult<(Option<(i64, i64)>, u64)> {
-    let tx = begin(c)?;
-    let out = ready(remove::add_hour_summaries(&SqliteTx(&tx), after, batch))?;
-    tx.commit()?;
-    Ok(out)
-}
 
 #[async_trait]
 impl crate::store::ReadingWrites for SqliteStore {
@@ -97,7 +35,9 @@ impl crate::store::ReadingWrites for SqliteStore {
 
     async fn import(&self, source: ReadingSource, outbox: Outbox) -> StoreResult<ImportReport> {
         let _waiting = super::Waiting::enter(&self.ingest_waiting);
-        let import = |source| async move { Ok(self.writes.run(move |c| import(c, source, None, outbox)).await?.0) };
+        let import = |source| async move {
+            Ok(self.writes.run(move |c| in_tx(c, async |tx| readings::import(tx, source, None, outbox).await)).await?.0)
+        };
         self.observers.import(source, import).await
     }
 
@@ -105,7 +45,8 @@ impl crate::store::ReadingWrites for SqliteStore {
         let _waiting = super::Waiting::enter(&self.ingest_waiting);
         let steps = |source| {
             crate::import_in_steps(source, |source| {
-                self.writes.run(move |c| import(c, source, Some(IMPORT_COMMIT_EVERY), outbox))
+                let limit = Some(IMPORT_COMMIT_EVERY);
+                self.writes.run(move |c| in_tx(c, async |tx| readings::import(tx, source, limit, outbox).await))
             })
         };
         self.observers.import_batched(source, steps).await
@@ -113,13 +54,14 @@ impl crate::store::ReadingWrites for SqliteStore {
 
     async fn delete_readings(&self, device_id: &str, range: TimeRange) -> StoreResult<DeleteReport> {
         let id = device_id.to_owned();
-        self.writes.run(move |c| delete_readings(c, &id, range)).await
+        self.writes.run(move |c| in_tx(c, async |tx| remove::delete_readings(tx, &id, range).await)).await
     }
 
     async fn expire_readings(&self, default: Retention, now: i64) -> StoreResult<RetentionReport> {
-        let settings = self.reads.run(super::retention::settings).await?;
+        let settings = self.reads.run(|c| on(c, async |c| retention::settings(c).await)).await?;
+        // A batch per transaction, so that writers and readers are never held up for long.
         let mut total = crate::expire_in_steps(settings, default, now, |pk, cutoff| {
-            self.writes.run(move |c| super::retention::expire_batch(c, pk, cutoff))
+            self.writes.run(move |c| in_tx(c, async |tx| remove::expire_batch(tx, pk, cutoff).await))
         })
         .await?;
         if !total.is_empty() {
@@ -131,7 +73,8 @@ impl crate::store::ReadingWrites for SqliteStore {
     async fn add_hour_summaries(&self, batch: usize) -> StoreResult<u64> {
         let (mut after, mut total) = (None, 0);
         loop {
-            let (next, rewritten) = self.writes.run(move |c| add_hour_summaries(c, after, batch)).await?;
+            let step = move |c: &mut _| in_tx(c, async |tx| remove::add_hour_summaries(tx, after, batch).await);
+            let (next, rewritten) = self.writes.run(step).await?;
             total += rewritten;
             match next {
                 Some(hour) => after = Some(hour),
@@ -150,7 +93,8 @@ impl crate::store::Provisioning for SqliteStore {
         readings: Vec<ReadingInput>,
         hooks: Option<crate::delivery::ProvisionedHooks>,
     ) -> StoreResult<ApplyReport> {
-        let apply = |readings| self.writes.run(move |c| apply(c, doc, readings, hooks));
+        let apply =
+            |readings| self.writes.run(move |c| in_tx(c, async |tx| provision::apply(tx, doc, readings, hooks).await));
         self.observers.all(readings, apply).await
     }
 
@@ -168,7 +112,7 @@ impl crate::store::Provisioning for SqliteStore {
 
     async fn revoke_api_key(&self, id_or_prefix: &str) -> StoreResult<String> {
         let id = id_or_prefix.to_owned();
-        self.writes.run(move |c| revoke_api_key(c, &id)).await
+        self.writes.run(move |c| in_tx(c, async |tx| provision::revoke_api_key(tx, &id).await)).await
     }
 
     async fn grant_write_to_viewers(&self) -> StoreResult<u64> {
