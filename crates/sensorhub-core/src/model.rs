@@ -82,6 +82,10 @@ pub struct DeviceSpec {
     /// `inherit`: its owner's setting). Omitted leaves it as it is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retention: Option<crate::retention::Retention>,
+    /// The device's alarm rules, in order: these and no others (an empty
+    /// list removes them all). Omitted leaves them as they are.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alarms: Option<Vec<crate::alarm::RuleSpec>>,
 }
 
 /// One reading to store: values measured by a device at one instant.

@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 pub mod aggregate;
+pub mod alarm;
 mod batches;
 mod chunk;
 mod codec;
@@ -19,11 +20,11 @@ mod store;
 mod types;
 mod write;
 
-pub use store::{Access, Copying, Deliveries, Health, Provisioning, ReadingWrites, Reads, Store};
+pub use store::{Access, Alarms, Copying, Deliveries, Health, Provisioning, ReadingWrites, Reads, Store};
 
 /// The `Store` traits, to call any capability on an `Arc<dyn Store>`.
 pub mod prelude {
-    pub use crate::store::{Access, Copying, Deliveries, Health, Provisioning, ReadingWrites, Reads, Store};
+    pub use crate::store::{Access, Alarms, Copying, Deliveries, Health, Provisioning, ReadingWrites, Reads, Store};
 }
 pub use types::*;
 

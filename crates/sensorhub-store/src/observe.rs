@@ -1,9 +1,11 @@
-//! The after-commit seam: whoever reacts to stored readings (live streams
-//! today) registers an [`AfterCommit`] with [`crate::Store::observe`], and
-//! every write of readings (webhook ingest, MQTT batches, `import`,
-//! `apply`) tells it what it committed, once it has committed, on both
+//! The after-commit seam: whoever reacts to stored readings or alarm
+//! transitions (live streams, MQTT) registers an [`AfterCommit`] with
+//! [`crate::ReadingWrites::observe`], and every write of readings (webhook
+//! ingest, MQTT batches, `import`, `apply`) and every write that records
+//! transitions tells it what it committed, once it has committed, on both
 //! backends. Nothing wraps the store to intercept its writes.
 
+use crate::alarm::AlarmEvent;
 use crate::{ImportReport, PartialImport, ReadingSource, StoreResult};
 use async_trait::async_trait;
 use sensorhub_core::model::ReadingInput;
@@ -14,12 +16,16 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 /// bulk import) shows its first this many and counts the rest.
 pub const OBSERVED_PER_WRITE: usize = 10_000;
 
-/// Reacts to readings once their transaction has committed.
+/// Reacts to readings, and to the alarm transitions they (or anything
+/// else) caused, once their transaction has committed.
 #[async_trait]
 pub trait AfterCommit: Send + Sync {
     /// `readings` were committed, in the order written, and `left_out`
     /// more of the same write that are not shown ([`OBSERVED_PER_WRITE`]).
     async fn committed(&self, readings: &[ReadingInput], left_out: usize);
+
+    /// Alarm transitions were committed, in the order recorded.
+    async fn alarms(&self, _events: &[AlarmEvent]) {}
 }
 
 /// A store's observers.
@@ -34,6 +40,23 @@ impl Observers {
 
     fn current(&self) -> Vec<Arc<dyn AfterCommit>> {
         self.0.read().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// `value`, once the observers heard of the alarm transitions its
+    /// committed write recorded.
+    pub(crate) async fn after<T>(&self, (value, events): (T, Vec<AlarmEvent>)) -> T {
+        self.alarms(&events).await;
+        value
+    }
+
+    /// Tells the observers of committed alarm transitions.
+    pub(crate) async fn alarms(&self, events: &[AlarmEvent]) {
+        if events.is_empty() {
+            return;
+        }
+        for observer in self.current() {
+            observer.alarms(events).await;
+        }
     }
 
     async fn tell(&self, readings: &[ReadingInput], left_out: usize) {

@@ -4,12 +4,14 @@
 //! with its own. [`Store`] is all of them together: what the binary holds
 //! (`Arc<dyn Store>`); a part that needs one capability may take only it.
 
+use crate::alarm::{Alarm, AlarmEvent, SilenceDue};
 use crate::{
     AccountAuth, AccountSummary, ApiKeyAuth, ApiKeySummary, ApplyReport, DeleteReport, DeviceHandle, ImportReport,
     Installation, LatestValue, PartialImport, PoolStatus, ReadingSource, ReadingStream, RetentionReport, Scope,
     StoreResult, StoredHour, WebhookKeyAuth, Window,
 };
 use async_trait::async_trait;
+use sensorhub_core::alarm::AlarmRule;
 use sensorhub_core::model::{Device, ReadingInput};
 use sensorhub_core::provision::Provision;
 use sensorhub_core::retention::Retention;
@@ -276,7 +278,60 @@ pub trait Copying: Send + Sync {
     async fn restore_hours(&self, device_id: &str, hours: Vec<StoredHour>) -> StoreResult<()>;
 }
 
-/// Everything sensorhub keeps: every capability at once.
-pub trait Store: Health + Access + Reads + ReadingWrites + Provisioning + Deliveries + Copying {}
+/// Alarms: each device's rules, their states and transitions, and the
+/// silence watch's view of them. The transitions a reading causes are
+/// written by the reading's own write ([`ReadingWrites`]).
+#[async_trait]
+pub trait Alarms: Send + Sync {
+    /// The alarm rules of device `device_id` (of every device with `None`),
+    /// by device and then in order.
+    async fn alarm_rules(&self, device_id: Option<&str>) -> StoreResult<Vec<(String, AlarmRule)>>;
 
-impl<T: Health + Access + Reads + ReadingWrites + Provisioning + Deliveries + Copying> Store for T {}
+    /// Makes `rules` the alarm rules of device `device_id`, in that order;
+    /// false when they were so already. A rule removed or changed ends its
+    /// episode (an active one is `cleared`). A rule whose sensor is not the
+    /// device's is refused.
+    async fn set_alarm_rules(&self, device_id: &str, rules: Vec<AlarmRule>) -> StoreResult<bool>;
+
+    /// The alarms of device `device_id` visible in `scope`, in rule order;
+    /// `None` when the device is not visible.
+    async fn alarms(&self, scope: Scope, device_id: &str) -> StoreResult<Option<Vec<Alarm>>>;
+
+    /// The active alarms of every device visible in `scope`, most severe
+    /// first ([`crate::alarm::most_severe_first`]).
+    async fn active_alarms(&self, scope: Scope) -> StoreResult<Vec<Alarm>>;
+
+    /// The transitions of device `device_id` visible in `scope` recorded
+    /// within `range` (seconds, inclusive), oldest first; `None` when the
+    /// device is not visible.
+    async fn alarm_events(
+        &self,
+        scope: Scope,
+        device_id: &str,
+        range: TimeRange,
+    ) -> StoreResult<Option<Vec<AlarmEvent>>>;
+
+    /// Acknowledges the active episode of rule `rule` of device
+    /// `device_id` at `now` (seconds): [`crate::StoreError::NotFound`] for
+    /// an unknown device or rule, [`crate::StoreError::Conflict`] when it
+    /// is not active.
+    async fn acknowledge_alarm(&self, device_id: &str, rule: &str, now: i64) -> StoreResult<AlarmEvent>;
+
+    /// A number that moves whenever any device's alarm rules change.
+    async fn alarm_generation(&self) -> StoreResult<i64>;
+
+    /// When every silence rule would next raise, counted from `started`
+    /// (this server's start) when that is later than its last data.
+    async fn silence_due(&self, started: i64) -> StoreResult<Vec<SilenceDue>>;
+
+    /// Raises, in one transaction, those of the silence rules `due` that
+    /// have heard nothing for their time at `now`; returns when each would
+    /// next raise (none once active). Several instances may call it at
+    /// once: each transition is recorded once.
+    async fn check_silence(&self, due: Vec<SilenceDue>, now: i64, started: i64) -> StoreResult<Vec<SilenceDue>>;
+}
+
+/// Everything sensorhub keeps: every capability at once.
+pub trait Store: Health + Access + Reads + ReadingWrites + Provisioning + Deliveries + Copying + Alarms {}
+
+impl<T: Health + Access + Reads + ReadingWrites + Provisioning + Deliveries + Copying + Alarms> Store for T {}

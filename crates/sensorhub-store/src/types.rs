@@ -183,6 +183,8 @@ pub struct ApplyReport {
     pub subscriptions: Changes,
     /// Readings created or changed; readings equal to what was stored are not counted.
     pub readings: Changes,
+    /// Devices whose alarm rules were set anew.
+    pub alarm_rules: Changes,
 }
 
 impl ApplyReport {

@@ -7,6 +7,8 @@
 
 #[path = "contract/access.rs"]
 mod access;
+#[path = "contract/alarms.rs"]
+mod alarms;
 #[path = "contract/dropped.rs"]
 mod dropped;
 #[path = "contract/hooks.rs"]

@@ -4,6 +4,7 @@
 //! stations' readings as they keep coming while `serve --demo` runs. The
 //! demo credentials are public: never use a demo database in production.
 
+use sensorhub_core::alarm::{Direction, Level, RuleSpec};
 use sensorhub_core::model::{DeviceSpec, Origin, ReadingInput, SensorMeta, ValueInput};
 use sensorhub_core::provision::{AccountSpec, ApiKeySpec, KeyDevices, Provision, WebhookKeySpec};
 use sensorhub_core::simulate::Weather;
@@ -114,7 +115,32 @@ fn device(s: &Station, kind: &str) -> DeviceSpec {
         // alice runs the stations (and may write their readings); budi only reads two of them.
         owner: Some("alice".into()),
         retention: None,
+        alarms: (s.id == "AWLR-001").then(|| alarms(p)),
     }
+}
+
+/// The demo's alarm rules, on AWLR-001: warning bands in the manner of
+/// Katulampa's (set to this river's levels, so that the afternoon's high
+/// water enters the first), and a silence rule of two missed reports.
+fn alarms(prefix: &str) -> Vec<RuleSpec> {
+    let level = |name: &str, at: f64| Level { name: name.into(), at };
+    vec![
+        RuleSpec {
+            name: "siaga".into(),
+            sensor: Some(format!("{prefix}-wl")),
+            direction: Some(Direction::Above),
+            levels: Some(vec![
+                level("Siaga 4", 84.0),
+                level("Siaga 3", 110.0),
+                level("Siaga 2", 140.0),
+                level("Siaga 1", 180.0),
+            ]),
+            deadband: Some(1.0),
+            hold: Some("0s".into()),
+            ..RuleSpec::default()
+        },
+        RuleSpec { name: "silent".into(), no_data_for: Some("20m".into()), ..RuleSpec::default() },
+    ]
 }
 
 /// The demo's accounts and keys. The passwords and ids are public.

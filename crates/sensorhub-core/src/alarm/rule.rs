@@ -7,6 +7,8 @@ use crate::model::is_valid_identifier;
 use crate::provision::InputError;
 use serde::{Deserialize, Serialize};
 
+/// The most alarm rules one device may have.
+pub const MAX_RULES: usize = 32;
 /// The most levels one rule may have.
 pub const MAX_LEVELS: usize = 16;
 /// The longest `for`, `within` or `no_data_for`: a week.

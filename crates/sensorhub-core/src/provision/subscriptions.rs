@@ -10,8 +10,13 @@ use serde::Deserialize;
 use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
 
-/// The event kinds a subscription may ask for.
-pub const EVENTS: &[&str] = &["sensor-data"];
+/// The event kinds a subscription may ask for: each stored reading
+/// (`sensor-data`), and each alarm transition (`alarms`).
+pub const EVENTS: &[&str] = &["sensor-data", "alarms"];
+
+/// The event kinds of a subscription that names none: today's subscribers
+/// see no new shapes.
+pub const DEFAULT_EVENTS: &[&str] = &["sensor-data"];
 
 /// The most readings one batched delivery carries, and the default.
 pub const MAX_BATCH: u32 = 1000;
@@ -119,7 +124,7 @@ impl<'de> Deserialize<'de> for HeaderValueSpec {
 impl SubscriptionSpec {
     /// The event kinds it asks for.
     pub fn events(&self) -> Vec<String> {
-        self.events.clone().unwrap_or_else(|| EVENTS.iter().map(|e| (*e).to_owned()).collect())
+        self.events.clone().unwrap_or_else(|| DEFAULT_EVENTS.iter().map(|e| (*e).to_owned()).collect())
     }
 
     /// Readings per delivery: 1 unless it batches.

@@ -4,6 +4,7 @@
 //! shares its decisions ([`crate::decide`]), so answers are the same byte for
 //! byte. Several sensorhub processes may share one database.
 
+mod alarms;
 mod copy;
 mod latest;
 mod outbox;
@@ -28,6 +29,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/postgres/0006_subscriptions.sql"),
     include_str!("../../migrations/postgres/0007_subscription_names.sql"),
     include_str!("../../migrations/postgres/0008_access.sql"),
+    include_str!("../../migrations/postgres/0009_alarms.sql"),
 ];
 
 /// Connections per process unless the URL says otherwise (`pool_max_size=N`).
@@ -96,7 +98,7 @@ pub struct PgStore {
     /// Single readings, committed in groups.
     group: crate::group::GroupCommit,
     /// Told of committed readings.
-    observers: crate::observe::Observers,
+    observers: std::sync::Arc<crate::observe::Observers>,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -153,15 +155,18 @@ impl PgStore {
         };
         let pool = build(size, 30)?;
         let writers = std::sync::Arc::new(tokio::sync::Semaphore::new(WRITERS));
-        let (group_pool, group_writers) = (pool.clone(), writers.clone());
+        let observers = std::sync::Arc::new(crate::observe::Observers::default());
+        let (group_pool, group_writers, group_observers) = (pool.clone(), writers.clone(), observers.clone());
         let group = crate::group::GroupCommit::start(move |readings| {
-            let (pool, writers) = (group_pool.clone(), group_writers.clone());
+            let (pool, writers, observers) = (group_pool.clone(), group_writers.clone(), group_observers.clone());
             async move {
-                let _writer = writer_place(&writers).await?;
-                write::ingest_group(&mut pool.get().await?, &readings).await
+                let written = {
+                    let _writer = writer_place(&writers).await?;
+                    write::ingest_group(&mut pool.get().await?, &readings).await?
+                };
+                Ok(observers.after(written).await)
             }
         });
-        let observers = crate::observe::Observers::default();
         let store = Self { pool, ping: build(1, 5)?, writers, group, observers };
         store.migrate(open).await?;
         Ok(store)

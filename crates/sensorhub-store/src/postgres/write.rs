@@ -7,6 +7,7 @@
 
 use super::PgStore;
 use super::tx::{On, PgTx};
+use crate::alarm::AlarmEvent;
 use crate::delivery::Outbox;
 use crate::sql::{access, retention};
 use crate::write::readings::{self};
@@ -76,7 +77,10 @@ pub(super) async fn begin_bulk(c: &mut Client) -> StoreResult<Transaction<'_>> {
 /// ([`crate::write::readings::ingest_group`]). An error of the transaction
 /// itself (a lock wait past its limit, a lost connection) is everyone's:
 /// nothing is written then.
-pub(super) async fn ingest_group(c: &mut Client, group: &[ReadingInput]) -> StoreResult<Vec<StoreResult<()>>> {
+pub(super) async fn ingest_group(
+    c: &mut Client,
+    group: &[ReadingInput],
+) -> StoreResult<(Vec<StoreResult<()>>, Vec<AlarmEvent>)> {
     let tx = begin(c).await?;
     let outcomes = readings::ingest_group(&PgTx::new(&tx), group).await?;
     tx.commit().await?;
@@ -95,7 +99,9 @@ impl crate::store::ReadingWrites for PgStore {
 
     async fn import(&self, source: ReadingSource, outbox: Outbox) -> StoreResult<ImportReport> {
         let import = |source| async move {
-            Ok(self.in_bulk_tx(async |tx| readings::import(tx, source, None, outbox).await).await?.0)
+            let (report, _, events) =
+                self.in_bulk_tx(async |tx| readings::import(tx, source, None, outbox).await).await?;
+            Ok(self.observers.after((report, events)).await)
         };
         self.observers.import(source, import).await
     }
@@ -104,7 +110,9 @@ impl crate::store::ReadingWrites for PgStore {
         let steps = |source| {
             crate::import_in_steps(source, |source| async move {
                 let limit = Some(IMPORT_COMMIT_EVERY);
-                self.in_bulk_tx(async |tx| readings::import(tx, source, limit, outbox).await).await
+                let (report, rest, events) =
+                    self.in_bulk_tx(async |tx| readings::import(tx, source, limit, outbox).await).await?;
+                Ok(self.observers.after(((report, rest), events)).await)
             })
         };
         self.observers.import_batched(source, steps).await
@@ -148,7 +156,10 @@ impl crate::store::Provisioning for PgStore {
         readings: Vec<ReadingInput>,
         hooks: Option<crate::delivery::ProvisionedHooks>,
     ) -> StoreResult<ApplyReport> {
-        let apply = |readings| self.in_bulk_tx(async |tx| provision::apply(tx, doc, readings, hooks).await);
+        let apply = |readings| async move {
+            let applied = self.in_bulk_tx(async |tx| provision::apply(tx, doc, readings, hooks).await).await?;
+            Ok(self.observers.after(applied).await)
+        };
         self.observers.all(readings, apply).await
     }
 

@@ -10,6 +10,7 @@
 //! PostgreSQL checks every one, SQLite takes them as they come.
 
 pub(crate) mod access;
+pub(crate) mod alarms;
 pub(crate) mod copy;
 pub(crate) mod outbox;
 pub(crate) mod provision;

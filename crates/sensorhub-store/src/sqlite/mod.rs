@@ -1,6 +1,7 @@
 //! The SQLite backend: one file, WAL mode, migrations from
 //! `migrations/sqlite/` applied on open.
 
+mod alarms;
 mod copy;
 mod latest;
 mod outbox;
@@ -30,6 +31,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/sqlite/0006_subscriptions.sql"),
     include_str!("../../migrations/sqlite/0007_subscription_names.sql"),
     include_str!("../../migrations/sqlite/0008_access.sql"),
+    include_str!("../../migrations/sqlite/0009_alarms.sql"),
 ];
 
 /// Offset added to an hour number in a key, so that every hour since
@@ -98,7 +100,7 @@ pub struct SqliteStore {
     /// Writes of readings under way (see [`Store::ingest_waiting`]).
     ingest_waiting: AtomicUsize,
     /// Told of committed readings.
-    observers: crate::observe::Observers,
+    observers: std::sync::Arc<crate::observe::Observers>,
     path: std::path::PathBuf,
 }
 
@@ -123,10 +125,14 @@ impl SqliteStore {
         writes.run(migrate).await?;
         writes.run(move |c| upgrade::run(c, options.upgrade_batch_hours)).await?;
         let reads = Pool::new(path, READ_POOL_SIZE, Role::Read, sync);
-        let group_writes = writes.clone();
+        let observers = std::sync::Arc::new(crate::observe::Observers::default());
+        let (group_writes, group_observers) = (writes.clone(), observers.clone());
         let group = crate::group::GroupCommit::start(move |readings| {
-            let writes = group_writes.clone();
-            async move { writes.run(move |c| tx::in_tx(c, async |tx| ingest_group(tx, &readings).await)).await }
+            let (writes, observers) = (group_writes.clone(), group_observers.clone());
+            async move {
+                let written = writes.run(move |c| tx::in_tx(c, async |tx| ingest_group(tx, &readings).await)).await?;
+                Ok(observers.after(written).await)
+            }
         });
         Ok(Self {
             reads,
@@ -134,7 +140,7 @@ impl SqliteStore {
             ping: Mutex::new(None),
             group,
             ingest_waiting: AtomicUsize::new(0),
-            observers: crate::observe::Observers::default(),
+            observers,
             path: path.to_owned(),
         })
     }

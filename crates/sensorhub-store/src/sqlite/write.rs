@@ -36,7 +36,9 @@ impl crate::store::ReadingWrites for SqliteStore {
     async fn import(&self, source: ReadingSource, outbox: Outbox) -> StoreResult<ImportReport> {
         let _waiting = super::Waiting::enter(&self.ingest_waiting);
         let import = |source| async move {
-            Ok(self.writes.run(move |c| in_tx(c, async |tx| readings::import(tx, source, None, outbox).await)).await?.0)
+            let (report, _, events) =
+                self.writes.run(move |c| in_tx(c, async |tx| readings::import(tx, source, None, outbox).await)).await?;
+            Ok(self.observers.after((report, events)).await)
         };
         self.observers.import(source, import).await
     }
@@ -44,9 +46,13 @@ impl crate::store::ReadingWrites for SqliteStore {
     async fn import_batched(&self, source: ReadingSource, outbox: Outbox) -> Result<ImportReport, PartialImport> {
         let _waiting = super::Waiting::enter(&self.ingest_waiting);
         let steps = |source| {
-            crate::import_in_steps(source, |source| {
+            crate::import_in_steps(source, |source| async move {
                 let limit = Some(IMPORT_COMMIT_EVERY);
-                self.writes.run(move |c| in_tx(c, async |tx| readings::import(tx, source, limit, outbox).await))
+                let (report, rest, events) = self
+                    .writes
+                    .run(move |c| in_tx(c, async |tx| readings::import(tx, source, limit, outbox).await))
+                    .await?;
+                Ok(self.observers.after(((report, rest), events)).await)
             })
         };
         self.observers.import_batched(source, steps).await
@@ -93,8 +99,11 @@ impl crate::store::Provisioning for SqliteStore {
         readings: Vec<ReadingInput>,
         hooks: Option<crate::delivery::ProvisionedHooks>,
     ) -> StoreResult<ApplyReport> {
-        let apply =
-            |readings| self.writes.run(move |c| in_tx(c, async |tx| provision::apply(tx, doc, readings, hooks).await));
+        let apply = |readings| async move {
+            let applied =
+                self.writes.run(move |c| in_tx(c, async |tx| provision::apply(tx, doc, readings, hooks).await)).await?;
+            Ok(self.observers.after(applied).await)
+        };
         self.observers.all(readings, apply).await
     }
 

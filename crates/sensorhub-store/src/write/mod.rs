@@ -3,6 +3,7 @@
 //! rewrites of stored hours. Each backend opens the transaction, runs a
 //! step with its own [`tx::Tx`], and commits.
 
+pub(crate) mod alarms;
 pub(crate) mod copy;
 pub(crate) mod migrate;
 pub(crate) mod provision;

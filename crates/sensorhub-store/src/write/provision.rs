@@ -6,26 +6,39 @@
 
 use super::readings::ReadingWriter;
 use super::tx::{DeviceFields, KeyKind, NewKey, RetentionOf, SubscriptionTx};
+use crate::alarm::AlarmEvent;
 use crate::decide::subscriptions::{SubscriptionWrite, provisioned_of, subscription_devices, subscription_write};
 use crate::decide::{self, AccountWrite, Change, KeyWrite, ScopeRequest, SensorWrite, invalid, now};
 use crate::delivery::{Outbox, ProvisionedHooks, ProvisionedSubscription, Sealer};
 use crate::{ApplyReport, StoreError, StoreResult};
+use sensorhub_core::alarm::AlarmRule;
 use sensorhub_core::model::{DeviceSpec, ReadingInput};
 use sensorhub_core::provision::{AccountSpec, KeyDevices, Provision};
 use sensorhub_core::secret::{key_digest, key_prefix};
 use std::collections::BTreeSet;
 
-/// Makes a provisioning document true; the caller commits.
+/// Makes a provisioning document true; the caller commits. Also returns
+/// the alarm transitions it recorded (episodes ended by changed rules, and
+/// those the document's readings caused).
 pub(crate) async fn apply(
     tx: &impl SubscriptionTx,
     mut doc: Provision,
     readings: Vec<ReadingInput>,
     hooks: Option<ProvisionedHooks>,
-) -> StoreResult<ApplyReport> {
+) -> StoreResult<(ApplyReport, Vec<AlarmEvent>)> {
     let mut report = ApplyReport::default();
+    let mut events = Vec::new();
     let mut devices = Vec::with_capacity(doc.devices.len());
     for (i, d) in doc.devices.iter().enumerate() {
-        devices.push(upsert_device(tx, d, &format!("devices[{i}]")).await?);
+        let at = format!("devices[{i}]");
+        devices.push(upsert_device(tx, d, &at).await?);
+        if let Some(specs) = &d.alarms {
+            let rules = sensorhub_core::provision::check_alarms(specs, &at)?;
+            if let Some(ended) = set_alarm_rules(tx, &d.device_id, &rules, &at).await? {
+                report.alarm_rules.updated += 1;
+                events.extend(ended);
+            }
+        }
     }
     for (i, a) in std::mem::take(&mut doc.accounts).into_iter().enumerate() {
         let at = format!("accounts[{i}]");
@@ -51,8 +64,32 @@ pub(crate) async fn apply(
     for r in &readings {
         writer.write(tx, r).await?;
     }
-    report.readings.updated += writer.finish(tx).await?;
-    Ok(report)
+    let (changed, moved) = writer.finish(tx).await?;
+    report.readings.updated += changed;
+    events.extend(moved);
+    Ok((report, events))
+}
+
+/// Makes `rules` the alarm rules of device `device_id` (named `at` in
+/// errors), each rule's sensor checked against the device's; `None` when
+/// they were so already. A removed or changed rule ends its episode.
+pub(crate) async fn set_alarm_rules(
+    tx: &impl SubscriptionTx,
+    device_id: &str,
+    rules: &[AlarmRule],
+    at: &str,
+) -> StoreResult<Option<Vec<AlarmEvent>>> {
+    let pk = tx.device_pk(device_id).await?.ok_or_else(|| StoreError::NotFound(format!("no device {device_id:?}")))?;
+    let sensors = tx.device_sensors(pk).await?;
+    for (k, rule) in rules.iter().enumerate() {
+        if let Some(sensor) = rule.sensor().filter(|s| !sensors.iter().any(|m| m.sensor_id == *s)) {
+            return Err(invalid(
+                format!("{at}.alarms[{k}].sensor"),
+                format!("{sensor:?} is not a sensor of device {device_id:?}"),
+            ));
+        }
+    }
+    super::alarms::replace_rules(tx, pk, device_id, rules, now()).await
 }
 
 /// Creates or updates a device and its listed sensors.

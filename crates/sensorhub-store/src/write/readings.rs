@@ -4,7 +4,9 @@
 //! written, with the `latest` index and the outbox rows they owe, in the
 //! transaction they came in.
 
+use super::alarms::DeviceAlarms;
 use super::tx::Tx;
+use crate::alarm::AlarmEvent;
 use crate::decide::latest::Newest;
 use crate::decide::outbox::Deliveries;
 use crate::decide::{self, DeviceSensors, FastMap, Hours};
@@ -27,6 +29,10 @@ pub(crate) struct ReadingWriter {
     changed: u64,
     /// The deliveries the readings owe.
     deliveries: Deliveries,
+    /// The alarm rules of the devices written that have some, by device.
+    alarms: FastMap<i64, DeviceAlarms>,
+    /// When the transaction stores its readings, by the server's clock (seconds).
+    now: i64,
 }
 
 impl ReadingWriter {
@@ -38,6 +44,8 @@ impl ReadingWriter {
             newest: Newest::default(),
             changed: 0,
             deliveries: Deliveries::new(outbox),
+            alarms: FastMap::default(),
+            now: crate::decide::now(),
         }
     }
 
@@ -49,6 +57,9 @@ impl ReadingWriter {
                     let mut device = DeviceSensors::new(pk, tx.device_sensors(pk).await?);
                     if self.deliveries.wanted() {
                         device.subscriptions = tx.subscriptions_of(pk).await?;
+                    }
+                    if let Some(alarms) = DeviceAlarms::load(tx, pk, device_id).await? {
+                        self.alarms.insert(pk, alarms);
                     }
                     Some(device)
                 }
@@ -72,6 +83,9 @@ impl ReadingWriter {
         }
         self.newest.add(pk, r.timestamp, &pairs);
         self.hours.add(pk, r.timestamp, pairs);
+        if let Some(alarms) = self.alarms.get_mut(&pk) {
+            alarms.on_reading(r, self.now);
+        }
         Ok(())
     }
 
@@ -100,16 +114,25 @@ impl ReadingWriter {
     }
 
     /// Writes what is gathered, with the index and the outbox rows (sent
-    /// together where the backend can); returns how many readings were new
-    /// or different (0 when everything was stored already).
-    pub(crate) async fn finish(mut self, tx: &impl Tx) -> StoreResult<u64> {
+    /// together where the backend can), then the alarms the readings moved;
+    /// returns how many readings were new or different (0 when everything
+    /// was stored already) and the alarm transitions recorded.
+    pub(crate) async fn finish(mut self, tx: &impl Tx) -> StoreResult<(u64, Vec<AlarmEvent>)> {
         let newest = self.newest.take();
         let deliveries = std::mem::take(&mut self.deliveries.rows);
         futures_util::future::try_join3(self.flush(tx), tx.upsert_latest(&newest), tx.insert_outbox(&deliveries))
             .await?;
-        Ok(self.changed)
+        let mut events = Vec::new();
+        for (_, alarms) in std::mem::take(&mut self.alarms) {
+            events.extend(alarms.write(tx, self.now).await?);
+        }
+        Ok((self.changed, events))
     }
 }
+
+/// What one transaction of an import did: its report, the rest of the
+/// source when there may be more, and the alarm transitions it recorded.
+pub(crate) type Imported = (ImportReport, Option<ReadingSource>, Vec<AlarmEvent>);
 
 /// Stores readings from `source` in one transaction: all of them, or with
 /// `limit`, those it takes that long to write; then also returns the rest
@@ -119,7 +142,7 @@ pub(crate) async fn import(
     source: ReadingSource,
     limit: Option<std::time::Duration>,
     outbox: Outbox,
-) -> StoreResult<(ImportReport, Option<ReadingSource>)> {
+) -> StoreResult<Imported> {
     let started = std::time::Instant::now();
     let mut report = ImportReport::default();
     let mut writer = ReadingWriter::new(outbox);
@@ -140,19 +163,22 @@ pub(crate) async fn import(
             source = Some(src);
         }
     }
-    writer.finish(tx).await?;
-    Ok((report, rest))
+    let (_, events) = writer.finish(tx).await?;
+    Ok((report, rest, events))
 }
 
 /// Stores single readings in one transaction (a group commit); each gets
 /// its own outcome: a refused one is checked before anything of it is
-/// gathered, so the others are stored.
-pub(crate) async fn ingest_group(tx: &impl Tx, readings: &[ReadingInput]) -> StoreResult<Vec<StoreResult<()>>> {
+/// gathered, so the others are stored. Also returns the alarm transitions.
+pub(crate) async fn ingest_group(
+    tx: &impl Tx,
+    readings: &[ReadingInput],
+) -> StoreResult<(Vec<StoreResult<()>>, Vec<AlarmEvent>)> {
     let mut writer = ReadingWriter::new(Outbox::Deliver);
     let mut outcomes = Vec::with_capacity(readings.len());
     for r in readings {
         outcomes.push(writer.write(tx, r).await);
     }
-    writer.finish(tx).await?;
-    Ok(outcomes)
+    let (_, events) = writer.finish(tx).await?;
+    Ok((outcomes, events))
 }

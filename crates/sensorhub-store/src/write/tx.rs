@@ -26,7 +26,7 @@ pub(crate) const LAST_HOUR: i64 = (1 << 31) - 1;
 pub(crate) type Slice = Vec<Result<ReadingInput, InputError>>;
 
 /// One write transaction's primitive operations.
-pub(crate) trait Tx {
+pub(crate) trait Tx: crate::sql::Sql {
     /// The number of device `device_id`.
     async fn device_pk(&self, device_id: &str) -> StoreResult<Option<i64>>;
 

@@ -71,6 +71,7 @@ pub async fn run(ctx: &Context, cmd: Command) -> CliResult {
                 sensors,
                 owner,
                 retention,
+                alarms: None,
             };
             check_device(&spec, "device").map_err(|e| e.message)?;
             let store = ctx.open().await?;
@@ -110,6 +111,7 @@ pub async fn run(ctx: &Context, cmd: Command) -> CliResult {
                 sensors: Vec::new(),
                 owner: None,
                 retention: Some(retention),
+                alarms: None,
             };
             let report = apply_doc(&*store, Provision { devices: vec![spec], ..Provision::default() }).await?;
             let verb = if report.is_noop() { "already keeps" } else { "now keeps" };

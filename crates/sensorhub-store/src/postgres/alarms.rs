@@ -1,0 +1,70 @@
+//! Alarms on PostgreSQL: the steps written once ([`crate::write::alarms`],
+//! [`crate::sql::alarms`]), run on a pooled connection or, for what writes,
+//! in one transaction under the write lock, so that several instances
+//! record each transition once.
+
+use super::PgStore;
+use crate::alarm::{Alarm, AlarmEvent, SilenceDue, most_severe_first};
+use crate::sql::alarms as sql;
+use crate::write::{alarms, provision};
+use crate::{Scope, StoreError, StoreResult};
+use async_trait::async_trait;
+use sensorhub_core::alarm::AlarmRule;
+use sensorhub_core::time::TimeRange;
+
+#[async_trait]
+impl crate::store::Alarms for PgStore {
+    async fn alarm_rules(&self, device_id: Option<&str>) -> StoreResult<Vec<(String, AlarmRule)>> {
+        self.on(async |c| sql::rules(c, device_id).await).await
+    }
+
+    async fn set_alarm_rules(&self, device_id: &str, rules: Vec<AlarmRule>) -> StoreResult<bool> {
+        let ended = self.in_tx(async |tx| provision::set_alarm_rules(tx, device_id, &rules, "rules").await).await?;
+        let changed = ended.is_some();
+        self.observers.alarms(&ended.unwrap_or_default()).await;
+        Ok(changed)
+    }
+
+    async fn alarms(&self, scope: Scope, device_id: &str) -> StoreResult<Option<Vec<Alarm>>> {
+        self.on(async |c| alarms::alarms_of(c, scope, device_id).await).await
+    }
+
+    async fn active_alarms(&self, scope: Scope) -> StoreResult<Vec<Alarm>> {
+        let mut active = self.on(async |c| sql::active(c, scope).await).await?;
+        most_severe_first(&mut active);
+        Ok(active)
+    }
+
+    async fn alarm_events(
+        &self,
+        scope: Scope,
+        device_id: &str,
+        range: TimeRange,
+    ) -> StoreResult<Option<Vec<AlarmEvent>>> {
+        self.on(async |c| {
+            let Some(device) = crate::sql::access::find_device(c, scope, device_id).await? else { return Ok(None) };
+            Ok(Some(sql::events(c, device.pk, device_id, range.start, range.end).await?))
+        })
+        .await
+    }
+
+    async fn acknowledge_alarm(&self, device_id: &str, rule: &str, now: i64) -> StoreResult<AlarmEvent> {
+        let events = self.in_tx(async |tx| alarms::acknowledge(tx, device_id, rule, now).await).await?;
+        self.observers.alarms(&events).await;
+        events.into_iter().next().ok_or_else(|| StoreError::Backend("an acknowledgement recorded nothing".into()))
+    }
+
+    async fn alarm_generation(&self) -> StoreResult<i64> {
+        self.on(async |c| sql::generation(c).await).await
+    }
+
+    async fn silence_due(&self, started: i64) -> StoreResult<Vec<SilenceDue>> {
+        self.on(async |c| alarms::silence_due(c, started).await).await
+    }
+
+    async fn check_silence(&self, due: Vec<SilenceDue>, now: i64, started: i64) -> StoreResult<Vec<SilenceDue>> {
+        let (events, next) = self.in_tx(async |tx| alarms::check_silence(tx, &due, now, started).await).await?;
+        self.observers.alarms(&events).await;
+        Ok(next)
+    }
+}

@@ -1,0 +1,80 @@
+//! Alarms on SQLite: the steps written once ([`crate::write::alarms`],
+//! [`crate::sql::alarms`]), run on the reader pool or, for what writes,
+//! in one `IMMEDIATE` transaction on the writer.
+
+use super::SqliteStore;
+use super::tx::{in_tx, on};
+use crate::alarm::{Alarm, AlarmEvent, SilenceDue, most_severe_first};
+use crate::sql::alarms as sql;
+use crate::write::{alarms, provision};
+use crate::{Scope, StoreError, StoreResult};
+use async_trait::async_trait;
+use sensorhub_core::alarm::AlarmRule;
+use sensorhub_core::time::TimeRange;
+
+#[async_trait]
+impl crate::store::Alarms for SqliteStore {
+    async fn alarm_rules(&self, device_id: Option<&str>) -> StoreResult<Vec<(String, AlarmRule)>> {
+        let id = device_id.map(str::to_owned);
+        self.reads.run(move |c| on(c, async |c| sql::rules(c, id.as_deref()).await)).await
+    }
+
+    async fn set_alarm_rules(&self, device_id: &str, rules: Vec<AlarmRule>) -> StoreResult<bool> {
+        let id = device_id.to_owned();
+        let set = move |c: &mut _| in_tx(c, async |tx| provision::set_alarm_rules(tx, &id, &rules, "rules").await);
+        let ended = self.writes.run(set).await?;
+        let changed = ended.is_some();
+        self.observers.alarms(&ended.unwrap_or_default()).await;
+        Ok(changed)
+    }
+
+    async fn alarms(&self, scope: Scope, device_id: &str) -> StoreResult<Option<Vec<Alarm>>> {
+        let id = device_id.to_owned();
+        self.reads.run_short(move |c| on(c, async |c| alarms::alarms_of(c, scope, &id).await)).await
+    }
+
+    async fn active_alarms(&self, scope: Scope) -> StoreResult<Vec<Alarm>> {
+        let mut active = self.reads.run(move |c| on(c, async |c| sql::active(c, scope).await)).await?;
+        most_severe_first(&mut active);
+        Ok(active)
+    }
+
+    async fn alarm_events(
+        &self,
+        scope: Scope,
+        device_id: &str,
+        range: TimeRange,
+    ) -> StoreResult<Option<Vec<AlarmEvent>>> {
+        let id = device_id.to_owned();
+        let read = move |c: &mut _| {
+            on(c, async |c| {
+                let Some(device) = crate::sql::access::find_device(c, scope, &id).await? else { return Ok(None) };
+                Ok(Some(sql::events(c, device.pk, &id, range.start, range.end).await?))
+            })
+        };
+        self.reads.run(read).await
+    }
+
+    async fn acknowledge_alarm(&self, device_id: &str, rule: &str, now: i64) -> StoreResult<AlarmEvent> {
+        let (id, rule) = (device_id.to_owned(), rule.to_owned());
+        let events =
+            self.writes.run(move |c| in_tx(c, async |tx| alarms::acknowledge(tx, &id, &rule, now).await)).await?;
+        self.observers.alarms(&events).await;
+        events.into_iter().next().ok_or_else(|| StoreError::Backend("an acknowledgement recorded nothing".into()))
+    }
+
+    async fn alarm_generation(&self) -> StoreResult<i64> {
+        self.reads.run_short(|c| on(c, async |c| sql::generation(c).await)).await
+    }
+
+    async fn silence_due(&self, started: i64) -> StoreResult<Vec<SilenceDue>> {
+        self.reads.run(move |c| on(c, async |c| alarms::silence_due(c, started).await)).await
+    }
+
+    async fn check_silence(&self, due: Vec<SilenceDue>, now: i64, started: i64) -> StoreResult<Vec<SilenceDue>> {
+        let check = move |c: &mut _| in_tx(c, async |tx| alarms::check_silence(tx, &due, now, started).await);
+        let (events, next) = self.writes.run(check).await?;
+        self.observers.alarms(&events).await;
+        Ok(next)
+    }
+}

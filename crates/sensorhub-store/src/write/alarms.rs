@@ -1,0 +1,301 @@
+//! Alarms moved and recorded inside the transaction that moved them, once
+//! for every backend: a device's rules and states are loaded once per
+//! transaction ([`DeviceAlarms::load`]), each stored reading (or the
+//! silence timer, or an acknowledgement) moves them, and at the end the
+//! changed states, the transitions and their outbox rows are written
+//! together ([`DeviceAlarms::write`]). A reading and the transitions it
+//! causes are committed, or lost, together: never one without the other.
+
+use super::tx::Tx;
+use crate::Scope;
+use crate::alarm::{Alarm, AlarmEvent, SilenceDue};
+use crate::decide::outbox::OutboxRow;
+use crate::sql::Sql;
+use crate::sql::alarms::{self, NewEvent};
+use crate::{StoreError, StoreResult};
+use sensorhub_core::alarm::{AlarmRule, AlarmState, NotActive, RuleKind, Transition, TransitionKind};
+use sensorhub_core::model::ReadingInput;
+use sensorhub_core::time::format_rfc3339;
+use std::fmt::Write as _;
+
+/// How much older than the server's clock a reading may be and still move
+/// a level or rate rule: an hour. Older readings are history (an import,
+/// a logger's backlog after a long outage): stored, never raised.
+pub const BACKFILL: i64 = 3600;
+
+/// A device's alarm rules and their states within one transaction.
+pub(crate) struct DeviceAlarms {
+    pk: i64,
+    device_id: String,
+    alarms: Vec<(AlarmRule, AlarmState)>,
+    /// Which states differ from what is stored.
+    changed: Vec<bool>,
+    /// The transitions of this transaction, by rule (index into `alarms`).
+    transitions: Vec<(usize, Transition)>,
+}
+
+impl DeviceAlarms {
+    /// Device `pk`'s rules with their states; `None` when it has no rule.
+    pub(crate) async fn load(tx: &impl Sql, pk: i64, device_id: &str) -> StoreResult<Option<Self>> {
+        let alarms = alarms::rules_of(tx, pk).await?;
+        if alarms.is_empty() {
+            return Ok(None);
+        }
+        let changed = vec![false; alarms.len()];
+        Ok(Some(Self { pk, device_id: device_id.to_owned(), alarms, changed, transitions: Vec::new() }))
+    }
+
+    /// Moves every rule by reading `r`, stored at `now` (server seconds).
+    /// A backfill (a reading more than [`BACKFILL`] older than `now`)
+    /// moves no level or rate rule; for a silence rule it is data all the
+    /// same.
+    pub(crate) fn on_reading(&mut self, r: &ReadingInput, now: i64) {
+        let backfill = r.timestamp < now.saturating_sub(BACKFILL);
+        for (i, (rule, state)) in self.alarms.iter_mut().enumerate() {
+            if backfill && !matches!(rule.kind, RuleKind::Silence(_)) {
+                continue;
+            }
+            let value = rule.sensor().and_then(|s| r.values.iter().find(|v| v.sensor_id == s)).map(|v| v.value);
+            let before = state.clone();
+            if let Some(t) = rule.on_reading(state, r.timestamp, value, now) {
+                self.transitions.push((i, t));
+            }
+            self.changed[i] |= *state != before;
+        }
+    }
+
+    /// Looks at the clock for the silence rules named in `rules` (all when
+    /// `None`): those silent for their time are raised.
+    pub(crate) fn on_clock(&mut self, now: i64, started: i64, rules: Option<&[String]>) {
+        for (i, (rule, state)) in self.alarms.iter_mut().enumerate() {
+            if rules.is_some_and(|names| !names.contains(&rule.name)) {
+                continue;
+            }
+            if let Some(t) = rule.on_clock(state, now, started) {
+                self.transitions.push((i, t));
+                self.changed[i] = true;
+            }
+        }
+    }
+
+    /// Acknowledges the active episode of rule `name` at `now`.
+    pub(crate) fn acknowledge(&mut self, name: &str, now: i64) -> StoreResult<()> {
+        let i =
+            self.alarms.iter().position(|(rule, _)| rule.name == name).ok_or_else(|| {
+                StoreError::NotFound(format!("device {:?} has no alarm rule {name:?}", self.device_id))
+            })?;
+        let t = self.alarms[i].1.acknowledge(now).map_err(|NotActive| {
+            StoreError::Conflict(format!("alarm {name:?} of device {:?} is not active", self.device_id))
+        })?;
+        self.transitions.push((i, t));
+        self.changed[i] = true;
+        Ok(())
+    }
+
+    /// When each silence rule would next raise, counted from `started`.
+    pub(crate) fn silence_due(&self, started: i64) -> impl Iterator<Item = SilenceDue> + '_ {
+        self.alarms.iter().filter_map(move |(rule, state)| {
+            let at = rule.due_at(state, started)?;
+            Some(SilenceDue { at, device_pk: self.pk, device_id: self.device_id.clone(), rule: rule.name.clone() })
+        })
+    }
+
+    /// Writes the changed states, records the transitions (at `now`) with
+    /// an outbox row for each subscription to alarms that covers the
+    /// device, and returns the transitions recorded.
+    pub(crate) async fn write(self, tx: &impl Tx, now: i64) -> StoreResult<Vec<AlarmEvent>> {
+        let changed: Vec<(&str, &AlarmState)> = self
+            .alarms
+            .iter()
+            .zip(&self.changed)
+            .filter(|(_, changed)| **changed)
+            .map(|((rule, state), _)| (rule.name.as_str(), state))
+            .collect();
+        alarms::put_states(tx, self.pk, &changed).await?;
+        if self.transitions.is_empty() {
+            return Ok(Vec::new());
+        }
+        let subscriptions = alarms::subscriptions_of(tx, self.pk).await?;
+        let mut events = Vec::with_capacity(self.transitions.len());
+        let mut outbox = Vec::new();
+        for (i, t) in &self.transitions {
+            let rule = &self.alarms[*i].0;
+            let level = t.level.and_then(|l| rule.level_name(l));
+            let new = NewEvent {
+                device_pk: self.pk,
+                rule: &rule.name,
+                transition: t.kind,
+                level,
+                value: t.value,
+                timestamp: t.timestamp,
+                at: now,
+            };
+            let id = alarms::insert_event(tx, &new).await?;
+            let event = AlarmEvent {
+                id,
+                device_id: self.device_id.clone(),
+                rule: rule.name.clone(),
+                transition: t.kind,
+                level: level.map(str::to_owned),
+                value: t.value,
+                timestamp: t.timestamp,
+                at: now,
+            };
+            let body = envelope(&event);
+            for sub in &subscriptions {
+                let message_id = message_id(sub, id);
+                outbox.push(OutboxRow {
+                    subscription_id: sub.clone(),
+                    device_pk: self.pk,
+                    message_id,
+                    body: body.clone(),
+                });
+            }
+            events.push(event);
+        }
+        tx.insert_outbox(&outbox).await?;
+        Ok(events)
+    }
+}
+
+/// The alarms of device `device_id` visible in `scope`, in rule order;
+/// `None` when the device is not visible.
+pub(crate) async fn alarms_of(c: &impl Sql, scope: Scope, device_id: &str) -> StoreResult<Option<Vec<Alarm>>> {
+    let Some(device) = crate::sql::access::find_device(c, scope, device_id).await? else { return Ok(None) };
+    let rules = alarms::rules_of(c, device.pk).await?;
+    let device_id = device_id.to_owned();
+    Ok(Some(rules.into_iter().map(|(rule, state)| Alarm { device_id: device_id.clone(), rule, state }).collect()))
+}
+
+/// Acknowledges the active episode of rule `rule` of device `device_id` at `now`.
+pub(crate) async fn acknowledge(tx: &impl Tx, device_id: &str, rule: &str, now: i64) -> StoreResult<Vec<AlarmEvent>> {
+    let pk = tx.device_pk(device_id).await?.ok_or_else(|| StoreError::NotFound(format!("no device {device_id:?}")))?;
+    let mut alarms = DeviceAlarms::load(tx, pk, device_id)
+        .await?
+        .ok_or_else(|| StoreError::NotFound(format!("device {device_id:?} has no alarm rule {rule:?}")))?;
+    alarms.acknowledge(rule, now)?;
+    alarms.write(tx, now).await
+}
+
+/// When every silence rule would next raise, counted from `started`.
+pub(crate) async fn silence_due(c: &impl Sql, started: i64) -> StoreResult<Vec<SilenceDue>> {
+    let rules = alarms::silence_rules(c).await?;
+    Ok(rules
+        .into_iter()
+        .filter_map(|(device_pk, device_id, rule, state)| {
+            Some(SilenceDue { at: rule.due_at(&state, started)?, device_pk, device_id, rule: rule.name })
+        })
+        .collect())
+}
+
+/// Looks at the clock (`now`) for the silence rules `due`: those silent
+/// for their time (from the later of their last data and `started`) are
+/// raised. Returns the transitions recorded and when each rule looked at
+/// would next raise.
+pub(crate) async fn check_silence(
+    tx: &impl Tx,
+    due: &[SilenceDue],
+    now: i64,
+    started: i64,
+) -> StoreResult<(Vec<AlarmEvent>, Vec<SilenceDue>)> {
+    let mut by_device: std::collections::BTreeMap<(i64, &str), Vec<String>> = std::collections::BTreeMap::new();
+    for d in due {
+        by_device.entry((d.device_pk, d.device_id.as_str())).or_default().push(d.rule.clone());
+    }
+    let (mut events, mut next) = (Vec::new(), Vec::new());
+    for ((pk, device_id), rules) in by_device {
+        let Some(mut alarms) = DeviceAlarms::load(tx, pk, device_id).await? else { continue };
+        alarms.on_clock(now, started, Some(&rules));
+        next.extend(alarms.silence_due(started).filter(|d| rules.contains(&d.rule)));
+        events.extend(alarms.write(tx, now).await?);
+    }
+    Ok((events, next))
+}
+
+/// Makes `new` device `pk`'s rules. A rule removed or changed ends its
+/// episode: its state is forgotten, and an active one is `cleared`. `None`
+/// when the rules were `new` already (nothing is written).
+pub(crate) async fn replace_rules(
+    tx: &impl Tx,
+    pk: i64,
+    device_id: &str,
+    new: &[AlarmRule],
+    now: i64,
+) -> StoreResult<Option<Vec<AlarmEvent>>> {
+    let stored = alarms::rules_of(tx, pk).await?;
+    if stored.len() == new.len() && stored.iter().zip(new).all(|((rule, _), new)| rule == new) {
+        return Ok(None);
+    }
+    let mut ended = DeviceAlarms {
+        pk,
+        device_id: device_id.to_owned(),
+        alarms: Vec::new(),
+        changed: Vec::new(),
+        transitions: Vec::new(),
+    };
+    for (rule, state) in stored {
+        if new.contains(&rule) {
+            continue;
+        }
+        alarms::remove_state(tx, pk, &rule.name).await?;
+        if state.active {
+            let t = Transition {
+                kind: TransitionKind::Cleared,
+                level: None,
+                value: state.value,
+                timestamp: state.timestamp,
+            };
+            ended.transitions.push((ended.alarms.len(), t));
+            ended.alarms.push((rule, AlarmState::default()));
+            ended.changed.push(false);
+        }
+    }
+    alarms::set_rules(tx, pk, new).await?;
+    Ok(Some(ended.write(tx, now).await?))
+}
+
+/// The id of the delivery of transition `event_id` to subscription
+/// `subscription`: the same for every attempt, so that a receiver can
+/// de-duplicate, and telling nothing of other subscriptions.
+fn message_id(subscription: &str, event_id: i64) -> String {
+    let digest =
+        sensorhub_core::secret::digest_parts(&[b"sensorhub alarm", subscription.as_bytes(), &event_id.to_le_bytes()]);
+    let hex: String = digest.iter().take(16).map(|b| format!("{b:02x}")).collect();
+    format!("msg_alarm_{hex}")
+}
+
+/// The body delivered for `event`: the shape of the sensor-data envelope
+/// (`event`, `device_id`, `timestamp`, `data`), the transition in `data`.
+pub(crate) fn envelope(event: &AlarmEvent) -> String {
+    let at = format_rfc3339(event.at, jiff::tz::Offset::UTC);
+    let ts = event.timestamp.map(|t| format_rfc3339(t, jiff::tz::Offset::UTC));
+    let mut out = String::with_capacity(256);
+    let _ = write!(
+        out,
+        r#"{{"event":{},"device_id":{},"timestamp":{},"data":{}}}"#,
+        json(&event.event_name()),
+        json(&event.device_id),
+        json(ts.as_deref().unwrap_or(&at)),
+        event_json(event, ts.as_deref(), &at),
+    );
+    out
+}
+
+/// The transition as a JSON object (times as given).
+fn event_json(event: &AlarmEvent, timestamp: Option<&str>, at: &str) -> String {
+    let value = event.value.and_then(|v| serde_json::to_string(&v).ok()).unwrap_or_else(|| "null".into());
+    format!(
+        r#"{{"device_id":{},"rule":{},"transition":"{}","level":{},"value":{value},"timestamp":{},"at":{}}}"#,
+        json(&event.device_id),
+        json(&event.rule),
+        event.transition.as_str(),
+        event.level.as_deref().map_or_else(|| "null".into(), json),
+        timestamp.map_or_else(|| "null".into(), json),
+        json(at),
+    )
+}
+
+/// `s` as a JSON string.
+fn json(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_default()
+}

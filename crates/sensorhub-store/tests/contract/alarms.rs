@@ -1,0 +1,213 @@
+//! Alarms on every backend: rules from a provisioning document, the
+//! transitions each reading causes written in its own transaction (with
+//! their outbox rows), hysteresis, late data and backfills, concurrent
+//! writers, acknowledgement, rule changes and the silence watch.
+
+use super::{apply, backends, import, reading};
+use sensorhub_core::alarm::{RuleSpec, TransitionKind};
+use sensorhub_core::time::TimeRange;
+use sensorhub_store::alarm::AlarmEvent;
+use sensorhub_store::{Scope, Store, StoreError};
+use std::sync::Arc;
+
+/// D1 with Katulampa's bands on sensor `a` and a silence rule, and a
+/// subscription of alice's to alarms.
+fn katulampa(deadband: f64) -> String {
+    format!(
+        r#"{{
+  "accounts": [{{"username": "alice", "password": "pw", "devices": ["D1"]}}],
+  "devices": [
+    {{"device_id": "D1", "name": "one", "type": "AWLR", "lat": 1, "long": 2, "interval_seconds": 60,
+     "sensors": [{{"sensor_id": "a", "name": "A", "type": "T", "unit": "cm"}},
+                 {{"sensor_id": "b", "name": "B", "type": "T", "unit": "."}}],
+     "alarms": [{{"name": "siaga", "sensor": "a", "direction": "above", "deadband": {deadband}, "for": "0s",
+                  "levels": [{{"name": "Siaga 4", "at": 60}}, {{"name": "Siaga 3", "at": 90}},
+                             {{"name": "Siaga 2", "at": 160}}, {{"name": "Siaga 1", "at": 210}}]}},
+                {{"name": "silent", "no_data_for": "30m"}}]}}
+  ]
+}}"#
+    )
+}
+
+fn now() -> i64 {
+    jiff::Timestamp::now().as_second()
+}
+
+/// Every transition of D1 so far, as (rule, transition, level).
+async fn transitions(store: &dyn Store) -> Vec<(String, TransitionKind, Option<String>)> {
+    let range = TimeRange { start: 0, end: now() + 3600 };
+    let events = store.alarm_events(Scope::All, "D1", range).await.expect("events").expect("visible");
+    events.into_iter().map(|e| (e.rule, e.transition, e.level)).collect()
+}
+
+fn t(rule: &str, kind: TransitionKind, level: Option<&str>) -> (String, TransitionKind, Option<String>) {
+    (rule.to_owned(), kind, level.map(str::to_owned))
+}
+
+#[tokio::test]
+async fn a_flood_through_the_bands_is_one_episode_of_six_transitions() {
+    use TransitionKind::*;
+    for b in backends().await {
+        let s = &*b.store;
+        let report = apply(s, &katulampa(5.0)).await.expect("apply");
+        assert_eq!(report.alarm_rules.updated, 1, "D1's rules were set");
+        assert!(apply(s, &katulampa(5.0)).await.expect("again").is_noop(), "the same rules again change nothing");
+        let start = now() - 1800;
+        // In, up through every band, down one, out: one reading a minute, by ingest (one at a time).
+        let levels = [10.0, 61.0, 95.0, 170.0, 215.0, 158.0, 40.0, 30.0];
+        for (i, v) in levels.iter().enumerate() {
+            s.ingest(reading("D1", start + i as i64 * 60, &[("a", *v)])).await.expect("ingest");
+        }
+        assert_eq!(
+            transitions(s).await,
+            [
+                t("siaga", Raised, Some("Siaga 4")),
+                t("siaga", LevelChanged, Some("Siaga 3")),
+                t("siaga", LevelChanged, Some("Siaga 2")),
+                t("siaga", LevelChanged, Some("Siaga 1")),
+                t("siaga", LevelChanged, Some("Siaga 2")),
+                t("siaga", Cleared, None),
+            ]
+        );
+        let alarms = s.alarms(Scope::All, "D1").await.expect("alarms").expect("visible");
+        assert_eq!(alarms.iter().map(|a| a.rule.name.as_str()).collect::<Vec<_>>(), ["siaga", "silent"], "rule order");
+        assert!(!alarms[0].state.active && alarms[0].state.value == Some(30.0));
+        assert!(s.active_alarms(Scope::All).await.expect("active").is_empty());
+
+        // Inside the deadband around a level nothing moves: 60 is Siaga 4's edge, 55 its deadband's.
+        for (i, v) in [62.0, 58.0, 61.0, 56.0, 59.5, 63.0].iter().enumerate() {
+            s.ingest(reading("D1", start + 600 + i as i64 * 60, &[("a", *v)])).await.expect("ingest");
+        }
+        let after = transitions(s).await;
+        assert_eq!(after.len(), 7, "one raise, then nothing while it stays within the deadband: {after:?}");
+        assert_eq!(after[6], t("siaga", Raised, Some("Siaga 4")));
+        let active = s.active_alarms(Scope::All).await.expect("active");
+        assert_eq!((active.len(), active[0].level_name()), (1, Some("Siaga 4")));
+    }
+}
+
+#[tokio::test]
+async fn late_readings_and_backfills_are_stored_and_move_nothing() {
+    for b in backends().await {
+        let s = &*b.store;
+        apply(s, &katulampa(0.0)).await.expect("apply");
+        let recent = now() - 600;
+        s.ingest(reading("D1", recent, &[("a", 20.0)])).await.expect("ingest");
+        // Older than what the rule evaluated: stored, no raise.
+        s.ingest(reading("D1", recent - 60, &[("a", 300.0)])).await.expect("late");
+        // A backfill of yesterday's flood, newer than nothing the rule saw before it: no raise either.
+        let yesterday = now() - 86_400;
+        let history = (0..30).map(|i| Ok(reading("D1", yesterday + i * 60, &[("a", 250.0)]))).collect();
+        import(s, history).await.expect("backfill");
+        assert!(transitions(s).await.is_empty(), "{:?}", transitions(s).await);
+        let stored = super::read_all(s, "D1", recent - 60, recent - 60).await;
+        assert_eq!(stored.iter().map(|b| b.len()).sum::<usize>(), 1, "the late reading is stored");
+        let alarms = s.alarms(Scope::All, "D1").await.expect("alarms").expect("visible");
+        assert_eq!((alarms[0].state.value, alarms[0].state.timestamp), (Some(20.0), Some(recent)));
+    }
+}
+
+#[tokio::test]
+async fn sixty_four_writers_of_one_station_make_one_episode() {
+    for b in backends().await {
+        apply(&*b.store, &katulampa(5.0)).await.expect("apply");
+        let start = now() - 1200;
+        let mut writers = Vec::new();
+        for w in 0..64i64 {
+            let store: Arc<dyn Store> = b.store.clone();
+            writers.push(tokio::spawn(async move {
+                // Every writer's readings are above Siaga 3 and below Siaga 2.
+                store.ingest(reading("D1", start + w * 10, &[("a", 100.0 + w as f64 / 10.0)])).await
+            }));
+        }
+        for w in writers {
+            w.await.expect("join").expect("ingest");
+        }
+        let all = transitions(&*b.store).await;
+        let raised = all.iter().filter(|e| e.1 == TransitionKind::Raised).count();
+        assert_eq!(raised, 1, "one episode: {all:?}");
+        assert!(
+            all.len() <= 2,
+            "a raise, and at most one move to Siaga 3 after a first reading at Siaga 4 level: {all:?}"
+        );
+        assert_eq!(b.store.active_alarms(Scope::All).await.expect("active").len(), 1);
+    }
+}
+
+#[tokio::test]
+async fn acknowledging_needs_an_active_episode_and_is_recorded() {
+    for b in backends().await {
+        let s = &*b.store;
+        apply(s, &katulampa(5.0)).await.expect("apply");
+        let refused = s.acknowledge_alarm("D1", "siaga", now()).await;
+        assert!(matches!(refused, Err(StoreError::Conflict(_))), "{refused:?}");
+        assert!(matches!(s.acknowledge_alarm("D1", "nope", now()).await, Err(StoreError::NotFound(_))));
+        assert!(matches!(s.acknowledge_alarm("D9", "siaga", now()).await, Err(StoreError::NotFound(_))));
+        s.ingest(reading("D1", now() - 60, &[("a", 100.0)])).await.expect("ingest");
+        let ack = s.acknowledge_alarm("D1", "siaga", now()).await.expect("acknowledged");
+        assert_eq!((ack.transition, ack.level.as_deref()), (TransitionKind::Acknowledged, Some("Siaga 3")));
+        let alarms = s.alarms(Scope::All, "D1").await.expect("alarms").expect("visible");
+        assert!(alarms[0].state.acknowledged_at.is_some());
+        // A rise to a higher level asks again.
+        s.ingest(reading("D1", now() - 30, &[("a", 170.0)])).await.expect("ingest");
+        let alarms = s.alarms(Scope::All, "D1").await.expect("alarms").expect("visible");
+        assert_eq!((alarms[0].level_name(), alarms[0].state.acknowledged_at), (Some("Siaga 2"), None));
+    }
+}
+
+#[tokio::test]
+async fn removing_or_changing_a_rule_ends_its_episode() {
+    use TransitionKind::*;
+    for b in backends().await {
+        let s = &*b.store;
+        apply(s, &katulampa(5.0)).await.expect("apply");
+        s.ingest(reading("D1", now() - 60, &[("a", 70.0)])).await.expect("ingest");
+        // A changed deadband is a changed rule: its episode ends.
+        assert_eq!(apply(s, &katulampa(2.0)).await.expect("changed").alarm_rules.updated, 1);
+        assert_eq!(transitions(s).await, [t("siaga", Raised, Some("Siaga 4")), t("siaga", Cleared, None)]);
+        s.ingest(reading("D1", now() - 30, &[("a", 71.0)])).await.expect("ingest");
+        let rules = s.alarm_rules(Some("D1")).await.expect("rules");
+        let silent: Vec<_> = rules.into_iter().filter(|(_, r)| r.name == "silent").map(|(_, r)| r).collect();
+        assert!(s.set_alarm_rules("D1", silent.clone()).await.expect("removed"), "siaga removed");
+        assert!(!s.set_alarm_rules("D1", silent).await.expect("again"), "nothing to change");
+        let all = transitions(s).await;
+        assert_eq!(all[2..], [t("siaga", Raised, Some("Siaga 4")), t("siaga", Cleared, None)]);
+        assert!(s.active_alarms(Scope::All).await.expect("active").is_empty());
+        // A rule of a sensor the device does not have is refused.
+        let spec: RuleSpec =
+            serde_json::from_str(r#"{"name": "x", "sensor": "zz", "rise": 1, "within": "1m"}"#).expect("spec");
+        let refused = s.set_alarm_rules("D1", vec![spec.check("x").expect("rule")]).await;
+        assert!(matches!(&refused, Err(StoreError::Invalid(e)) if e.message.contains("\"zz\"")), "{refused:?}");
+    }
+}
+
+#[tokio::test]
+async fn silence_is_raised_by_the_clock_and_cleared_by_data() {
+    for b in backends().await {
+        let s = &*b.store;
+        apply(s, &katulampa(5.0)).await.expect("apply");
+        let started = now() - 7200;
+        let due = s.silence_due(started).await.expect("due");
+        assert_eq!(due.len(), 1);
+        assert_eq!(
+            (due[0].rule.as_str(), due[0].at),
+            ("silent", started + 1800),
+            "from the server's start: no data yet"
+        );
+        assert!(s.check_silence(due.clone(), started + 1000, started).await.expect("early").len() == 1, "not yet");
+        assert!(transitions(s).await.is_empty());
+        let next = s.check_silence(due, now(), started).await.expect("check");
+        assert!(next.is_empty(), "active: nothing more is due");
+        let events = s.alarm_events(Scope::All, "D1", TimeRange { start: 0, end: now() + 10 }).await;
+        let events: Vec<AlarmEvent> = events.expect("events").expect("visible");
+        assert_eq!(
+            (events.len(), events[0].transition, events[0].rule.as_str()),
+            (1, TransitionKind::Raised, "silent")
+        );
+        s.ingest(reading("D1", now(), &[("b", 1.0)])).await.expect("data");
+        let last = transitions(s).await.pop().expect("a transition");
+        assert_eq!((last.0.as_str(), last.1), ("silent", TransitionKind::Cleared), "data clears it");
+        let due = s.silence_due(now()).await.expect("due");
+        assert!(due[0].at >= now() + 1790, "counted from the data: {due:?}");
+    }
+}
