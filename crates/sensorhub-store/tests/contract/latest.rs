@@ -141,7 +141,8 @@ async fn the_migration_fills_the_index_from_stored_hours() {
     drop(store);
     let conn = rusqlite::Connection::open(&path).expect("open file");
     conn.execute_batch(
-        "DROP TABLE outbox; DROP TABLE subscription_devices; DROP TABLE subscriptions; DROP TABLE latest;
+        "DROP TABLE alarm_events; DROP TABLE alarm_states; DROP TABLE alarm_rules; DROP TABLE alarm_generation;
+         DROP TABLE outbox; DROP TABLE subscription_devices; DROP TABLE subscriptions; DROP TABLE latest;
          DROP TABLE access_generation; DROP TABLE installation;
          DROP TRIGGER access_account_changed; DROP TRIGGER access_account_removed; DROP TRIGGER access_key_changed;
          DROP TRIGGER access_key_removed; DROP TRIGGER access_account_device_removed;
@@ -163,7 +164,9 @@ async fn the_migration_fills_the_index_from_stored_hours() {
     let connection = tokio::spawn(connection);
     client
         .batch_execute(
-            "DROP TABLE outbox, subscription_devices, subscriptions, latest, access_generation, installation;
+            "DROP TABLE alarm_events, alarm_states, alarm_rules, alarm_generation;
+             DROP FUNCTION sensorhub_alarm_rules_changed();
+             DROP TABLE outbox, subscription_devices, subscriptions, latest, access_generation, installation;
              DROP FUNCTION sensorhub_access_changed() CASCADE;
              DELETE FROM sensorhub_schema WHERE version >= 5",
         )
