@@ -10,7 +10,9 @@ use serde::Deserialize;
 use std::collections::{HashMap, HashSet};
 
 mod subscriptions;
-pub use subscriptions::{DEFAULT_BATCH, EVENTS, HeaderValueSpec, MAX_BATCH, SecretRef, SubscriptionSpec};
+pub use subscriptions::{
+    DEFAULT_BATCH, DEFAULT_EVENTS, EVENTS, HeaderValueSpec, MAX_BATCH, SecretRef, SubscriptionSpec,
+};
 
 /// An error in a provisioning document or an import, naming where it is.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -6,14 +6,16 @@ const STORE = 'sensorhub.auth';
 
 /** An answer other than 2xx, with a sentence a person can act on. */
 export class ApiError extends Error {
-  constructor(status, text, retryAfter = 0) {
+  constructor(status, text, retryAfter = 0, detail = '') {
     super(text);
     this.status = status;
     /** Seconds the server asked to wait (429, 503), else 0. */
     this.retryAfter = retryAfter;
+    /** Why, when the server said (a 403 with a detail refuses an action, not the credentials). */
+    this.detail = detail;
   }
   /** Whether the credentials themselves were refused. */
-  get signedOut() { return this.status === 401 || this.status === 403; }
+  get signedOut() { return this.status === 401 || (this.status === 403 && !this.detail); }
 }
 
 /** The credentials in use: {kind: 'basic', user, header} or {kind: 'key', key}; null when signed out. */
@@ -70,6 +72,20 @@ export async function data(auth, path, params, opts) {
   return (await res.json()).data;
 }
 
+/** POSTs to `path` (no body) and returns the envelope's `data`. */
+export async function post(auth, path, params) {
+  let res;
+  try {
+    res = await fetch(url(auth, path, params), {
+      method: 'POST', headers: headers(auth, { Accept: 'application/json' }), credentials: 'omit', cache: 'no-store',
+    });
+  } catch {
+    throw new ApiError(0, 'The server cannot be reached. Check the connection and try again.');
+  }
+  if (!res.ok) throw await failure(auth, res);
+  return (await res.json()).data;
+}
+
 /** Opens the device's live stream: the raw fetch answer, read by live.js. */
 export async function stream(auth, deviceId, params, lastEventId, signal) {
   const extra = { Accept: 'text/event-stream' };
@@ -84,15 +100,17 @@ export async function stream(auth, deviceId, params, lastEventId, signal) {
 async function failure(auth, res) {
   let body = {};
   try { body = await res.json(); } catch { /* not JSON: the status says enough */ }
-  return new ApiError(res.status, plainWords(auth, res, body), Number(res.headers.get('Retry-After')) || 0);
+  return new ApiError(res.status, plainWords(auth, res, body), Number(res.headers.get('Retry-After')) || 0, body.detail || '');
 }
 
 function plainWords(auth, res, body) {
   switch (res.status) {
     case 401: return 'The username or password is not right.';
-    case 403: return auth.kind === 'key'
-      ? 'This API key is unknown or revoked, or its account is disabled.'
-      : 'This account is disabled. Ask the operator to enable it.';
+    case 403: if (body.detail) return `Not allowed: ${body.detail}.`;
+      return auth.kind === 'key'
+        ? 'This API key is unknown or revoked, or its account is disabled.'
+        : 'This account is disabled. Ask the operator to enable it.';
+    case 409: return `Not done: ${body.detail || 'the request clashes with the current state'}.`;
     case 404: return body.message === 'Device not found'
       ? 'This station does not exist, or this account may not see it.'
       : 'The server has no such page.';

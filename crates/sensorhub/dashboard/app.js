@@ -1,7 +1,9 @@
 // The dashboard's entry: sign-in (username and password, or an API key id,
-// or a `#key=<id>` link), and the routes `#/` (stations) and
-// `#/station/<id>?range=…&tz=…` (one station).
+// or a `#key=<id>` link), and the routes `#/` (stations),
+// `#/station/<id>?range=…&tz=…` (one station) and `#/alarms` (the active
+// alarms).
 
+import { showAlarms } from './alarms.js';
 import * as api from './api.js';
 import { h, localZone } from './format.js';
 import { showStation } from './station.js';
@@ -10,6 +12,7 @@ import { showStations } from './stations.js';
 const main = document.getElementById('main');
 const who = document.getElementById('who');
 const signOut = document.getElementById('sign-out');
+const alarmsLink = document.getElementById('alarms-link');
 const notice = document.getElementById('notice');
 const meta = (name) => document.querySelector(`meta[name="${name}"]`)?.content || '';
 const tiles = { tiles: meta('sensorhub-tiles'), attribution: meta('sensorhub-tiles-attribution') };
@@ -30,6 +33,7 @@ function signedOut(message) {
 function showSignIn() {
   who.textContent = '';
   signOut.hidden = true;
+  alarmsLink.hidden = true;
   const user = h('input', { id: 'username', name: 'username', autocomplete: 'username', required: true });
   const password = h('input', { id: 'password', name: 'password', type: 'password', autocomplete: 'current-password', required: true });
   const key = h('input', { id: 'api-key', name: 'api-key', autocomplete: 'off', spellcheck: 'false', required: true });
@@ -88,6 +92,7 @@ function route() {
   if (!auth) return showSignIn();
   who.textContent = api.describe(auth);
   signOut.hidden = false;
+  alarmsLink.hidden = false;
   const parts = parseHash();
   const params = parts.pop();
   if (parts[0] === 'station' && parts[1]) {
@@ -101,6 +106,8 @@ function route() {
       location.hash = `#/station/${encodeURIComponent(parts[1])}?${q}`;
     };
     stop = showStation(main, auth, parts[1], state, { navigate, onSignedOut: signedOut });
+  } else if (parts[0] === 'alarms') {
+    stop = showAlarms(main, auth, { zone: localZone(), onSignedOut: signedOut });
   } else {
     stop = showStations(main, auth, { zone: localZone(), tiles, onSignedOut: signedOut });
   }

@@ -5,11 +5,12 @@
 import * as api from './api.js';
 
 /**
- * Calls `onReading(reading)` for each event and `onState(text)` when the
- * link changes, until `signal` aborts. `onSignedOut(message)` ends it when
- * the credentials are refused.
+ * Calls `onReading(reading)` for each reading, `onAlarm(transition)` for
+ * each alarm transition (`event: alarm`) and `onState(text)` when the link
+ * changes, until `signal` aborts. `onSignedOut(message)` ends it when the
+ * credentials are refused.
  */
-export async function follow(auth, deviceId, zone, signal, { onReading, onState, onSignedOut }) {
+export async function follow(auth, deviceId, zone, signal, { onReading, onAlarm = () => {}, onState, onSignedOut }) {
   let lastId = null;
   let retry = 2000;
   let wait = retry;
@@ -32,7 +33,9 @@ export async function follow(auth, deviceId, zone, signal, { onReading, onState,
             buffer = buffer.slice(end + 2);
             if (event.retry) retry = event.retry;
             if (event.id) lastId = event.id;
-            if (event.data) onReading(JSON.parse(event.data));
+            if (!event.data) continue;
+            if (event.event === 'alarm') onAlarm(JSON.parse(event.data));
+            else if (!event.event || event.event === 'message') onReading(JSON.parse(event.data));
           }
         }
       } finally {
@@ -49,7 +52,7 @@ export async function follow(auth, deviceId, zone, signal, { onReading, onState,
   }
 }
 
-/** One event block: its id, data lines joined, retry. Comment lines (heartbeats) are skipped. */
+/** One event block: its type, id, data lines joined, retry. Comment lines (heartbeats) are skipped. */
 function parse(block) {
   const event = { data: '' };
   for (const line of block.split('\n')) {
@@ -59,6 +62,7 @@ function parse(block) {
     const val = colon < 0 ? '' : line.slice(colon + 1).replace(/^ /, '');
     if (field === 'data') event.data += (event.data ? '\n' : '') + val;
     else if (field === 'id') event.id = val;
+    else if (field === 'event') event.event = val;
     else if (field === 'retry' && /^\d+$/.test(val)) event.retry = Number(val);
   }
   return event;

@@ -1,8 +1,11 @@
-// A station's page: one chart per sensor over a chosen range (raw readings
-// for short ranges, hourly or daily mean with a min/max band for long ones),
-// a time-zone selector, a CSV download of what is shown, and live updates
-// from the stream endpoint while "today" is shown.
+// A station's page: its alarms, one chart per sensor over a chosen range
+// (raw readings for short ranges, hourly or daily mean with a min/max band
+// for long ones; the warning levels of its alarm rules as lines), a
+// time-zone selector, a CSV download of what is shown, and live updates
+// (readings and alarm transitions) from the stream endpoint while "today"
+// is shown.
 
+import { badge, levelLines } from './alarms.js';
 import * as api from './api.js';
 import { drawChart } from './chart.js';
 import { h, time } from './format.js';
@@ -93,6 +96,7 @@ export function showStation(main, auth, deviceId, state, { navigate, onSignedOut
   const status = h('p', { class: 'muted', id: 'station-status', 'aria-live': 'polite' }, 'Loading…');
   const live = h('span', { id: 'live', class: 'live', 'data-state': 'off' });
   const charts = h('div', { id: 'charts', class: 'charts', 'data-state': 'loading' });
+  const alarmBox = h('div', { id: 'station-alarms', class: 'station-alarms', 'aria-live': 'polite' });
   // `focus`: the control to focus on the page drawn next (the one that asked for it).
   const go = (change, focus) => navigate({ ...state, ...change }, focus);
   const buttons = Object.entries(RANGES).filter(([k]) => k !== 'custom').map(([key, r]) =>
@@ -105,7 +109,7 @@ export function showStation(main, auth, deviceId, state, { navigate, onSignedOut
   const tz = h('select', { id: 'tz', onchange: () => go({ tz: tz.value }, '#tz') }, zones(state.tz));
   const csv = h('button', { type: 'button', id: 'csv' }, 'Download CSV');
   main.replaceChildren(
-    h('p', {}, h('a', { href: '#/' }, '← All stations')), title, status,
+    h('p', {}, h('a', { href: '#/' }, '← All stations')), title, alarmBox, status,
     h('div', { class: 'controls' },
       h('div', { class: 'ranges', role: 'group', 'aria-label': 'Range' }, buttons), custom,
       h('label', { for: 'tz', class: 'tz' }, 'Time zone ', tz), csv, live),
@@ -123,9 +127,20 @@ export function showStation(main, auth, deviceId, state, { navigate, onSignedOut
   // what arrives before the charts exist waits for them.
   const early = [];
   let addLive = (reading) => early.push(reading);
+  const alarmsPath = `/devices/${encodeURIComponent(deviceId)}/alarms`;
+  const showAlarms = (alarms) => {
+    const active = alarms.filter((a) => a.state === 'active');
+    alarmBox.replaceChildren(...(alarms.length ? [
+      h('span', { class: 'muted' }, active.length ? 'Active alarms: ' : 'No active alarm'),
+      ...active.map((a) => badge(a, state.tz)),
+      active.length ? h('a', { href: '#/alarms', class: 'to-alarms' }, 'All active alarms') : null,
+    ] : []));
+    alarmBox.dataset.active = String(active.length);
+  };
+  const refreshAlarms = () => api.data(auth, alarmsPath, { tz: state.tz }, { signal: controller.signal }).then(showAlarms).catch(() => {});
   if (state.range === 'today') {
     const setState = (s) => { live.dataset.state = s; live.textContent = s === 'live' ? '● Live' : 'Reconnecting…'; };
-    follow(auth, deviceId, state.tz, controller.signal, { onState: setState, onSignedOut, onReading: (r) => addLive(r) });
+    follow(auth, deviceId, state.tz, controller.signal, { onState: setState, onSignedOut, onReading: (r) => addLive(r), onAlarm: refreshAlarms });
   }
 
   (async () => {
@@ -141,6 +156,13 @@ export function showStation(main, auth, deviceId, state, { navigate, onSignedOut
       const [mean, min, max] = await Promise.all(q.interval
         ? ['mean', 'min', 'max'].map((agg) => api.data(auth, path, { ...q, agg }, { signal }))
         : [api.data(auth, path, q, { signal })]);
+      // The alarms after the readings: they only add to the page, so a rate limit spends itself on them first.
+      const rules = await api.data(auth, alarmsPath, { tz: state.tz }, { signal }).catch((e) => {
+        if (e.name === 'AbortError') throw e;
+        return [];
+      });
+      showAlarms(rules);
+      const levels = levelLines(rules);
       performance.mark('sensorhub:data');
       const cols = columns(device.sensors || [], mean, min, max);
       for (const c of cols.values()) breakGaps(c, stepOf(q.interval, device));
@@ -149,7 +171,7 @@ export function showStation(main, auth, deviceId, state, { navigate, onSignedOut
         charts.append(fig);
         return [fig, s];
       });
-      for (const [fig, s] of figures) plots.set(fig, drawChart(fig, s, cols.get(s.sensor_id), state.tz));
+      for (const [fig, s] of figures) plots.set(fig, drawChart(fig, s, cols.get(s.sensor_id), state.tz, levels.get(s.sensor_id) || []));
       const n = mean.length;
       status.textContent = `${RANGES[state.range]?.label || 'Range'}: ${n} ${q.interval ? `${q.interval} buckets (mean, band from min to max)` : 'readings'}` +
         (n ? `, ${time(Date.parse(mean[0].timestamp), state.tz)} to ${time(Date.parse(mean[n - 1].timestamp), state.tz)}` : '');

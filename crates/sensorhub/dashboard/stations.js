@@ -1,7 +1,10 @@
 // The stations view: every station the caller may see, on a map and in a
-// list with its last update, how long ago, its latest values, and a mark on
-// stations that have not reported within twice their interval.
+// list with its last update, how long ago, its latest values, a mark on
+// stations that have not reported within twice their interval, and each
+// active alarm's level (stations with active alarms first, the most severe
+// first).
 
+import { activeByDevice, badge, rank } from './alarms.js';
 import * as api from './api.js';
 import { ago, h, time, value } from './format.js';
 import { drawMap } from './map.js';
@@ -45,17 +48,19 @@ function values(device, latest) {
       h('span', { class: 'value' }, value(v.value)), ' ', h('span', { class: 'unit' }, v.unit))));
 }
 
-function row(device, latest, zone, now) {
+function row(device, latest, alarms, zone, now) {
   const last = Date.parse(device.last_update_at);
   const stale = isStale(device, now);
   const when = Number.isFinite(last)
     ? [h('time', { datetime: device.last_update_at }, time(last, zone)), h('span', { class: 'ago', 'data-ms': last }, ago(last, now))]
     : [h('span', { class: 'muted' }, 'never')];
-  return h('li', { class: stale ? 'station stale' : 'station', 'data-device': device.device_id },
+  const classes = ['station', stale ? 'stale' : '', alarms.length ? 'alarmed' : ''].filter(Boolean).join(' ');
+  return h('li', { class: classes, 'data-device': device.device_id },
     h('div', { class: 'head' },
       h('a', { href: `#/station/${encodeURIComponent(device.device_id)}`, class: 'name' }, device.name || device.device_id),
       h('span', { class: 'type' }, device.type || ''),
-      stale ? h('span', { class: 'badge', title: 'No reading within twice the reporting interval' }, 'late') : null),
+      stale ? h('span', { class: 'badge', title: 'No reading within twice the reporting interval' }, 'late') : null,
+      ...alarms.map((a) => badge(a, zone))),
     h('div', { class: 'when' }, 'Last update ', ...when),
     values(device, latest));
 }
@@ -83,11 +88,17 @@ export function showStations(main, auth, { zone, tiles, onSignedOut }) {
       const stale = devices.filter((d) => isStale(d, now)).length;
       status.textContent = `${devices.length} station${devices.length === 1 ? '' : 's'}` +
         (stale ? `, ${stale} not reporting on time` : ', all reporting on time');
-      const latest = await latestOf(auth, devices, controller.signal);
+      const [latest, alarms] = await Promise.all([
+        latestOf(auth, devices, controller.signal),
+        activeByDevice(auth, controller.signal).catch((e) => { if (e.name === 'AbortError' || e.signedOut) throw e; return new Map(); }),
+      ]);
+      // Stations with active alarms first, the most severe first; the others as listed.
+      const worst = (d) => Math.max(0, ...(alarms.get(d.device_id) || []).map((a) => 1 + rank(a)));
+      const ordered = devices.map((d, i) => [d, i]).sort(([a, i], [b, j]) => worst(b) - worst(a) || i - j).map(([d]) => d);
       // A refresh redraws both; the link that had the focus gets it back.
       const focused = focusKey(document.activeElement);
       await drawMap(mapBox, devices.map((d) => ({ ...d, stale: isStale(d, now) })), tiles);
-      list.replaceChildren(...devices.map((d) => row(d, latest.get(d.device_id), zone, Date.now())));
+      list.replaceChildren(...ordered.map((d) => row(d, latest.get(d.device_id), alarms.get(d.device_id) || [], zone, Date.now())));
       list.setAttribute('aria-busy', 'false');
       if (focused) main.querySelector(focused)?.focus();
     } catch (e) {

@@ -2,6 +2,7 @@
 //! commands, over a pluggable store.
 #![forbid(unsafe_code)]
 
+pub mod alarm_view;
 pub mod cli;
 pub mod config;
 pub mod delivery;
@@ -14,3 +15,4 @@ pub mod metrics;
 pub mod redis_client;
 pub mod retention;
 pub mod service;
+pub mod silence;

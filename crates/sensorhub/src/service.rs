@@ -1,7 +1,8 @@
 //! [`launch`]: everything `serve` runs, started from its resolved settings
 //! over an open store and a bound listener: the HTTP server (with TLS when
 //! configured), the live hub, the MQTT link, the delivery worker, the
-//! retention task, the metrics listener and the demo's stations. `serve`
+//! retention task, the silence watch, the metrics listener and the demo's
+//! stations. `serve`
 //! and the integration tests start the service the same way.
 
 use crate::config::serve::ServeSettings;
@@ -71,6 +72,7 @@ pub async fn launch(
         crate::demo::keep_reporting(store.clone());
     }
     crate::retention::spawn(store.clone(), settings.retention, settings.retention_every, metrics.clone());
+    crate::silence::spawn(store.clone(), jiff::Timestamp::now().as_second());
     if let Some(addr) = settings.metrics_listen {
         let ops = TcpListener::bind(addr).await.map_err(|e| format!("cannot listen on {addr}: {e}"))?;
         tracing::info!(address = %ops.local_addr()?, "metrics, /healthz and /readyz served on their own listener");

@@ -2,6 +2,7 @@
 //! `run` function.
 
 mod account;
+mod alarm;
 mod apply;
 mod copy;
 mod demo;
@@ -72,6 +73,9 @@ enum Command {
     /// Manage devices
     #[command(subcommand)]
     Device(device::Command),
+    /// Manage devices' alarm rules (river warning levels, rises, silent stations)
+    #[command(subcommand)]
+    Alarm(alarm::Command),
     /// Manage outgoing webhook subscriptions (needs SENSORHUB_SECRET_KEY to add or rotate)
     #[command(subcommand)]
     Subscription(subscription::Command),
@@ -130,6 +134,7 @@ pub async fn run(cli: Cli, ctx: Context) -> CliResult {
         Command::Account(cmd) => account::run(&ctx, cmd).await,
         Command::Key(cmd) => key::run(&ctx, cmd).await,
         Command::Device(cmd) => device::run(&ctx, cmd).await,
+        Command::Alarm(cmd) => alarm::run(&ctx, cmd).await,
         Command::Subscription(cmd) => subscription::run(&ctx, cmd).await,
     }
 }
@@ -151,6 +156,7 @@ pub fn print_report(report: &sensorhub_store::ApplyReport) {
         ("api keys", report.api_keys),
         ("webhook keys", report.webhook_keys),
         ("webhook subscriptions", report.subscriptions),
+        ("devices' alarm rules", report.alarm_rules),
     ];
     for (name, c) in kinds {
         if c.created + c.updated > 0 {

@@ -7,7 +7,7 @@ use crate::delivery::headers::{parse_header, seal_headers};
 use crate::delivery::key_file::sealing_key;
 use crate::delivery::sign::SigningSecret;
 use crate::delivery::target::check_url;
-use sensorhub_core::provision::{DEFAULT_BATCH, MAX_BATCH};
+use sensorhub_core::provision::{DEFAULT_BATCH, EVENTS, MAX_BATCH};
 use sensorhub_core::secret::generate_key;
 use sensorhub_store::delivery::{NewSubscription, Replay, SENSOR_DATA};
 
@@ -37,6 +37,9 @@ pub enum Command {
         /// The most readings in one batched POST [default: 100]
         #[arg(long, requires = "batch", value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_BATCH)))]
         batch_max: Option<u32>,
+        /// The events delivered, comma-separated: sensor-data (each stored reading), alarms (each alarm transition) [default: sensor-data]
+        #[arg(long)]
+        events: Option<String>,
     },
     /// List subscriptions
     List,
@@ -81,11 +84,23 @@ pub enum Command {
     },
 }
 
+/// A comma-separated list of event kinds, each one sensorhub delivers.
+fn parse_events(text: &str) -> Result<Vec<String>, String> {
+    let events = super::split_list(text);
+    if events.is_empty() {
+        return Err("name at least one event kind".into());
+    }
+    match events.iter().find(|e| !EVENTS.contains(&e.as_str())) {
+        Some(bad) => Err(format!("unknown event kind {bad:?} (known: {})", EVENTS.join(", "))),
+        None => Ok(events),
+    }
+}
+
 /// Runs a subscription subcommand.
 pub async fn run(ctx: &Context, cmd: Command) -> CliResult {
     let store = ctx.open().await?;
     match cmd {
-        Command::Add { account, url, devices, allow_http, headers, batch, batch_max } => {
+        Command::Add { account, url, devices, allow_http, headers, batch, batch_max, events } => {
             check_url(&url, allow_http)?;
             let key = sealing_key(&ctx.database, true)?;
             let id = generate_key("sub_")?;
@@ -94,7 +109,10 @@ pub async fn run(ctx: &Context, cmd: Command) -> CliResult {
             let sealed_secret = key.seal(&id, secret.as_bytes())?;
             let devices = (!devices.is_empty()).then_some(devices);
             let scope = devices.as_ref().map_or_else(|| "all of its devices".to_owned(), |d| d.join(","));
-            let events = vec![SENSOR_DATA.to_owned()];
+            let events = match events {
+                Some(list) => parse_events(&list)?,
+                None => vec![SENSOR_DATA.to_owned()],
+            };
             let sub = NewSubscription {
                 id: id.clone(),
                 username: account.clone(),

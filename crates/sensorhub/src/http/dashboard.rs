@@ -39,6 +39,7 @@ const CSS: &str = "text/css; charset=utf-8";
 
 /// Every file under `/assets/<hash>/`.
 const ASSETS: &[Asset] = &[
+    asset!("alarms.js", JS),
     asset!("app.js", JS),
     asset!("api.js", JS),
     asset!("chart.js", JS),

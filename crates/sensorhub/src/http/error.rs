@@ -43,6 +43,10 @@ pub enum ApiError {
     /// the connection is closed so that it does not hold a place either.
     #[error("too many streams")]
     TooManyStreams,
+    /// 409 with a detail: the request clashes with the thing's state (an
+    /// alarm acknowledged while it is not active).
+    #[error("conflict: {0}")]
+    Conflict(String),
     /// 413: the body is larger than `--max-body-bytes`.
     #[error("payload too large")]
     PayloadTooLarge,
@@ -94,6 +98,7 @@ impl ApiError {
             }
             // The spec's spelling for the read endpoints, kept on purpose.
             ApiError::TooManyRequests | ApiError::TooManyStreams => (StatusCode::TOO_MANY_REQUESTS, "To Many Request"),
+            ApiError::Conflict(_) => (StatusCode::CONFLICT, "Conflict"),
             ApiError::PayloadTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "Payload Too Large"),
             ApiError::UnsupportedMediaType(_) => (StatusCode::UNSUPPORTED_MEDIA_TYPE, "Unsupported Media Type"),
             ApiError::Unavailable(_) | ApiError::Busy(_) => (StatusCode::SERVICE_UNAVAILABLE, "Service Unavailable"),
@@ -105,9 +110,10 @@ impl ApiError {
 impl ApiError {
     pub(crate) fn detail(&self) -> Option<&str> {
         match self {
-            ApiError::BadRequest(d) | ApiError::UnsupportedMediaType(d) | ApiError::WriteForbidden(d) => {
-                Some(d.as_str())
-            }
+            ApiError::BadRequest(d)
+            | ApiError::UnsupportedMediaType(d)
+            | ApiError::WriteForbidden(d)
+            | ApiError::Conflict(d) => Some(d.as_str()),
             _ => None,
         }
     }

@@ -1,6 +1,7 @@
 //! The HTTP API: the router of the read endpoints under
 //! `/external/v1`, its state, and a server with graceful shutdown.
 
+pub mod alarms;
 pub mod auth;
 pub mod client_ip;
 pub mod dashboard;
@@ -205,6 +206,16 @@ pub fn routes() -> Routes {
         .route("/external/v1/{api_key_id}/devices/{device_id}/data", read_route(readings::read_public))
         .route("/external/v1/devices/{device_id}/latest", read_route(latest::latest_basic))
         .route("/external/v1/{api_key_id}/devices/{device_id}/latest", read_route(latest::latest_public))
+        .route("/external/v1/devices/{device_id}/alarms", read_route(alarms::alarms_basic))
+        .route("/external/v1/{api_key_id}/devices/{device_id}/alarms", read_route(alarms::alarms_public))
+        .route("/external/v1/alarms", read_route(alarms::active_basic))
+        .route("/external/v1/{api_key_id}/alarms", read_route(alarms::active_public))
+        .route("/external/v1/devices/{device_id}/alarms/events", read_route(alarms::events_basic))
+        .route("/external/v1/{api_key_id}/devices/{device_id}/alarms/events", read_route(alarms::events_public))
+        .route(
+            "/external/v1/devices/{device_id}/alarms/{rule}/acknowledge",
+            post(alarms::acknowledge).fallback(|| async { ApiError::WebhookMethodNotAllowed }),
+        )
         .route("/external/v1/devices/{device_id}/stream", read_route(stream::stream_basic))
         .route("/external/v1/{api_key_id}/devices/{device_id}/stream", read_route(stream::stream_public))
         .route(

@@ -82,6 +82,13 @@ impl Modify for RateLimitHeaders {
         super::readings::read_public,
         super::latest::latest_basic,
         super::latest::latest_public,
+        super::alarms::alarms_basic,
+        super::alarms::alarms_public,
+        super::alarms::active_basic,
+        super::alarms::active_public,
+        super::alarms::events_basic,
+        super::alarms::events_public,
+        super::alarms::acknowledge,
         super::stream::stream_basic,
         super::stream::stream_public,
         super::webhook::receive,
@@ -94,7 +101,7 @@ impl Modify for RateLimitHeaders {
         super::ops::metrics,
         document,
     ),
-    components(schemas(Device, SensorMeta, Reading, SensorValue, LatestValue, ErrorBody, WebhookEnvelope, WebhookReply, Received, super::influx::InfluxErrorBody)),
+    components(schemas(Device, SensorMeta, Reading, SensorValue, LatestValue, ErrorBody, WebhookEnvelope, WebhookReply, Received, super::influx::InfluxErrorBody, crate::alarm_view::AlarmView, crate::alarm_view::AlarmEventView)),
     modifiers(&Security, &RateLimitHeaders)
 )]
 struct ApiDoc;
@@ -147,8 +154,22 @@ fn outgoing_webhooks() -> serde_json::Value {
             "responses": responses,
         }})
     };
+    let alarm = serde_json::json!({
+        "type": "object",
+        "required": ["event", "device_id", "timestamp", "data"],
+        "properties": {
+            "event": {"enum": ["alarm.raised", "alarm.level_changed", "alarm.acknowledged", "alarm.cleared"]},
+            "device_id": {"type": "string"},
+            "timestamp": {"type": "string", "format": "date-time", "description": "The reading's time (RFC 3339, UTC); for silence, the last one seen, else when it was recorded"},
+            "data": {"$ref": "#/components/schemas/AlarmEventView"},
+        },
+    });
     serde_json::json!({
         "sensor-data": post("One reading, POSTed to each enabled subscription covering its device", reading.clone()),
+        "alarm": post(
+            "One alarm transition, POSTed to each enabled subscription to alarms (--events alarms) covering its device; its webhook-id is the same for the same transition",
+            alarm,
+        ),
         "sensor-data.batch": post(
             "The readings due together, for a subscription added with --batch",
             serde_json::json!({

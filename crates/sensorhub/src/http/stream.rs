@@ -17,7 +17,7 @@ use super::readings::DevicePath;
 use super::schema::ErrorBody;
 use crate::live::access::still_allowed;
 use crate::live::slots::StreamSlot;
-use crate::live::{Listener, LiveReading, Next};
+use crate::live::{Listener, Live, LiveAlarm, LiveReading, Next};
 use crate::metrics::Metrics;
 use axum::body::Body;
 use axum::extract::{FromRequestParts, State};
@@ -253,7 +253,10 @@ impl Events {
                         events.metrics.live_stream_revoked();
                         return None;
                     }
-                    Wake::Next(Next::Event(event)) => Ok(events.render(event.id, &event.reading).await?),
+                    Wake::Next(Next::Event(event)) => Ok(match &event.item {
+                        Live::Reading(reading) => events.render(event.id, reading).await?,
+                        Live::Alarm(alarm) => events.render_alarm(event.id, alarm),
+                    }),
                     Wake::Next(Next::Lagging) => Err(std::io::Error::other("the client fell behind the live stream")),
                     Wake::Next(Next::Closed) => return None,
                 };
@@ -307,6 +310,16 @@ impl Events {
         out.push(b'\n');
         self.metrics.live_event_sent();
         Some(Bytes::from(out))
+    }
+}
+
+impl Events {
+    /// `event: alarm`, `id: …` and `data: {transition}` of one transition,
+    /// its times in the stream's zone.
+    fn render_alarm(&mut self, id: u64, alarm: &LiveAlarm) -> Bytes {
+        let data = crate::alarm_view::transition_json(alarm, &self.zone);
+        self.metrics.live_event_sent();
+        Bytes::from(format!("event: alarm\nid: {id}\ndata: {data}\n\n"))
     }
 }
 

@@ -62,13 +62,78 @@ impl LiveReading {
     }
 }
 
-/// A reading with its event id.
+/// An alarm transition as the hub carries it (`event: alarm` on a stream).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LiveAlarm {
+    /// Device identifier.
+    #[serde(rename = "d")]
+    pub device_id: String,
+    /// The rule's name.
+    pub rule: String,
+    /// `raised`, `level_changed`, `acknowledged` or `cleared`.
+    pub transition: String,
+    /// The level after it.
+    pub level: Option<String>,
+    /// The value that caused it.
+    pub value: Option<f64>,
+    /// The second of the reading that caused it.
+    #[serde(rename = "t")]
+    pub timestamp: Option<i64>,
+    /// When it was recorded (seconds).
+    pub at: i64,
+}
+
+impl LiveAlarm {
+    /// The transition `event` records.
+    pub fn of(event: &sensorhub_store::alarm::AlarmEvent) -> Self {
+        Self {
+            device_id: event.device_id.clone(),
+            rule: event.rule.clone(),
+            transition: event.transition.as_str().to_owned(),
+            level: event.level.clone(),
+            value: event.value,
+            timestamp: event.timestamp,
+            at: event.at,
+        }
+    }
+}
+
+/// What the hub carries to a device's streams: a stored reading, or an
+/// alarm transition.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Live {
+    /// A stored reading.
+    Reading(LiveReading),
+    /// An alarm transition.
+    Alarm(LiveAlarm),
+}
+
+impl Live {
+    /// The device it concerns.
+    pub fn device_id(&self) -> &str {
+        match self {
+            Live::Reading(r) => &r.device_id,
+            Live::Alarm(a) => &a.device_id,
+        }
+    }
+
+    /// The reading, if it is one.
+    pub fn reading(&self) -> Option<&LiveReading> {
+        match self {
+            Live::Reading(r) => Some(r),
+            Live::Alarm(_) => None,
+        }
+    }
+}
+
+/// A reading or a transition with its event id.
 #[derive(Debug)]
 pub struct LiveEvent {
     /// The event id (`id:` of the stream).
     pub id: u64,
-    /// What was stored.
-    pub reading: LiveReading,
+    /// What happened.
+    pub item: Live,
     /// When this process received it (for the retention window).
     received: Instant,
 }
@@ -190,37 +255,38 @@ impl LiveHub {
         self.devices.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Publishes stored readings: through Redis to every instance, or in
-    /// this process (when there is no Redis, or it does not answer).
-    pub async fn publish(&self, readings: Vec<LiveReading>) {
-        if readings.is_empty() {
+    /// Publishes stored readings and transitions: through Redis to every
+    /// instance, or in this process (when there is no Redis, or it does
+    /// not answer).
+    pub async fn publish(&self, items: Vec<Live>) {
+        if items.is_empty() {
             return;
         }
         let Some(redis) = &self.redis else {
-            return self.dispatch_local(readings);
+            return self.dispatch_local(items);
         };
-        match redis::publish(redis, &readings, now_micros()).await {
+        match redis::publish(redis, &items, now_micros()).await {
             Ok(first) => {
-                self.observe(first + readings.len() as u64 - 1);
+                self.observe(first + items.len() as u64 - 1);
                 // Not subscribed (yet, or any more): our own events will not
                 // come back, so they are dispatched here.
                 if !self.linked.load(Ordering::Acquire) {
-                    for (i, reading) in readings.into_iter().enumerate() {
-                        self.dispatch(first + i as u64, reading);
+                    for (i, item) in items.into_iter().enumerate() {
+                        self.dispatch(first + i as u64, item);
                     }
                 }
             }
             Err(e) => {
                 tracing::warn!(error = %e, "cannot publish readings to Redis: streams on other instances do not see them");
-                self.metrics.live_unshared(readings.len());
-                self.dispatch_local(readings);
+                self.metrics.live_unshared(items.len());
+                self.dispatch_local(items);
             }
         }
     }
 
-    fn dispatch_local(&self, readings: Vec<LiveReading>) {
-        for reading in readings {
-            self.dispatch(self.next_id(), reading);
+    fn dispatch_local(&self, items: Vec<Live>) {
+        for item in items {
+            self.dispatch(self.next_id(), item);
         }
     }
 
@@ -239,14 +305,14 @@ impl LiveHub {
 
     /// Hands event `id` to the device's clients and retains it; an id
     /// already retained (an event that came back twice) is dropped.
-    fn dispatch(&self, id: u64, reading: LiveReading) {
+    fn dispatch(&self, id: u64, item: Live) {
         let now = Instant::now();
         let mut devices = self.devices();
-        let device = devices.entry(reading.device_id.clone()).or_default();
+        let device = devices.entry(item.device_id().to_owned()).or_default();
         if device.retained.iter().rev().any(|e| e.id == id) {
             return;
         }
-        let event = Arc::new(LiveEvent { id, reading, received: now });
+        let event = Arc::new(LiveEvent { id, item, received: now });
         device.retained.push_back(event.clone());
         device.forget_old(now);
         let metrics = &self.metrics;
@@ -332,16 +398,16 @@ pub struct Listener {
 }
 
 impl Listener {
-    /// The seconds of the retained events this subscription resends first.
+    /// The seconds of the retained readings this subscription resends first.
     pub fn replay_seconds(&self) -> impl Iterator<Item = i64> + '_ {
-        self.replay.iter().map(|e| e.reading.timestamp)
+        self.replay.iter().filter_map(|e| e.item.reading()).map(|r| r.timestamp)
     }
 
-    /// Keeps only the retained events to resend whose second `stored`
+    /// Keeps only the retained readings to resend whose second `stored`
     /// says is still stored: readings removed since they were published
-    /// (`readings delete`, retention) are not resent.
+    /// (`readings delete`, retention) are not resent. Transitions stay.
     pub fn replay_only(&mut self, stored: impl Fn(i64) -> bool) {
-        self.replay.retain(|e| stored(e.reading.timestamp));
+        self.replay.retain(|e| e.item.reading().is_none_or(|r| stored(r.timestamp)));
     }
 
     /// The next event, or why there is none.
@@ -380,8 +446,12 @@ fn now_micros() -> u64 {
 mod tests {
     use super::*;
 
-    fn reading(device: &str, t: i64) -> LiveReading {
-        LiveReading { device_id: device.into(), timestamp: t, values: vec![("s".into(), 1.5)] }
+    fn reading(device: &str, t: i64) -> Live {
+        Live::Reading(LiveReading { device_id: device.into(), timestamp: t, values: vec![("s".into(), 1.5)] })
+    }
+
+    fn second_of(e: &LiveEvent) -> i64 {
+        e.item.reading().map_or(-1, |r| r.timestamp)
     }
 
     fn event(next: Next) -> Arc<LiveEvent> {
@@ -397,16 +467,16 @@ mod tests {
         let mut sub = hub.subscribe("A", None);
         hub.publish(vec![reading("A", 1), reading("B", 2), reading("A", 3)]).await;
         let (first, second) = (event(sub.next().await), event(sub.next().await));
-        assert_eq!((first.reading.timestamp, second.reading.timestamp), (1, 3), "only device A, in order");
+        assert_eq!((second_of(&first), second_of(&second)), (1, 3), "only device A, in order");
         assert!(second.id > first.id);
         let mut resumed = hub.subscribe("A", Some(first.id));
         assert_eq!(event(resumed.next().await).id, second.id, "the missed event, not the seen one");
         hub.publish(vec![reading("A", 4)]).await;
-        assert_eq!(event(resumed.next().await).reading.timestamp, 4, "then live ones, nothing twice");
+        assert_eq!(second_of(&event(resumed.next().await)), 4, "then live ones, nothing twice");
         hub.dispatch(second.id, reading("A", 3));
         hub.publish(vec![reading("A", 5)]).await;
-        assert_eq!(event(sub.next().await).reading.timestamp, 4);
-        assert_eq!(event(sub.next().await).reading.timestamp, 5, "an id already retained is not sent again");
+        assert_eq!(second_of(&event(sub.next().await)), 4);
+        assert_eq!(second_of(&event(sub.next().await)), 5, "an id already retained is not sent again");
     }
 
     #[tokio::test]

@@ -3,7 +3,7 @@
 //! grow in the order every subscriber receives them, and the listener that
 //! feeds them to this process's hub.
 
-use super::{LiveHub, LiveReading};
+use super::{Live, LiveHub};
 use crate::redis_client::SharedRedis;
 use futures_util::StreamExt;
 use std::sync::Weak;
@@ -36,14 +36,14 @@ fn channel(redis: &SharedRedis) -> Vec<u8> {
     redis.key("live", b"readings")
 }
 
-/// Publishes `readings` in order, ids no earlier than `now` (microseconds);
+/// Publishes `items` in order, ids no earlier than `now` (microseconds);
 /// returns the first id (the others follow it one by one).
-pub(super) async fn publish(redis: &SharedRedis, readings: &[LiveReading], now: u64) -> redis::RedisResult<u64> {
+pub(super) async fn publish(redis: &SharedRedis, items: &[Live], now: u64) -> redis::RedisResult<u64> {
     static SCRIPT: std::sync::OnceLock<redis::Script> = std::sync::OnceLock::new();
     let script = SCRIPT.get_or_init(|| redis::Script::new(PUBLISH));
     let mut conn = redis.connection().await?;
     let mut first = None;
-    for chunk in readings.chunks(CHUNK) {
+    for chunk in items.chunks(CHUNK) {
         let mut call = script.key(redis.key("live", b"last-id"));
         call.key(channel(redis)).arg(now);
         for reading in chunk {
@@ -56,8 +56,8 @@ pub(super) async fn publish(redis: &SharedRedis, readings: &[LiveReading], now: 
     Ok(first.unwrap_or(now))
 }
 
-/// A message of the channel: its id and reading.
-fn parse(payload: &[u8]) -> Option<(u64, LiveReading)> {
+/// A message of the channel: its id and reading (or transition).
+fn parse(payload: &[u8]) -> Option<(u64, Live)> {
     let text = std::str::from_utf8(payload).ok()?;
     let (id, reading) = text.split_once(' ')?;
     Some((id.parse().ok()?, serde_json::from_str(reading).ok()?))
@@ -110,10 +110,26 @@ mod tests {
     use super::*;
 
     #[test]
-    fn messages_carry_an_id_and_a_reading() {
-        let reading = LiveReading { device_id: "A 1".into(), timestamp: 7, values: vec![("s".into(), 0.1)] };
+    fn messages_carry_an_id_and_a_reading_or_a_transition() {
+        let reading = Live::Reading(super::super::LiveReading {
+            device_id: "A 1".into(),
+            timestamp: 7,
+            values: vec![("s".into(), 0.1)],
+        });
         let text = format!("1764000000000123 {}", serde_json::to_string(&reading).expect("json"));
+        assert_eq!(text, r#"1764000000000123 {"d":"A 1","t":7,"v":[["s",0.1]]}"#, "a reading reads as before");
         assert_eq!(parse(text.as_bytes()), Some((1_764_000_000_000_123, reading)));
+        let alarm = Live::Alarm(super::super::LiveAlarm {
+            device_id: "A 1".into(),
+            rule: "siaga".into(),
+            transition: "raised".into(),
+            level: Some("Siaga 4".into()),
+            value: Some(61.0),
+            timestamp: Some(7),
+            at: 9,
+        });
+        let text = format!("5 {}", serde_json::to_string(&alarm).expect("json"));
+        assert_eq!(parse(text.as_bytes()), Some((5, alarm)));
         assert_eq!(parse(b"x {}"), None);
     }
 }

@@ -6,6 +6,7 @@ mod harness;
 
 mod access;
 mod aggregate;
+mod alarms;
 mod auth;
 mod backends;
 mod busy;

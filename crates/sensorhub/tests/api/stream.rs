@@ -54,7 +54,7 @@ impl Sse {
     }
 
     /// The next block (the text up to a blank line).
-    async fn block(&mut self) -> String {
+    pub(crate) async fn block(&mut self) -> String {
         self.block_within(WAIT).await
     }
 

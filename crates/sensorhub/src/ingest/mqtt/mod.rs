@@ -12,8 +12,10 @@
 //! (`--mqtt-queue-bytes`): the link (`link.rs`) admits them into a queue
 //! (`queue.rs`) that the writer (`writer.rs`) drains. At the first start of
 //! an installation, what the broker kept for an earlier version's client
-//! id is collected first (`legacy.rs`).
+//! id is collected first (`legacy.rs`). Alarm transitions are published on
+//! the same link, retained, to `{prefix}/{device_id}/alarms` (`alarms.rs`).
 
+mod alarms;
 mod legacy;
 mod link;
 pub mod payload;
@@ -99,6 +101,12 @@ pub fn spawn(
         }),
         ClientId::Given(_) => None,
     };
+    // Alarm transitions go out on the same link.
+    let (transitions, queued) = alarms::channel();
+    store.observe(Arc::new(transitions));
+    let publish =
+        alarms::run(queued, client.clone(), store.clone(), settings.prefix.clone(), publishes_in_flight.clone());
+    tokio::spawn(publish);
     let writer = writer::Writer { client, store, metrics, settings, publishes_in_flight };
     tokio::spawn(writer.run(rx));
     tokio::spawn(link.run(eventloop));

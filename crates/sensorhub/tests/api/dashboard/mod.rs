@@ -419,3 +419,82 @@ async fn a_key_link_in_a_signed_in_tab_asks_before_switching() {
     .await;
     finish_clean(&site, b).await;
 }
+
+/// Posts AWLR-001's water level `level` at this second to the demo's webhook.
+async fn post_level(site: &Site, level: f64) {
+    let now = jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+    let posted = reqwest::Client::new()
+        .post(format!("{}/webhook/sensor-data", site.server.base))
+        .header("X-API-KEY", "wh-demo-alice")
+        .header("Content-Type", "application/json")
+        .body(format!(
+            r#"{{"event":"sensor-data","device_id":"AWLR-001","timestamp":"{now}","data":{{"AWLR1-wl":{level}}}}}"#
+        ))
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(posted.status(), 200, "{}", posted.text().await.unwrap_or_default());
+}
+
+#[tokio::test]
+async fn an_alarm_is_shown_on_the_list_the_charts_and_its_page_and_acknowledged() {
+    let site = demo_site();
+    // The demo's bands on AWLR-001: Siaga 4 from 84, 3 from 110, 2 from 140, 1 from 180.
+    post_level(&site, 150.0).await;
+    let b = Browser::start(1440, 900).await.expect("a browser");
+    b.client.goto(&format!("{}/", site.root)).await.expect("open");
+    sign_in(&b, "alice", "alice-demo-password").await;
+    until(&b, "alice's five stations", "return document.querySelectorAll('li.station').length === 5").await;
+    let first = js(&b, "return document.querySelector('li.station').dataset.device").await;
+    assert_eq!(first, "AWLR-001", "the station in alarm comes first");
+    let badge = "document.querySelector('li.station[data-device=\"AWLR-001\"] span.alarm')";
+    assert_eq!(js(&b, &format!("return {badge}.textContent")).await, "Siaga 2");
+    assert_eq!(js(&b, &format!("return {badge}.classList.contains('sev-3')")).await, true, "the third of four bands");
+    let colour = js(&b, &format!("return getComputedStyle({badge}).backgroundColor")).await;
+    assert_eq!(colour, "rgb(254, 228, 205)", "the third band's colour");
+
+    b.client.goto(&format!("{}/#/station/AWLR-001", site.root)).await.expect("the station");
+    until(&b, "the station's charts", "return document.getElementById('charts')?.dataset.state === 'ready'").await;
+    assert_eq!(
+        js(&b, "return document.querySelector('figure[data-sensor=\"AWLR1-wl\"]').dataset.levels").await,
+        "4",
+        "its four levels drawn"
+    );
+    let label =
+        js(&b, "return document.querySelector('figure[data-sensor=\"AWLR1-wl\"]').getAttribute('aria-label')").await;
+    assert!(label.as_str().is_some_and(|l| l.contains("Siaga 1 at 180")), "{label}");
+    assert!(
+        js(&b, "return document.getElementById('station-alarms').textContent")
+            .await
+            .as_str()
+            .is_some_and(|t| t.contains("Siaga 2"))
+    );
+
+    b.client.goto(&format!("{}/#/alarms", site.root)).await.expect("the alarms page");
+    let item = "li.alarm-item[data-device=\"AWLR-001\"][data-rule=\"siaga\"]";
+    until(&b, "the active alarm with its history", &format!("return !!document.querySelector('{item} li.transition')"))
+        .await;
+    b.client
+        .find(Locator::Css(&format!("{item} button.acknowledge")))
+        .await
+        .expect("the button")
+        .click()
+        .await
+        .expect("click");
+    until(&b, "the acknowledgement", &format!("return !!document.querySelector('{item} .acknowledged')")).await;
+    assert!(
+        js(&b, &format!("return document.querySelector('{item} li.transition').dataset.transition")).await
+            == "acknowledged",
+        "the newest transition first"
+    );
+    finish_clean(&site, b).await;
+
+    // A key sees the alarm, and no button.
+    let b = Browser::start(390, 844).await.expect("a browser");
+    b.client.goto(&format!("{}/#key=pk-demo-alice-all", site.root)).await.expect("open");
+    until(&b, "the stations", "return document.querySelectorAll('li.station').length === 5").await;
+    b.client.goto(&format!("{}/#/alarms", site.root)).await.expect("the alarms page");
+    until(&b, "the alarm", &format!("return !!document.querySelector('{item}')")).await;
+    assert_eq!(js(&b, &format!("return document.querySelectorAll('{item} button.acknowledge').length")).await, 0);
+    finish_clean(&site, b).await;
+}

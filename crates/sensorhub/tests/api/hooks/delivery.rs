@@ -53,6 +53,11 @@ fn key() -> SealingKey {
 
 /// Subscribes alice's devices to `url` (http allowed); returns its id and secret.
 pub(super) async fn subscribe(store: &dyn Store, url: &str) -> (String, SigningSecret) {
+    subscribe_to(store, url, &[SENSOR_DATA]).await
+}
+
+/// Subscribes alice's devices to `url` (http allowed) for `events`; returns its id and secret.
+pub(super) async fn subscribe_to(store: &dyn Store, url: &str, events: &[&str]) -> (String, SigningSecret) {
     let id = generate_key("sub_").expect("id");
     let secret = SigningSecret::generate().expect("secret");
     let sub = NewSubscription {
@@ -60,7 +65,7 @@ pub(super) async fn subscribe(store: &dyn Store, url: &str) -> (String, SigningS
         username: "alice".into(),
         url: url.into(),
         devices: None,
-        events: vec![SENSOR_DATA.into()],
+        events: events.iter().map(|e| (*e).to_owned()).collect(),
         sealed_secret: key().seal(&id, secret.as_bytes()).expect("seal"),
         sealed_headers: None,
         batch: false,

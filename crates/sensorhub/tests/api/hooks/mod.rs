@@ -4,6 +4,7 @@
 //! its share (share.rs); subscriptions in
 //! provisioning files (provision.rs).
 
+mod alarms;
 mod batch;
 mod delivery;
 mod provision;

@@ -1,0 +1,98 @@
+//! The silence watch: raises silence alarms by the server's clock, never
+//! only when a reading arrives (a station that sends nothing sends no
+//! reading to notice it by). It keeps every silence rule's next due time
+//! in memory, sleeps until the earliest (or a second, to notice changed
+//! rules through the store's alarm generation), and asks the store to
+//! check those due in one transaction: a rule that heard data meanwhile
+//! is simply due later. It reloads every rule's due time when the rules
+//! change and every [`RELOAD`] (a rule cleared by data, here or on another
+//! instance, is watched again from then). Silence is counted from the later of a station's
+//! last data and this server's start, so a server that was down does not
+//! raise for stations that reported shortly before. Several instances may
+//! each run it: the store records each transition once.
+
+use sensorhub_store::Store;
+use sensorhub_store::alarm::SilenceDue;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How often the watch looks whether rules changed, at the most.
+const LOOK: Duration = Duration::from_secs(1);
+/// How often every rule's due time is read again.
+const RELOAD: Duration = Duration::from_secs(30);
+/// Rules checked per transaction.
+const BATCH: usize = 1000;
+
+/// Starts the watch; it runs as long as the process. `started` is this
+/// server's start (seconds).
+pub fn spawn(store: Arc<dyn Store>, started: i64) {
+    tokio::spawn(async move {
+        let mut watch =
+            Watch { store, started, generation: None, loaded: std::time::Instant::now(), due: BinaryHeap::new() };
+        loop {
+            if let Err(e) = watch.step().await {
+                tracing::warn!(error = %e, "the silence watch failed; it tries again in a second");
+            }
+            tokio::time::sleep(watch.wait()).await;
+        }
+    });
+}
+
+struct Watch {
+    store: Arc<dyn Store>,
+    started: i64,
+    /// The alarm generation the due times were loaded at.
+    generation: Option<i64>,
+    /// When they were loaded.
+    loaded: std::time::Instant,
+    /// Every silence rule's next due time, earliest first.
+    due: BinaryHeap<Reverse<SilenceDue>>,
+}
+
+impl Watch {
+    /// Reloads the rules when they changed, then checks those due.
+    async fn step(&mut self) -> sensorhub_store::StoreResult<()> {
+        let generation = self.store.alarm_generation().await?;
+        if self.generation != Some(generation) || self.loaded.elapsed() >= RELOAD {
+            let due = self.store.silence_due(self.started).await?;
+            self.due = due.into_iter().map(Reverse).collect();
+            self.generation = Some(generation);
+            self.loaded = std::time::Instant::now();
+        }
+        let now = now();
+        loop {
+            let mut batch = Vec::new();
+            while batch.len() < BATCH && self.due.peek().is_some_and(|Reverse(d)| d.at <= now) {
+                batch.extend(self.due.pop().map(|Reverse(d)| d));
+            }
+            if batch.is_empty() {
+                return Ok(());
+            }
+            let next = match self.store.check_silence(batch.clone(), now, self.started).await {
+                Ok(next) => next,
+                Err(e) => {
+                    // Looked at again at the next step.
+                    self.due.extend(batch.into_iter().map(Reverse));
+                    return Err(e);
+                }
+            };
+            self.due.extend(next.into_iter().map(Reverse));
+        }
+    }
+
+    /// How long to sleep: until the next due time, at most [`LOOK`].
+    fn wait(&self) -> Duration {
+        match self.due.peek() {
+            Some(Reverse(d)) => {
+                Duration::from_secs(u64::try_from(d.at - now()).unwrap_or(0)).clamp(Duration::from_millis(50), LOOK)
+            }
+            None => LOOK,
+        }
+    }
+}
+
+fn now() -> i64 {
+    jiff::Timestamp::now().as_second()
+}
