@@ -85,6 +85,11 @@ const AWS_SENSORS: [(&str, &str, &str, &str); 5] = [
 ];
 
 impl Station {
+    /// Its sensors' ids, in sensor order (the battery first).
+    pub fn sensor_ids(&self) -> Vec<String> {
+        self.sensors().iter().map(|(code, ..)| format!("{}-{code}", self.prefix)).collect()
+    }
+
     fn sensors(&self) -> &'static [(&'static str, &'static str, &'static str, &'static str)] {
         if self.kind == "AWLR" { &AWLR_SENSORS } else { &AWS_SENSORS }
     }

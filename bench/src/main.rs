@@ -1,6 +1,7 @@
 //! `sensorhub-bench`: generate datasets and run the benchmark scenarios.
 #![forbid(unsafe_code)]
 
+mod alarms;
 mod closed_loop;
 mod codecs;
 mod dashboard;
@@ -47,6 +48,8 @@ enum Cmd {
     Hooks(hooks::Args),
     /// InfluxDB line protocol ingest beside the webhook's: one point per request, and 1,000 per request
     Lineproto(lineproto::Args),
+    /// Alarms: ingest with 5 rules per device against none, webhook-to-alarm.raised latency, 10,000 silent devices
+    Alarms(alarms::Args),
     /// HTTPS against plain HTTP: the day window and webhook ingest
     Tls(tls::Args),
     /// Hold idle live streams (2,000 by default) and measure RSS per stream and ingest-to-event latency
@@ -129,6 +132,10 @@ fn main() -> ExitCode {
         }),
         Cmd::Hooks(args) => hooks::run(args).map(|(h, path)| {
             println!("{}", hooks::report(&h));
+            println!("results written to {}", path.display());
+        }),
+        Cmd::Alarms(args) => alarms::run(args).map(|(a, path)| {
+            println!("{}", alarms::report(&a));
             println!("results written to {}", path.display());
         }),
         Cmd::Lineproto(args) => lineproto::run(args).map(|(l, path)| {
