@@ -99,3 +99,33 @@ async fn a_flood_of_any_kind_keeps_memory_bounded_and_stores_every_qos1_message(
     let refused = metric(&server, "sensorhub_mqtt_messages_total{outcome=\"unknown_device\"}").await;
     eprintln!("flood: peak RSS {} MiB; {dropped} QoS 0 messages dropped, {refused} refused", peak / 1024);
 }
+
+/// Messages waiting for the server in the broker's session.
+const BACKLOG: i64 = 12_000;
+
+/// A broker that sends a backlog with no limit on what is in flight
+/// (Mosquitto's `max_inflight_messages 0` overrides the Receive Maximum
+/// sensorhub announces) to a server whose queue is small, so that the link
+/// waits for room while the writer acknowledges thousands of messages: the
+/// acknowledgements never wait on the link, and the whole backlog is
+/// stored. (The two once waited on each other, and ingestion stopped for
+/// good without a word.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backlog_sent_without_an_inflight_limit_is_all_stored() {
+    let listener = "allow_anonymous true\nmax_inflight_messages 0\n";
+    let broker = Broker::start_with(crate::mqtt::free_port(), tempfile::tempdir().expect("dir"), listener);
+    let (db, _dir, _pg) = provisioned().await;
+    let id = client_id("backlog");
+    let small_queue = ["--mqtt-queue-bytes", "1048576"];
+    // The session is made, then the server is gone while the backlog comes.
+    drop(serve(&db, &broker, &id, &small_queue).await);
+    let publisher = Publisher::connect(broker.port, &client_id("logger"));
+    for n in 0..BACKLOG {
+        publisher.publish("sensorhub/AWLR-001/readings", crate::mqtt::payload(n)).await;
+    }
+    publisher.wait_acked(BACKLOG as usize).await;
+    let server = serve(&db, &broker, &id, &small_queue).await;
+    let got = crate::mqtt::wait_stored(&server, BACKLOG as usize, Duration::from_secs(90)).await;
+    let queued = metric(&server, "sensorhub_mqtt_queue_bytes").await;
+    assert_eq!(got.len(), BACKLOG as usize, "stored of the backlog within 90 s ({queued} bytes still queued)");
+}

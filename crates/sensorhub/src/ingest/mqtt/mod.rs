@@ -69,13 +69,15 @@ pub fn spawn(
     options.set_session_expiry_interval(Some(SESSION_EXPIRY_SECONDS));
     // No deadlock between the two tasks: the link waits for the writer
     // only for room in the queue, which the writer gives back before it
-    // queues a batch's acknowledgements; and queueing those never waits,
-    // since the client's request queue holds more than can be in it at
-    // once: the acknowledgements the broker may await (Receive Maximum),
-    // the refusals the writer may have in flight, and a subscription.
-    // (An earlier version stalled when the link waited to hand a message
-    // over while the writer waited for room to queue acknowledgements that
-    // only the link sends.)
+    // queues a batch's acknowledgements; and queueing those never waits:
+    // they go through a queue of their own to a task that hands them to
+    // the client ([`writer`]'s `forward_acks`), whatever a broker sends
+    // beyond the Receive Maximum. The client's request queue holds the
+    // acknowledgements the broker may await (Receive Maximum), the
+    // refusals the writer may have in flight, and a subscription. (Two
+    // earlier versions stalled when the link waited to hand a message over
+    // while the writer waited for room to queue acknowledgements that only
+    // the link sends.)
     let requests = usize::from(RECEIVE_MAXIMUM) + writer::PUBLISHES_IN_FLIGHT + 64;
     let (client, eventloop) = AsyncClient::new(options, requests);
     let (tx, rx) = queue::bounded(settings.queue_bytes, metrics.clone());

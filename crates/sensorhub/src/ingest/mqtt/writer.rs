@@ -19,6 +19,7 @@ use sensorhub_store::{Scope, Store, StoreError};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
 
 /// Most messages committed in one transaction.
 const MAX_BATCH: usize = 2048;
@@ -52,6 +53,24 @@ pub(super) struct Writer {
     pub publishes_in_flight: Arc<AtomicUsize>,
 }
 
+/// Hands acknowledgements (QoS, packet id) to `client` in order, waiting
+/// for room in its request queue. The writer never waits for that room
+/// itself: only the link drains the request queue, and the link may be
+/// waiting for the room in the message queue that the writer gives back.
+/// (When the writer waited here, a broker that sends more than sensorhub's
+/// Receive Maximum, such as Mosquitto with `max_inflight_messages 0`,
+/// stopped ingestion for good.) What waits here is 4 bytes a message the
+/// broker sent and sensorhub stored.
+async fn forward_acks(client: AsyncClient, mut pending: mpsc::UnboundedReceiver<(QoS, u16)>) {
+    while let Some((qos, pkid)) = pending.recv().await {
+        let mut ack = Publish::new("", qos, bytes::Bytes::new(), None);
+        ack.pkid = pkid;
+        if let Err(e) = client.ack(&ack).await {
+            tracing::warn!(error = %e, "cannot acknowledge an MQTT message; the broker will send it again");
+        }
+    }
+}
+
 /// Which devices' refusals were logged in the last minute.
 struct RefusalLog {
     devices: Recent<()>,
@@ -78,6 +97,10 @@ impl Memory {
 impl Writer {
     pub async fn run(self, mut queue: queue::Receiver) {
         let mut memory = Memory::new();
+        // Acknowledgements reach the client through a queue of their own,
+        // which never makes the writer wait (see [`forward_acks`]).
+        let (acks, pending) = mpsc::unbounded_channel();
+        tokio::spawn(forward_acks(self.client.clone(), pending));
         loop {
             let batch = queue.batch(MAX_BATCH, MAX_BATCH_BYTES).await;
             if batch.is_empty() {
@@ -86,14 +109,10 @@ impl Writer {
             self.store_messages(batch.iter().map(|q| &q.message), &mut memory).await;
             // The batch's room goes back first: a link waiting for room
             // polls again, and so sends the acknowledgements queued next.
-            let acks: Vec<(QoS, u16)> = batch.into_iter().map(|q| (q.message.qos, q.message.pkid)).collect();
+            let done: Vec<(QoS, u16)> = batch.into_iter().map(|q| (q.message.qos, q.message.pkid)).collect();
             // In order of receipt, as MQTT asks; only now that it is committed.
-            for (qos, pkid) in acks {
-                let mut ack = Publish::new("", qos, bytes::Bytes::new(), None);
-                ack.pkid = pkid;
-                if let Err(e) = self.client.ack(&ack).await {
-                    tracing::warn!(error = %e, "cannot acknowledge an MQTT message; the broker will send it again");
-                }
+            for ack in done {
+                let _ = acks.send(ack);
             }
         }
     }
