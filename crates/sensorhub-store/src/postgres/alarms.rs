@@ -4,7 +4,7 @@
 //! record each transition once.
 
 use super::PgStore;
-use crate::alarm::{Alarm, AlarmEvent, SilenceDue, most_severe_first};
+use crate::alarm::{Alarm, AlarmEvent, SilenceDue};
 use crate::sql::alarms as sql;
 use crate::write::{alarms, provision};
 use crate::{Scope, StoreError, StoreResult};
@@ -30,9 +30,7 @@ impl crate::store::Alarms for PgStore {
     }
 
     async fn active_alarms(&self, scope: Scope) -> StoreResult<Vec<Alarm>> {
-        let mut active = self.on(async |c| sql::active(c, scope).await).await?;
-        most_severe_first(&mut active);
-        Ok(active)
+        self.on(async |c| alarms::active(c, scope).await).await
     }
 
     async fn alarm_events(
@@ -41,11 +39,7 @@ impl crate::store::Alarms for PgStore {
         device_id: &str,
         range: TimeRange,
     ) -> StoreResult<Option<Vec<AlarmEvent>>> {
-        self.on(async |c| {
-            let Some(device) = crate::sql::access::find_device(c, scope, device_id).await? else { return Ok(None) };
-            Ok(Some(sql::events(c, device.pk, device_id, range.start, range.end).await?))
-        })
-        .await
+        self.on(async |c| alarms::events_of(c, scope, device_id, range).await).await
     }
 
     async fn acknowledge_alarm(&self, device_id: &str, rule: &str, now: i64) -> StoreResult<AlarmEvent> {

@@ -298,4 +298,8 @@ impl crate::write::migrate::MigrationTx for PgTx<'_> {
         self.tx.execute("INSERT INTO sensorhub_schema (version) VALUES ($1)", &[&version]).await?;
         Ok(())
     }
+
+    async fn has_old_readings(&self) -> StoreResult<bool> {
+        Ok(self.tx.query_one("SELECT to_regclass('readings') IS NOT NULL", &[]).await?.get(0))
+    }
 }

@@ -4,7 +4,7 @@
 
 use super::SqliteStore;
 use super::tx::{in_tx, on};
-use crate::alarm::{Alarm, AlarmEvent, SilenceDue, most_severe_first};
+use crate::alarm::{Alarm, AlarmEvent, SilenceDue};
 use crate::sql::alarms as sql;
 use crate::write::{alarms, provision};
 use crate::{Scope, StoreError, StoreResult};
@@ -34,9 +34,7 @@ impl crate::store::Alarms for SqliteStore {
     }
 
     async fn active_alarms(&self, scope: Scope) -> StoreResult<Vec<Alarm>> {
-        let mut active = self.reads.run(move |c| on(c, async |c| sql::active(c, scope).await)).await?;
-        most_severe_first(&mut active);
-        Ok(active)
+        self.reads.run(move |c| on(c, async |c| alarms::active(c, scope).await)).await
     }
 
     async fn alarm_events(
@@ -46,13 +44,7 @@ impl crate::store::Alarms for SqliteStore {
         range: TimeRange,
     ) -> StoreResult<Option<Vec<AlarmEvent>>> {
         let id = device_id.to_owned();
-        let read = move |c: &mut _| {
-            on(c, async |c| {
-                let Some(device) = crate::sql::access::find_device(c, scope, &id).await? else { return Ok(None) };
-                Ok(Some(sql::events(c, device.pk, &id, range.start, range.end).await?))
-            })
-        };
-        self.reads.run(read).await
+        self.reads.run(move |c| on(c, async |c| alarms::events_of(c, scope, &id, range).await)).await
     }
 
     async fn acknowledge_alarm(&self, device_id: &str, rule: &str, now: i64) -> StoreResult<AlarmEvent> {

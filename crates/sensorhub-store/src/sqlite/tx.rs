@@ -169,6 +169,11 @@ impl crate::write::migrate::MigrationTx for SqliteTx<'_> {
     async fn set_schema_version(&self, version: usize) -> StoreResult<()> {
         Ok(self.0.pragma_update(None, "user_version", version as i64)?)
     }
+
+    async fn has_old_readings(&self) -> StoreResult<bool> {
+        let sql = "SELECT EXISTS (SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'readings')";
+        Ok(self.0.query_row(sql, [], |r| r.get(0))?)
+    }
 }
 
 impl rusqlite::ToSql for Param<'_> {

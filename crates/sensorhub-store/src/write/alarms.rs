@@ -167,6 +167,25 @@ pub(crate) async fn alarms_of(c: &impl Sql, scope: Scope, device_id: &str) -> St
     Ok(Some(rules.into_iter().map(|(rule, state)| Alarm { device_id: device_id.clone(), rule, state }).collect()))
 }
 
+/// The active alarms of every device visible in `scope`, highest level first.
+pub(crate) async fn active(c: &impl Sql, scope: Scope) -> StoreResult<Vec<Alarm>> {
+    let mut active = alarms::active(c, scope).await?;
+    crate::alarm::most_severe_first(&mut active);
+    Ok(active)
+}
+
+/// The transitions of device `device_id` (visible in `scope`) recorded for
+/// readings in `range`, oldest first; `None` when the device is not visible.
+pub(crate) async fn events_of(
+    c: &impl Sql,
+    scope: Scope,
+    device_id: &str,
+    range: sensorhub_core::time::TimeRange,
+) -> StoreResult<Option<Vec<AlarmEvent>>> {
+    let Some(device) = crate::sql::access::find_device(c, scope, device_id).await? else { return Ok(None) };
+    Ok(Some(alarms::events(c, device.pk, device_id, range.start, range.end).await?))
+}
+
 /// Acknowledges the active episode of rule `rule` of device `device_id` at `now`.
 pub(crate) async fn acknowledge(tx: &impl Tx, device_id: &str, rule: &str, now: i64) -> StoreResult<Vec<AlarmEvent>> {
     let pk = tx.device_pk(device_id).await?.ok_or_else(|| StoreError::NotFound(format!("no device {device_id:?}")))?;

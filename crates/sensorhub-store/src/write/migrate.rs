@@ -21,6 +21,10 @@ pub(crate) trait MigrationTx: Tx {
 
     /// Records that `version` migrations have run.
     async fn set_schema_version(&self, version: usize) -> StoreResult<()>;
+
+    /// Whether schema version 2's `readings` table is still there
+    /// ([`super::upgrade`]).
+    async fn has_old_readings(&self) -> StoreResult<bool>;
 }
 
 /// Runs the `migrations` the database has not seen, in order.

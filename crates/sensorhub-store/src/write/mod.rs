@@ -10,3 +10,4 @@ pub(crate) mod provision;
 pub(crate) mod readings;
 pub(crate) mod remove;
 pub(crate) mod tx;
+pub(crate) mod upgrade;
