@@ -277,31 +277,8 @@ pub fn check_device(d: &DeviceSpec, at: &str) -> Result<(), InputError> {
             return Err(InputError::new(sat, "name, type and unit must not be empty (use \".\" for no unit)"));
         }
     }
-    check_alarms(d.alarms.as_deref().unwrap_or_default(), at)?;
+    crate::alarm::check_rules(d.alarms.as_deref().unwrap_or_default(), at)?;
     Ok(())
-}
-
-/// Checks a device's alarm rules: each on its own, names unique. Whether a
-/// rule's sensor is one of the device's is checked where the device's
-/// stored sensors are known.
-pub fn check_alarms(rules: &[crate::alarm::RuleSpec], at: &str) -> Result<Vec<crate::alarm::AlarmRule>, InputError> {
-    if rules.len() > crate::alarm::rule::MAX_RULES {
-        return Err(InputError::new(
-            format!("{at}.alarms"),
-            format!("a device has at most {} alarm rules", crate::alarm::rule::MAX_RULES),
-        ));
-    }
-    let mut names = HashSet::new();
-    let mut out = Vec::with_capacity(rules.len());
-    for (k, r) in rules.iter().enumerate() {
-        let rat = format!("{at}.alarms[{k}]");
-        let rule = r.check(&rat)?;
-        if !names.insert(rule.name.clone()) {
-            return Err(InputError::new(format!("{rat}.name"), format!("duplicate rule name {:?}", rule.name)));
-        }
-        out.push(rule);
-    }
-    Ok(out)
 }
 
 impl Provision {

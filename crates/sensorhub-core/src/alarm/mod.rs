@@ -7,7 +7,7 @@ mod eval;
 pub mod rule;
 pub mod state;
 
-pub use rule::{AlarmRule, Direction, Level, LevelRule, RateRule, RuleKind, RuleSpec, SilenceRule};
+pub use rule::{AlarmRule, Direction, Level, LevelRule, RateRule, RuleKind, RuleSpec, SilenceRule, check_rules};
 pub use state::{AlarmState, Memo, NotActive, Transition, TransitionKind};
 
 #[cfg(test)]

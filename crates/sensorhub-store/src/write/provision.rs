@@ -33,7 +33,7 @@ pub(crate) async fn apply(
         let at = format!("devices[{i}]");
         devices.push(upsert_device(tx, d, &at).await?);
         if let Some(specs) = &d.alarms {
-            let rules = sensorhub_core::provision::check_alarms(specs, &at)?;
+            let rules = sensorhub_core::alarm::check_rules(specs, &at)?;
             if let Some(ended) = set_alarm_rules(tx, &d.device_id, &rules, &at).await? {
                 report.alarm_rules.updated += 1;
                 events.extend(ended);
