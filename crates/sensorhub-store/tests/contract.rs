@@ -45,7 +45,8 @@ const BASE: &str = r#"{
 struct Backend {
     store: Arc<dyn Store>,
     _dir: tempfile::TempDir,
-    _pg: Option<TempDatabase>,
+    /// The PostgreSQL database, dropped with the backend.
+    pg: Option<TempDatabase>,
     _name: Named,
 }
 
@@ -77,8 +78,8 @@ async fn backends() -> Vec<Backend> {
     let pg = TempDatabase::create(&postgres_url()).await.expect("a PostgreSQL test database");
     let postgres = sensorhub_store::open(pg.url()).await.expect("open postgres");
     let mut out = vec![
-        Backend { store: sqlite, _dir: dir, _pg: None, _name: Named("SQLite") },
-        Backend { store: postgres, _dir: tempfile::tempdir().expect("dir"), _pg: Some(pg), _name: Named("PostgreSQL") },
+        Backend { store: sqlite, _dir: dir, pg: None, _name: Named("SQLite") },
+        Backend { store: postgres, _dir: tempfile::tempdir().expect("dir"), pg: Some(pg), _name: Named("PostgreSQL") },
     ];
     for b in &mut out {
         apply(&*b.store, BASE).await.expect("base applies");

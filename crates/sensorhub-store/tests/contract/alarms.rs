@@ -211,3 +211,45 @@ async fn silence_is_raised_by_the_clock_and_cleared_by_data() {
         assert!(due[0].at >= now() + 1790, "counted from the data: {due:?}");
     }
 }
+
+/// Two instances on one PostgreSQL database, both running the silence
+/// watch and both taking readings of the same station: each transition is
+/// recorded once (every writing transaction holds the database's write
+/// lock and reads the states after taking it).
+#[tokio::test]
+async fn two_instances_on_one_postgres_record_each_transition_once() {
+    let b = backends().await.pop().expect("PostgreSQL is the second backend");
+    let pg = b.pg.as_ref().expect("a PostgreSQL database");
+    let other = sensorhub_store::open(pg.url()).await.expect("a second instance");
+    let instances: [Arc<dyn Store>; 2] = [b.store.clone(), other];
+    apply(&*instances[0], &katulampa(5.0)).await.expect("apply");
+
+    let started = now() - 7200;
+    let due = instances[1].silence_due(started).await.expect("the second instance sees the rules");
+    let checks = instances.iter().map(|s| {
+        let (s, due) = (s.clone(), due.clone());
+        tokio::spawn(async move { s.check_silence(due, now(), started).await })
+    });
+    for check in checks.collect::<Vec<_>>() {
+        check.await.expect("join").expect("check");
+    }
+    assert_eq!(transitions(&*instances[0]).await, [t("silent", TransitionKind::Raised, None)]);
+
+    let start = now() - 1200;
+    let mut writers = Vec::new();
+    for w in 0..64i64 {
+        let store = instances[(w % 2) as usize].clone();
+        writers.push(tokio::spawn(async move {
+            store.ingest(reading("D1", start + w * 10, &[("a", 100.0 + w as f64 / 10.0)])).await
+        }));
+    }
+    for w in writers {
+        w.await.expect("join").expect("ingest");
+    }
+    let all = transitions(&*instances[1]).await;
+    let count = |rule: &str, kind| all.iter().filter(|e| e.0 == rule && e.1 == kind).count();
+    assert_eq!(count("silent", TransitionKind::Raised), 1, "{all:?}");
+    assert_eq!(count("silent", TransitionKind::Cleared), 1, "{all:?}");
+    assert_eq!(count("siaga", TransitionKind::Raised), 1, "one episode: {all:?}");
+    assert!(all.len() <= 4, "at most one move to Siaga 3 after a first reading at Siaga 4: {all:?}");
+}

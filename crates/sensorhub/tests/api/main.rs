@@ -7,6 +7,7 @@ mod harness;
 mod access;
 mod aggregate;
 mod alarms;
+mod alarms_pushed;
 mod auth;
 mod backends;
 mod busy;

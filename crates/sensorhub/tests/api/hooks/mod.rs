@@ -8,7 +8,7 @@ mod alarms;
 mod batch;
 mod delivery;
 mod provision;
-mod receiver;
+pub(crate) mod receiver;
 mod share;
 
 use crate::cli::{failed, ok};
