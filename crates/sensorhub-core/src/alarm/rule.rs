@@ -365,10 +365,7 @@ mod tests {
 /// stored sensors are known.
 pub fn check_rules(rules: &[RuleSpec], at: &str) -> Result<Vec<AlarmRule>, InputError> {
     if rules.len() > MAX_RULES {
-        return Err(InputError::new(
-            format!("{at}.alarms"),
-            format!("a device has at most {} alarm rules", MAX_RULES),
-        ));
+        return Err(InputError::new(format!("{at}.alarms"), format!("a device has at most {} alarm rules", MAX_RULES)));
     }
     let mut names = std::collections::HashSet::new();
     let mut out = Vec::with_capacity(rules.len());

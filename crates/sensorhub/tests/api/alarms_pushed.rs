@@ -193,7 +193,10 @@ async fn each_transition_is_published_and_the_current_state_is_retained() {
 
     publisher.publish("sensorhub/AWLR-001/readings", reading(170.0)).await;
     let (state, _) = kept(broker.port, |state| state["event"]["transition"] == "raised").await;
-    assert_eq!((state["alarms"][0]["state"].as_str(), state["alarms"][0]["level"].as_str()), (Some("active"), Some("Siaga 2")));
+    assert_eq!(
+        (state["alarms"][0]["state"].as_str(), state["alarms"][0]["level"].as_str()),
+        (Some("active"), Some("Siaga 2"))
+    );
 
     tokio::time::sleep(Duration::from_millis(1100)).await;
     publisher.publish("sensorhub/AWLR-001/readings", reading(10.0)).await;

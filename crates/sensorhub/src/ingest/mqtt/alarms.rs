@@ -16,16 +16,36 @@ use sensorhub_core::time::Zone;
 use sensorhub_store::alarm::AlarmEvent;
 use sensorhub_store::observe::AfterCommit;
 use sensorhub_store::{Scope, Store};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
 /// Transitions waiting to be published; past it they are dropped (and said).
 const QUEUE: usize = 10_000;
 
+/// Transitions not published, said at most once a minute (the events
+/// list and webhook deliveries have them all).
+#[derive(Default)]
+pub(super) struct Unpublished {
+    count: AtomicUsize,
+    said: Mutex<Option<Instant>>,
+}
+
+impl Unpublished {
+    fn one(&self, why: &str) {
+        self.count.fetch_add(1, Ordering::Relaxed);
+        let Ok(mut said) = self.said.lock() else { return };
+        if said.is_none_or(|at| at.elapsed() >= Duration::from_secs(60)) {
+            *said = Some(Instant::now());
+            let n = self.count.swap(0, Ordering::Relaxed);
+            tracing::warn!(transitions = n, reason = why, "alarm transitions not published to MQTT (the events list and webhook deliveries have them); said at most once a minute");
+        }
+    }
+}
+
 /// The store's observer: hands each committed transition to [`run`].
-pub(super) struct Transitions(mpsc::Sender<AlarmEvent>);
+pub(super) struct Transitions(mpsc::Sender<AlarmEvent>, Arc<Unpublished>);
 
 #[async_trait]
 impl AfterCommit for Transitions {
@@ -34,16 +54,17 @@ impl AfterCommit for Transitions {
     async fn alarms(&self, events: &[AlarmEvent]) {
         for event in events {
             if self.0.try_send(event.clone()).is_err() {
-                tracing::warn!(device = %event.device_id, rule = %event.rule, "too many alarm transitions waiting for the MQTT link; this one is not published");
+                self.1.one("too many waiting for the link");
             }
         }
     }
 }
 
 /// The observer and the queue [`run`] publishes from.
-pub(super) fn channel() -> (Transitions, mpsc::Receiver<AlarmEvent>) {
+pub(super) fn channel() -> (Transitions, mpsc::Receiver<AlarmEvent>, Arc<Unpublished>) {
     let (tx, rx) = mpsc::channel(QUEUE);
-    (Transitions(tx), rx)
+    let unpublished = Arc::new(Unpublished::default());
+    (Transitions(tx, unpublished.clone()), rx, unpublished)
 }
 
 /// Publishes each queued transition, retained, with the device's alarms.
@@ -53,6 +74,7 @@ pub(super) async fn run(
     store: Arc<dyn Store>,
     prefix: String,
     in_flight: Arc<AtomicUsize>,
+    unpublished: Arc<Unpublished>,
 ) {
     while let Some(event) = queue.recv().await {
         let mut clock = Clock::new(Zone::Fixed(jiff::tz::Offset::UTC));
@@ -75,9 +97,7 @@ pub(super) async fn run(
             Ok(()) => {
                 in_flight.fetch_add(1, Ordering::Relaxed);
             }
-            Err(e) => {
-                tracing::warn!(error = %e, device = %event.device_id, "cannot publish an alarm transition to MQTT")
-            }
+            Err(_) => unpublished.one("the link's request queue is full or closed"),
         }
     }
 }

@@ -69,6 +69,7 @@ impl Drain {
             metrics: self.metrics.clone(),
             settings: self.settings.clone(),
             publishes_in_flight: Arc::new(AtomicUsize::new(0)),
+            acks_in_flight: Arc::new(AtomicUsize::new(0)),
         };
         let mut memory = Memory::new();
         let mut collected = 0usize;

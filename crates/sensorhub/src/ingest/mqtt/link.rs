@@ -23,6 +23,8 @@ pub(super) struct Link {
     pub metrics: Arc<Metrics>,
     /// Refusals the writer handed to the client; counted down as they are sent.
     pub publishes_in_flight: Arc<AtomicUsize>,
+    /// Acknowledgements handed to the client; counted down as they are sent.
+    pub acks_in_flight: Arc<AtomicUsize>,
     /// The topic filter subscribed to.
     pub filter: String,
     /// `host:port`, for the log.
@@ -42,6 +44,8 @@ impl Link {
             match eventloop.poll().await {
                 Ok(Event::Incoming(Packet::ConnAck(ack))) => {
                     self.status.connected.store(true, Ordering::Relaxed);
+                    // What a lost connection left unsent is not counted again.
+                    self.acks_in_flight.store(0, Ordering::Relaxed);
                     self.metrics.mqtt_connected(true);
                     backoff = Duration::from_millis(100);
                     warned = false;
@@ -65,6 +69,11 @@ impl Link {
                         Err(NotQueued::Full) => self.metrics.mqtt_qos0_dropped(),
                         Err(NotQueued::Closed) => return,
                     }
+                }
+                Ok(Event::Outgoing(Outgoing::PubAck(_))) => {
+                    let _ = self
+                        .acks_in_flight
+                        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| Some(n.saturating_sub(1)));
                 }
                 Ok(Event::Outgoing(Outgoing::Publish(_))) => {
                     let _ = self

@@ -33,7 +33,7 @@ use std::time::Duration;
 
 /// Messages the broker may send before sensorhub acknowledges them (MQTT
 /// 5's Receive Maximum): enough to fill a batch while the last one commits.
-const RECEIVE_MAXIMUM: u16 = 4096;
+pub(super) const RECEIVE_MAXIMUM: u16 = 4096;
 /// How long the broker keeps the session (and messages for it) while
 /// sensorhub is away: a week.
 const SESSION_EXPIRY_SECONDS: u32 = 7 * 24 * 3600;
@@ -73,21 +73,23 @@ pub fn spawn(
     // they go through a queue of their own to a task that hands them to
     // the client ([`writer`]'s `forward_acks`), whatever a broker sends
     // beyond the Receive Maximum. The client's request queue holds the
-    // acknowledgements the broker may await (Receive Maximum), the
-    // refusals the writer may have in flight, and a subscription. (Two
+    // acknowledgements that task may have unsent (Receive Maximum), the
+    // publications (refusals, alarms) in flight, and a subscription. (Two
     // earlier versions stalled when the link waited to hand a message over
     // while the writer waited for room to queue acknowledgements that only
     // the link sends.)
-    let requests = usize::from(RECEIVE_MAXIMUM) + writer::PUBLISHES_IN_FLIGHT + 64;
+    let requests = writer::ACKS_IN_FLIGHT + writer::PUBLISHES_IN_FLIGHT + 64;
     let (client, eventloop) = AsyncClient::new(options, requests);
     let (tx, rx) = queue::bounded(settings.queue_bytes, metrics.clone());
     let publishes_in_flight = Arc::new(AtomicUsize::new(0));
+    let acks_in_flight = Arc::new(AtomicUsize::new(0));
     let link = link::Link {
         client: client.clone(),
         queue: tx,
         status: status.clone(),
         metrics: metrics.clone(),
         publishes_in_flight: publishes_in_flight.clone(),
+        acks_in_flight: acks_in_flight.clone(),
         filter: settings.filter(),
         broker: format!("{}:{}", settings.host, settings.port),
         client_id,
@@ -104,12 +106,12 @@ pub fn spawn(
         ClientId::Given(_) => None,
     };
     // Alarm transitions go out on the same link.
-    let (transitions, queued) = alarms::channel();
+    let (transitions, queued, unpublished) = alarms::channel();
     store.observe(Arc::new(transitions));
-    let publish =
-        alarms::run(queued, client.clone(), store.clone(), settings.prefix.clone(), publishes_in_flight.clone());
+    let prefix = settings.prefix.clone();
+    let publish = alarms::run(queued, client.clone(), store.clone(), prefix, publishes_in_flight.clone(), unpublished);
     tokio::spawn(publish);
-    let writer = writer::Writer { client, store, metrics, settings, publishes_in_flight };
+    let writer = writer::Writer { client, store, metrics, settings, publishes_in_flight, acks_in_flight };
     tokio::spawn(writer.run(rx));
     tokio::spawn(link.run(eventloop));
     if let Some(legacy) = legacy {

@@ -37,6 +37,9 @@ const REMEMBERED_DEVICES: usize = 10_000;
 /// this, more are dropped, so that the link's request queue always has
 /// room for the acknowledgements (see [`super::spawn`]).
 pub(super) const PUBLISHES_IN_FLIGHT: usize = 1024;
+/// Acknowledgements handed to the client and not yet sent, at most: what
+/// the broker may await ([`super::RECEIVE_MAXIMUM`]).
+pub(super) const ACKS_IN_FLIGHT: usize = super::RECEIVE_MAXIMUM as usize;
 /// The longest a device id is shown in a log line.
 const SHOWN_ID: usize = 128;
 
@@ -51,18 +54,35 @@ pub(super) struct Writer {
     pub settings: MqttSettings,
     /// Refusals handed to the client and not yet sent (the link counts them down).
     pub publishes_in_flight: Arc<AtomicUsize>,
+    /// Acknowledgements handed to the client and not yet sent (the link
+    /// counts them down).
+    pub acks_in_flight: Arc<AtomicUsize>,
 }
 
-/// Hands acknowledgements (QoS, packet id) to `client` in order, waiting
-/// for room in its request queue. The writer never waits for that room
-/// itself: only the link drains the request queue, and the link may be
-/// waiting for the room in the message queue that the writer gives back.
-/// (When the writer waited here, a broker that sends more than sensorhub's
-/// Receive Maximum, such as Mosquitto with `max_inflight_messages 0`,
-/// stopped ingestion for good.) What waits here is 4 bytes a message the
-/// broker sent and sensorhub stored.
-async fn forward_acks(client: AsyncClient, mut pending: mpsc::UnboundedReceiver<(QoS, u16)>) {
+/// Hands acknowledgements (QoS, packet id) to `client` in order, at most
+/// [`ACKS_IN_FLIGHT`] not yet sent at a time, so that the client's request
+/// queue always has room for the publications counted by
+/// `publishes_in_flight` (refusals, alarm transitions). The writer never
+/// waits here itself: only the link drains the request queue, and the link
+/// may be waiting for the room in the message queue that the writer gives
+/// back. (When the writer waited here, a broker that sends more than
+/// sensorhub's Receive Maximum, such as Mosquitto with
+/// `max_inflight_messages 0`, stopped ingestion for good.) What waits here
+/// is 4 bytes a message the broker sent and sensorhub stored.
+async fn forward_acks(
+    client: AsyncClient,
+    in_flight: Arc<AtomicUsize>,
+    mut pending: mpsc::UnboundedReceiver<(QoS, u16)>,
+) {
     while let Some((qos, pkid)) = pending.recv().await {
+        // QoS 0 is not acknowledged (the subscription is QoS 1 at most).
+        if qos != QoS::AtLeastOnce {
+            continue;
+        }
+        while in_flight.load(Ordering::Relaxed) >= ACKS_IN_FLIGHT {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        in_flight.fetch_add(1, Ordering::Relaxed);
         let mut ack = Publish::new("", qos, bytes::Bytes::new(), None);
         ack.pkid = pkid;
         if let Err(e) = client.ack(&ack).await {
@@ -100,7 +120,7 @@ impl Writer {
         // Acknowledgements reach the client through a queue of their own,
         // which never makes the writer wait (see [`forward_acks`]).
         let (acks, pending) = mpsc::unbounded_channel();
-        tokio::spawn(forward_acks(self.client.clone(), pending));
+        tokio::spawn(forward_acks(self.client.clone(), self.acks_in_flight.clone(), pending));
         loop {
             let batch = queue.batch(MAX_BATCH, MAX_BATCH_BYTES).await;
             if batch.is_empty() {
