@@ -285,6 +285,26 @@ impl AlarmRule {
     }
 }
 
+/// Checks a device's alarm rules: each on its own, names unique. Whether a
+/// rule's sensor is one of the device's is checked where the device's
+/// stored sensors are known.
+pub fn check_rules(rules: &[RuleSpec], at: &str) -> Result<Vec<AlarmRule>, InputError> {
+    if rules.len() > MAX_RULES {
+        return Err(InputError::new(format!("{at}.alarms"), format!("a device has at most {} alarm rules", MAX_RULES)));
+    }
+    let mut names = std::collections::HashSet::new();
+    let mut out = Vec::with_capacity(rules.len());
+    for (k, r) in rules.iter().enumerate() {
+        let rat = format!("{at}.alarms[{k}]");
+        let rule = r.check(&rat)?;
+        if !names.insert(rule.name.clone()) {
+            return Err(InputError::new(format!("{rat}.name"), format!("duplicate rule name {:?}", rule.name)));
+        }
+        out.push(rule);
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -358,24 +378,4 @@ mod tests {
         assert_eq!(format_duration(90), "90s");
         assert!(parse_duration("m").is_err() && parse_duration("5y").is_err() && parse_duration("-5m").is_err());
     }
-}
-
-/// Checks a device's alarm rules: each on its own, names unique. Whether a
-/// rule's sensor is one of the device's is checked where the device's
-/// stored sensors are known.
-pub fn check_rules(rules: &[RuleSpec], at: &str) -> Result<Vec<AlarmRule>, InputError> {
-    if rules.len() > MAX_RULES {
-        return Err(InputError::new(format!("{at}.alarms"), format!("a device has at most {} alarm rules", MAX_RULES)));
-    }
-    let mut names = std::collections::HashSet::new();
-    let mut out = Vec::with_capacity(rules.len());
-    for (k, r) in rules.iter().enumerate() {
-        let rat = format!("{at}.alarms[{k}]");
-        let rule = r.check(&rat)?;
-        if !names.insert(rule.name.clone()) {
-            return Err(InputError::new(format!("{rat}.name"), format!("duplicate rule name {:?}", rule.name)));
-        }
-        out.push(rule);
-    }
-    Ok(out)
 }

@@ -16,8 +16,8 @@ use sensorhub_core::time::Zone;
 use sensorhub_store::alarm::AlarmEvent;
 use sensorhub_store::observe::AfterCommit;
 use sensorhub_store::{Scope, Store};
-use std::sync::{Arc, Mutex};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
@@ -39,7 +39,11 @@ impl Unpublished {
         if said.is_none_or(|at| at.elapsed() >= Duration::from_secs(60)) {
             *said = Some(Instant::now());
             let n = self.count.swap(0, Ordering::Relaxed);
-            tracing::warn!(transitions = n, reason = why, "alarm transitions not published to MQTT (the events list and webhook deliveries have them); said at most once a minute");
+            tracing::warn!(
+                transitions = n,
+                reason = why,
+                "alarm transitions not published to MQTT (the events list and webhook deliveries have them); said at most once a minute"
+            );
         }
     }
 }
