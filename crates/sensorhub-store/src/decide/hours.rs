@@ -167,6 +167,11 @@ impl DeviceSensors {
         Self { pk, sensors, subscriptions: Vec::new() }
     }
 
+    /// The idx of sensor `sensor_id`.
+    pub(crate) fn idx(&self, sensor_id: &str) -> Option<u8> {
+        self.sensors.get(sensor_id).map(|(idx, _)| *idx)
+    }
+
     /// The unit of sensor `sensor_id`.
     pub(crate) fn unit(&self, sensor_id: &str) -> Option<&str> {
         self.sensors.get(sensor_id).map(|(_, unit)| unit.as_str())

@@ -48,18 +48,65 @@ pub(crate) async fn rules_of(c: &impl Sql, pk: i64) -> StoreResult<Vec<(AlarmRul
     c.query(&sql, &[pk.into()]).await?.iter().map(|r| rule_with_state(r, 0)).collect()
 }
 
-/// Writes the states of device `pk`'s rules named in `states`, in one statement.
-pub(crate) async fn put_states(c: &impl Sql, pk: i64, states: &[(&str, &AlarmState)]) -> StoreResult<()> {
+/// Devices a query of several names at once ([`rules_of_many`]): the
+/// statement is the same for every chunk (the last padded), so it is
+/// prepared once.
+const DEVICES_AT_ONCE: usize = 128;
+
+/// Whether any device has an alarm rule.
+pub(crate) async fn any_rules(c: &impl Sql) -> StoreResult<bool> {
+    c.query_one("SELECT EXISTS (SELECT 1 FROM alarm_rules)", &[]).await?.get(0)
+}
+
+/// The rules in order, each with its state, of those of devices `pks`
+/// that have rules, by device.
+pub(crate) async fn rules_of_many(
+    c: &impl Sql,
+    pks: &[i64],
+) -> StoreResult<crate::decide::FastMap<i64, Vec<(AlarmRule, AlarmState)>>> {
+    let list: Vec<String> = (1..=DEVICES_AT_ONCE).map(|i| format!("${i}")).collect();
+    let sql = format!(
+        "SELECT r.device_pk, {RULE_AND_STATE} FROM alarm_rules r
+         LEFT JOIN alarm_states s ON s.device_pk = r.device_pk AND s.rule = r.name
+         WHERE r.device_pk IN ({}) ORDER BY r.device_pk, r.position",
+        list.join(", ")
+    );
+    let mut out = crate::decide::FastMap::default();
+    for chunk in pks.chunks(DEVICES_AT_ONCE) {
+        let last = chunk.last().copied().unwrap_or_default();
+        let params: Vec<Param<'_>> =
+            chunk.iter().copied().chain(std::iter::repeat(last)).take(DEVICES_AT_ONCE).map(Param::from).collect();
+        for row in c.query(&sql, &params).await? {
+            let pk: i64 = row.get(0)?;
+            out.entry(pk).or_insert_with(Vec::new).push(rule_with_state(&row, 1)?);
+        }
+    }
+    Ok(out)
+}
+
+/// States written by one statement at most.
+const STATES_AT_ONCE: usize = 200;
+
+/// Writes `states` (device, rule, state), a few hundred a statement.
+pub(crate) async fn put_states(c: &impl Sql, states: &[(i64, &str, &AlarmState)]) -> StoreResult<()> {
+    for chunk in states.chunks(STATES_AT_ONCE) {
+        put_state_rows(c, chunk).await?;
+    }
+    Ok(())
+}
+
+/// Writes `states` in one statement.
+async fn put_state_rows(c: &impl Sql, states: &[(i64, &str, &AlarmState)]) -> StoreResult<()> {
     if states.is_empty() {
         return Ok(());
     }
     let memos: Vec<String> = states
         .iter()
-        .map(|(_, s)| serde_json::to_string(&s.memo).map_err(|e| StoreError::Backend(e.into())))
+        .map(|(_, _, s)| serde_json::to_string(&s.memo).map_err(|e| StoreError::Backend(e.into())))
         .collect::<StoreResult<_>>()?;
     let mut rows = Vec::with_capacity(states.len());
     let mut params: Vec<Param<'_>> = Vec::with_capacity(states.len() * 10);
-    for ((rule, s), memo) in states.iter().zip(&memos) {
+    for ((pk, rule, s), memo) in states.iter().zip(&memos) {
         let n = params.len();
         rows.push(format!(
             "(${}, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${})",
@@ -76,7 +123,7 @@ pub(crate) async fn put_states(c: &impl Sql, pk: i64, states: &[(&str, &AlarmSta
         ));
         let level = s.level.map(|l| i32::try_from(l).unwrap_or(i32::MAX));
         params.extend::<[Param<'_>; 10]>([
-            pk.into(),
+            (*pk).into(),
             (*rule).into(),
             s.active.into(),
             level.into(),

@@ -14,7 +14,6 @@ use crate::sql::Sql;
 use crate::sql::alarms::{self, NewEvent};
 use crate::{StoreError, StoreResult};
 use sensorhub_core::alarm::{AlarmRule, AlarmState, NotActive, RuleKind, Transition, TransitionKind};
-use sensorhub_core::model::ReadingInput;
 use sensorhub_core::time::format_rfc3339;
 use std::fmt::Write as _;
 
@@ -45,19 +44,40 @@ impl DeviceAlarms {
         Ok(Some(Self { pk, device_id: device_id.to_owned(), alarms, changed, transitions: Vec::new() }))
     }
 
-    /// Moves every rule by reading `r`, stored at `now` (server seconds).
+    /// The device's key.
+    pub(crate) fn pk(&self) -> i64 {
+        self.pk
+    }
+
+    /// The rules with their states of those of `devices` (pk, id) that
+    /// have rules, a few queries for them all.
+    pub(crate) async fn load_many(tx: &impl Sql, devices: &[(i64, &str)]) -> StoreResult<Vec<Self>> {
+        let pks: Vec<i64> = devices.iter().map(|(pk, _)| *pk).collect();
+        let mut found = alarms::rules_of_many(tx, &pks).await?;
+        Ok(devices
+            .iter()
+            .filter_map(|(pk, id)| {
+                let alarms = found.remove(pk)?;
+                let changed = vec![false; alarms.len()];
+                Some(Self { pk: *pk, device_id: (*id).to_owned(), alarms, changed, transitions: Vec::new() })
+            })
+            .collect())
+    }
+
+    /// Moves every rule by a reading at `timestamp` whose value of a
+    /// sensor is `value_of(sensor_id)`, stored at `now` (server seconds).
     /// A backfill (a reading more than [`BACKFILL`] older than `now`)
     /// moves no level or rate rule; for a silence rule it is data all the
     /// same.
-    pub(crate) fn on_reading(&mut self, r: &ReadingInput, now: i64) {
-        let backfill = r.timestamp < now.saturating_sub(BACKFILL);
+    pub(crate) fn on_reading(&mut self, timestamp: i64, value_of: impl Fn(&str) -> Option<f64>, now: i64) {
+        let backfill = timestamp < now.saturating_sub(BACKFILL);
         for (i, (rule, state)) in self.alarms.iter_mut().enumerate() {
             if backfill && !matches!(rule.kind, RuleKind::Silence(_)) {
                 continue;
             }
-            let value = rule.sensor().and_then(|s| r.values.iter().find(|v| v.sensor_id == s)).map(|v| v.value);
+            let value = rule.sensor().and_then(&value_of);
             let before = state.clone();
-            if let Some(t) = rule.on_reading(state, r.timestamp, value, now) {
+            if let Some(t) = rule.on_reading(state, timestamp, value, now) {
                 self.transitions.push((i, t));
             }
             self.changed[i] |= *state != before;
@@ -104,14 +124,22 @@ impl DeviceAlarms {
     /// an outbox row for each subscription to alarms that covers the
     /// device, and returns the transitions recorded.
     pub(crate) async fn write(self, tx: &impl Tx, now: i64) -> StoreResult<Vec<AlarmEvent>> {
-        let changed: Vec<(&str, &AlarmState)> = self
-            .alarms
+        alarms::put_states(tx, &self.changed_states().collect::<Vec<_>>()).await?;
+        self.record(tx, now).await
+    }
+
+    /// The states that differ from what is stored, as (device, rule, state).
+    fn changed_states(&self) -> impl Iterator<Item = (i64, &str, &AlarmState)> {
+        self.alarms
             .iter()
             .zip(&self.changed)
             .filter(|(_, changed)| **changed)
-            .map(|((rule, state), _)| (rule.name.as_str(), state))
-            .collect();
-        alarms::put_states(tx, self.pk, &changed).await?;
+            .map(|((rule, state), _)| (self.pk, rule.name.as_str(), state))
+    }
+
+    /// Records the transitions (at `now`) with an outbox row for each
+    /// subscription to alarms that covers the device; returns them.
+    async fn record(self, tx: &impl Tx, now: i64) -> StoreResult<Vec<AlarmEvent>> {
         if self.transitions.is_empty() {
             return Ok(Vec::new());
         }
@@ -156,6 +184,18 @@ impl DeviceAlarms {
         tx.insert_outbox(&outbox).await?;
         Ok(events)
     }
+}
+
+/// [`DeviceAlarms::write`] for many devices: every changed state in a few
+/// statements, then each device's transitions.
+pub(crate) async fn write_all(tx: &impl Tx, devices: Vec<DeviceAlarms>, now: i64) -> StoreResult<Vec<AlarmEvent>> {
+    let states: Vec<_> = devices.iter().flat_map(DeviceAlarms::changed_states).collect();
+    alarms::put_states(tx, &states).await?;
+    let mut events = Vec::new();
+    for device in devices {
+        events.extend(device.record(tx, now).await?);
+    }
+    Ok(events)
 }
 
 /// The alarms of device `device_id` visible in `scope`, in rule order;

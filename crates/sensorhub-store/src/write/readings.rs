@@ -11,6 +11,7 @@ use crate::decide::latest::Newest;
 use crate::decide::outbox::Deliveries;
 use crate::decide::{self, DeviceSensors, FastMap, Hours};
 use crate::delivery::Outbox;
+use crate::sql::alarms;
 use crate::{ImportReport, ReadingSource, StoreResult};
 use sensorhub_core::model::ReadingInput;
 
@@ -29,11 +30,18 @@ pub(crate) struct ReadingWriter {
     changed: u64,
     /// The deliveries the readings owe.
     deliveries: Deliveries,
-    /// The alarm rules of the devices written that have some, by device.
-    alarms: FastMap<i64, DeviceAlarms>,
+    /// Whether any device has alarm rules (asked once, at the first reading).
+    watching: Option<bool>,
+    /// When watching, each device's readings as (second, sensor idx and
+    /// value pairs), in order: the alarms are moved by them at the end, a
+    /// few queries for every device of the transaction.
+    watched: FastMap<i64, Vec<Watched>>,
     /// When the transaction stores its readings, by the server's clock (seconds).
     now: i64,
 }
+
+/// One reading kept for the alarms: its second and its (sensor idx, value) pairs.
+type Watched = (i64, Vec<(u8, f64)>);
 
 impl ReadingWriter {
     /// A writer whose readings owe deliveries when `outbox` says so.
@@ -44,7 +52,8 @@ impl ReadingWriter {
             newest: Newest::default(),
             changed: 0,
             deliveries: Deliveries::new(outbox),
-            alarms: FastMap::default(),
+            watching: None,
+            watched: FastMap::default(),
             now: crate::decide::now(),
         }
     }
@@ -57,9 +66,6 @@ impl ReadingWriter {
                     let mut device = DeviceSensors::new(pk, tx.device_sensors(pk).await?);
                     if self.deliveries.wanted() {
                         device.subscriptions = tx.subscriptions_of(pk).await?;
-                    }
-                    if let Some(alarms) = DeviceAlarms::load(tx, pk, device_id).await? {
-                        self.alarms.insert(pk, alarms);
                     }
                     Some(device)
                 }
@@ -82,11 +88,48 @@ impl ReadingWriter {
             self.flush(tx).await?;
         }
         self.newest.add(pk, r.timestamp, &pairs);
-        self.hours.add(pk, r.timestamp, pairs);
-        if let Some(alarms) = self.alarms.get_mut(&pk) {
-            alarms.on_reading(r, self.now);
+        if self.watching(tx).await? {
+            self.watched.entry(pk).or_default().push((r.timestamp, pairs.clone()));
         }
+        self.hours.add(pk, r.timestamp, pairs);
         Ok(())
+    }
+
+    /// Whether any device has alarm rules, asked once per transaction.
+    async fn watching(&mut self, tx: &impl Tx) -> StoreResult<bool> {
+        if self.watching.is_none() {
+            self.watching = Some(alarms::any_rules(tx).await?);
+        }
+        Ok(self.watching == Some(true))
+    }
+
+    /// Moves the alarms of the devices written by their readings, in
+    /// order, and writes what changed: every device's rules and states
+    /// read in a few queries, every changed state written in a few.
+    async fn move_alarms(&mut self, tx: &impl Tx) -> StoreResult<Vec<AlarmEvent>> {
+        if self.watched.is_empty() {
+            return Ok(Vec::new());
+        }
+        let devices: FastMap<i64, (&str, &DeviceSensors)> = self
+            .devices
+            .iter()
+            .filter_map(|(id, d)| d.as_ref().map(|d| (d.pk, (id.as_str(), d))))
+            .filter(|(pk, _)| self.watched.contains_key(pk))
+            .collect();
+        let ids: Vec<(i64, &str)> = devices.iter().map(|(pk, (id, _))| (*pk, *id)).collect();
+        let mut loaded = DeviceAlarms::load_many(tx, &ids).await?;
+        for alarms in &mut loaded {
+            let (Some(readings), Some((_, sensors))) = (self.watched.get(&alarms.pk()), devices.get(&alarms.pk()))
+            else {
+                continue;
+            };
+            for (timestamp, pairs) in readings {
+                let value_of = |s: &str| sensors.idx(s).and_then(|i| pairs.iter().find(|(k, _)| *k == i)).map(|p| p.1);
+                alarms.on_reading(*timestamp, value_of, self.now);
+            }
+        }
+        self.watched.clear();
+        super::alarms::write_all(tx, loaded, self.now).await
     }
 
     /// Merges every gathered hour with its stored row (read together) and
@@ -122,10 +165,7 @@ impl ReadingWriter {
         let deliveries = std::mem::take(&mut self.deliveries.rows);
         futures_util::future::try_join3(self.flush(tx), tx.upsert_latest(&newest), tx.insert_outbox(&deliveries))
             .await?;
-        let mut events = Vec::new();
-        for (_, alarms) in std::mem::take(&mut self.alarms) {
-            events.extend(alarms.write(tx, self.now).await?);
-        }
+        let events = self.move_alarms(tx).await?;
         Ok((self.changed, events))
     }
 }

@@ -253,3 +253,35 @@ async fn two_instances_on_one_postgres_record_each_transition_once() {
     assert_eq!(count("siaga", TransitionKind::Raised), 1, "one episode: {all:?}");
     assert!(all.len() <= 4, "at most one move to Siaga 3 after a first reading at Siaga 4: {all:?}");
 }
+
+/// One import across 300 stations with rules (more than one query's worth
+/// of devices): each station's reading moves its own rules, and no other's.
+#[tokio::test]
+async fn one_transaction_moves_the_rules_of_every_station_it_writes() {
+    let devices: Vec<String> = (0..300)
+        .map(|i| {
+            format!(
+                r#"{{"device_id": "S{i:03}", "name": "s", "type": "AWLR", "lat": 1, "long": 2, "interval_seconds": 60,
+                    "sensors": [{{"sensor_id": "wl{i}", "name": "W", "type": "T", "unit": "cm"}}],
+                    "alarms": [{{"name": "siaga", "sensor": "wl{i}", "levels": [{{"name": "high", "at": {i}}}]}}]}}"#
+            )
+        })
+        .collect();
+    let doc = format!(r#"{{"devices": [{}]}}"#, devices.join(","));
+    let at = now() - 60;
+    for b in backends().await {
+        let s = &*b.store;
+        apply(s, &doc).await.expect("apply");
+        // Station i reads i + 1 when i is even (at or above its level) and i - 1 when odd.
+        let readings = (0..300i64).map(|i| {
+            let value = if i % 2 == 0 { i as f64 + 1.0 } else { i as f64 - 1.0 };
+            Ok(reading(&format!("S{i:03}"), at, &[(&format!("wl{i}"), value)]))
+        });
+        import(s, readings.collect()).await.expect("import");
+        let active = s.active_alarms(Scope::All).await.expect("active");
+        let mut raised: Vec<String> = active.iter().map(|a| a.device_id.clone()).collect();
+        raised.sort();
+        let even: Vec<String> = (0..300).filter(|i| i % 2 == 0).map(|i| format!("S{i:03}")).collect();
+        assert_eq!(raised, even);
+    }
+}
