@@ -47,6 +47,9 @@ pub struct Args {
     /// Devices with a silence rule in the silence scenario (0: skip it)
     #[arg(long, default_value_t = 10_000)]
     silent: usize,
+    /// Only the MQTT ingest comparison (to profile it), no other phase
+    #[arg(long)]
+    mqtt_only: bool,
     /// Where the databases are kept
     #[arg(long, default_value = "bench/data")]
     data: PathBuf,
@@ -157,20 +160,30 @@ pub fn run(args: Args) -> Result<(Alarms, PathBuf), String> {
     // each in one burst is another shape: see RESULTS.md).
     let fleet = dataset::Scale { name: "alarms", devices: 10_000, days: 1 };
     let stations: Arc<Vec<Station>> = Arc::new(dataset::stations(fleet, 42));
-    let plain = database(&bin, &dir, "plain", &provision(&stations, false))?;
-    let ruled = database(&bin, &dir, "ruled", &provision(&stations, true))?;
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
 
     // 1. Ingest, alternating the two servers, by webhook, then by MQTT on fresh databases.
     let base = jiff::Timestamp::now().as_second() - 3000;
     let ingest = ingest::Ingest { bin: &bin, dir: &dir, stations: stations.clone(), base, rt: &rt };
-    let (ingest_none_rps, ingest_rules_rps) = ingest.webhook(&plain, &ruled, args.port, args.clients, args.seconds)?;
-    let transitions = ingest::count_transitions(&bin, &ruled, &stations, base - 60, args.port + 2)?;
+    let (ingest_none_rps, ingest_rules_rps, transitions) = if args.mqtt_only {
+        (0.0, 0.0, 0)
+    } else {
+        let plain = database(&bin, &dir, "plain", &provision(&stations, false))?;
+        let ruled = database(&bin, &dir, "ruled", &provision(&stations, true))?;
+        let (none, rules) = ingest.webhook(&plain, &ruled, args.port, args.clients, args.seconds)?;
+        (none, rules, ingest::count_transitions(&bin, &ruled, &stations, base - 60, args.port + 2)?)
+    };
     let (quiet, noisy) = (
         database(&bin, &dir, "mqtt-plain", &provision(&stations, false))?,
         database(&bin, &dir, "mqtt-ruled", &provision(&stations, true))?,
     );
     let (mqtt_none_rps, mqtt_rules_rps) = ingest.mqtt(&quiet, &noisy, args.port, args.seconds)?;
+
+    if args.mqtt_only {
+        let only = Alarms { mqtt_none_rps, mqtt_rules_rps, ..Alarms::none(args.rate) };
+        let only = Alarms { mqtt_ratio: mqtt_rules_rps / mqtt_none_rps.max(1e-9), ..only };
+        return write(&args.out, only);
+    }
 
     // 2. Latency: the medium fleet (501 stations) on a fresh ruled database,
     // delivering to a receiver here.
@@ -207,9 +220,37 @@ pub fn run(args: Args) -> Result<(Alarms, PathBuf), String> {
         idle_cpu_percent,
         all_raised_after_s,
     };
-    std::fs::create_dir_all(&args.out).map_err(|e| e.to_string())?;
+    write(&args.out, result)
+}
+
+impl Alarms {
+    /// Nothing measured yet.
+    fn none(rate: u64) -> Self {
+        Alarms {
+            ingest_none_rps: 0.0,
+            ingest_rules_rps: 0.0,
+            ratio: 0.0,
+            mqtt_none_rps: 0.0,
+            mqtt_rules_rps: 0.0,
+            mqtt_ratio: 0.0,
+            transitions: 0,
+            rate,
+            raised: 0,
+            latency_p50_ms: 0.0,
+            latency_p99_ms: 0.0,
+            latency_max_ms: 0.0,
+            silent_devices: 0,
+            idle_cpu_percent: 0.0,
+            all_raised_after_s: 0.0,
+        }
+    }
+}
+
+/// Writes `result` as JSON under `out`; returns it with the file's path.
+fn write(out: &Path, result: Alarms) -> Result<(Alarms, PathBuf), String> {
+    std::fs::create_dir_all(out).map_err(|e| e.to_string())?;
     let date = jiff::Timestamp::now().strftime("%Y-%m-%dT%H%M%SZ").to_string();
-    let path = args.out.join(format!("{date}-alarms.json"));
+    let path = out.join(format!("{date}-alarms.json"));
     std::fs::write(&path, serde_json::to_string_pretty(&result).map_err(|e| e.to_string())?)
         .map_err(|e| e.to_string())?;
     Ok((result, path))

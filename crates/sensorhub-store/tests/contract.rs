@@ -47,6 +47,8 @@ struct Backend {
     _dir: tempfile::TempDir,
     /// The PostgreSQL database, dropped with the backend.
     pg: Option<TempDatabase>,
+    /// Where the store is, for a second instance.
+    url: String,
     _name: Named,
 }
 
@@ -74,12 +76,19 @@ fn postgres_url() -> String {
 async fn backends() -> Vec<Backend> {
     let dir = tempfile::tempdir().expect("dir");
     let path = dir.path().join("contract.db");
-    let sqlite = sensorhub_store::open(&format!("sqlite://{}", path.display())).await.expect("open");
+    let sqlite_url = format!("sqlite://{}", path.display());
+    let sqlite = sensorhub_store::open(&sqlite_url).await.expect("open");
     let pg = TempDatabase::create(&postgres_url()).await.expect("a PostgreSQL test database");
     let postgres = sensorhub_store::open(pg.url()).await.expect("open postgres");
     let mut out = vec![
-        Backend { store: sqlite, _dir: dir, pg: None, _name: Named("SQLite") },
-        Backend { store: postgres, _dir: tempfile::tempdir().expect("dir"), pg: Some(pg), _name: Named("PostgreSQL") },
+        Backend { store: sqlite, _dir: dir, pg: None, url: sqlite_url, _name: Named("SQLite") },
+        Backend {
+            store: postgres,
+            _dir: tempfile::tempdir().expect("dir"),
+            url: pg.url().to_owned(),
+            pg: Some(pg),
+            _name: Named("PostgreSQL"),
+        },
     ];
     for b in &mut out {
         apply(&*b.store, BASE).await.expect("base applies");

@@ -62,8 +62,10 @@ pub enum Memo {
     Silence { last_data_at: Option<i64> },
 }
 
-/// An alarm's state: one per rule and device.
-#[derive(Debug, Clone, Default, PartialEq)]
+/// An alarm's state: one per rule and device. Stored as JSON (every rule's
+/// state of a device in one row), its fields as named here.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct AlarmState {
     pub active: bool,
     /// The episode's level (level rules), least severe 0.

@@ -1,9 +1,11 @@
 -- sensorhub schema, version 9 (issue 25): alarms.
 --
 -- `alarm_rules` holds each device's rules, in order, as written (the JSON
--- of a rule spec); `alarm_states` the state each rule keeps per device
--- (what the API shows and what the next reading is judged against, with
--- the memory a rule keeps between readings as JSON); `alarm_events` every
+-- of a rule spec); `alarm_states` the states the rules keep, one row per
+-- device (what the API shows and what the next reading is judged against,
+-- with the memory a rule keeps between readings: a JSON object by rule
+-- name, and how many of them are active; one row, not one per rule, so
+-- that a reading costs one state write however many rules watch it); `alarm_events` every
 -- transition, written in the transaction of the reading (or timer, or
 -- acknowledgement) that caused it, with its outbox rows. A change of the
 -- rules bumps `alarm_generation`, whoever makes it, so that a running
@@ -17,19 +19,11 @@ CREATE TABLE alarm_rules (
 ) STRICT;
 
 CREATE TABLE alarm_states (
-    device_pk       INTEGER NOT NULL REFERENCES devices(id),
-    rule            TEXT    NOT NULL,
-    active          INTEGER NOT NULL,
-    level           INTEGER,
-    raised_at       INTEGER,
-    level_since     INTEGER,
-    acknowledged_at INTEGER,
-    value           REAL,
-    timestamp       INTEGER,
-    memo            TEXT    NOT NULL,
-    PRIMARY KEY (device_pk, rule)
+    device_pk INTEGER PRIMARY KEY REFERENCES devices(id),
+    active    INTEGER NOT NULL,
+    states    TEXT    NOT NULL
 ) STRICT;
-CREATE INDEX alarm_states_active ON alarm_states (active) WHERE active = 1;
+CREATE INDEX alarm_states_active ON alarm_states (device_pk) WHERE active > 0;
 
 CREATE TABLE alarm_events (
     id         INTEGER PRIMARY KEY,

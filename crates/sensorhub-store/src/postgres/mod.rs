@@ -99,6 +99,8 @@ pub struct PgStore {
     group: crate::group::GroupCommit,
     /// Told of committed readings.
     observers: std::sync::Arc<crate::observe::Observers>,
+    /// The devices' alarm rules, kept between write transactions.
+    rules: std::sync::Arc<crate::write::rule_cache::RuleCache>,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -156,18 +158,21 @@ impl PgStore {
         let pool = build(size, 30)?;
         let writers = std::sync::Arc::new(tokio::sync::Semaphore::new(WRITERS));
         let observers = std::sync::Arc::new(crate::observe::Observers::default());
+        let rules = std::sync::Arc::new(crate::write::rule_cache::RuleCache::default());
         let (group_pool, group_writers, group_observers) = (pool.clone(), writers.clone(), observers.clone());
+        let group_rules = rules.clone();
         let group = crate::group::GroupCommit::start(move |readings| {
             let (pool, writers, observers) = (group_pool.clone(), group_writers.clone(), group_observers.clone());
+            let rules = group_rules.clone();
             async move {
                 let written = {
                     let _writer = writer_place(&writers).await?;
-                    write::ingest_group(&mut pool.get().await?, &readings).await?
+                    write::ingest_group(&mut pool.get().await?, &readings, &rules).await?
                 };
                 Ok(observers.after(written).await)
             }
         });
-        let store = Self { pool, ping: build(1, 5)?, writers, group, observers };
+        let store = Self { pool, ping: build(1, 5)?, writers, group, observers, rules };
         store.migrate(open).await?;
         Ok(store)
     }

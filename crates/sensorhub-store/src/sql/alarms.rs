@@ -9,43 +9,52 @@ use crate::alarm::{Alarm, AlarmEvent};
 use crate::{Scope, StoreError, StoreResult};
 use sensorhub_core::alarm::{AlarmRule, AlarmState, RuleSpec, TransitionKind};
 
-/// The columns of a rule with its state, for [`rule_with_state`].
-const RULE_AND_STATE: &str = "r.name, r.spec, s.active, s.level, s.raised_at, s.level_since, s.acknowledged_at,
-    s.value, s.timestamp, s.memo";
-
-/// A stored rule spec, read back.
+/// A stored rule spec, read back. Every transaction that writes readings
+/// reads the rules of its stations, and most stations share a few specs:
+/// each distinct text is parsed and checked once, then cloned (a bounded
+/// map of spec texts; a text always means the same rule, so nothing in it
+/// goes stale).
 pub(crate) fn parse_rule(spec: &str) -> StoreResult<AlarmRule> {
-    let spec: RuleSpec = serde_json::from_str(spec).map_err(|e| StoreError::Backend(e.into()))?;
-    spec.check("rule").map_err(|e| StoreError::Backend(format!("a stored alarm rule is invalid: {e}").into()))
+    static PARSED: std::sync::LazyLock<std::sync::Mutex<crate::decide::FastMap<String, AlarmRule>>> =
+        std::sync::LazyLock::new(Default::default);
+    const KEPT: usize = 4096;
+    if let Some(rule) = PARSED.lock().ok().and_then(|m| m.get(spec).cloned()) {
+        return Ok(rule);
+    }
+    let parsed: RuleSpec = serde_json::from_str(spec).map_err(|e| StoreError::Backend(e.into()))?;
+    let rule =
+        parsed.check("rule").map_err(|e| StoreError::Backend(format!("a stored alarm rule is invalid: {e}").into()))?;
+    if let Ok(mut m) = PARSED.lock() {
+        if m.len() >= KEPT {
+            m.clear();
+        }
+        m.insert(spec.to_owned(), rule.clone());
+    }
+    Ok(rule)
 }
 
-/// A rule and its state from columns `from..from + 10` ([`RULE_AND_STATE`]);
-/// a rule without a stored state starts at rest.
-fn rule_with_state(r: &Row, from: usize) -> StoreResult<(AlarmRule, AlarmState)> {
-    let rule = parse_rule(&r.get::<String>(from + 1)?)?;
-    let Some(active) = r.get::<Option<bool>>(from + 2)? else { return Ok((rule, AlarmState::default())) };
-    let memo: String = r.get(from + 9)?;
-    let state = AlarmState {
-        active,
-        level: r.get(from + 3)?,
-        raised_at: r.get(from + 4)?,
-        level_since: r.get(from + 5)?,
-        acknowledged_at: r.get(from + 6)?,
-        value: r.get(from + 7)?,
-        timestamp: r.get(from + 8)?,
-        memo: serde_json::from_str(&memo).map_err(|e| StoreError::Backend(e.into()))?,
-    };
-    Ok((rule, state))
+/// The states of one device's rules, as stored: a JSON object by rule name.
+pub(crate) type StoredStates = crate::decide::FastMap<String, AlarmState>;
+
+/// A device's stored states, read back.
+fn parse_states(text: &str) -> StoreResult<StoredStates> {
+    serde_json::from_str(text).map_err(|e| StoreError::Backend(format!("stored alarm states: {e}").into()))
+}
+
+/// `rules` in order, each with its state in `states` (a rule without one starts at rest).
+fn with_states(rules: Vec<AlarmRule>, mut states: StoredStates) -> Vec<(AlarmRule, AlarmState)> {
+    rules
+        .into_iter()
+        .map(|rule| {
+            let state = states.remove(&rule.name).unwrap_or_default();
+            (rule, state)
+        })
+        .collect()
 }
 
 /// Device `pk`'s rules in order, each with its state.
 pub(crate) async fn rules_of(c: &impl Sql, pk: i64) -> StoreResult<Vec<(AlarmRule, AlarmState)>> {
-    let sql = format!(
-        "SELECT {RULE_AND_STATE} FROM alarm_rules r
-         LEFT JOIN alarm_states s ON s.device_pk = r.device_pk AND s.rule = r.name
-         WHERE r.device_pk = $1 ORDER BY r.position"
-    );
-    c.query(&sql, &[pk.into()]).await?.iter().map(|r| rule_with_state(r, 0)).collect()
+    Ok(rules_of_many(c, &[pk]).await?.remove(&pk).unwrap_or_default())
 }
 
 /// Devices a query of several names at once ([`rules_of_many`]): the
@@ -58,100 +67,167 @@ pub(crate) async fn any_rules(c: &impl Sql) -> StoreResult<bool> {
     c.query_one("SELECT EXISTS (SELECT 1 FROM alarm_rules)", &[]).await?.get(0)
 }
 
+/// Runs `sql`, whose `$1..$128` are device keys, for `pks` a chunk at a time
+/// (the last padded with its last key), and hands each row to `each`.
+async fn by_chunks(
+    c: &impl Sql,
+    sql: &str,
+    pks: &[i64],
+    mut each: impl FnMut(&Row) -> StoreResult<()>,
+) -> StoreResult<()> {
+    for chunk in pks.chunks(DEVICES_AT_ONCE) {
+        let last = chunk.last().copied().unwrap_or_default();
+        let params: Vec<Param<'_>> =
+            chunk.iter().copied().chain(std::iter::repeat(last)).take(DEVICES_AT_ONCE).map(Param::from).collect();
+        for row in c.query(sql, &params).await? {
+            each(&row)?;
+        }
+    }
+    Ok(())
+}
+
+/// `$1, $2, …, $128`: the device keys of a [`by_chunks`] statement.
+fn device_list() -> String {
+    (1..=DEVICES_AT_ONCE).map(|i| format!("${i}")).collect::<Vec<_>>().join(", ")
+}
+
 /// The rules in order, each with its state, of those of devices `pks`
 /// that have rules, by device.
 pub(crate) async fn rules_of_many(
     c: &impl Sql,
     pks: &[i64],
 ) -> StoreResult<crate::decide::FastMap<i64, Vec<(AlarmRule, AlarmState)>>> {
-    let list: Vec<String> = (1..=DEVICES_AT_ONCE).map(|i| format!("${i}")).collect();
+    let rules = rules_only_of_many(c, pks).await?;
+    let with_rules: Vec<i64> = pks.iter().copied().filter(|pk| rules.contains_key(pk)).collect();
+    let mut states = states_of_many(c, &with_rules).await?;
+    Ok(rules
+        .into_iter()
+        .map(|(pk, rules)| {
+            let stored = states.remove(&pk).unwrap_or_default();
+            (pk, with_states(rules, stored))
+        })
+        .collect())
+}
+
+/// The rules in order of those of devices `pks` that have rules, by
+/// device, a query per 128 devices.
+pub(crate) async fn rules_only_of_many(
+    c: &impl Sql,
+    pks: &[i64],
+) -> StoreResult<crate::decide::FastMap<i64, Vec<AlarmRule>>> {
+    let mut rules: crate::decide::FastMap<i64, Vec<AlarmRule>> = Default::default();
     let sql = format!(
-        "SELECT r.device_pk, {RULE_AND_STATE} FROM alarm_rules r
-         LEFT JOIN alarm_states s ON s.device_pk = r.device_pk AND s.rule = r.name
-         WHERE r.device_pk IN ({}) ORDER BY r.device_pk, r.position",
-        list.join(", ")
+        "SELECT device_pk, spec FROM alarm_rules WHERE device_pk IN ({}) ORDER BY device_pk, position",
+        device_list()
     );
-    let mut out = crate::decide::FastMap::default();
-    for chunk in pks.chunks(DEVICES_AT_ONCE) {
-        let last = chunk.last().copied().unwrap_or_default();
-        let params: Vec<Param<'_>> =
-            chunk.iter().copied().chain(std::iter::repeat(last)).take(DEVICES_AT_ONCE).map(Param::from).collect();
-        for row in c.query(&sql, &params).await? {
-            let pk: i64 = row.get(0)?;
-            out.entry(pk).or_insert_with(Vec::new).push(rule_with_state(&row, 1)?);
+    by_chunks(c, &sql, pks, |row| {
+        rules.entry(row.get(0)?).or_default().push(parse_rule(row.text(1)?)?);
+        Ok(())
+    })
+    .await?;
+    Ok(rules)
+}
+
+/// The rules in order and the stored states of those of devices `pks`
+/// that have rules, by device, in one query per 128 devices (a device's
+/// states come with each of its rules and are read once).
+pub(crate) async fn rules_and_states_of_many(
+    c: &impl Sql,
+    pks: &[i64],
+) -> StoreResult<crate::decide::FastMap<i64, (Vec<AlarmRule>, StoredStates)>> {
+    let mut out: crate::decide::FastMap<i64, (Vec<AlarmRule>, StoredStates)> = Default::default();
+    let sql = format!(
+        "SELECT r.device_pk, r.spec, s.states FROM alarm_rules r
+         LEFT JOIN alarm_states s ON s.device_pk = r.device_pk
+         WHERE r.device_pk IN ({}) ORDER BY r.device_pk, r.position",
+        device_list()
+    );
+    by_chunks(c, &sql, pks, |row| {
+        let pk: i64 = row.get(0)?;
+        let rule = parse_rule(row.text(1)?)?;
+        match out.entry(pk) {
+            std::collections::hash_map::Entry::Occupied(mut e) => e.get_mut().0.push(rule),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                let text: Option<String> = row.get(2)?;
+                let states = text.as_deref().map(parse_states).transpose()?.unwrap_or_default();
+                e.insert((vec![rule], states));
+            }
         }
-    }
+        Ok(())
+    })
+    .await?;
     Ok(out)
 }
 
-/// States written by one statement at most.
+/// The stored states of those of devices `pks` that have some, by device,
+/// a query per 128 devices.
+pub(crate) async fn states_of_many(
+    c: &impl Sql,
+    pks: &[i64],
+) -> StoreResult<crate::decide::FastMap<i64, StoredStates>> {
+    let mut states: crate::decide::FastMap<i64, StoredStates> = Default::default();
+    let sql = format!("SELECT device_pk, states FROM alarm_states WHERE device_pk IN ({})", device_list());
+    by_chunks(c, &sql, pks, |row| {
+        states.insert(row.get(0)?, parse_states(row.text(1)?)?);
+        Ok(())
+    })
+    .await?;
+    Ok(states)
+}
+
+/// Devices whose states one statement writes at most.
 const STATES_AT_ONCE: usize = 200;
 
-/// Writes `states` (device, rule, state), a few hundred a statement.
-pub(crate) async fn put_states(c: &impl Sql, states: &[(i64, &str, &AlarmState)]) -> StoreResult<()> {
-    for chunk in states.chunks(STATES_AT_ONCE) {
+/// The states of one device's rules to be written: its key and every
+/// rule's (name, state). Rules left out are forgotten.
+pub(crate) type DeviceStates<'a> = (i64, Vec<(&'a str, &'a AlarmState)>);
+
+/// Writes the states of `devices`, a few hundred devices a statement.
+pub(crate) async fn put_states(c: &impl Sql, devices: &[DeviceStates<'_>]) -> StoreResult<()> {
+    for chunk in devices.chunks(STATES_AT_ONCE) {
         put_state_rows(c, chunk).await?;
     }
     Ok(())
 }
 
-/// Writes `states` in one statement.
-async fn put_state_rows(c: &impl Sql, states: &[(i64, &str, &AlarmState)]) -> StoreResult<()> {
-    if states.is_empty() {
-        return Ok(());
+/// A device's states as stored: a JSON object by rule name.
+fn stored_text(states: &[(&str, &AlarmState)]) -> StoreResult<String> {
+    let mut out = Vec::with_capacity(64 + states.len() * 160);
+    out.push(b'{');
+    for (k, (name, state)) in states.iter().enumerate() {
+        if k > 0 {
+            out.push(b',');
+        }
+        serde_json::to_writer(&mut out, name).map_err(|e| StoreError::Backend(e.into()))?;
+        out.push(b':');
+        serde_json::to_writer(&mut out, state).map_err(|e| StoreError::Backend(e.into()))?;
     }
-    let memos: Vec<String> = states
-        .iter()
-        .map(|(_, _, s)| serde_json::to_string(&s.memo).map_err(|e| StoreError::Backend(e.into())))
-        .collect::<StoreResult<_>>()?;
-    let mut rows = Vec::with_capacity(states.len());
-    let mut params: Vec<Param<'_>> = Vec::with_capacity(states.len() * 10);
-    for ((pk, rule, s), memo) in states.iter().zip(&memos) {
-        let n = params.len();
-        rows.push(format!(
-            "(${}, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${})",
-            n + 1,
-            n + 2,
-            n + 3,
-            n + 4,
-            n + 5,
-            n + 6,
-            n + 7,
-            n + 8,
-            n + 9,
-            n + 10
-        ));
-        let level = s.level.map(|l| i32::try_from(l).unwrap_or(i32::MAX));
-        params.extend::<[Param<'_>; 10]>([
-            (*pk).into(),
-            (*rule).into(),
-            s.active.into(),
-            level.into(),
-            s.raised_at.into(),
-            s.level_since.into(),
-            s.acknowledged_at.into(),
-            s.value.into(),
-            s.timestamp.into(),
-            memo.as_str().into(),
-        ]);
-    }
-    let sql = format!(
-        "INSERT INTO alarm_states (device_pk, rule, active, level, raised_at, level_since, acknowledged_at, value,
-                                   timestamp, memo)
-         VALUES {}
-         ON CONFLICT (device_pk, rule) DO UPDATE SET active = excluded.active, level = excluded.level,
-             raised_at = excluded.raised_at, level_since = excluded.level_since,
-             acknowledged_at = excluded.acknowledged_at, value = excluded.value, timestamp = excluded.timestamp,
-             memo = excluded.memo",
-        rows.join(", ")
-    );
-    c.execute(&sql, &params).await?;
-    Ok(())
+    out.push(b'}');
+    String::from_utf8(out).map_err(|e| StoreError::Backend(e.into()))
 }
 
-/// Forgets the state of device `pk`'s rule `rule`.
-pub(crate) async fn remove_state(c: &impl Sql, pk: i64, rule: &str) -> StoreResult<()> {
-    c.execute("DELETE FROM alarm_states WHERE device_pk = $1 AND rule = $2", &[pk.into(), rule.into()]).await?;
+/// Writes the states of `devices` in one statement.
+async fn put_state_rows(c: &impl Sql, devices: &[DeviceStates<'_>]) -> StoreResult<()> {
+    if devices.is_empty() {
+        return Ok(());
+    }
+    let texts: Vec<String> = devices.iter().map(|(_, states)| stored_text(states)).collect::<StoreResult<_>>()?;
+    let mut rows = String::with_capacity(devices.len() * 16);
+    let mut params: Vec<Param<'_>> = Vec::with_capacity(devices.len() * 3);
+    for ((pk, states), text) in devices.iter().zip(&texts) {
+        let n = params.len();
+        if n > 0 {
+            rows.push_str(", ");
+        }
+        rows.push_str(&format!("(${}, ${}, ${})", n + 1, n + 2, n + 3));
+        let active = i32::try_from(states.iter().filter(|(_, s)| s.active).count()).unwrap_or(i32::MAX);
+        params.extend::<[Param<'_>; 3]>([(*pk).into(), active.into(), text.as_str().into()]);
+    }
+    let sql = format!(
+        "INSERT INTO alarm_states (device_pk, active, states) VALUES {rows}
+         ON CONFLICT (device_pk) DO UPDATE SET active = excluded.active, states = excluded.states"
+    );
+    c.execute(&sql, &params).await?;
     Ok(())
 }
 
@@ -211,23 +287,30 @@ pub(crate) async fn rules(c: &impl Sql, device_id: Option<&str>) -> StoreResult<
     let sql = "SELECT d.device_id, r.spec FROM alarm_rules r JOIN devices d ON d.id = r.device_pk
                WHERE CAST($1 AS text) IS NULL OR d.device_id = $1 ORDER BY d.device_id, r.position";
     let rows = c.query(sql, &[device_id.into()]).await?;
-    rows.iter().map(|r| Ok((r.get(0)?, parse_rule(&r.get::<String>(1)?)?))).collect()
+    rows.iter().map(|r| Ok((r.get(0)?, parse_rule(r.text(1)?)?))).collect()
 }
 
 /// The active alarms of the devices visible in `scope`.
 pub(crate) async fn active(c: &impl Sql, scope: Scope) -> StoreResult<Vec<Alarm>> {
     let (account, key) = scope_params(scope);
     let sql = format!(
-        "SELECT d.device_id, {RULE_AND_STATE} FROM alarm_states s
-         JOIN alarm_rules r ON r.device_pk = s.device_pk AND r.name = s.rule
-         JOIN devices d ON d.id = s.device_pk
-         WHERE s.active AND {SCOPE_FILTER}"
+        "SELECT d.id, d.device_id FROM alarm_states s JOIN devices d ON d.id = s.device_pk
+         WHERE s.active > 0 AND {SCOPE_FILTER}"
     );
     let rows = c.query(&sql, &[account.into(), key.into()]).await?;
-    let mut out = Vec::with_capacity(rows.len());
+    let mut ids = crate::decide::FastMap::default();
     for r in &rows {
-        let (rule, state) = rule_with_state(r, 1)?;
-        out.push(Alarm { device_id: r.get(0)?, rule, state });
+        ids.insert(r.get::<i64>(0)?, r.get::<String>(1)?);
+    }
+    let pks: Vec<i64> = ids.keys().copied().collect();
+    let mut out = Vec::new();
+    for (pk, alarms) in rules_of_many(c, &pks).await? {
+        let Some(device_id) = ids.get(&pk) else { continue };
+        out.extend(alarms.into_iter().filter(|(_, state)| state.active).map(|(rule, state)| Alarm {
+            device_id: device_id.clone(),
+            rule,
+            state,
+        }));
     }
     Ok(out)
 }
@@ -268,18 +351,25 @@ pub(crate) async fn generation(c: &impl Sql) -> StoreResult<i64> {
 
 /// Every silence rule of every device (its number and id), with its state.
 pub(crate) async fn silence_rules(c: &impl Sql) -> StoreResult<Vec<(i64, String, AlarmRule, AlarmState)>> {
-    let sql = format!(
-        "SELECT r.device_pk, d.device_id, {RULE_AND_STATE} FROM alarm_rules r
-         JOIN devices d ON d.id = r.device_pk
-         LEFT JOIN alarm_states s ON s.device_pk = r.device_pk AND s.rule = r.name
-         WHERE r.spec LIKE '%\"no_data_for\"%'"
-    );
+    let sql = "SELECT r.device_pk, d.device_id, r.spec, s.states FROM alarm_rules r
+               JOIN devices d ON d.id = r.device_pk
+               LEFT JOIN alarm_states s ON s.device_pk = r.device_pk
+               WHERE r.spec LIKE '%\"no_data_for\"%' ORDER BY r.device_pk, r.position";
     let mut out = Vec::new();
-    for r in c.query(&sql, &[]).await? {
-        let (rule, state) = rule_with_state(&r, 2)?;
-        if matches!(rule.kind, sensorhub_core::alarm::RuleKind::Silence(_)) {
-            out.push((r.get(0)?, r.get(1)?, rule, state));
+    // The states of the device of the row before (a device's rows are together).
+    let mut states: Option<(i64, StoredStates)> = None;
+    for r in c.query(sql, &[]).await? {
+        let pk: i64 = r.get(0)?;
+        let rule = parse_rule(r.text(2)?)?;
+        if !matches!(rule.kind, sensorhub_core::alarm::RuleKind::Silence(_)) {
+            continue;
         }
+        if states.as_ref().is_none_or(|(at, _)| *at != pk) {
+            let text: Option<String> = r.get(3)?;
+            states = Some((pk, text.as_deref().map(parse_states).transpose()?.unwrap_or_default()));
+        }
+        let state = states.as_mut().and_then(|(_, s)| s.remove(&rule.name)).unwrap_or_default();
+        out.push((pk, r.get(1)?, rule, state));
     }
     Ok(out)
 }

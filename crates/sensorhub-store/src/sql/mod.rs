@@ -111,6 +111,16 @@ impl Row {
     }
 }
 
+impl Row {
+    /// Column `i` as text, borrowed; a column that holds no text is an error.
+    pub(crate) fn text(&self, i: usize) -> StoreResult<&str> {
+        match self.0.get(i) {
+            Some(Value::Text(s)) => Ok(s),
+            value => Err(StoreError::Backend(format!("column {i} holds {value:?}, not text").into())),
+        }
+    }
+}
+
 /// What a column's [`Value`] may be read as.
 pub(crate) trait FromValue: Sized {
     /// `value` as this type, if it is one.

@@ -14,6 +14,7 @@ mod write;
 
 use crate::sql::access;
 use crate::write::readings::ingest_group;
+use crate::write::rule_cache::RuleCache;
 use crate::{PoolStatus, StoreError, StoreResult, fact_key};
 use async_trait::async_trait;
 use pool::{Pool, Role};
@@ -101,6 +102,8 @@ pub struct SqliteStore {
     ingest_waiting: AtomicUsize,
     /// Told of committed readings.
     observers: std::sync::Arc<crate::observe::Observers>,
+    /// The devices' alarm rules, kept between write transactions.
+    rules: std::sync::Arc<RuleCache>,
     path: std::path::PathBuf,
 }
 
@@ -126,11 +129,13 @@ impl SqliteStore {
         writes.run(move |c| upgrade::run(c, options.upgrade_batch_hours)).await?;
         let reads = Pool::new(path, READ_POOL_SIZE, Role::Read, sync);
         let observers = std::sync::Arc::new(crate::observe::Observers::default());
-        let (group_writes, group_observers) = (writes.clone(), observers.clone());
+        let rules = std::sync::Arc::new(RuleCache::default());
+        let (group_writes, group_observers, group_rules) = (writes.clone(), observers.clone(), rules.clone());
         let group = crate::group::GroupCommit::start(move |readings| {
-            let (writes, observers) = (group_writes.clone(), group_observers.clone());
+            let (writes, observers, rules) = (group_writes.clone(), group_observers.clone(), group_rules.clone());
             async move {
-                let written = writes.run(move |c| tx::in_tx(c, async |tx| ingest_group(tx, &readings).await)).await?;
+                let written =
+                    writes.run(move |c| tx::in_tx(c, async |tx| ingest_group(tx, &readings, &rules).await)).await?;
                 Ok(observers.after(written).await)
             }
         });
@@ -141,6 +146,7 @@ impl SqliteStore {
             group,
             ingest_waiting: AtomicUsize::new(0),
             observers,
+            rules,
             path: path.to_owned(),
         })
     }

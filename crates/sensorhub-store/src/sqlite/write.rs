@@ -36,8 +36,11 @@ impl crate::store::ReadingWrites for SqliteStore {
     async fn import(&self, source: ReadingSource, outbox: Outbox) -> StoreResult<ImportReport> {
         let _waiting = super::Waiting::enter(&self.ingest_waiting);
         let import = |source| async move {
-            let (report, _, events) =
-                self.writes.run(move |c| in_tx(c, async |tx| readings::import(tx, source, None, outbox).await)).await?;
+            let rules = self.rules.clone();
+            let (report, _, events) = self
+                .writes
+                .run(move |c| in_tx(c, async |tx| readings::import(tx, source, None, outbox, &rules).await))
+                .await?;
             Ok(self.observers.after((report, events)).await)
         };
         self.observers.import(source, import).await
@@ -47,10 +50,10 @@ impl crate::store::ReadingWrites for SqliteStore {
         let _waiting = super::Waiting::enter(&self.ingest_waiting);
         let steps = |source| {
             crate::import_in_steps(source, |source| async move {
-                let limit = Some(IMPORT_COMMIT_EVERY);
+                let (limit, rules) = (Some(IMPORT_COMMIT_EVERY), self.rules.clone());
                 let (report, rest, events) = self
                     .writes
-                    .run(move |c| in_tx(c, async |tx| readings::import(tx, source, limit, outbox).await))
+                    .run(move |c| in_tx(c, async |tx| readings::import(tx, source, limit, outbox, &rules).await))
                     .await?;
                 Ok(self.observers.after(((report, rest), events)).await)
             })

@@ -6,12 +6,13 @@
 //! together ([`DeviceAlarms::write`]). A reading and the transitions it
 //! causes are committed, or lost, together: never one without the other.
 
+use super::rule_cache::{RuleCache, Rules};
 use super::tx::Tx;
 use crate::Scope;
 use crate::alarm::{Alarm, AlarmEvent, SilenceDue};
 use crate::decide::outbox::OutboxRow;
 use crate::sql::Sql;
-use crate::sql::alarms::{self, NewEvent};
+use crate::sql::alarms::{self, DeviceStates, NewEvent, StoredStates};
 use crate::{StoreError, StoreResult};
 use sensorhub_core::alarm::{AlarmRule, AlarmState, NotActive, RuleKind, Transition, TransitionKind};
 use sensorhub_core::time::format_rfc3339;
@@ -26,22 +27,31 @@ pub const BACKFILL: i64 = 3600;
 pub(crate) struct DeviceAlarms {
     pk: i64,
     device_id: String,
-    alarms: Vec<(AlarmRule, AlarmState)>,
+    rules: Rules,
+    /// Each rule's state (by index into `rules`).
+    states: Vec<AlarmState>,
     /// Which states differ from what is stored.
     changed: Vec<bool>,
-    /// The transitions of this transaction, by rule (index into `alarms`).
+    /// The transitions of this transaction, by rule (index into `rules`).
     transitions: Vec<(usize, Transition)>,
 }
 
 impl DeviceAlarms {
+    /// Device `pk`'s `rules` with their `stored` states (a rule without one starts at rest).
+    fn new(pk: i64, device_id: &str, rules: Rules, mut stored: StoredStates) -> Self {
+        let states: Vec<AlarmState> = rules.iter().map(|r| stored.remove(&r.name).unwrap_or_default()).collect();
+        let changed = vec![false; rules.len()];
+        Self { pk, device_id: device_id.to_owned(), rules, states, changed, transitions: Vec::new() }
+    }
+
     /// Device `pk`'s rules with their states; `None` when it has no rule.
     pub(crate) async fn load(tx: &impl Sql, pk: i64, device_id: &str) -> StoreResult<Option<Self>> {
-        let alarms = alarms::rules_of(tx, pk).await?;
-        if alarms.is_empty() {
+        let rules = alarms::rules_only_of_many(tx, &[pk]).await?.remove(&pk).unwrap_or_default();
+        if rules.is_empty() {
             return Ok(None);
         }
-        let changed = vec![false; alarms.len()];
-        Ok(Some(Self { pk, device_id: device_id.to_owned(), alarms, changed, transitions: Vec::new() }))
+        let stored = alarms::states_of_many(tx, &[pk]).await?.remove(&pk).unwrap_or_default();
+        Ok(Some(Self::new(pk, device_id, rules.into(), stored)))
     }
 
     /// The device's key.
@@ -50,16 +60,15 @@ impl DeviceAlarms {
     }
 
     /// The rules with their states of those of `devices` (pk, id) that
-    /// have rules, a few queries for them all.
-    pub(crate) async fn load_many(tx: &impl Sql, devices: &[(i64, &str)]) -> StoreResult<Vec<Self>> {
+    /// have rules, a few queries for them all (the rules from `cache`).
+    pub(crate) async fn load_many(tx: &impl Sql, cache: &RuleCache, devices: &[(i64, &str)]) -> StoreResult<Vec<Self>> {
         let pks: Vec<i64> = devices.iter().map(|(pk, _)| *pk).collect();
-        let mut found = alarms::rules_of_many(tx, &pks).await?;
+        let mut loaded = cache.load(tx, &pks).await?;
         Ok(devices
             .iter()
             .filter_map(|(pk, id)| {
-                let alarms = found.remove(pk)?;
-                let changed = vec![false; alarms.len()];
-                Some(Self { pk: *pk, device_id: (*id).to_owned(), alarms, changed, transitions: Vec::new() })
+                let (rules, states) = loaded.remove(pk)?;
+                Some(Self::new(*pk, id, rules, states))
             })
             .collect())
     }
@@ -71,7 +80,7 @@ impl DeviceAlarms {
     /// same.
     pub(crate) fn on_reading(&mut self, timestamp: i64, value_of: impl Fn(&str) -> Option<f64>, now: i64) {
         let backfill = timestamp < now.saturating_sub(BACKFILL);
-        for (i, (rule, state)) in self.alarms.iter_mut().enumerate() {
+        for (i, (rule, state)) in self.rules.iter().zip(&mut self.states).enumerate() {
             if backfill && !matches!(rule.kind, RuleKind::Silence(_)) {
                 continue;
             }
@@ -87,7 +96,7 @@ impl DeviceAlarms {
     /// Looks at the clock for the silence rules named in `rules` (all when
     /// `None`): those silent for their time are raised.
     pub(crate) fn on_clock(&mut self, now: i64, started: i64, rules: Option<&[String]>) {
-        for (i, (rule, state)) in self.alarms.iter_mut().enumerate() {
+        for (i, (rule, state)) in self.rules.iter().zip(&mut self.states).enumerate() {
             if rules.is_some_and(|names| !names.contains(&rule.name)) {
                 continue;
             }
@@ -101,10 +110,10 @@ impl DeviceAlarms {
     /// Acknowledges the active episode of rule `name` at `now`.
     pub(crate) fn acknowledge(&mut self, name: &str, now: i64) -> StoreResult<()> {
         let i =
-            self.alarms.iter().position(|(rule, _)| rule.name == name).ok_or_else(|| {
+            self.rules.iter().position(|rule| rule.name == name).ok_or_else(|| {
                 StoreError::NotFound(format!("device {:?} has no alarm rule {name:?}", self.device_id))
             })?;
-        let t = self.alarms[i].1.acknowledge(now).map_err(|NotActive| {
+        let t = self.states[i].acknowledge(now).map_err(|NotActive| {
             StoreError::Conflict(format!("alarm {name:?} of device {:?} is not active", self.device_id))
         })?;
         self.transitions.push((i, t));
@@ -114,7 +123,7 @@ impl DeviceAlarms {
 
     /// When each silence rule would next raise, counted from `started`.
     pub(crate) fn silence_due(&self, started: i64) -> impl Iterator<Item = SilenceDue> + '_ {
-        self.alarms.iter().filter_map(move |(rule, state)| {
+        self.rules.iter().zip(&self.states).filter_map(move |(rule, state)| {
             let at = rule.due_at(state, started)?;
             Some(SilenceDue { at, device_pk: self.pk, device_id: self.device_id.clone(), rule: rule.name.clone() })
         })
@@ -124,17 +133,16 @@ impl DeviceAlarms {
     /// an outbox row for each subscription to alarms that covers the
     /// device, and returns the transitions recorded.
     pub(crate) async fn write(self, tx: &impl Tx, now: i64) -> StoreResult<Vec<AlarmEvent>> {
-        alarms::put_states(tx, &self.changed_states().collect::<Vec<_>>()).await?;
+        alarms::put_states(tx, &self.changed_states().into_iter().collect::<Vec<_>>()).await?;
         self.record(tx, now).await
     }
 
-    /// The states that differ from what is stored, as (device, rule, state).
-    fn changed_states(&self) -> impl Iterator<Item = (i64, &str, &AlarmState)> {
-        self.alarms
-            .iter()
-            .zip(&self.changed)
-            .filter(|(_, changed)| **changed)
-            .map(|((rule, state), _)| (self.pk, rule.name.as_str(), state))
+    /// Every rule's state of the device, when one differs from what is
+    /// stored (the device's states are one row).
+    fn changed_states(&self) -> Option<DeviceStates<'_>> {
+        self.changed.iter().any(|c| *c).then(|| {
+            (self.pk, self.rules.iter().zip(&self.states).map(|(rule, state)| (rule.name.as_str(), state)).collect())
+        })
     }
 
     /// Records the transitions (at `now`) with an outbox row for each
@@ -147,7 +155,7 @@ impl DeviceAlarms {
         let mut events = Vec::with_capacity(self.transitions.len());
         let mut outbox = Vec::new();
         for (i, t) in &self.transitions {
-            let rule = &self.alarms[*i].0;
+            let rule = &self.rules[*i];
             let level = t.level.and_then(|l| rule.level_name(l));
             let new = NewEvent {
                 device_pk: self.pk,
@@ -189,7 +197,7 @@ impl DeviceAlarms {
 /// [`DeviceAlarms::write`] for many devices: every changed state in a few
 /// statements, then each device's transitions.
 pub(crate) async fn write_all(tx: &impl Tx, devices: Vec<DeviceAlarms>, now: i64) -> StoreResult<Vec<AlarmEvent>> {
-    let states: Vec<_> = devices.iter().flat_map(DeviceAlarms::changed_states).collect();
+    let states: Vec<_> = devices.iter().filter_map(DeviceAlarms::changed_states).collect();
     alarms::put_states(tx, &states).await?;
     let mut events = Vec::new();
     for device in devices {
@@ -285,18 +293,12 @@ pub(crate) async fn replace_rules(
     if stored.len() == new.len() && stored.iter().zip(new).all(|((rule, _), new)| rule == new) {
         return Ok(None);
     }
-    let mut ended = DeviceAlarms {
-        pk,
-        device_id: device_id.to_owned(),
-        alarms: Vec::new(),
-        changed: Vec::new(),
-        transitions: Vec::new(),
-    };
+    let (mut ended_rules, mut transitions, mut kept) = (Vec::new(), Vec::new(), Vec::new());
     for (rule, state) in stored {
         if new.contains(&rule) {
+            kept.push((rule.name, state));
             continue;
         }
-        alarms::remove_state(tx, pk, &rule.name).await?;
         if state.active {
             let t = Transition {
                 kind: TransitionKind::Cleared,
@@ -304,11 +306,14 @@ pub(crate) async fn replace_rules(
                 value: state.value,
                 timestamp: state.timestamp,
             };
-            ended.transitions.push((ended.alarms.len(), t));
-            ended.alarms.push((rule, AlarmState::default()));
-            ended.changed.push(false);
+            transitions.push((ended_rules.len(), t));
+            ended_rules.push(rule);
         }
     }
+    let mut ended = DeviceAlarms::new(pk, device_id, ended_rules.into(), StoredStates::default());
+    ended.transitions = transitions;
+    // The states of the rules kept; those of rules removed or changed are forgotten.
+    alarms::put_states(tx, &[(pk, kept.iter().map(|(name, state)| (name.as_str(), state)).collect())]).await?;
     alarms::set_rules(tx, pk, new).await?;
     Ok(Some(ended.write(tx, now).await?))
 }

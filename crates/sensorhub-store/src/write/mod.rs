@@ -9,5 +9,6 @@ pub(crate) mod migrate;
 pub(crate) mod provision;
 pub(crate) mod readings;
 pub(crate) mod remove;
+pub(crate) mod rule_cache;
 pub(crate) mod tx;
 pub(crate) mod upgrade;

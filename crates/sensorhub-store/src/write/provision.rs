@@ -64,7 +64,8 @@ pub(crate) async fn apply(
     for r in &readings {
         writer.write(tx, r).await?;
     }
-    let (changed, moved) = writer.finish(tx).await?;
+    // A cache of its own: the document may have changed the rules just now.
+    let (changed, moved) = writer.finish(tx, &super::rule_cache::RuleCache::default()).await?;
     report.readings.updated += changed;
     events.extend(moved);
     Ok((report, events))

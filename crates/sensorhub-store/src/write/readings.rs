@@ -5,6 +5,7 @@
 //! transaction they came in.
 
 use super::alarms::DeviceAlarms;
+use super::rule_cache::RuleCache;
 use super::tx::Tx;
 use crate::alarm::AlarmEvent;
 use crate::decide::latest::Newest;
@@ -106,7 +107,7 @@ impl ReadingWriter {
     /// Moves the alarms of the devices written by their readings, in
     /// order, and writes what changed: every device's rules and states
     /// read in a few queries, every changed state written in a few.
-    async fn move_alarms(&mut self, tx: &impl Tx) -> StoreResult<Vec<AlarmEvent>> {
+    async fn move_alarms(&mut self, tx: &impl Tx, rules: &RuleCache) -> StoreResult<Vec<AlarmEvent>> {
         if self.watched.is_empty() {
             return Ok(Vec::new());
         }
@@ -117,7 +118,7 @@ impl ReadingWriter {
             .filter(|(pk, _)| self.watched.contains_key(pk))
             .collect();
         let ids: Vec<(i64, &str)> = devices.iter().map(|(pk, (id, _))| (*pk, *id)).collect();
-        let mut loaded = DeviceAlarms::load_many(tx, &ids).await?;
+        let mut loaded = DeviceAlarms::load_many(tx, rules, &ids).await?;
         for alarms in &mut loaded {
             let (Some(readings), Some((_, sensors))) = (self.watched.get(&alarms.pk()), devices.get(&alarms.pk()))
             else {
@@ -160,12 +161,13 @@ impl ReadingWriter {
     /// together where the backend can), then the alarms the readings moved;
     /// returns how many readings were new or different (0 when everything
     /// was stored already) and the alarm transitions recorded.
-    pub(crate) async fn finish(mut self, tx: &impl Tx) -> StoreResult<(u64, Vec<AlarmEvent>)> {
+    /// The devices' alarm rules come from `rules`.
+    pub(crate) async fn finish(mut self, tx: &impl Tx, rules: &RuleCache) -> StoreResult<(u64, Vec<AlarmEvent>)> {
         let newest = self.newest.take();
         let deliveries = std::mem::take(&mut self.deliveries.rows);
         futures_util::future::try_join3(self.flush(tx), tx.upsert_latest(&newest), tx.insert_outbox(&deliveries))
             .await?;
-        let events = self.move_alarms(tx).await?;
+        let events = self.move_alarms(tx, rules).await?;
         Ok((self.changed, events))
     }
 }
@@ -182,6 +184,7 @@ pub(crate) async fn import(
     source: ReadingSource,
     limit: Option<std::time::Duration>,
     outbox: Outbox,
+    rules: &RuleCache,
 ) -> StoreResult<Imported> {
     let started = std::time::Instant::now();
     let mut report = ImportReport::default();
@@ -203,7 +206,7 @@ pub(crate) async fn import(
             source = Some(src);
         }
     }
-    let (_, events) = writer.finish(tx).await?;
+    let (_, events) = writer.finish(tx, rules).await?;
     Ok((report, rest, events))
 }
 
@@ -213,12 +216,13 @@ pub(crate) async fn import(
 pub(crate) async fn ingest_group(
     tx: &impl Tx,
     readings: &[ReadingInput],
+    rules: &RuleCache,
 ) -> StoreResult<(Vec<StoreResult<()>>, Vec<AlarmEvent>)> {
     let mut writer = ReadingWriter::new(Outbox::Deliver);
     let mut outcomes = Vec::with_capacity(readings.len());
     for r in readings {
         outcomes.push(writer.write(tx, r).await);
     }
-    let (_, events) = writer.finish(tx).await?;
+    let (_, events) = writer.finish(tx, rules).await?;
     Ok((outcomes, events))
 }

@@ -212,6 +212,38 @@ async fn silence_is_raised_by_the_clock_and_cleared_by_data() {
     }
 }
 
+/// A running instance keeps each device's parsed rules between its
+/// writes; a change made by another instance (another process) holds from
+/// its next reading on, never the rule it had kept.
+#[tokio::test]
+async fn rules_changed_by_another_instance_hold_at_the_next_reading() {
+    use TransitionKind::*;
+    for b in backends().await {
+        let s = &*b.store;
+        apply(s, &katulampa(5.0)).await.expect("apply");
+        s.ingest(reading("D1", now() - 120, &[("a", 70.0)])).await.expect("ingest");
+        assert_eq!(transitions(s).await, [t("siaga", Raised, Some("Siaga 4"))]);
+
+        let other = sensorhub_store::open(&b.url).await.expect("a second instance");
+        let spec: RuleSpec = serde_json::from_str(
+            r#"{"name": "siaga", "sensor": "a", "direction": "above", "levels": [{"name": "Banjir", "at": 72}]}"#,
+        )
+        .expect("spec");
+        assert!(other.set_alarm_rules("D1", vec![spec.check("x").expect("rule")]).await.expect("changed"));
+        s.ingest(reading("D1", now() - 60, &[("a", 75.0)])).await.expect("ingest");
+        assert_eq!(
+            transitions(s).await,
+            [t("siaga", Raised, Some("Siaga 4")), t("siaga", Cleared, None), t("siaga", Raised, Some("Banjir"))],
+            "the first instance judged the reading by the new rule"
+        );
+
+        assert!(other.set_alarm_rules("D1", Vec::new()).await.expect("removed"));
+        s.ingest(reading("D1", now() - 30, &[("a", 500.0)])).await.expect("ingest");
+        assert_eq!(transitions(s).await.len(), 4, "no rule is left to move: the removal cleared the episode only");
+        assert!(s.alarms(Scope::All, "D1").await.expect("alarms").expect("visible").is_empty());
+    }
+}
+
 /// Two instances on one PostgreSQL database, both running the silence
 /// watch and both taking readings of the same station: each transition is
 /// recorded once (every writing transaction holds the database's write
