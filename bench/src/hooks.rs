@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// The sealing key of the benchmark's subscriptions.
-const SECRET_KEY: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+pub(crate) const SECRET_KEY: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
 
 /// Arguments of `hooks`.
 #[derive(Debug, clap::Args)]
@@ -79,7 +79,7 @@ pub struct Hooks {
 }
 
 /// Runs `sensorhub ARGS --database DB` and returns its stdout.
-fn sensorhub(exe: &Path, db: &Path, args: &[&str]) -> Result<String, String> {
+pub(crate) fn sensorhub(exe: &Path, db: &Path, args: &[&str]) -> Result<String, String> {
     let out = Command::new(exe)
         .args(args)
         .arg("--database")

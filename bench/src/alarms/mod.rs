@@ -20,12 +20,11 @@ mod latency;
 mod silence;
 
 use crate::dataset::{self, Station};
+// The sealing key and the command runner of the deliveries' bench.
+use crate::hooks::{SECRET_KEY, sensorhub};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
 
-/// The sealing key of the latency scenario's subscription.
-const SECRET_KEY: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
 /// The silence rule's time in the silence scenario, seconds.
 const SILENT_FOR: i64 = 20;
 
@@ -92,22 +91,6 @@ pub struct Alarms {
     pub idle_cpu_percent: f64,
     /// Seconds after the rules' time until every device was raised.
     pub all_raised_after_s: f64,
-}
-
-/// Runs `sensorhub ARGS --database DB`.
-fn sensorhub(exe: &Path, db: &Path, args: &[&str]) -> Result<String, String> {
-    let out = Command::new(exe)
-        .args(args)
-        .arg("--database")
-        .arg(db)
-        .env("SENSORHUB_LOG", "warn")
-        .env("SENSORHUB_SECRET_KEY", SECRET_KEY)
-        .output()
-        .map_err(|e| e.to_string())?;
-    if !out.status.success() {
-        return Err(format!("sensorhub {args:?}: {}", String::from_utf8_lossy(&out.stderr)));
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 /// Five rules of station `s`: bands and a rise on its first sensor after
