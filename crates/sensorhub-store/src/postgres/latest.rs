@@ -2,12 +2,17 @@
 //! newest value of each sensor of each device (schema version 5), kept by
 //! every write of readings in its own transaction ([`crate::write`]).
 
-use super::read::sensor;
 use crate::decide::latest::entry;
 use crate::decide::sensors_by_idx;
 use crate::sql::access::{SCOPE_FILTER, scope_params};
 use crate::{DeviceHandle, LatestValue, Scope, StoreResult};
 use deadpool_postgres::GenericClient;
+use sensorhub_core::model::SensorMeta;
+
+/// A sensor from columns `from..from + 4` (id, name, type, unit).
+pub(super) fn sensor(r: &tokio_postgres::Row, from: usize) -> SensorMeta {
+    SensorMeta { sensor_id: r.get(from), name: r.get(from + 1), kind: r.get(from + 2), unit: r.get(from + 3) }
+}
 
 /// The device `device_id` visible in `scope` with its entries, by idx, in
 /// one query.

@@ -159,11 +159,9 @@ impl PgStore {
         let writers = std::sync::Arc::new(tokio::sync::Semaphore::new(WRITERS));
         let observers = std::sync::Arc::new(crate::observe::Observers::default());
         let rules = std::sync::Arc::new(crate::write::rule_cache::RuleCache::default());
-        let (group_pool, group_writers, group_observers) = (pool.clone(), writers.clone(), observers.clone());
-        let group_rules = rules.clone();
+        let shared = (pool.clone(), writers.clone(), observers.clone(), rules.clone());
         let group = crate::group::GroupCommit::start(move |readings| {
-            let (pool, writers, observers) = (group_pool.clone(), group_writers.clone(), group_observers.clone());
-            let rules = group_rules.clone();
+            let (pool, writers, observers, rules) = shared.clone();
             async move {
                 let written = {
                     let _writer = writer_place(&writers).await?;

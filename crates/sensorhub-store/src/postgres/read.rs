@@ -2,6 +2,7 @@
 //! pooled connection (`prepare_cached`).
 
 use super::PgStore;
+use super::latest::sensor;
 use crate::StoredHour;
 use crate::chunk::{self, chunk_of};
 use crate::decide::malformed;
@@ -15,10 +16,6 @@ use sensorhub_core::secret::KeyDigest;
 use std::collections::HashMap;
 
 use sensorhub_core::time::TimeRange;
-
-pub(super) fn sensor(r: &tokio_postgres::Row, from: usize) -> SensorMeta {
-    SensorMeta { sensor_id: r.get(from), name: r.get(from + 1), kind: r.get(from + 2), unit: r.get(from + 3) }
-}
 
 pub(super) async fn list_devices(c: &impl GenericClient, scope: Scope) -> StoreResult<Vec<Device>> {
     let (account, key) = scope_params(scope);

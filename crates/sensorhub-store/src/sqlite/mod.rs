@@ -130,9 +130,9 @@ impl SqliteStore {
         let reads = Pool::new(path, READ_POOL_SIZE, Role::Read, sync);
         let observers = std::sync::Arc::new(crate::observe::Observers::default());
         let rules = std::sync::Arc::new(RuleCache::default());
-        let (group_writes, group_observers, group_rules) = (writes.clone(), observers.clone(), rules.clone());
+        let shared = (writes.clone(), observers.clone(), rules.clone());
         let group = crate::group::GroupCommit::start(move |readings| {
-            let (writes, observers, rules) = (group_writes.clone(), group_observers.clone(), group_rules.clone());
+            let (writes, observers, rules) = shared.clone();
             async move {
                 let written =
                     writes.run(move |c| tx::in_tx(c, async |tx| ingest_group(tx, &readings, &rules).await)).await?;

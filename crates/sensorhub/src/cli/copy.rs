@@ -1,8 +1,9 @@
 //! `sensorhub copy --from URL --to URL`: moves a whole installation between
 //! databases (SQLite to PostgreSQL, or back): accounts with their password
-//! hashes, keys as digests, devices, sensors and readings as stored, then
-//! checks the target table by table with a row count and a SHA-256 over the
-//! rows in a canonical order. `--verify-only` runs just the check.
+//! hashes, keys as digests, devices, sensors, alarm rules and readings as
+//! stored, then checks the target table by table with a row count and a
+//! SHA-256 over the rows in a canonical order. `--verify-only` runs just
+//! the check.
 
 use super::CliResult;
 use super::progress::{Progress, Unit};
@@ -120,6 +121,44 @@ fn tally(rows: &Installation, keep: &Installation) -> Vec<(&'static str, (u64, S
     out
 }
 
+/// Every alarm rule in `store` of `devices`, as (device id, the rule's spec
+/// as JSON), by device and position.
+async fn alarm_rules(store: &dyn Store, devices: &HashSet<&str>) -> CliResult<Vec<(String, String)>> {
+    let rules = store.alarm_rules(None).await?;
+    let mut out = Vec::with_capacity(rules.len());
+    for (device, rule) in rules.into_iter().filter(|(d, _)| devices.contains(d.as_str())) {
+        out.push((device, serde_json::to_string(&rule.spec())?));
+    }
+    Ok(out)
+}
+
+/// Count and checksum of alarm rules.
+fn tally_rules(rules: &[(String, String)]) -> (u64, String) {
+    let mut t = Tally::default();
+    for (device, spec) in rules {
+        t.add(&[device.as_bytes(), spec.as_bytes()]);
+    }
+    t.finish()
+}
+
+/// Gives each device of `rules` (by device and position) its rules in `target`.
+async fn restore_rules(target: &dyn Store, rules: &[(String, String)]) -> CliResult {
+    let mut by_device: Vec<(&str, Vec<sensorhub_core::alarm::AlarmRule>)> = Vec::new();
+    for (device, spec) in rules {
+        let rule = serde_json::from_str::<sensorhub_core::alarm::RuleSpec>(spec)?
+            .check("copy")
+            .map_err(|e| format!("an alarm rule of device {device}: {e}"))?;
+        match by_device.last_mut() {
+            Some((d, list)) if *d == device.as_str() => list.push(rule),
+            _ => by_device.push((device, vec![rule])),
+        }
+    }
+    for (device, list) in by_device {
+        target.set_alarm_rules(device, list).await?;
+    }
+    Ok(())
+}
+
 /// Count and checksum of the readings of `devices` in `store`, hour by hour.
 async fn tally_readings(store: &dyn Store, devices: &[String]) -> CliResult<(u64, String)> {
     let mut t = Tally::default();
@@ -146,6 +185,8 @@ pub async fn run(args: Args) -> CliResult {
     let target = sensorhub_store::open(&args.to.0).await.map_err(|e| format!("target {to_name}: {e}"))?;
     let rows = source.export().await?;
     let devices: Vec<String> = rows.devices.iter().map(|d| d.device_id.clone()).collect();
+    let ids: HashSet<&str> = devices.iter().map(String::as_str).collect();
+    let rules = alarm_rules(&*source, &ids).await?;
     if !args.verify_only {
         if !args.append && !target.is_empty().await? {
             return Err(
@@ -153,6 +194,7 @@ pub async fn run(args: Args) -> CliResult {
             );
         }
         target.restore(rows.clone()).await?;
+        restore_rules(&*target, &rules).await?;
         let total_hours: u64 = source.export_hour_count().await?;
         let progress = Progress::start("copy", total_hours, Unit::Items("hours"));
         let copied = progress.counter();
@@ -175,15 +217,18 @@ pub async fn run(args: Args) -> CliResult {
         }
         drop(progress);
         println!(
-            "copied {} accounts, {} devices, {} API keys, {} webhook keys and {hours_copied} hours of readings from {from_name} to {to_name}",
+            "copied {} accounts, {} devices, {} API keys, {} webhook keys, {} alarm rules and {hours_copied} hours of readings from {from_name} to {to_name}",
             rows.accounts.len(),
             rows.devices.len(),
             rows.api_keys.len(),
             rows.webhook_keys.len(),
+            rules.len(),
         );
     }
     let mut expected = tally(&rows, &rows);
     let mut found = tally(&target.export().await?, &rows);
+    expected.push(("alarm_rules", tally_rules(&rules)));
+    found.push(("alarm_rules", tally_rules(&alarm_rules(&*target, &ids).await?)));
     expected.push(("readings", tally_readings(&*source, &devices).await?));
     found.push(("readings", tally_readings(&*target, &devices).await?));
     println!("{:<16} {:>10}  {:<16}  target", "table", "rows", "sha256");

@@ -10,10 +10,14 @@ use std::collections::BTreeSet;
 pub const LOG_VAR: &str = "SENSORHUB_LOG";
 /// The sealing key of webhook secrets (a secret: never a flag).
 pub const SECRET_KEY_VAR: &str = "SENSORHUB_SECRET_KEY";
+/// The commit a build names in `--version`, read by `build.rs` when
+/// building; cargo also sets it for the binaries it runs (`cargo run`,
+/// `cargo test`), so the README's first command must not warn about it.
+pub const COMMIT_VAR: &str = "SENSORHUB_COMMIT";
 
 /// Every variable `cmd` (and its subcommands) reads, and those read directly.
 pub fn known(cmd: &clap::Command) -> BTreeSet<String> {
-    let mut out: BTreeSet<String> = [LOG_VAR, SECRET_KEY_VAR].map(str::to_owned).into();
+    let mut out: BTreeSet<String> = [LOG_VAR, SECRET_KEY_VAR, COMMIT_VAR].map(str::to_owned).into();
     collect(cmd, &mut out);
     out
 }
@@ -50,7 +54,7 @@ mod tests {
         for var in ["SENSORHUB_MQTT_URL", "SENSORHUB_NO_DASHBOARD", "SENSORHUB_DASHBOARD_TILES", "SENSORHUB_DATABASE"] {
             assert!(known.contains(var), "{var} is read by the command line but not known");
         }
-        assert!(known.contains(LOG_VAR) && known.contains(SECRET_KEY_VAR));
+        assert!(known.contains(LOG_VAR) && known.contains(SECRET_KEY_VAR) && known.contains(COMMIT_VAR));
         assert!(known.iter().all(|v| v.starts_with("SENSORHUB_")), "{known:?}");
     }
 }

@@ -614,12 +614,16 @@ async fn every_variable_the_command_line_reads_is_known_and_a_typo_is_warned_abo
         .env("SENSORHUB_LOG", "warn")
         .env("SENSORHUB_MQTT_URL", "mqtt://127.0.0.1:1883")
         .env("SENSORHUB_NO_DASHBOARD", "true")
+        // Set by cargo for the binaries it runs (`cargo run`: the README's first command).
+        .env("SENSORHUB_COMMIT", "abc123")
         .env("SENSORHUB_DATABSE", "typo.db")
         .output()
         .expect("run");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
-    assert!(!stderr.contains("SENSORHUB_MQTT_URL") && !stderr.contains("SENSORHUB_NO_DASHBOARD"), "{stderr}");
+    for known in ["SENSORHUB_MQTT_URL", "SENSORHUB_NO_DASHBOARD", "SENSORHUB_COMMIT"] {
+        assert!(!stderr.contains(known), "{known}: {stderr}");
+    }
     assert!(
         stderr.contains("unknown SENSORHUB_ environment variable ignored") && stderr.contains("SENSORHUB_DATABSE"),
         "{stderr}"

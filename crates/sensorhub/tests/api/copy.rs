@@ -1,5 +1,6 @@
 //! `sensorhub copy`: a generated installation moved from SQLite to
-//! PostgreSQL and back, verified table by table; a changed row is caught.
+//! PostgreSQL and back, verified table by table (alarm rules included); a
+//! changed row is caught.
 
 use crate::harness::postgres_admin_url;
 use sensorhub_testing::TempDatabase;
@@ -26,13 +27,16 @@ async fn an_installation_moves_to_postgres_and_back_verified() {
     let report = text(&out);
     assert!(out.status.success(), "{report}");
     assert!(report.contains("verified"), "{report}");
-    for table in ["accounts", "devices", "sensors", "account_devices", "api_keys", "webhook_keys", "readings"] {
+    let tables = ["accounts", "devices", "sensors", "account_devices", "api_keys", "webhook_keys", "alarm_rules"];
+    for table in tables.into_iter().chain(["readings"]) {
         let line = report.lines().find(|l| l.starts_with(table)).unwrap_or_else(|| panic!("{table}: {report}"));
         assert!(line.ends_with("ok"), "{line}");
     }
     let readings = report.lines().find(|l| l.starts_with("readings")).expect("readings line");
     let hours: u64 = readings.split_whitespace().nth(1).and_then(|n| n.parse().ok()).expect("count");
     assert!(hours > 100, "the demo's readings were copied: {readings}");
+    let rules = report.lines().find(|l| l.starts_with("alarm_rules")).expect("alarm_rules line");
+    assert_eq!(rules.split_whitespace().nth(1), Some("2"), "the demo's two rules on AWLR-001: {rules}");
 
     // A non-empty target is refused unless --append, and --append refuses overlaps.
     let again = sensorhub(&["copy", "--from", sqlite, "--to", pg.url()]);
@@ -48,6 +52,12 @@ async fn an_installation_moves_to_postgres_and_back_verified() {
     let list = text(&sensorhub(&["account", "list", "--database", back.to_str().expect("path")]));
     assert!(list.lines().any(|l| l.starts_with("alice") && l.contains("AWLR-001*")), "{list}");
     assert!(list.lines().any(|l| l.starts_with("budi") && !l.contains('*')), "{list}");
+    // The alarm rules came along too, in order.
+    let listed =
+        |db: &str| String::from_utf8_lossy(&sensorhub(&["alarm", "list", "--database", db]).stdout).into_owned();
+    let rules = listed(back.to_str().expect("path"));
+    assert_eq!(rules.lines().filter(|l| l.starts_with("AWLR-001")).count(), 2, "{rules}");
+    assert_eq!(rules, listed(sqlite), "the same rules as the source");
 
     // One altered row in the target: the check fails and names its table.
     let (client, conn) = tokio_postgres::connect(pg.url(), tokio_postgres::NoTls).await.expect("connect");
