@@ -5,6 +5,7 @@
 pub mod alarm;
 pub mod bucket;
 pub mod ingest;
+pub mod input;
 pub mod lineproto;
 pub mod model;
 pub mod provision;

@@ -1,6 +1,7 @@
 //! Domain types of the read API: devices, their sensors, and readings as
 //! they come in from provisioning files, imports and (later) webhooks.
 
+pub use crate::input::is_valid_identifier;
 use jiff::tz::Offset;
 use serde::{Deserialize, Serialize, Serializer};
 
@@ -137,10 +138,4 @@ pub struct ValueInput {
     pub value: f64,
     /// The unit as given, which must equal the sensor's; `None` means the sensor's.
     pub unit: Option<String>,
-}
-
-/// Whether `s` may serve as an identifier (device, sensor, key, user):
-/// non-empty, at most 128 bytes, no whitespace, control characters or `/`.
-pub fn is_valid_identifier(s: &str) -> bool {
-    !s.is_empty() && s.len() <= 128 && !s.chars().any(|c| c.is_whitespace() || c.is_control() || c == '/')
 }

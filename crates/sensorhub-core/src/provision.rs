@@ -3,7 +3,9 @@
 //! References to devices and sensors already stored are checked by the store
 //! inside the same transaction that writes the document.
 
-use crate::model::{DeviceSpec, MAX_SENSORS_PER_DEVICE, Origin, ReadingInput, ValueInput, is_valid_identifier};
+pub use crate::input::InputError;
+use crate::input::is_valid_identifier;
+use crate::model::{DeviceSpec, MAX_SENSORS_PER_DEVICE, Origin, ReadingInput, ValueInput};
 use crate::secret::{RECOMMENDED_KEY_LENGTH, check_password_hash};
 use crate::time::parse_reading_timestamp;
 use serde::Deserialize;
@@ -13,23 +15,6 @@ mod subscriptions;
 pub use subscriptions::{
     DEFAULT_BATCH, DEFAULT_EVENTS, EVENTS, HeaderValueSpec, MAX_BATCH, SecretRef, SubscriptionSpec,
 };
-
-/// An error in a provisioning document or an import, naming where it is.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{position}: {message}")]
-pub struct InputError {
-    /// Where: `accounts[0].api_keys[1].id`, `line 12`, …
-    pub position: String,
-    /// What is wrong.
-    pub message: String,
-}
-
-impl InputError {
-    /// An error at `position`.
-    pub fn new(position: impl Into<String>, message: impl Into<String>) -> Self {
-        Self { position: position.into(), message: message.into() }
-    }
-}
 
 /// The whole provisioning document; every key is optional.
 #[derive(Debug, Clone, Default, Deserialize)]

@@ -3,8 +3,7 @@
 //! a level rule (warning bands with a deadband and a hold time), a rate
 //! rule (a rise within a window) or a silence rule (no data for a while).
 
-use crate::model::is_valid_identifier;
-use crate::provision::InputError;
+use crate::input::{InputError, is_valid_identifier};
 use serde::{Deserialize, Serialize};
 
 /// The most alarm rules one device may have.

@@ -5,7 +5,7 @@
 //! the secret itself, and is resolved by `sensorhub apply`.
 
 use super::{InputError, KeyDevices, check_unique_list};
-use crate::model::is_valid_identifier;
+use crate::input::is_valid_identifier;
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;

@@ -1,6 +1,7 @@
 //! SQL written once for both backends. Where SQLite and PostgreSQL agree on
-//! a statement (most of provisioning, subscriptions, the outbox's
-//! bookkeeping, the admin reads, alarms), it is written here once, with
+//! a statement (subscriptions, the outbox's
+//! bookkeeping, the admin reads, alarms; provisioning's beside its seam in
+//! `write/provision_tx.rs`), it is written here once, with
 //! PostgreSQL's `$1` placeholders, and run through [`Sql`]: each backend
 //! only executes it (SQLite reads `$1` as `?1`) and converts its rows to
 //! [`Row`]s. What really differs stays in the backend's own module: the
@@ -13,7 +14,6 @@ pub(crate) mod access;
 pub(crate) mod alarms;
 pub(crate) mod copy;
 pub(crate) mod outbox;
-pub(crate) mod provision;
 pub(crate) mod retention;
 pub(crate) mod subscriptions;
 

@@ -7,6 +7,7 @@ pub(crate) mod alarms;
 pub(crate) mod copy;
 pub(crate) mod migrate;
 pub(crate) mod provision;
+pub(crate) mod provision_tx;
 pub(crate) mod readings;
 pub(crate) mod remove;
 pub(crate) mod rule_cache;

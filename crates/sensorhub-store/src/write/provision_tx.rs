@@ -1,11 +1,13 @@
 //! Provisioning's primitive operations ([`ProvisionTx`], [`SubscriptionTx`])
-//! written once: every backend whose transaction runs [`Sql`] has them.
+//! written once in SQL: every backend whose transaction runs [`Sql`] has
+//! them. They live beside the seam they implement, not in [`crate::sql`],
+//! so that the statements module never imports the write steps.
 
-use super::{Param, Sql};
+use super::tx::{DeviceFields, KeyKind, NewKey, ProvisionTx, RetentionOf, SubscriptionTx, Tx};
 use crate::StoreResult;
 use crate::decide::subscriptions::SubscriptionRow;
 use crate::decide::{Links, StoredAccount, StoredKey, now};
-use crate::write::tx::{DeviceFields, KeyKind, NewKey, ProvisionTx, RetentionOf, SubscriptionTx, Tx};
+use crate::sql::{Param, Sql};
 use sensorhub_core::model::SensorMeta;
 use std::collections::BTreeSet;
 
