@@ -27,7 +27,14 @@ pub struct Weather {
     interval: i64,
     storm_left: i64,
     runoff: f64,
+    /// The second a flood wave peaks, if one passes.
+    flood_peak: Option<i64>,
 }
+
+/// A flood wave's crest above the river's usual level (cm), and how long
+/// it takes to rise or fall by most of it (seconds, one deviation).
+const FLOOD_CREST: f64 = 105.0;
+const FLOOD_SPREAD: f64 = 4500.0;
 
 /// `v` rounded to `digits` decimals.
 pub fn round(v: f64, digits: i32) -> f64 {
@@ -38,7 +45,14 @@ pub fn round(v: f64, digits: i32) -> f64 {
 impl Weather {
     /// A station reporting every `interval` seconds, its noise drawn from `seed`.
     pub fn new(seed: u64, interval: i64) -> Self {
-        Self { rng: fastrand::Rng::with_seed(seed), interval, storm_left: 0, runoff: 0.0 }
+        Self { rng: fastrand::Rng::with_seed(seed), interval, storm_left: 0, runoff: 0.0, flood_peak: None }
+    }
+
+    /// The same, with a flood wave through the river that peaks at second
+    /// `peak`: about 105 cm above the usual level at its crest, most of it
+    /// within an hour and a quarter on either side.
+    pub fn with_flood(self, peak: i64) -> Self {
+        Self { flood_peak: Some(peak), ..self }
     }
 
     /// The values at second `ts` of a series that began at `start`; call in time order.
@@ -60,7 +74,11 @@ impl Weather {
             0.0
         };
         self.runoff = self.runoff * (-(self.interval as f64) / (8.0 * 3600.0)).exp() + rain * 4.0;
-        let water_level = 85.0 + self.runoff + 3.0 * day_cycle + noise(&mut self.rng, 0.8);
+        let wave = self.flood_peak.map_or(0.0, |peak| {
+            let d = (ts - peak) as f64 / FLOOD_SPREAD;
+            FLOOD_CREST * (-d * d / 2.0).exp()
+        });
+        let water_level = 85.0 + self.runoff + wave + 3.0 * day_cycle + noise(&mut self.rng, 0.8);
         let days = ((ts - start) as f64 / 86_400.0) % 40.0;
         let sun = (TAU * (hour - 12.0) / 24.0).cos().max(0.0);
         let temperature = 26.5 + 5.0 * day_cycle - rain.min(5.0) * 0.6 + noise(&mut self.rng, 0.4);

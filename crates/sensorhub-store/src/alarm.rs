@@ -50,6 +50,8 @@ pub fn most_severe_first(alarms: &mut [Alarm]) {
 pub struct AlarmEvent {
     /// Its number: increasing in the order transitions were recorded.
     pub id: i64,
+    /// The device's number.
+    pub device_pk: i64,
     /// The device's id.
     pub device_id: String,
     /// The rule's name.
@@ -76,7 +78,8 @@ impl AlarmEvent {
 /// When a device's silence rule would next raise, by the server's clock.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct SilenceDue {
-    /// When (seconds).
+    /// When (seconds); [`SilenceDue::ACTIVE`] while the rule's alarm is
+    /// active (it is due again once data clears it).
     pub at: i64,
     /// The device's number.
     pub device_pk: i64,
@@ -84,4 +87,42 @@ pub struct SilenceDue {
     pub device_id: String,
     /// The rule's name.
     pub rule: String,
+}
+
+impl SilenceDue {
+    /// The due time of a rule whose alarm is active: never, until cleared.
+    pub const ACTIVE: i64 = i64::MAX;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Alarm, most_severe_first};
+    use sensorhub_core::alarm::{AlarmState, RuleSpec};
+
+    fn alarm(device: &str, spec: &str, level: Option<usize>, raised_at: i64) -> Alarm {
+        let spec: RuleSpec = serde_json::from_str(spec).expect("a spec");
+        let state = AlarmState { active: true, level, raised_at: Some(raised_at), ..AlarmState::default() };
+        Alarm { device_id: device.into(), rule: spec.check("rule").expect("a rule"), state }
+    }
+
+    #[test]
+    fn the_deepest_into_its_bands_comes_first_then_the_longest_raised() {
+        let four = r#"{"name": "siaga", "sensor": "wl", "levels": [{"name": "4", "at": 60}, {"name": "3", "at": 90}, {"name": "2", "at": 160}, {"name": "1", "at": 210}]}"#;
+        let two = r#"{"name": "battery", "sensor": "b", "direction": "below", "levels": [{"name": "low", "at": 20}, {"name": "empty", "at": 5}]}"#;
+        let silent = r#"{"name": "silent", "no_data_for": "30m"}"#;
+        let mut alarms = vec![
+            alarm("S1", silent, None, 10),
+            alarm("S2", four, Some(1), 50),
+            alarm("S3", two, Some(1), 90),
+            alarm("S4", four, Some(3), 70),
+            alarm("S5", four, Some(1), 20),
+            alarm("S6", two, Some(0), 5),
+        ];
+        most_severe_first(&mut alarms);
+        let order: Vec<&str> = alarms.iter().map(|a| a.device_id.as_str()).collect();
+        // Siaga 1 (4 of 4) and "empty" (2 of 2) are as deep as bands go, the earlier raised
+        // first; then "low" (1 of 2) and Siaga 3 (2 of 4), halfway, the earliest raised
+        // first; a rule without levels last.
+        assert_eq!(order, ["S4", "S3", "S6", "S5", "S2", "S1"]);
+    }
 }

@@ -321,7 +321,8 @@ pub trait Alarms: Send + Sync {
     async fn alarm_generation(&self) -> StoreResult<i64>;
 
     /// When every silence rule would next raise, counted from `started`
-    /// (this server's start) when that is later than its last data.
+    /// (this server's start) when that is later than its last data or
+    /// the rule's setting; [`crate::alarm::SilenceDue::ACTIVE`] for those raised.
     async fn silence_due(&self, started: i64) -> StoreResult<Vec<SilenceDue>>;
 
     /// Raises, in one transaction, those of the silence rules `due` that

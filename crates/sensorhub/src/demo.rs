@@ -115,9 +115,14 @@ fn device(s: &Station, kind: &str) -> DeviceSpec {
         // alice runs the stations (and may write their readings); budi only reads two of them.
         owner: Some("alice".into()),
         retention: None,
-        alarms: (s.id == "AWLR-001").then(|| alarms(p)),
+        alarms: (s.id == FLOODED).then(|| alarms(p)),
     }
 }
+
+/// The station with the demo's alarm rules, through which a flood wave
+/// passes in the demo's first hours (so that a newcomer sees an alarm
+/// raised, escalated through the bands and, hours later, easing).
+const FLOODED: &str = "AWLR-001";
 
 /// The demo's alarm rules, on AWLR-001: warning bands in the manner of
 /// Katulampa's (set to this river's levels, so that the afternoon's high
@@ -190,6 +195,10 @@ fn station_readings(
     start: i64,
 ) -> impl Iterator<Item = ReadingInput> {
     let mut sim = Weather::new(seed, station.interval);
+    if station.id == FLOODED {
+        // 40 minutes after the demo started (`start` is DAYS before it).
+        sim = sim.with_flood(start + DAYS * 86_400 + 2400);
+    }
     (0..).map(move |i| start + i * station.interval).map(move |ts| {
         let p = station.prefix;
         let w = sim.step(ts, start);

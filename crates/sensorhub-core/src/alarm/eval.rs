@@ -26,6 +26,14 @@ impl AlarmRule {
         }
     }
 
+    /// Whether a reading may move this rule's state (so that the state
+    /// must be written again): one with the rule's sensor (`has_value`),
+    /// or any reading for a silence rule of the whole device. A late
+    /// reading answers yes too, and then changes nothing.
+    pub fn hears(&self, has_value: bool) -> bool {
+        has_value || matches!(&self.kind, RuleKind::Silence(rule) if rule.sensor.is_none())
+    }
+
     /// A silence rule's look at the clock: raised when nothing has been
     /// stored for its `no_data_for`, counted from the later of the last data
     /// and `started` (when this server started: a server that was down does
@@ -129,15 +137,29 @@ fn level(rule: &LevelRule, state: &mut AlarmState, ts: i64, v: f64) -> Option<Tr
     state.move_to(now_level, now_level.is_some(), ts)
 }
 
+/// How many steps a rate rule's window is counted in: its memory holds at
+/// most this many readings (and two), however often a station reports
+/// during a long rise.
+pub const RATE_STEPS: i64 = 64;
+
+/// The sliding minimum over the window, its readings' seconds rounded up
+/// to a step of `within / RATE_STEPS`: a reading stays in the window up to
+/// one step longer (28 s of a 30-minute window), and of the readings of
+/// one step only the lowest is kept (the others would never be the
+/// minimum while it is there, and leave with it).
 fn rate(rule: &RateRule, state: &mut AlarmState, ts: i64, v: f64) -> Option<Transition> {
     let mut window = match std::mem::take(&mut state.memo) {
         Memo::Rate { window } => window,
         _ => Default::default(),
     };
+    let step = (rule.within_seconds / RATE_STEPS).max(1);
+    let leaves = ts.div_euclid(step).saturating_add(i64::from(ts.rem_euclid(step) != 0)).saturating_mul(step);
     while window.back().is_some_and(|&(_, w)| w >= v) {
         window.pop_back();
     }
-    window.push_back((ts, v));
+    if window.back().is_none_or(|&(t, _)| t != leaves) {
+        window.push_back((leaves, v));
+    }
     while window.front().is_some_and(|&(t, _)| t < ts.saturating_sub(rule.within_seconds)) {
         window.pop_front();
     }

@@ -56,32 +56,49 @@ pub enum Memo {
     /// break (`None`: it does not reach it now).
     Level { since: Vec<Option<i64>> },
     /// The readings of the window that may still be its minimum: seconds
-    /// and values, values increasing (a sliding-window minimum).
+    /// (rounded up to the rule's step) and values, values increasing (a
+    /// sliding-window minimum).
     Rate { window: VecDeque<(i64, f64)> },
     /// When data was last stored, by the server's clock.
     Silence { last_data_at: Option<i64> },
 }
 
 /// An alarm's state: one per rule and device. Stored as JSON (every rule's
-/// state of a device in one row), its fields as named here.
+/// state of a device in one row, rewritten by each reading that moves it),
+/// its fields as named here; those at rest (false, null, no memo) are left
+/// out, which keeps the row small.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct AlarmState {
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub active: bool,
     /// The episode's level (level rules), least severe 0.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub level: Option<usize>,
     /// When the episode opened: the raising reading's second (silence: when
     /// the silence began).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub raised_at: Option<i64>,
     /// Since when the episode is at its level.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub level_since: Option<i64>,
     /// When the episode was acknowledged (a rise to a higher level asks again).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub acknowledged_at: Option<i64>,
     /// The last value evaluated.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub value: Option<f64>,
     /// The second of the newest reading evaluated: an older one changes nothing.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub timestamp: Option<i64>,
+    #[serde(skip_serializing_if = "Memo::is_none")]
     pub memo: Memo,
+}
+
+impl Memo {
+    fn is_none(&self) -> bool {
+        matches!(self, Memo::None)
+    }
 }
 
 /// Acknowledging an alarm that is not active.
@@ -102,6 +119,12 @@ impl AlarmState {
             value: self.value,
             timestamp: self.timestamp,
         })
+    }
+
+    /// A silence rule's state when the rule is set at server second `now`:
+    /// at rest, its silence counted from then.
+    pub fn listening_since(now: i64) -> Self {
+        Self { memo: Memo::Silence { last_data_at: Some(now) }, ..Self::default() }
     }
 
     /// Moves to `level` (`None`: ok) at second `at`; the transition, if it is one.

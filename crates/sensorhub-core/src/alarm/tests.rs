@@ -143,6 +143,29 @@ fn a_rise_within_the_window_is_active_while_it_lasts() {
 }
 
 #[test]
+fn a_long_rise_reported_every_second_keeps_a_bounded_window() {
+    use crate::alarm::eval::RATE_STEPS;
+    use crate::alarm::state::Memo;
+    let rule = rule(r#"{"name": "rising", "sensor": "wl", "rise": 1000000, "within": "6h"}"#);
+    let mut state = AlarmState::default();
+    // Six hours of a river rising a millimetre a second, then one more
+    // reading: the window's minimum is the first reading still in it.
+    for ts in 0..6 * 3600 {
+        assert!(rule.on_reading(&mut state, ts, Some(ts as f64 / 10.0), ts).is_none());
+        let Memo::Rate { window } = &state.memo else { panic!("a rate memo") };
+        assert!(window.len() as i64 <= RATE_STEPS + 2, "{} readings kept at {ts}", window.len());
+    }
+    let Memo::Rate { window } = &state.memo else { panic!("a rate memo") };
+    assert_eq!(window.front().map(|w| w.1), Some(0.0), "the first second is still in the window");
+    // Half an hour on, the minimum is from at most one step (337 s) more than six hours ago.
+    let ts = 6 * 3600 + 1800;
+    rule.on_reading(&mut state, ts, Some(5000.0), ts);
+    let Memo::Rate { window } = &state.memo else { panic!("a rate memo") };
+    let oldest = window.front().map(|w| w.1 * 10.0).expect("a minimum");
+    assert!((1800.0 - 337.0..=1800.0).contains(&oldest), "the minimum is from second {oldest}");
+}
+
+#[test]
 fn silence_raises_from_the_later_of_the_last_data_and_the_start_and_data_clears_it() {
     let rule = rule(r#"{"name": "silent", "no_data_for": "30m"}"#);
     let mut state = AlarmState::default();

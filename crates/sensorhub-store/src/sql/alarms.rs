@@ -331,6 +331,7 @@ pub(crate) async fn events(
             let transition: String = r.get(2)?;
             Ok(AlarmEvent {
                 id: r.get(0)?,
+                device_pk: pk,
                 device_id: device_id.to_owned(),
                 rule: r.get(1)?,
                 transition: TransitionKind::parse(&transition)

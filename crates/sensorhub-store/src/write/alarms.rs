@@ -85,11 +85,10 @@ impl DeviceAlarms {
                 continue;
             }
             let value = rule.sensor().and_then(&value_of);
-            let before = state.clone();
+            self.changed[i] |= rule.hears(value.is_some());
             if let Some(t) = rule.on_reading(state, timestamp, value, now) {
                 self.transitions.push((i, t));
             }
-            self.changed[i] |= *state != before;
         }
     }
 
@@ -169,6 +168,7 @@ impl DeviceAlarms {
             let id = alarms::insert_event(tx, &new).await?;
             let event = AlarmEvent {
                 id,
+                device_pk: self.pk,
                 device_id: self.device_id.clone(),
                 rule: rule.name.clone(),
                 transition: t.kind,
@@ -222,8 +222,8 @@ pub(crate) async fn active(c: &impl Sql, scope: Scope) -> StoreResult<Vec<Alarm>
     Ok(active)
 }
 
-/// The transitions of device `device_id` (visible in `scope`) recorded for
-/// readings in `range`, oldest first; `None` when the device is not visible.
+/// The transitions of device `device_id` (visible in `scope`) recorded
+/// (by the server's clock, `at`) in `range`, oldest first; `None` when the device is not visible.
 pub(crate) async fn events_of(
     c: &impl Sql,
     scope: Scope,
@@ -244,13 +244,17 @@ pub(crate) async fn acknowledge(tx: &impl Tx, device_id: &str, rule: &str, now: 
     alarms.write(tx, now).await
 }
 
-/// When every silence rule would next raise, counted from `started`.
+/// When every silence rule would next raise, counted from `started`
+/// ([`SilenceDue::ACTIVE`] for those raised).
 pub(crate) async fn silence_due(c: &impl Sql, started: i64) -> StoreResult<Vec<SilenceDue>> {
     let rules = alarms::silence_rules(c).await?;
     Ok(rules
         .into_iter()
-        .filter_map(|(device_pk, device_id, rule, state)| {
-            Some(SilenceDue { at: rule.due_at(&state, started)?, device_pk, device_id, rule: rule.name })
+        .map(|(device_pk, device_id, rule, state)| SilenceDue {
+            at: rule.due_at(&state, started).unwrap_or(SilenceDue::ACTIVE),
+            device_pk,
+            device_id,
+            rule: rule.name,
         })
         .collect())
 }
@@ -294,9 +298,20 @@ pub(crate) async fn replace_rules(
         return Ok(None);
     }
     let (mut ended_rules, mut transitions, mut kept) = (Vec::new(), Vec::new(), Vec::new());
+    for (rule, state) in &stored {
+        if new.contains(rule) {
+            kept.push((rule.name.clone(), state.clone()));
+        }
+    }
+    // A silence rule added (or changed) counts its silence from now, not
+    // from this server's start: setting it never raises at once.
+    for rule in new {
+        if matches!(rule.kind, RuleKind::Silence(_)) && !kept.iter().any(|(name, _)| *name == rule.name) {
+            kept.push((rule.name.clone(), AlarmState::listening_since(now)));
+        }
+    }
     for (rule, state) in stored {
         if new.contains(&rule) {
-            kept.push((rule.name, state));
             continue;
         }
         if state.active {

@@ -2,7 +2,8 @@
 //! the middle of a flood loses no transition and repeats none (the events
 //! list and the signed deliveries after a restart agree with a replay of
 //! the same readings), and with `--mqtt-url` each device's current state is
-//! kept as a retained message on the real Mosquitto.
+//! kept as a retained message on the real Mosquitto (published again each
+//! time the link connects).
 
 use crate::alarms::SIAGA;
 use crate::cli::ok;
@@ -184,22 +185,35 @@ async fn each_transition_is_published_and_the_current_state_is_retained() {
     let broker = Broker::start();
     let (db, _dir, _pg) = provisioned().await;
     ok(&crate::cli::run(&db, &["alarm", "add", "AWLR-001", SIAGA], ""));
+    // Raised while no server ran (by `import`): the link publishes the state when it connects.
+    let dir = tempfile::tempdir().expect("dir");
+    let file = dir.path().join("one.ndjson");
+    let at = jiff::Timestamp::from_second(jiff::Timestamp::now().as_second() - 120).expect("a time");
+    let line = serde_json::json!({"device_id": "AWLR-001", "timestamp": at.to_string(), "sensors": [{"id": "AWLR1-wl", "value": 100.0}]});
+    std::fs::write(&file, format!("{line}\n")).expect("write");
+    ok(&crate::cli::run(&db, &["import", file.to_str().expect("a path")], ""));
     let _server = serve(&db, &broker, &client_id("alarms"), &[]).await;
+    let (state, _) = kept(broker.port, |state| state["event"].is_null()).await;
+    assert_eq!(
+        (state["alarms"][0]["state"].as_str(), state["alarms"][0]["level"].as_str()),
+        (Some("active"), Some("Siaga 3")),
+        "the state at the link's start: {state}"
+    );
     let publisher = Publisher::connect(broker.port, &client_id("station"));
-    let reading = |value: f64| {
-        let time = jiff::Timestamp::now().to_string();
+    // Seconds apart (an older or same-second reading moves nothing).
+    let reading = |value: f64, ago: i64| {
+        let time = jiff::Timestamp::from_second(jiff::Timestamp::now().as_second() - ago).expect("a time").to_string();
         serde_json::json!({"timestamp": time, "sensors": [{"id": "AWLR1-wl", "value": value}]}).to_string()
     };
 
-    publisher.publish("sensorhub/AWLR-001/readings", reading(170.0)).await;
-    let (state, _) = kept(broker.port, |state| state["event"]["transition"] == "raised").await;
+    publisher.publish("sensorhub/AWLR-001/readings", reading(170.0, 60)).await;
+    let (state, _) = kept(broker.port, |state| state["event"]["transition"] == "level_changed").await;
     assert_eq!(
         (state["alarms"][0]["state"].as_str(), state["alarms"][0]["level"].as_str()),
         (Some("active"), Some("Siaga 2"))
     );
 
-    tokio::time::sleep(Duration::from_millis(1100)).await;
-    publisher.publish("sensorhub/AWLR-001/readings", reading(10.0)).await;
+    publisher.publish("sensorhub/AWLR-001/readings", reading(10.0, 30)).await;
     let (state, _) = kept(broker.port, |state| state["event"]["transition"] == "cleared").await;
     assert_eq!((state["alarms"][0]["state"].as_str(), &state["alarms"][0]["level"]), (Some("ok"), &Value::Null));
 }

@@ -327,6 +327,16 @@ on_each_backend! {
             .await;
         assert!(a.data().as_array().is_some_and(|d| d.len() > 30 * 144), "30+ days at 10 minutes");
         assert_eq!(app.get("/pk-demo-budi/devices").await.data().as_array().map(Vec::len), Some(2));
+        // A flood wave is passing AWLR-001 as the demo starts: a newcomer sees its alarm at once.
+        let active = app.get("/pk-demo-alice-all/alarms").await;
+        let active = active.data().as_array().expect("a list").clone();
+        assert_eq!(active.len(), 1, "{active:?}");
+        assert_eq!((active[0]["device_id"].as_str(), active[0]["rule"].as_str()), (Some("AWLR-001"), Some("siaga")));
+        let level = active[0]["level"].as_str().unwrap_or_default();
+        assert!(["Siaga 2", "Siaga 1"].contains(&level), "near the crest: {level}");
+        let since = (jiff::Timestamp::now() - jiff::SignedDuration::from_hours(2)).to_string();
+        let events = app.get(&format!("/pk-demo-alice-all/devices/AWLR-001/alarms/events?start={since}")).await;
+        assert_eq!(events.data()[0]["transition"], "raised", "{}", events.text);
         let again = ok(&run(&app.db, &["demo"], ""));
         assert!(again.contains("not empty"), "{again}");
     }

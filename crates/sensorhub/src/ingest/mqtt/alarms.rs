@@ -5,6 +5,12 @@
 //! heard after their commit ([`sensorhub_store::observe`]) and queued
 //! (bounded); a task publishes them within the link's budget of messages
 //! in flight, so that nothing that writes readings ever waits for it.
+//!
+//! Publishing is best effort (a transition queued when the process dies,
+//! or dropped while the link is down, is not published; the events list
+//! and webhook deliveries have every one): so that the retained state is
+//! not left stale by one, each connection to the broker publishes every
+//! device's current state again, with `"event": null`.
 
 use super::writer::PUBLISHES_IN_FLIGHT;
 use crate::alarm_view::Clock;
@@ -72,17 +78,49 @@ pub(super) fn channel() -> (Transitions, mpsc::Receiver<AlarmEvent>, Arc<Unpubli
 }
 
 /// Publishes each queued transition, retained, with the device's alarms.
-pub(super) async fn run(
-    mut queue: mpsc::Receiver<AlarmEvent>,
-    client: AsyncClient,
-    store: Arc<dyn Store>,
-    prefix: String,
-    in_flight: Arc<AtomicUsize>,
-    unpublished: Arc<Unpublished>,
-) {
-    while let Some(event) = queue.recv().await {
+pub(super) struct Publisher {
+    pub client: AsyncClient,
+    pub store: Arc<dyn Store>,
+    pub prefix: String,
+    /// The link's messages in flight.
+    pub in_flight: Arc<AtomicUsize>,
+    pub unpublished: Arc<Unpublished>,
+    /// Tells of each connection.
+    pub status: Arc<super::MqttStatus>,
+}
+
+impl Publisher {
+    /// Publishes the queued transitions, and every device's state at each connection.
+    pub(super) async fn run(self, mut queue: mpsc::Receiver<AlarmEvent>) {
+        loop {
+            tokio::select! {
+                event = queue.recv() => {
+                    let Some(event) = event else { return };
+                    self.publish(&event.device_id, Some(&event)).await;
+                }
+                () = self.status.connects.notified() => self.publish_all().await,
+            }
+        }
+    }
+
+    /// Every device with alarm rules: its current state, retained.
+    async fn publish_all(&self) {
+        let devices = match self.store.alarm_rules(None).await {
+            Ok(rules) => rules.into_iter().map(|(device, _)| device).collect::<std::collections::BTreeSet<_>>(),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot list the devices with alarms; their retained states are published at their next transition");
+                return;
+            }
+        };
+        for device in devices {
+            self.publish(&device, None).await;
+        }
+    }
+
+    /// Device `device_id`'s alarms, after `event` when there is one, retained.
+    async fn publish(&self, device_id: &str, event: Option<&AlarmEvent>) {
         let mut clock = Clock::new(Zone::Fixed(jiff::tz::Offset::UTC));
-        let alarms = match store.alarms(Scope::All, &event.device_id).await {
+        let alarms = match self.store.alarms(Scope::All, device_id).await {
             Ok(alarms) => alarms.unwrap_or_default(),
             Err(e) => {
                 tracing::warn!(error = %e, "cannot read a device's alarms for MQTT; the transition is published alone");
@@ -90,18 +128,18 @@ pub(super) async fn run(
             }
         };
         let payload = serde_json::json!({
-            "event": clock.event(&event),
+            "event": event.map(|e| clock.event(e)),
             "alarms": alarms.iter().map(|a| clock.alarm(a)).collect::<Vec<_>>(),
         });
-        while in_flight.load(Ordering::Relaxed) >= PUBLISHES_IN_FLIGHT {
+        while self.in_flight.load(Ordering::Relaxed) >= PUBLISHES_IN_FLIGHT {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        let topic = format!("{prefix}/{}/alarms", event.device_id);
-        match client.try_publish(topic, QoS::AtLeastOnce, true, payload.to_string()) {
+        let topic = format!("{}/{device_id}/alarms", self.prefix);
+        match self.client.try_publish(topic, QoS::AtLeastOnce, true, payload.to_string()) {
             Ok(()) => {
-                in_flight.fetch_add(1, Ordering::Relaxed);
+                self.in_flight.fetch_add(1, Ordering::Relaxed);
             }
-            Err(_) => unpublished.one("the link's request queue is full or closed"),
+            Err(_) => self.unpublished.one("the link's request queue is full or closed"),
         }
     }
 }

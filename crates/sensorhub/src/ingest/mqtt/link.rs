@@ -44,6 +44,7 @@ impl Link {
             match eventloop.poll().await {
                 Ok(Event::Incoming(Packet::ConnAck(ack))) => {
                     self.status.connected.store(true, Ordering::Relaxed);
+                    self.status.connects.notify_one();
                     // What a lost connection left unsent is not counted again.
                     self.acks_in_flight.store(0, Ordering::Relaxed);
                     self.metrics.mqtt_connected(true);

@@ -44,6 +44,9 @@ const MAX_BACKOFF: Duration = Duration::from_secs(30);
 #[derive(Debug, Default)]
 pub struct MqttStatus {
     connected: AtomicBool,
+    /// Told at each connection: the alarm publisher then publishes every
+    /// device's current state again (what the broker kept may be stale).
+    connects: tokio::sync::Notify,
 }
 
 impl MqttStatus {
@@ -109,7 +112,15 @@ pub fn spawn(
     let (transitions, queued, unpublished) = alarms::channel();
     store.observe(Arc::new(transitions));
     let prefix = settings.prefix.clone();
-    let publish = alarms::run(queued, client.clone(), store.clone(), prefix, publishes_in_flight.clone(), unpublished);
+    let publish = alarms::Publisher {
+        client: client.clone(),
+        store: store.clone(),
+        prefix,
+        in_flight: publishes_in_flight.clone(),
+        unpublished,
+        status: status.clone(),
+    };
+    let publish = publish.run(queued);
     tokio::spawn(publish);
     let writer = writer::Writer { client, store, metrics, settings, publishes_in_flight, acks_in_flight };
     tokio::spawn(writer.run(rx));
