@@ -8,6 +8,7 @@ use super::{Param, Row, Sql};
 use crate::alarm::{Alarm, AlarmEvent};
 use crate::{Scope, StoreError, StoreResult};
 use sensorhub_core::alarm::{AlarmRule, AlarmState, RuleSpec, TransitionKind};
+use std::sync::OnceLock;
 
 /// A stored rule spec, read back. Every transaction that writes readings
 /// reads the rules of its stations, and most stations share a few specs:
@@ -67,29 +68,66 @@ pub(crate) async fn any_rules(c: &impl Sql) -> StoreResult<bool> {
     c.query_one("SELECT EXISTS (SELECT 1 FROM alarm_rules)", &[]).await?.get(0)
 }
 
-/// Runs `sql`, whose `$1..$128` are device keys, for `pks` a chunk at a time
-/// (the last padded with its last key), and hands each row to `each`.
-async fn by_chunks(
-    c: &impl Sql,
-    sql: &str,
-    pks: &[i64],
-    mut each: impl FnMut(&Row) -> StoreResult<()>,
-) -> StoreResult<()> {
-    for chunk in pks.chunks(DEVICES_AT_ONCE) {
-        let last = chunk.last().copied().unwrap_or_default();
-        let params: Vec<Param<'_>> =
-            chunk.iter().copied().chain(std::iter::repeat(last)).take(DEVICES_AT_ONCE).map(Param::from).collect();
-        for row in c.query(sql, &params).await? {
-            each(&row)?;
-        }
-    }
-    Ok(())
+/// A query of many devices' keys (`… IN ($1, …)`): its statement for one
+/// key, and for [`DEVICES_AT_ONCE`] (the last chunk padded), each written
+/// once, so that either is prepared once.
+struct ByDevices {
+    head: &'static str,
+    tail: &'static str,
+    one: OnceLock<String>,
+    many: OnceLock<String>,
 }
 
-/// `$1, $2, …, $128`: the device keys of a [`by_chunks`] statement.
-fn device_list() -> String {
-    (1..=DEVICES_AT_ONCE).map(|i| format!("${i}")).collect::<Vec<_>>().join(", ")
+impl ByDevices {
+    const fn new(head: &'static str, tail: &'static str) -> Self {
+        Self { head, tail, one: OnceLock::new(), many: OnceLock::new() }
+    }
+
+    /// The statement for `width` keys (1 or [`DEVICES_AT_ONCE`]).
+    fn sql(&self, width: usize) -> &str {
+        if width == 1 {
+            self.one.get_or_init(|| format!("{}$1{}", self.head, self.tail))
+        } else {
+            self.many.get_or_init(|| {
+                let keys: Vec<String> = (1..=DEVICES_AT_ONCE).map(|i| format!("${i}")).collect();
+                format!("{}{}{}", self.head, keys.join(", "), self.tail)
+            })
+        }
+    }
+
+    /// Runs the query for `pks` (one statement for a single key, else a
+    /// chunk at a time, the last padded with its last key) and hands each
+    /// row to `each`.
+    async fn each(&self, c: &impl Sql, pks: &[i64], mut each: impl FnMut(&Row) -> StoreResult<()>) -> StoreResult<()> {
+        if let [pk] = pks {
+            for row in c.query(self.sql(1), &[Param::from(*pk)]).await? {
+                each(&row)?;
+            }
+            return Ok(());
+        }
+        for chunk in pks.chunks(DEVICES_AT_ONCE) {
+            let last = chunk.last().copied().unwrap_or_default();
+            let params: Vec<Param<'_>> =
+                chunk.iter().copied().chain(std::iter::repeat(last)).take(DEVICES_AT_ONCE).map(Param::from).collect();
+            for row in c.query(self.sql(DEVICES_AT_ONCE), &params).await? {
+                each(&row)?;
+            }
+        }
+        Ok(())
+    }
 }
+
+static RULES_OF: ByDevices =
+    ByDevices::new("SELECT device_pk, spec FROM alarm_rules WHERE device_pk IN (", ") ORDER BY device_pk, position");
+
+static RULES_AND_STATES_OF: ByDevices = ByDevices::new(
+    "SELECT r.device_pk, r.spec, s.states FROM alarm_rules r
+     LEFT JOIN alarm_states s ON s.device_pk = r.device_pk
+     WHERE r.device_pk IN (",
+    ") ORDER BY r.device_pk, r.position",
+);
+
+static STATES_OF: ByDevices = ByDevices::new("SELECT device_pk, states FROM alarm_states WHERE device_pk IN (", ")");
 
 /// The rules in order, each with its state, of those of devices `pks`
 /// that have rules, by device.
@@ -116,15 +154,12 @@ pub(crate) async fn rules_only_of_many(
     pks: &[i64],
 ) -> StoreResult<crate::decide::FastMap<i64, Vec<AlarmRule>>> {
     let mut rules: crate::decide::FastMap<i64, Vec<AlarmRule>> = Default::default();
-    let sql = format!(
-        "SELECT device_pk, spec FROM alarm_rules WHERE device_pk IN ({}) ORDER BY device_pk, position",
-        device_list()
-    );
-    by_chunks(c, &sql, pks, |row| {
-        rules.entry(row.get(0)?).or_default().push(parse_rule(row.text(1)?)?);
-        Ok(())
-    })
-    .await?;
+    RULES_OF
+        .each(c, pks, |row| {
+            rules.entry(row.get(0)?).or_default().push(parse_rule(row.text(1)?)?);
+            Ok(())
+        })
+        .await?;
     Ok(rules)
 }
 
@@ -136,26 +171,21 @@ pub(crate) async fn rules_and_states_of_many(
     pks: &[i64],
 ) -> StoreResult<crate::decide::FastMap<i64, (Vec<AlarmRule>, StoredStates)>> {
     let mut out: crate::decide::FastMap<i64, (Vec<AlarmRule>, StoredStates)> = Default::default();
-    let sql = format!(
-        "SELECT r.device_pk, r.spec, s.states FROM alarm_rules r
-         LEFT JOIN alarm_states s ON s.device_pk = r.device_pk
-         WHERE r.device_pk IN ({}) ORDER BY r.device_pk, r.position",
-        device_list()
-    );
-    by_chunks(c, &sql, pks, |row| {
-        let pk: i64 = row.get(0)?;
-        let rule = parse_rule(row.text(1)?)?;
-        match out.entry(pk) {
-            std::collections::hash_map::Entry::Occupied(mut e) => e.get_mut().0.push(rule),
-            std::collections::hash_map::Entry::Vacant(e) => {
-                let text: Option<String> = row.get(2)?;
-                let states = text.as_deref().map(parse_states).transpose()?.unwrap_or_default();
-                e.insert((vec![rule], states));
+    RULES_AND_STATES_OF
+        .each(c, pks, |row| {
+            let pk: i64 = row.get(0)?;
+            let rule = parse_rule(row.text(1)?)?;
+            match out.entry(pk) {
+                std::collections::hash_map::Entry::Occupied(mut e) => e.get_mut().0.push(rule),
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    let text: Option<String> = row.get(2)?;
+                    let states = text.as_deref().map(parse_states).transpose()?.unwrap_or_default();
+                    e.insert((vec![rule], states));
+                }
             }
-        }
-        Ok(())
-    })
-    .await?;
+            Ok(())
+        })
+        .await?;
     Ok(out)
 }
 
@@ -166,12 +196,12 @@ pub(crate) async fn states_of_many(
     pks: &[i64],
 ) -> StoreResult<crate::decide::FastMap<i64, StoredStates>> {
     let mut states: crate::decide::FastMap<i64, StoredStates> = Default::default();
-    let sql = format!("SELECT device_pk, states FROM alarm_states WHERE device_pk IN ({})", device_list());
-    by_chunks(c, &sql, pks, |row| {
-        states.insert(row.get(0)?, parse_states(row.text(1)?)?);
-        Ok(())
-    })
-    .await?;
+    STATES_OF
+        .each(c, pks, |row| {
+            states.insert(row.get(0)?, parse_states(row.text(1)?)?);
+            Ok(())
+        })
+        .await?;
     Ok(states)
 }
 
