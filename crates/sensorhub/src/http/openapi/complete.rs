@@ -1,0 +1,184 @@
+//! What many operations share, added to the generated document as JSON
+//! rather than repeated on each handler's annotation: path parameters'
+//! examples that work against `serve --demo` (alice's key, her first
+//! water-level station and its rule, yesterday as the range), the CSV and
+//! NDJSON answers of the data operations, `WWW-Authenticate` on every 401,
+//! and links from each device list to the operations on one device, so a
+//! stateful tool can walk from the list to a station's data.
+
+use serde_json::{Value, json};
+
+/// Examples of path parameters, by name: the demo's (`sensorhub demo`).
+const PATH_EXAMPLES: [(&str, &str); 3] =
+    [("api_key_id", "pk-demo-alice-all"), ("device_id", "AWLR-001"), ("rule", "siaga")];
+
+/// The operations a device list links to, by link name: (Basic, key) operation ids.
+const DEVICE_LINKS: [(&str, &str, &str); 5] = [
+    ("data", "read_basic", "read_public"),
+    ("latest", "latest_basic", "latest_public"),
+    ("stream", "stream_basic", "stream_public"),
+    ("alarms", "alarms_basic", "alarms_public"),
+    ("alarm_events", "events_basic", "events_public"),
+];
+
+/// Completes `doc`; `now` dates the range examples (the day before it,
+/// which the demo always holds).
+pub(super) fn examples_formats_and_links(doc: &mut Value, now: jiff::Timestamp) {
+    let yesterday = now.to_zoned(jiff::tz::TimeZone::UTC).date().yesterday().ok();
+    let range = yesterday.map(|d| (format!("{d}T00:00:00Z"), format!("{d}T23:59:59Z")));
+    let Some(paths) = doc["paths"].as_object_mut() else { return };
+    for (path, item) in paths.iter_mut() {
+        let Some(item) = item.as_object_mut() else { continue };
+        for op in item.values_mut() {
+            parameter_examples(op, range.as_ref());
+            if let Some(unauthorized) = op.pointer_mut("/responses/401") {
+                unauthorized["headers"]["WWW-Authenticate"] = json!({
+                    "description": "The challenge: Basic realm=\"sensorhub\" (Bearer for /metrics)",
+                    "schema": {"type": "string"},
+                });
+            }
+            if path.ends_with("/data") {
+                formats(op);
+            }
+            links(op);
+        }
+    }
+}
+
+/// Sets the example of each path parameter named in [`PATH_EXAMPLES`],
+/// and of `start` and `end` in the query to `range`.
+fn parameter_examples(op: &mut Value, range: Option<&(String, String)>) {
+    let Some(params) = op["parameters"].as_array_mut() else { return };
+    for p in params {
+        let name = p["name"].as_str().unwrap_or_default();
+        let example = match (p["in"].as_str(), name) {
+            (Some("path"), _) => PATH_EXAMPLES.iter().find(|(n, _)| *n == name).map(|(_, e)| (*e).to_owned()),
+            (Some("query"), "start") => range.map(|r| r.0.clone()),
+            (Some("query"), "end") => range.map(|r| r.1.clone()),
+            _ => None,
+        };
+        if let Some(example) = example {
+            p["example"] = Value::String(example);
+        }
+    }
+}
+
+/// The data operations' answers besides JSON: CSV and NDJSON, chosen by
+/// `format` or `Accept`.
+fn formats(op: &mut Value) {
+    let Some(content) = op.pointer_mut("/responses/200/content").and_then(Value::as_object_mut) else { return };
+    content.insert(
+        "text/csv".into(),
+        json!({
+            "schema": {"type": "string", "description": "RFC 4180: a header row timestamp,<sensor id>,… and a row per time, empty cells where a sensor has no value"},
+            "example": "timestamp,AWLR1-wl,AWLR1-batt\r\n2026-05-05T07:00:00+07:00,84.1,97.9\r\n",
+        }),
+    );
+    content.insert(
+        "application/x-ndjson".into(),
+        json!({
+            "schema": {"type": "string", "description": "One {\"timestamp\", \"sensors\"} object (a Reading) per line"},
+            "example": "{\"timestamp\":\"2026-05-05T07:00:00+07:00\",\"sensors\":[{\"id\":\"AWLR1-wl\",\"value\":84.1,\"unit\":\"cm\"}]}\n",
+        }),
+    );
+}
+
+/// A device list's links to the operations on one of its devices.
+fn links(op: &mut Value) {
+    let public = match op["operationId"].as_str() {
+        Some("list_basic") => false,
+        Some("list_public") => true,
+        _ => return,
+    };
+    let mut links = serde_json::Map::new();
+    for (name, basic, keyed) in DEVICE_LINKS {
+        let mut parameters = json!({"device_id": "$response.body#/data/0/device_id"});
+        if public {
+            parameters["api_key_id"] = json!("$request.path.api_key_id");
+        }
+        let id = if public { keyed } else { basic };
+        links.insert(name.into(), json!({"operationId": id, "parameters": parameters}));
+    }
+    if let Some(ok) = op.pointer_mut("/responses/200") {
+        ok["links"] = Value::Object(links);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::document_json;
+    use serde_json::Value;
+
+    fn document() -> Value {
+        serde_json::from_str(&document_json()).expect("JSON")
+    }
+
+    #[test]
+    fn every_key_path_parameter_has_the_demos_key_and_every_device_a_demo_device() {
+        let doc = document();
+        let mut seen = 0;
+        for (path, item) in doc["paths"].as_object().expect("paths") {
+            for op in item.as_object().expect("an item").values() {
+                for p in op["parameters"].as_array().into_iter().flatten() {
+                    let expected = match p["name"].as_str() {
+                        Some("api_key_id") => "pk-demo-alice-all",
+                        Some("device_id") => "AWLR-001",
+                        _ => continue,
+                    };
+                    assert_eq!(p["example"], expected, "{path} {}", p["name"]);
+                    seen += 1;
+                }
+            }
+        }
+        assert!(seen >= 18, "7 key operations and 11 on one device: {seen}");
+    }
+
+    #[test]
+    fn the_data_operations_declare_csv_and_ndjson_and_a_401_its_challenge() {
+        let doc = document();
+        for path in ["/external/v1/devices/{device_id}/data", "/external/v1/{api_key_id}/devices/{device_id}/data"] {
+            let content = &doc["paths"][path]["get"]["responses"]["200"]["content"];
+            for kind in ["application/json", "text/csv", "application/x-ndjson"] {
+                assert!(content.get(kind).is_some(), "{path} {kind}");
+            }
+        }
+        let challenge = &doc["paths"]["/external/v1/devices"]["get"]["responses"]["401"]["headers"]["WWW-Authenticate"];
+        assert!(challenge.is_object(), "{challenge}");
+    }
+
+    #[test]
+    fn a_device_list_links_to_the_operations_on_its_devices() {
+        let doc = document();
+        let ids: Vec<String> = doc["paths"]
+            .as_object()
+            .expect("paths")
+            .values()
+            .flat_map(|item| item.as_object().expect("an item").values())
+            .filter_map(|op| op["operationId"].as_str().map(str::to_owned))
+            .collect();
+        for (list, key) in [("/external/v1/devices", false), ("/external/v1/{api_key_id}/devices", true)] {
+            let links = doc["paths"][list]["get"]["responses"]["200"]["links"].as_object().expect("links");
+            assert_eq!(links.len(), 5, "{list}");
+            for link in links.values() {
+                assert!(ids.iter().any(|id| link["operationId"] == id.as_str()), "{link} names an operation");
+                assert_eq!(link["parameters"]["device_id"], "$response.body#/data/0/device_id");
+                assert_eq!(link["parameters"].get("api_key_id").is_some(), key, "{link}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_range_examples_are_the_day_before_the_document_was_made() {
+        let mut doc = serde_json::json!({"paths": {"/x/data": {"get": {"parameters": [
+            {"name": "start", "in": "query"}, {"name": "end", "in": "query"}, {"name": "tz", "in": "query", "example": "7"}],
+            "responses": {"200": {"content": {"application/json": {}}}}}}}});
+        let now: jiff::Timestamp = "2026-03-01T05:00:00Z".parse().expect("a time");
+        super::examples_formats_and_links(&mut doc, now);
+        let params = &doc["paths"]["/x/data"]["get"]["parameters"];
+        assert_eq!(
+            (params[0]["example"].as_str(), params[1]["example"].as_str()),
+            (Some("2026-02-28T00:00:00Z"), Some("2026-02-28T23:59:59Z"))
+        );
+        assert_eq!(params[2]["example"], "7", "others as annotated");
+    }
+}
