@@ -48,7 +48,7 @@ pub(super) fn examples_formats_and_links(doc: &mut Value, now: jiff::Timestamp) 
 /// Sets the example of each path parameter named in [`PATH_EXAMPLES`],
 /// and of `start` and `end` in the query to `range`.
 fn parameter_examples(op: &mut Value, range: Option<&(String, String)>) {
-    let Some(params) = op["parameters"].as_array_mut() else { return };
+    let Some(params) = op.get_mut("parameters").and_then(Value::as_array_mut) else { return };
     for p in params {
         let name = p["name"].as_str().unwrap_or_default();
         let example = match (p["in"].as_str(), name) {
@@ -163,6 +163,18 @@ mod tests {
                 assert!(ids.iter().any(|id| link["operationId"] == id.as_str()), "{link} names an operation");
                 assert_eq!(link["parameters"]["device_id"], "$response.body#/data/0/device_id");
                 assert_eq!(link["parameters"].get("api_key_id").is_some(), key, "{link}");
+            }
+        }
+    }
+
+    #[test]
+    fn nothing_is_added_as_null() {
+        let doc = document();
+        for (path, item) in doc["paths"].as_object().expect("paths") {
+            for (method, op) in item.as_object().expect("an item") {
+                for (key, value) in op.as_object().expect("an operation") {
+                    assert!(!value.is_null(), "{method} {path}: {key} is null");
+                }
             }
         }
     }
