@@ -29,7 +29,7 @@ pub(super) fn examples_formats_and_links(doc: &mut Value, now: jiff::Timestamp) 
     let Some(paths) = doc["paths"].as_object_mut() else { return };
     for (path, item) in paths.iter_mut() {
         let Some(item) = item.as_object_mut() else { continue };
-        for op in item.values_mut() {
+        for (method, op) in item.iter_mut() {
             parameter_examples(op, range.as_ref());
             if let Some(unauthorized) = op.pointer_mut("/responses/401") {
                 unauthorized["headers"]["WWW-Authenticate"] = json!({
@@ -41,16 +41,38 @@ pub(super) fn examples_formats_and_links(doc: &mut Value, now: jiff::Timestamp) 
                 formats(op);
             }
             links(op);
+            server_trouble(op);
+            allow_on_405(op, method);
         }
     }
 }
 
+/// The values the query parameters of a closed set take, as the server
+/// reads them (an empty value is as if the parameter were absent), and
+/// the shape of an interval (its count's limits are checked beyond it).
+fn query_schema(name: &str) -> Option<Value> {
+    let one_of = |values: &[&str]| json!({"type": "string", "enum": values});
+    match name {
+        "format" => Some(one_of(&["json", "csv", "ndjson", ""])),
+        "agg" => Some(one_of(&["mean", "min", "max", "sum", "count", "first", "last", ""])),
+        "interval" => Some(json!({"type": "string", "pattern": "^([0-9]+(m|h|d|w|mo))?$"})),
+        _ => None,
+    }
+}
+
 /// Sets the example of each path parameter named in [`PATH_EXAMPLES`],
-/// and of `start` and `end` in the query to `range`.
+/// of `start` and `end` in the query to `range`, and the closed sets of
+/// the query's values ([`query_schema`]).
 fn parameter_examples(op: &mut Value, range: Option<&(String, String)>) {
     let Some(params) = op.get_mut("parameters").and_then(Value::as_array_mut) else { return };
     for p in params {
-        let name = p["name"].as_str().unwrap_or_default();
+        let name = p["name"].as_str().unwrap_or_default().to_owned();
+        let name = name.as_str();
+        if p["in"] == "query"
+            && let Some(schema) = query_schema(name)
+        {
+            p["schema"] = schema;
+        }
         let example = match (p["in"].as_str(), name) {
             (Some("path"), _) => PATH_EXAMPLES.iter().find(|(n, _)| *n == name).map(|(_, e)| (*e).to_owned()),
             (Some("query"), "start") => range.map(|r| r.0.clone()),
@@ -81,6 +103,30 @@ fn formats(op: &mut Value) {
             "example": "{\"timestamp\":\"2026-05-05T07:00:00+07:00\",\"sensors\":[{\"id\":\"AWLR1-wl\",\"value\":84.1,\"unit\":\"cm\"}]}\n",
         }),
     );
+}
+
+/// 500 and 503 (a request that timed out, or a shared rate-limit store
+/// that cannot be reached while limits are closed), in the body the
+/// operation's other errors have, on every operation that is rate
+/// limited (those answering 429).
+fn server_trouble(op: &mut Value) {
+    let Some(limited) = op.pointer("/responses/429/content").cloned() else { return };
+    for (status, description) in [
+        ("500", "Internal Server Error"),
+        ("503", "Service Unavailable: the request timed out, or the server is overloaded"),
+    ] {
+        op["responses"][status] = json!({"description": description, "content": limited});
+    }
+    op["responses"]["503"]["headers"]["Retry-After"] = json!({"description": "Seconds to wait before retrying (when the request timed out)", "schema": {"type": "integer", "minimum": 0}});
+}
+
+/// The `Allow` header of each 405: the methods the path answers.
+fn allow_on_405(op: &mut Value, method: &str) {
+    let allowed = if method == "get" { "GET, HEAD" } else { "POST" };
+    if let Some(refused) = op.pointer_mut("/responses/405") {
+        refused["headers"]["Allow"] =
+            json!({"description": format!("The methods this path answers: {allowed}"), "schema": {"type": "string"}});
+    }
 }
 
 /// A device list's links to the operations on one of its devices.
@@ -142,8 +188,16 @@ mod tests {
                 assert!(content.get(kind).is_some(), "{path} {kind}");
             }
         }
-        let challenge = &doc["paths"]["/external/v1/devices"]["get"]["responses"]["401"]["headers"]["WWW-Authenticate"];
-        assert!(challenge.is_object(), "{challenge}");
+        let responses = &doc["paths"]["/external/v1/devices"]["get"]["responses"];
+        assert!(responses["401"]["headers"]["WWW-Authenticate"].is_object(), "{responses}");
+        assert!(responses["405"]["headers"]["Allow"].is_object(), "{responses}");
+        for status in ["500", "503"] {
+            assert_eq!(responses[status]["content"], responses["429"]["content"], "{status}: the envelope");
+        }
+        let params =
+            doc["paths"]["/external/v1/devices/{device_id}/data"]["get"]["parameters"].as_array().expect("params");
+        let format = params.iter().find(|p| p["name"] == "format").expect("format");
+        assert_eq!(format["schema"]["enum"], serde_json::json!(["json", "csv", "ndjson", ""]));
     }
 
     #[test]
