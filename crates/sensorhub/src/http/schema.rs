@@ -93,11 +93,11 @@ pub struct ErrorBody {
 /// The webhook envelope (spec 2.6).
 #[derive(Serialize, ToSchema)]
 pub struct WebhookEnvelope {
-    /// Event kind, e.g. `sensor-data`.
-    #[schema(min_length = 1, example = "sensor-data")]
+    /// Event kind, e.g. `sensor-data`: not empty, nor only spaces.
+    #[schema(min_length = 1, pattern = "\\S", example = "sensor-data")]
     event: String,
-    /// Device identifier.
-    #[schema(min_length = 1, example = "AWLR-001")]
+    /// Device identifier: not empty, nor only spaces.
+    #[schema(min_length = 1, pattern = "\\S", example = "AWLR-001")]
     device_id: String,
     /// RFC 3339 date-time with `Z` or an offset.
     #[schema(format = DateTime, example = "2026-05-05T07:00:00+07:00")]

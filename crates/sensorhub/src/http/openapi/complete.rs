@@ -194,6 +194,11 @@ mod tests {
         for status in ["500", "503"] {
             assert_eq!(responses[status]["content"], responses["429"]["content"], "{status}: the envelope");
         }
+        let envelope = &doc["components"]["schemas"]["WebhookEnvelope"]["properties"];
+        assert_eq!(
+            (envelope["device_id"]["pattern"].as_str(), envelope["event"]["pattern"].as_str()),
+            (Some("\\S"), Some("\\S"))
+        );
         let params =
             doc["paths"]["/external/v1/devices/{device_id}/data"]["get"]["parameters"].as_array().expect("params");
         let format = params.iter().find(|p| p["name"] == "format").expect("format");
