@@ -26,6 +26,7 @@ const DEVICE_LINKS: [(&str, &str, &str); 5] = [
 pub(super) fn examples_formats_and_links(doc: &mut Value, now: jiff::Timestamp) {
     let yesterday = now.to_zoned(jiff::tz::TimeZone::UTC).date().yesterday().ok();
     let range = yesterday.map(|d| (format!("{d}T00:00:00Z"), format!("{d}T23:59:59Z")));
+    schemas(doc);
     let Some(paths) = doc["paths"].as_object_mut() else { return };
     for (path, item) in paths.iter_mut() {
         let Some(item) = item.as_object_mut() else { continue };
@@ -44,6 +45,47 @@ pub(super) fn examples_formats_and_links(doc: &mut Value, now: jiff::Timestamp) 
             server_trouble(op);
             allow_on_405(op, method);
         }
+    }
+}
+
+/// Schemas the types cannot say: the webhook's `data` in its two shapes
+/// (named values, or a `sensors` list of `{id, value}`: a value may be
+/// anything in simulate mode, which warns, and must be a number in ingest
+/// mode, which refuses), free-form objects open to any member (a code
+/// generator reads a bare object as one with no members), `data: null`
+/// in an error, and the metrics' text.
+fn schemas(doc: &mut Value) {
+    let open = |what: &str| json!({"type": "object", "additionalProperties": true, "description": what});
+    let value =
+        json!({"description": "A number (ingest mode refuses anything else; simulate mode accepts it with a warning)"});
+    if let Some(envelope) = doc.pointer_mut("/components/schemas/WebhookEnvelope/properties") {
+        envelope["data"] = json!({
+            "description": "The values: named values ({\"AWLR1-wl\": 84.1}), or a sensors list ({\"sensors\": [{\"id\": \"AWLR1-wl\", \"value\": 84.1}]}), not both",
+            "oneOf": [
+                {"type": "object", "required": ["sensors"], "additionalProperties": false, "properties": {
+                    "sensors": {"type": "array", "items": {"type": "object", "required": ["id", "value"], "properties": {
+                        "id": {"type": "string", "pattern": "\\S"}, "value": value}}}}},
+                {"type": "object", "not": {"required": ["sensors"], "properties": {"sensors": {"type": "array"}}},
+                 "additionalProperties": value},
+            ],
+        });
+        envelope["metadata"] =
+            json!({"type": ["object", "null"], "additionalProperties": true, "description": "Free-form"});
+    }
+    if let Some(spec) = doc.pointer_mut("/components/schemas/AlarmView/properties/spec") {
+        *spec = open("The rule as written (docs/alarms.md)");
+    }
+    if let Some(envelope) = doc.pointer_mut("/components/schemas/Received/properties/envelope") {
+        *envelope = open("The envelope as it was received");
+    }
+    if let Some(data) = doc.pointer_mut("/components/schemas/ErrorBody/properties/data") {
+        *data = json!({"type": "null", "description": "Always null"});
+    }
+    if let Some(this) = doc.pointer_mut("/paths/~1openapi.json/get/responses/200/content/application~1json/schema") {
+        *this = open("This document");
+    }
+    if let Some(text) = doc.pointer_mut("/paths/~1metrics/get/responses/200/content/application~1openmetrics-text") {
+        text["schema"] = json!({"type": "string"});
     }
 }
 
@@ -224,6 +266,19 @@ mod tests {
                 assert_eq!(link["parameters"].get("api_key_id").is_some(), key, "{link}");
             }
         }
+    }
+
+    #[test]
+    fn free_form_objects_are_open_and_the_envelope_says_its_two_shapes() {
+        let doc = document();
+        let schemas = &doc["components"]["schemas"];
+        assert_eq!(schemas["WebhookEnvelope"]["properties"]["data"]["oneOf"].as_array().map(Vec::len), Some(2));
+        for (schema, field) in [("WebhookEnvelope", "metadata"), ("AlarmView", "spec"), ("Received", "envelope")] {
+            assert_eq!(schemas[schema]["properties"][field]["additionalProperties"], true, "{schema}.{field}");
+        }
+        assert_eq!(schemas["ErrorBody"]["properties"]["data"]["type"], "null");
+        let metrics = &doc["paths"]["/metrics"]["get"]["responses"]["200"]["content"]["application/openmetrics-text"];
+        assert_eq!(metrics["schema"]["type"], "string");
     }
 
     #[test]
