@@ -43,6 +43,10 @@ pub(super) fn examples_formats_and_links(doc: &mut Value, now: jiff::Timestamp) 
             }
             links(op);
             server_trouble(op);
+            if matches!(op["operationId"].as_str(), Some("write-v2" | "write-v1")) {
+                // An empty body is a write of no points, answered 204.
+                op["requestBody"]["required"] = json!(false);
+            }
             allow_on_405(op, method);
         }
     }
@@ -98,6 +102,8 @@ fn query_schema(name: &str) -> Option<Value> {
         "format" => Some(one_of(&["json", "csv", "ndjson", ""])),
         "agg" => Some(one_of(&["mean", "min", "max", "sum", "count", "first", "last", ""])),
         "interval" => Some(json!({"type": "string", "pattern": "^([0-9]+(m|h|d|w|mo))?$"})),
+        // The line-protocol writes (sensorhub_core::lineproto::Precision::parse).
+        "precision" => Some(one_of(&["ns", "n", "us", "u", "µ", "ms", "s", "m", "h"])),
         _ => None,
     }
 }
