@@ -20,17 +20,29 @@ use sensorhub_core::time::RangeQuery;
 use sensorhub_store::StoreError;
 use serde::Deserialize;
 
-/// The query of the alarms endpoints: `tz`, and `start`/`end` for events.
+/// The query of the alarms endpoints: `tz`, and `start`/`end` for events
+/// (the others ignore them, and document [`ZoneParams`]).
 #[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct AlarmParams {
-    /// Events only: start, inclusive, of when transitions were recorded (RFC 3339, or without an offset read in tz). Default: today 00:00:00.
+    /// Start, inclusive, of when transitions were recorded (RFC 3339, or without an offset read in tz). Default: today 00:00:00.
     #[param(example = "2026-05-05T00:00:00Z")]
     start: Option<String>,
-    /// Events only: end, inclusive, same forms. Default: now.
+    /// End, inclusive, same forms. Default: now.
     #[param(example = "2026-05-05T23:59:59Z")]
     end: Option<String>,
     /// Time zone of the rendered times (and of bounds without an offset), as on the data endpoints. Default: the server's --default-tz.
+    #[param(example = "7")]
+    tz: Option<String>,
+}
+
+/// The query the alarm operations other than events document: `tz`
+/// ([`AlarmParams`] reads it; `start` and `end` mean nothing to them).
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)] // Describes the query in the OpenAPI document only.
+pub struct ZoneParams {
+    /// Time zone of the rendered times, as on the data endpoints. Default: the server's --default-tz.
     #[param(example = "7")]
     tz: Option<String>,
 }
@@ -69,7 +81,7 @@ const EVENTS: &str = "The device's transitions recorded in the range, oldest fir
 /// A device's alarms (Basic).
 #[utoipa::path(get, path = "/external/v1/devices/{device_id}/alarms", tag = "alarms",
     security(("basicAuth" = [])),
-    params(("device_id" = String, Path, description = "Device id"), AlarmParams),
+    params(("device_id" = String, Path, description = "Device id"), ZoneParams),
     responses(
         (status = 200, description = ALARMS, body = AlarmList),
         (status = 400, description = "Bad Request, with a detail", body = ErrorBody),
@@ -93,7 +105,7 @@ pub async fn alarms_basic(
     params(
         ("api_key_id" = String, Path, description = "API key id: the credential of the public endpoints"),
         ("device_id" = String, Path, description = "Device id"),
-        AlarmParams,
+        ZoneParams,
     ),
     responses(
         (status = 200, description = ALARMS, body = AlarmList),
@@ -159,7 +171,7 @@ async fn with_permission(
 /// The active alarms of every device the caller sees (Basic).
 #[utoipa::path(get, path = "/external/v1/alarms", tag = "alarms",
     security(("basicAuth" = [])),
-    params(AlarmParams),
+    params(ZoneParams),
     responses(
         (status = 200, description = ACTIVE, body = AlarmList),
         (status = 400, description = "Bad Request, with a detail", body = ErrorBody),
@@ -178,7 +190,7 @@ pub async fn active_basic(
 
 /// The active alarms of every device the key sees.
 #[utoipa::path(get, path = "/external/v1/{api_key_id}/alarms", tag = "alarms",
-    params(("api_key_id" = String, Path, description = "API key id: the credential of the public endpoints"), AlarmParams),
+    params(("api_key_id" = String, Path, description = "API key id: the credential of the public endpoints"), ZoneParams),
     responses(
         (status = 200, description = ACTIVE, body = AlarmList),
         (status = 400, description = "Bad Request, with a detail", body = ErrorBody),
@@ -273,7 +285,7 @@ async fn events<C: Into<Caller>>(
 /// Acknowledges a device's active alarm (Basic).
 #[utoipa::path(post, path = "/external/v1/devices/{device_id}/alarms/{rule}/acknowledge", tag = "alarms",
     security(("basicAuth" = [])),
-    params(("device_id" = String, Path, description = "Device id"), ("rule" = String, Path, description = "The rule's name"), AlarmParams),
+    params(("device_id" = String, Path, description = "Device id"), ("rule" = String, Path, description = "The rule's name"), ZoneParams),
     responses(
         (status = 200, description = "The acknowledgement, as recorded", body = Acknowledged),
         (status = 400, description = "Bad Request, with a detail", body = ErrorBody),

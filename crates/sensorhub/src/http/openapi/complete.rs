@@ -288,6 +288,24 @@ mod tests {
     }
 
     #[test]
+    fn only_the_events_operations_take_a_range() {
+        let doc = document();
+        let names = |path: &str, method: &str| -> Vec<String> {
+            let params = doc["paths"][path][method]["parameters"].as_array().cloned().unwrap_or_default();
+            params.iter().filter(|p| p["in"] == "query").filter_map(|p| p["name"].as_str().map(str::to_owned)).collect()
+        };
+        assert_eq!(names("/external/v1/devices/{device_id}/alarms/events", "get"), ["start", "end", "tz"]);
+        for (path, method) in [
+            ("/external/v1/devices/{device_id}/alarms", "get"),
+            ("/external/v1/alarms", "get"),
+            ("/external/v1/{api_key_id}/alarms", "get"),
+            ("/external/v1/devices/{device_id}/alarms/{rule}/acknowledge", "post"),
+        ] {
+            assert_eq!(names(path, method), ["tz"], "{path}");
+        }
+    }
+
+    #[test]
     fn nothing_is_added_as_null() {
         let doc = document();
         for (path, item) in doc["paths"].as_object().expect("paths") {
