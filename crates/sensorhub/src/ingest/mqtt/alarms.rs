@@ -122,6 +122,12 @@ impl Publisher {
         let mut clock = Clock::new(Zone::Fixed(jiff::tz::Offset::UTC));
         let alarms = match self.store.alarms(Scope::All, device_id).await {
             Ok(alarms) => alarms.unwrap_or_default(),
+            // A state republished at connection carries nothing but the
+            // alarms: without them it would retain an empty list.
+            Err(e) if event.is_none() => {
+                tracing::warn!(error = %e, device_id, "cannot read a device's alarms for MQTT; its retained state is left as it was");
+                return;
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "cannot read a device's alarms for MQTT; the transition is published alone");
                 Vec::new()
