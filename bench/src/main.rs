@@ -13,6 +13,7 @@ mod lineproto;
 mod live;
 mod mqtt;
 mod mqtt_flood;
+mod peer;
 mod profiles;
 mod run;
 mod soak;
@@ -50,6 +51,8 @@ enum Cmd {
     Lineproto(lineproto::Args),
     /// Alarms: ingest with 5 rules per device against none, webhook-to-alarm.raised latency, 10,000 silent devices
     Alarms(alarms::Args),
+    /// InfluxDB 1.6 beside sensorhub: the same profiles loaded into both, the same reads, nginx as the floor
+    Peer(peer::Args),
     /// HTTPS against plain HTTP: the day window and webhook ingest
     Tls(tls::Args),
     /// Hold idle live streams (2,000 by default) and measure RSS per stream and ingest-to-event latency
@@ -140,6 +143,10 @@ fn main() -> ExitCode {
         }),
         Cmd::Lineproto(args) => lineproto::run(args).map(|(l, path)| {
             println!("{}", lineproto::report(&l));
+            println!("results written to {}", path.display());
+        }),
+        Cmd::Peer(args) => peer::run(args).map(|(p, path)| {
+            println!("{}", peer::report(&p));
             println!("results written to {}", path.display());
         }),
         Cmd::Live(args) => live::run(args).map(|(l, path)| {

@@ -4,6 +4,9 @@
 //! windows of its first device.
 //!
 //! - `regular`: the fleet dataset of the other scenarios (`dataset.rs`).
+//! - `stations`: 20 stations with 5 sensors at 1 minute whose values all
+//!   carry three decimals (water level, battery, solar, air temperature,
+//!   humidity): the shape the InfluxDB comparison (`peer`) was first run on.
 //! - `field`: 12 sensors at 1 minute whose values carry 2 or 3 decimals and
 //!   follow random walks with daily cycles (water level in metres to the
 //!   millimetre, battery and solar voltages, air and water temperature,
@@ -25,7 +28,7 @@ use serde_json::{Value, json};
 use std::io::{self, Write};
 
 /// The profiles, in the order the benchmark runs them.
-pub const ALL: [&str; 7] = ["regular", "field", "irregular", "raw", "sparse", "wide", "flatline"];
+pub const ALL: [&str; 8] = ["regular", "stations", "field", "irregular", "raw", "sparse", "wide", "flatline"];
 
 /// A sensor: id suffix, name, type, unit, and how its values are made.
 struct Channel {
@@ -206,6 +209,21 @@ fn series(profile: &str, seed: u64, days: i64) -> Option<Vec<Series>> {
         Series { id, channels, interval, days, irregular, seed: rng.u64(..) }
     };
     let out = match profile {
+        "stations" => (1..=20)
+            .map(|i| {
+                let channels = field_channels()
+                    .into_iter()
+                    .filter(|c| ["wl", "batt", "solar", "temp", "hum"].contains(&c.code.as_str()))
+                    .map(|mut c| {
+                        if let Signal::Walk { decimals, .. } = &mut c.signal {
+                            *decimals = 3;
+                        }
+                        c
+                    })
+                    .collect();
+                station(format!("STA-{i:02}"), channels, 60, false, &mut rng)
+            })
+            .collect(),
         "field" => (1..=4).map(|i| station(format!("FIELD-{i:02}"), field_channels(), 60, false, &mut rng)).collect(),
         "irregular" => (1..=6)
             .map(|i| {
@@ -394,6 +412,11 @@ mod tests {
         let text = String::from_utf8(csv("field", 7).0).expect("utf-8");
         let three = text.lines().filter(|l| l.rsplit('.').next().is_some_and(|d| d.len() == 3)).count();
         assert!(three > text.lines().count() / 10, "{three}");
+        // stations: 5 sensors, and most values carry three decimals.
+        let text = String::from_utf8(csv("stations", 7).0).expect("utf-8");
+        let three = text.lines().skip(1).filter(|l| l.rsplit('.').next().is_some_and(|d| d.len() == 3)).count();
+        assert!(three > text.lines().count() / 2, "{three}");
+        assert!(text.contains("STA-20,") && text.contains("STA-01-hum,"));
         // raw: most values have no short decimal form.
         let text = String::from_utf8(csv("raw", 7).0).expect("utf-8");
         let long = text.lines().skip(1).filter(|l| l.rsplit('.').next().is_some_and(|d| d.len() > 8)).count();

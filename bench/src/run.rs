@@ -163,7 +163,7 @@ pub struct Results {
 pub(crate) struct Store {
     /// A SQLite file path or a PostgreSQL URL.
     pub(crate) db: String,
-    ingest: Ingest,
+    pub(crate) ingest: Ingest,
     _pg: Option<sensorhub_testing::TempDatabase>,
 }
 
@@ -235,7 +235,7 @@ fn prepare_as(
 /// Applies `dir/provision.json` and imports `dir/readings.csv` (`values`
 /// values) into a fresh store: the SQLite file `dir/file` opened with the
 /// URL `options`, or a new database on the PostgreSQL server `pg`.
-fn import_into(
+pub(crate) fn import_into(
     bin: &Path,
     dir: &Path,
     values: u64,
@@ -319,7 +319,7 @@ impl Server {
     }
 
     /// Resets the peak RSS (VmHWM) so that the next reading is this scenario's.
-    fn reset_peak(&self) {
+    pub(crate) fn reset_peak(&self) {
         let _ = fs::write(format!("/proc/{}/clear_refs", self.child.id()), "5");
     }
 }
@@ -648,17 +648,7 @@ fn run_profiles(args: &Args, bin: &Path, pg: Option<&str>) -> Result<Vec<Profile
     };
     let mut out = Vec::new();
     for name in names {
-        let dir = args.data.join(format!("profile-{name}-{}-{}d", args.seed, args.profile_days));
-        fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-        let csv = dir.join("readings.csv");
-        let mut w = BufWriter::with_capacity(1 << 20, fs::File::create(&csv).map_err(|e| e.to_string())?);
-        let generated = crate::profiles::generate(name, args.seed, args.profile_days, &mut w)
-            .map_err(|e| e.to_string())?
-            .ok_or(format!("unknown profile {name:?}: {}", crate::profiles::ALL.join(", ")))?;
-        w.flush().map_err(|e| e.to_string())?;
-        drop(w);
-        fs::write(dir.join("provision.json"), generated.provision.to_string()).map_err(|e| e.to_string())?;
-        eprintln!("profile {name}: {} values", generated.counts.values);
+        let (dir, generated) = generate_profile(&args.data, name, args.seed, args.profile_days)?;
         let store = import_into(bin, &dir, generated.counts.values, name, pg, "store.db", "")?;
         let mut cmd = Command::new(bin);
         cmd.args(["serve", "--rate-limit", "off", "--listen", &format!("127.0.0.1:{}", args.port), "--database"])
@@ -680,6 +670,28 @@ fn run_profiles(args: &Args, bin: &Path, pg: Option<&str>) -> Result<Vec<Profile
         out.push(ProfileResult { name: name.into(), ingest: store.ingest, s1, s2 });
     }
     Ok(out)
+}
+
+/// Writes profile `name`'s readings (`readings.csv`) and `provision.json`
+/// under `data` and returns that directory and what was generated.
+pub(crate) fn generate_profile(
+    data: &Path,
+    name: &str,
+    seed: u64,
+    days: i64,
+) -> Result<(PathBuf, crate::profiles::Generated), String> {
+    let dir = data.join(format!("profile-{name}-{seed}-{days}d"));
+    fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let csv = dir.join("readings.csv");
+    let mut w = BufWriter::with_capacity(1 << 20, fs::File::create(&csv).map_err(|e| e.to_string())?);
+    let generated = crate::profiles::generate(name, seed, days, &mut w)
+        .map_err(|e| e.to_string())?
+        .ok_or(format!("unknown profile {name:?}: {}", crate::profiles::ALL.join(", ")))?;
+    w.flush().map_err(|e| e.to_string())?;
+    drop(w);
+    fs::write(dir.join("provision.json"), generated.provision.to_string()).map_err(|e| e.to_string())?;
+    eprintln!("profile {name}: {} values", generated.counts.values);
+    Ok((dir, generated))
 }
 
 /// Writes the results as JSON under `out` and returns the path.

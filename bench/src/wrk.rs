@@ -61,8 +61,20 @@ pub fn run_with(
     connections: u32,
     secs: u64,
 ) -> Result<WrkResult, String> {
+    run_threads(url, headers, script, 2, connections, secs)
+}
+
+/// [`run_with`] on `threads` wrk threads.
+pub fn run_threads(
+    url: &str,
+    headers: &[String],
+    script: Option<&std::path::Path>,
+    threads: u32,
+    connections: u32,
+    secs: u64,
+) -> Result<WrkResult, String> {
     let mut cmd = Command::new("wrk");
-    cmd.args(["-t2", &format!("-c{connections}"), &format!("-d{secs}s"), "--latency", "--timeout", "30s"]);
+    cmd.arg(format!("-t{threads}")).args([&format!("-c{connections}"), &format!("-d{secs}s"), "--latency", "--timeout", "30s"]);
     for h in headers {
         cmd.args(["-H", h]);
     }
