@@ -151,7 +151,8 @@ fn line_protocol(dir: &Path) -> Result<PathBuf, String> {
     for line in input.lines().skip(1) {
         let line = line.map_err(|e| e.to_string())?;
         let mut parts = line.split(',');
-        let (Some(device), Some(ts), Some(sensor), Some(value)) = (parts.next(), parts.next(), parts.next(), parts.next())
+        let (Some(device), Some(ts), Some(sensor), Some(value)) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
         else {
             return Err(format!("not a reading row: {line}"));
         };
@@ -167,7 +168,6 @@ fn line_protocol(dir: &Path) -> Result<PathBuf, String> {
         fields.push_str(value);
     }
     flush(&current, &mut fields)?;
-    drop(flush);
     out.flush().map_err(|e| e.to_string())?;
     Ok(lp)
 }

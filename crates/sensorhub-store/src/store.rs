@@ -92,6 +92,23 @@ pub trait Reads: Send + Sync {
     /// Up to `limit` stored hours of device `device_pk` from hour `from` to
     /// hour `to` (inclusive), in order, as stored (aggregated reads).
     async fn read_hours(&self, device_pk: i64, from: i64, to: i64, limit: usize) -> StoreResult<Vec<StoredHour>>;
+
+    /// The device `device_id` visible in `scope` with up to `limit` of its
+    /// stored hours from hour `from` to hour `to`; `None` if the device is
+    /// not visible (raw windows rendered hour by hour). Backends do it in
+    /// one round trip where they can.
+    async fn window_hours(
+        &self,
+        scope: Scope,
+        device_id: &str,
+        from: i64,
+        to: i64,
+        limit: usize,
+    ) -> StoreResult<Option<(DeviceHandle, Vec<StoredHour>)>> {
+        let Some(device) = self.find_device(scope, device_id).await? else { return Ok(None) };
+        let hours = self.read_hours(device.pk, from, to, limit).await?;
+        Ok(Some((device, hours)))
+    }
 }
 
 /// Readings written (ingest, import) and removed or rewritten (delete,

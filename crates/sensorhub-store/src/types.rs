@@ -419,6 +419,28 @@ pub struct StoredHour {
     pub data: Vec<u8>,
 }
 
+impl StoredHour {
+    /// The hour number holding second `ts`.
+    pub fn of(ts: i64) -> i64 {
+        crate::chunk::chunk_of(ts)
+    }
+
+    /// The first and the last second the hour covers.
+    pub fn span(&self) -> (i64, i64) {
+        let first = self.chunk.saturating_mul(crate::chunk::CHUNK_SECONDS);
+        (first, first.saturating_add(crate::chunk::CHUNK_SECONDS - 1))
+    }
+
+    /// Its readings within `from..=end`, as a window read decodes them; an
+    /// error naming device `device_pk` and the hour if it does not decode.
+    pub fn readings(&self, device_pk: i64, from: i64, end: i64) -> crate::StoreResult<ReadingBatch> {
+        let mut batch = ReadingBatch::default();
+        crate::chunk::decode_into(self.chunk, &self.data, from, end, &mut batch, usize::MAX)
+            .ok_or_else(|| crate::decide::malformed(device_pk, self.chunk))?;
+        Ok(batch)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     fn as_serde(v: f64) -> String {

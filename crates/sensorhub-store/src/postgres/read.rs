@@ -67,10 +67,10 @@ pub(super) async fn list_devices(c: &impl GenericClient, scope: Scope) -> StoreR
 const HEAD_ROWS: i64 = 48;
 
 /// The device `device_id` visible in `scope`, its sensors, and its first
-/// `limit` readings from `from` to `end`: the device's sensor rows and its
-/// first [`HEAD_ROWS`] hour rows come as one result, told apart by `chunk`;
-/// only when those hold fewer than `limit` readings and there may be more
-/// does a second step ([`read_into`]) read on.
+/// `limit` readings from `from` to `end`: the device and its first
+/// [`HEAD_ROWS`] hour rows come in one query ([`head_hours`]); only when
+/// those hold fewer than `limit` readings and there may be more does a
+/// second step ([`read_into`]) read on.
 pub(super) async fn window_head(
     c: &impl GenericClient,
     scope: Scope,
@@ -79,6 +79,41 @@ pub(super) async fn window_head(
     end: i64,
     limit: usize,
 ) -> StoreResult<Option<(DeviceHandle, ReadingBatch)>> {
+    let rows = HEAD_ROWS.min(limit as i64);
+    let Some((device, hours)) = head_hours(c, scope, device_id, chunk_of(from), chunk_of(end), rows).await? else {
+        return Ok(None);
+    };
+    let pk = device.pk;
+    let mut batch = ReadingBatch::default();
+    let truncated = hours.len() as i64 == rows;
+    let mut next_chunk = None;
+    for hour in hours {
+        if batch.len() >= limit {
+            break;
+        }
+        chunk::decode_into(hour.chunk, &hour.data, from, end, &mut batch, limit)
+            .ok_or_else(|| malformed(pk, hour.chunk))?;
+        next_chunk = Some(hour.chunk + 1);
+    }
+    if let Some(next) = next_chunk.filter(|_| truncated && batch.len() < limit) {
+        let from = from.max(next * chunk::CHUNK_SECONDS);
+        read_into(c, pk, from, end, limit, &mut batch).await?;
+    }
+    Ok(Some((device, batch)))
+}
+
+/// The device `device_id` visible in `scope` with its sensors and up to
+/// `limit` of its stored hours from hour `from` to hour `to`, in one query:
+/// the sensor rows and the hour rows come as one result, told apart by
+/// `chunk`.
+pub(super) async fn head_hours(
+    c: &impl GenericClient,
+    scope: Scope,
+    device_id: &str,
+    from: i64,
+    to: i64,
+    limit: i64,
+) -> StoreResult<Option<(DeviceHandle, Vec<StoredHour>)>> {
     let (account, key) = scope_params(scope);
     let stmt = c
         .prepare_cached(&format!(
@@ -91,37 +126,22 @@ pub(super) async fn window_head(
               WHERE r.chunk >= $4 AND r.chunk <= $5 ORDER BY r.chunk LIMIT $6)"
         ))
         .await?;
-    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] =
-        [&account, &key, &device_id, &chunk_of(from), &chunk_of(end), &HEAD_ROWS.min(limit as i64)];
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] = [&account, &key, &device_id, &from, &to, &limit];
     let rows = c.query(&stmt, &params).await?;
     let Some(first) = rows.first() else { return Ok(None) };
     let pk: i64 = first.get(0);
     let mut sensors: Vec<(i16, SensorMeta)> = Vec::new();
-    let mut hours: Vec<(i64, &[u8])> = Vec::new();
+    let mut hours: Vec<StoredHour> = Vec::new();
     for r in &rows {
         match (r.get::<_, Option<i64>>(6), r.get::<_, Option<i16>>(1)) {
-            (Some(chunk), _) => hours.push((chunk, r.get(7))),
+            (Some(chunk), _) => hours.push(StoredHour { chunk, data: r.get(7) }),
             (None, Some(idx)) => sensors.push((idx, sensor(r, 2))),
             (None, None) => {} // a device without sensors
         }
     }
     sensors.sort_unstable_by_key(|(idx, _)| *idx);
-    hours.sort_unstable_by_key(|(chunk, _)| *chunk);
-    let mut batch = ReadingBatch::default();
-    let truncated = hours.len() as i64 == HEAD_ROWS.min(limit as i64);
-    let mut next_chunk = None;
-    for (chunk, data) in hours {
-        if batch.len() >= limit {
-            break;
-        }
-        chunk::decode_into(chunk, data, from, end, &mut batch, limit).ok_or_else(|| malformed(pk, chunk))?;
-        next_chunk = Some(chunk + 1);
-    }
-    if let Some(next) = next_chunk.filter(|_| truncated && batch.len() < limit) {
-        let from = from.max(next * chunk::CHUNK_SECONDS);
-        read_into(c, pk, from, end, limit, &mut batch).await?;
-    }
-    Ok(Some((DeviceHandle { pk, sensors: sensors.into_iter().map(|(_, s)| s).collect() }, batch)))
+    hours.sort_unstable_by_key(|h| h.chunk);
+    Ok(Some((DeviceHandle { pk, sensors: sensors.into_iter().map(|(_, s)| s).collect() }, hours)))
 }
 
 /// Hour rows asked for first when reading a batch: a one-minute station's
@@ -251,6 +271,18 @@ impl crate::store::Reads for PgStore {
 
     async fn read_hours(&self, device_pk: i64, from: i64, to: i64, limit: usize) -> StoreResult<Vec<StoredHour>> {
         read_hours(&self.pool.get().await?, device_pk, from, to, limit).await
+    }
+
+    async fn window_hours(
+        &self,
+        scope: Scope,
+        device_id: &str,
+        from: i64,
+        to: i64,
+        limit: usize,
+    ) -> StoreResult<Option<(DeviceHandle, Vec<StoredHour>)>> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        head_hours(&self.pool.get().await?, scope, device_id, from, to, limit).await
     }
 }
 

@@ -173,4 +173,22 @@ impl crate::store::Reads for SqliteStore {
     async fn read_hours(&self, device_pk: i64, from: i64, to: i64, limit: usize) -> StoreResult<Vec<StoredHour>> {
         self.reads.run_short(move |c| read_hours(c, device_pk, from, to, limit)).await
     }
+
+    async fn window_hours(
+        &self,
+        scope: Scope,
+        device_id: &str,
+        from: i64,
+        to: i64,
+        limit: usize,
+    ) -> StoreResult<Option<(DeviceHandle, Vec<StoredHour>)>> {
+        let id = device_id.to_owned();
+        self.reads
+            .run_short(move |c| {
+                let Some(device) = on(c, async |c| access::find_device(c, scope, &id).await)? else { return Ok(None) };
+                let hours = read_hours(c, device.pk, from, to, limit)?;
+                Ok(Some((device, hours)))
+            })
+            .await
+    }
 }

@@ -86,6 +86,26 @@ pub struct ReadingEncoder {
     first: bool,
     /// Values are counts, written as integers (`5`, not `5.0`).
     integers: bool,
+    /// The time zone as a [`Shape`] names it; `None` for a zone without
+    /// an IANA name.
+    tz_key: Option<Vec<u8>>,
+}
+
+/// How an encoder renders a reading: its format, time zone and sensor
+/// fragments, as bytes (compared whole) and their hash (a map key). Two
+/// encoders with equal shapes render the same readings to the same bytes.
+#[derive(Debug, Clone)]
+pub struct Shape {
+    /// Hash of `bytes`.
+    pub id: u64,
+    /// Format, integers, zone or offset, and each sensor's fragments.
+    pub bytes: std::sync::Arc<[u8]>,
+}
+
+impl PartialEq for Shape {
+    fn eq(&self, other: &Shape) -> bool {
+        self.id == other.id && (std::sync::Arc::ptr_eq(&self.bytes, &other.bytes) || self.bytes == other.bytes)
+    }
 }
 
 impl ReadingEncoder {
@@ -112,7 +132,7 @@ impl ReadingEncoder {
             csv_field(&sensors[i].sensor_id, &mut header);
         }
         header.extend_from_slice(b"\r\n");
-        Self {
+        let mut enc = Self {
             format,
             header,
             columns,
@@ -121,16 +141,71 @@ impl ReadingEncoder {
                 .map(|s| format!("{{\"id\":{},\"value\":", json(&s.sensor_id)).into_bytes())
                 .collect(),
             after: sensors.iter().map(|s| format!(",\"unit\":{}}}", json(&s.unit)).into_bytes()).collect(),
-            time: zone.map_or_else(|| Rfc3339Writer::new(offset), Rfc3339Writer::in_zone),
+            time: Rfc3339Writer::new(offset),
             first: true,
             integers: false,
-        }
+            tz_key: None,
+        };
+        enc.tz_key = match zone {
+            Some(zone) => {
+                let key = zone.iana_name().map(|name| [b"z", name.as_bytes()].concat());
+                enc.time = Rfc3339Writer::in_zone(zone);
+                key
+            }
+            None => Some([&b"o"[..], &offset.seconds().to_le_bytes()].concat()),
+        };
+        enc
     }
 
     /// The encoder writing its values as integers: counts (`agg=count`).
     pub fn with_integers(mut self, integers: bool) -> Self {
         self.integers = integers;
         self
+    }
+
+    /// How this encoder renders a reading; `None` when that cannot be
+    /// named (a zone without an IANA name).
+    pub fn shape(&self) -> Option<Shape> {
+        use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+        let mut bytes = vec![self.format as u8, u8::from(self.integers)];
+        bytes.extend_from_slice(self.tz_key.as_ref()?);
+        for (before, after) in self.before.iter().zip(&self.after) {
+            bytes.push(0);
+            bytes.extend_from_slice(before);
+            bytes.push(0);
+            bytes.extend_from_slice(after);
+        }
+        let id = BuildHasherDefault::<DefaultHasher>::default().hash_one(&bytes);
+        Some(Shape { id, bytes: bytes.into() })
+    }
+
+    /// What the answer starts with: the envelope's head (JSON), the header
+    /// row (CSV), nothing (NDJSON).
+    pub fn head(&self) -> &[u8] {
+        match self.format {
+            Format::Json => b"{\"message\":\"Success\",\"data\":[",
+            Format::Csv => &self.header,
+            Format::Ndjson => b"",
+        }
+    }
+
+    /// What goes between two non-empty [`ReadingEncoder::piece`]s: a comma
+    /// in JSON, nothing in the line formats.
+    pub fn separator(&self) -> &'static [u8] {
+        match self.format {
+            Format::Json => b",",
+            Format::Csv | Format::Ndjson => b"",
+        }
+    }
+
+    /// `batch` rendered on its own, as if it came first: pieces joined by
+    /// [`ReadingEncoder::separator`] after [`ReadingEncoder::head`] and
+    /// before [`ReadingEncoder::end`] are the answer for their readings.
+    pub fn piece(&mut self, batch: &ReadingBatch) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.size_hint(batch));
+        self.first = true;
+        self.write_batch(batch, &mut out);
+        out
     }
 
     /// Appends `value` as the answer writes it.
@@ -147,11 +222,7 @@ impl ReadingEncoder {
     /// (JSON) or the header row (CSV).
     pub fn begin(&mut self, first: &ReadingBatch) -> Vec<u8> {
         let mut out = Vec::with_capacity(32 + self.header.len() + self.size_hint(first));
-        match self.format {
-            Format::Json => out.extend_from_slice(b"{\"message\":\"Success\",\"data\":["),
-            Format::Csv => out.extend_from_slice(&self.header),
-            Format::Ndjson => {}
-        }
+        out.extend_from_slice(self.head());
         self.write_batch(first, &mut out);
         out
     }

@@ -9,6 +9,7 @@ mod deadline;
 pub mod devices;
 pub mod encode;
 pub mod error;
+mod hours;
 pub mod influx;
 pub mod latest;
 mod log;
@@ -18,6 +19,7 @@ mod ops;
 pub mod ratelimit;
 pub mod readings;
 pub mod received;
+pub mod rendered;
 pub mod schema;
 mod server;
 pub mod stream;
@@ -87,6 +89,8 @@ pub struct AppState {
     pub access: tokio::sync::watch::Receiver<i64>,
     /// Open streams, counted against their caps.
     pub streams: Arc<crate::live::slots::StreamSlots>,
+    /// Whole hours of raw windows as last rendered.
+    pub rendered: Arc<rendered::RenderedHours>,
 }
 
 impl AppState {
@@ -156,6 +160,7 @@ impl AppState {
             dashboard: options.dashboard.as_ref().map(|d| Arc::new(dashboard::Dashboard::new(d))),
             access,
             streams: crate::live::slots::StreamSlots::new(options.streams),
+            rendered: Arc::new(rendered::RenderedHours::new(rendered::DEFAULT_BUDGET)),
         }
     }
 }

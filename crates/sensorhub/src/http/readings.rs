@@ -142,17 +142,22 @@ async fn read<C: Into<Caller>>(
     }
     // The device and the first readings come together, so that a failing
     // store still gets a 500 rather than a cut-off 200.
-    let window = match aggregation {
-        Some(a) => {
-            let aggregator = Aggregator::new(Buckets::new(a.interval, zone), a.agg);
-            aggregated_window(state.store.clone(), caller.scope, &device_id, resolved.range, aggregator).await?
-        }
-        None => state.store.read_window(caller.scope, &device_id, resolved.range).await?,
-    }
-    .ok_or(ApiError::DeviceNotFound)?;
+    let Some(a) = aggregation else {
+        let (store, cache, metrics) = (state.store.clone(), state.rendered.clone(), state.metrics.clone());
+        let (offset, zone) = (resolved.offset, resolved.zone);
+        let encoder = move |sensors: &[_]| ReadingEncoder::with_format(format, sensors, offset, zone);
+        let body = super::hours::window(store, cache, metrics, caller.scope, &device_id, resolved.range, encoder)
+            .await?
+            .ok_or(ApiError::DeviceNotFound)?;
+        return Ok(([(header::CONTENT_TYPE, format.content_type())], body).into_response());
+    };
+    let aggregator = Aggregator::new(Buckets::new(a.interval, zone), a.agg);
+    let window = aggregated_window(state.store.clone(), caller.scope, &device_id, resolved.range, aggregator)
+        .await?
+        .ok_or(ApiError::DeviceNotFound)?;
     let metrics = state.metrics.clone();
     metrics.readings_served(window.first.len());
-    let counts = aggregation.is_some_and(|a| a.agg == Agg::Count);
+    let counts = a.agg == Agg::Count;
     let mut encoder = ReadingEncoder::with_format(format, &window.device.sensors, resolved.offset, resolved.zone)
         .with_integers(counts);
     let (content_type, tail) = (format.content_type(), encoder.end());

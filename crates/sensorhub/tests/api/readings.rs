@@ -289,3 +289,81 @@ on_each_backend! {
         assert_eq!(rows[5000], "2026-06-04T11:19:00Z,,499.9,,");
     }
 }
+
+on_each_backend! {
+    async fn whole_hours_read_again_show_what_was_written_between() {
+        let app = TestApp::start().await;
+        let day = "start=2026-05-05T00:00:00Z&end=2026-05-05T23:59:59Z";
+        let variants = ["", "&format=csv", "&format=ndjson", "&tz=Asia/Jakarta", "&tz=7"];
+        let mut before = Vec::new();
+        for v in variants {
+            let first = app.alice(&format!("/devices/AWLR-001/data?{day}{v}")).await;
+            // The second read comes from the rendered hours.
+            let again = app.alice(&format!("/devices/AWLR-001/data?{day}{v}")).await;
+            assert_eq!(first.status, 200, "{v}");
+            assert_eq!(first.text, again.text, "{v}");
+            before.push(first.text);
+        }
+        // A reading into an hour already rendered, and one into a new hour.
+        app.add_readings(vec![
+            reading("AWLR-001", secs("2026-05-05T00:07:00Z"), "AWLR1-wl", 199.5),
+            reading("AWLR-001", secs("2026-05-05T05:00:00Z"), "AWLR1-wl", 150.25),
+        ])
+        .await;
+        for (v, old) in variants.iter().zip(&before) {
+            let a = app.alice(&format!("/devices/AWLR-001/data?{day}{v}")).await;
+            assert_ne!(&a.text, old, "{v}: the new readings show");
+            assert!(a.text.contains("199.5") && a.text.contains("150.25"), "{v}: {}", a.text);
+        }
+        let a = app.alice(&format!("/devices/AWLR-001/data?{day}")).await;
+        let stamps: Vec<_> = a.data().as_array().expect("array").iter().map(|r| r["timestamp"].clone()).collect();
+        assert_eq!(stamps[..2], [json!("2026-05-05T00:00:00Z"), json!("2026-05-05T00:07:00Z")]);
+        assert_eq!(stamps.last(), Some(&json!("2026-05-05T05:00:00Z")));
+    }
+}
+
+on_each_backend! {
+    async fn a_long_window_streamed_by_pages_is_its_days_joined() {
+        let app = TestApp::start().await;
+        // Four days, a reading every 20 minutes, with an hour left empty now and then.
+        let start = secs("2026-06-01T00:00:00Z");
+        let readings = (0..4 * 72)
+            .filter(|i| i % 7 != 3)
+            .map(|i| reading("AWLR-001", start + i * 1200, "AWLR1-wl", 100.0 + i as f64 / 8.0))
+            .collect();
+        app.add_readings(readings).await;
+        for format in ["", "&format=csv", "&format=ndjson"] {
+            let mut days = Vec::new();
+            for day in 1..=4 {
+                let q = format!("start=2026-06-0{day}T00:00:00Z&end=2026-06-0{day}T23:59:59Z{format}");
+                days.push(app.alice(&format!("/devices/AWLR-001/data?{q}")).await);
+            }
+            // Read twice: the second from the rendered hours.
+            for _ in 0..2 {
+                let q = format!("start=2026-06-01T00:00:00Z&end=2026-06-04T23:59:59Z{format}");
+                let all = app.alice(&format!("/devices/AWLR-001/data?{q}")).await;
+                assert_eq!(all.status, 200);
+                match format {
+                    "" => {
+                        let joined: Vec<_> = days.iter().flat_map(|d| d.data().as_array().cloned().unwrap_or_default()).collect();
+                        assert_eq!(joined.len(), 4 * 72 - (4 * 72 + 3) / 7);
+                        assert_eq!(all.data().as_array(), Some(&joined));
+                    }
+                    "&format=csv" => {
+                        let header = days[0].text.split_inclusive("\r\n").next().expect("a header row");
+                        let rows: String = days.iter().map(|d| d.text.strip_prefix(header).unwrap_or("?")).collect();
+                        assert_eq!(all.text, format!("{header}{rows}"));
+                    }
+                    _ => assert_eq!(all.text, days.iter().map(|d| d.text.as_str()).collect::<String>()),
+                }
+            }
+            let cut = app.alice(&format!("/devices/AWLR-001/data?start=2026-06-01T10:30:00Z&end=2026-06-03T17:10:00Z{format}")).await;
+            assert_eq!(cut.status, 200);
+            if format == "&format=ndjson" {
+                let first = cut.text.lines().next().expect("a line");
+                assert!(first.starts_with("{\"timestamp\":\"2026-06-01T10:40:00Z\""), "{first}");
+                assert!(cut.text.lines().last().is_some_and(|l| l.starts_with("{\"timestamp\":\"2026-06-03T17:00:00Z\"")));
+            }
+        }
+    }
+}

@@ -1,0 +1,220 @@
+//! A raw readings window answered hour by hour: stored hours are fetched a
+//! page at a time, each whole hour inside the range comes from the
+//! [`RenderedHours`] cache when it holds that hour's very bytes (else it is
+//! rendered and kept), the hours cut by the range are rendered from their
+//! readings within it, and the pieces go to the socket without being copied
+//! into one buffer. An answer that fits in one page goes with its length; a
+//! longer one streams, a page in memory at a time. The bytes are those of
+//! the batch-by-batch encoder exactly (pieces joined by the format's
+//! separator).
+
+use super::encode::{ReadingEncoder, Shape};
+use super::error::ApiError;
+use super::rendered::RenderedHours;
+use crate::metrics::Metrics;
+use bytes::Bytes;
+use futures_util::{StreamExt, stream};
+use hyper::body::{Frame, SizeHint};
+use sensorhub_core::model::SensorMeta;
+use sensorhub_core::time::TimeRange;
+use sensorhub_store::{Scope, Store, StoreResult, StoredHour};
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+/// Stored hours fetched per round trip: a day and a little more, so that a
+/// day window is one fetch and one answer with a length.
+const PAGE_HOURS: usize = 26;
+
+/// Rendered bytes beyond which an answer streams even if its hours came in
+/// one page (a logger with many sensors reporting every few seconds).
+const SIZED_LIMIT: usize = 8 << 20;
+
+/// What one request needs to render hours.
+struct Renderer {
+    store: Arc<dyn Store>,
+    cache: Arc<RenderedHours>,
+    metrics: Arc<Metrics>,
+    encoder: ReadingEncoder,
+    shape: Option<Shape>,
+    device_pk: i64,
+    range: TimeRange,
+    /// A non-empty piece has been written (the next needs a separator).
+    wrote: bool,
+}
+
+impl Renderer {
+    /// `hour` as answer pieces: its separator, if it needs one, and its readings.
+    fn render(&mut self, hour: StoredHour, out: &mut VecDeque<Bytes>) -> StoreResult<usize> {
+        let (first, last) = hour.span();
+        let whole = first >= self.range.start && last <= self.range.end;
+        let (piece, readings) = match self.shape.clone().filter(|_| whole) {
+            Some(shape) => match self.cache.get(self.device_pk, &shape, &hour) {
+                Some(hit) => hit,
+                None => {
+                    let (piece, readings) = self.fresh(&hour)?;
+                    self.cache.put(self.device_pk, &shape, hour, piece.clone(), readings);
+                    (piece, readings)
+                }
+            },
+            None => self.fresh(&hour)?,
+        };
+        self.metrics.readings_served(readings);
+        if piece.is_empty() {
+            return Ok(0);
+        }
+        if self.wrote && !self.encoder.separator().is_empty() {
+            out.push_back(Bytes::from_static(self.encoder.separator()));
+        }
+        self.wrote = true;
+        let len = piece.len();
+        out.push_back(piece);
+        Ok(len)
+    }
+
+    fn fresh(&mut self, hour: &StoredHour) -> StoreResult<(Bytes, usize)> {
+        let batch = hour.readings(self.device_pk, self.range.start, self.range.end)?;
+        Ok((Bytes::from(self.encoder.piece(&batch)), batch.len()))
+    }
+}
+
+/// Pieces sent with their total length (`Content-Length`).
+struct Pieces {
+    left: VecDeque<Bytes>,
+    remaining: u64,
+}
+
+impl hyper::body::Body for Pieces {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let this = self.get_mut();
+        Poll::Ready(this.left.pop_front().map(|b| {
+            this.remaining -= b.len() as u64;
+            Ok(Frame::data(b))
+        }))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.left.is_empty()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::with_exact(self.remaining)
+    }
+}
+
+/// Where a streamed answer is between pages.
+struct Rest {
+    renderer: Renderer,
+    /// Hours fetched and not yet rendered.
+    page: std::vec::IntoIter<StoredHour>,
+    /// The next hour to fetch, and the last of the range.
+    next: i64,
+    last: i64,
+    /// The store has no hours past the page.
+    exhausted: bool,
+    tail: Option<&'static [u8]>,
+}
+
+impl Rest {
+    /// The next pieces: an hour's, after fetching a page when needed, then
+    /// the tail; `None` at the end.
+    async fn step(&mut self) -> Option<StoreResult<VecDeque<Bytes>>> {
+        let mut out = VecDeque::new();
+        loop {
+            if let Some(hour) = self.page.next() {
+                match self.renderer.render(hour, &mut out) {
+                    Ok(0) => continue,
+                    Ok(_) => return Some(Ok(out)),
+                    Err(e) => return Some(Err(self.stop(e))),
+                }
+            }
+            if !self.exhausted {
+                let r = &self.renderer;
+                match r.store.read_hours(r.device_pk, self.next, self.last, PAGE_HOURS).await {
+                    Ok(hours) => {
+                        self.advance(&hours);
+                        self.page = hours.into_iter();
+                        continue;
+                    }
+                    Err(e) => return Some(Err(self.stop(e))),
+                }
+            }
+            return self.tail.take().map(|t| Ok(VecDeque::from([Bytes::from_static(t)])));
+        }
+    }
+
+    /// Ends the answer after `e`: nothing more is fetched or rendered.
+    fn stop(&mut self, e: sensorhub_store::StoreError) -> sensorhub_store::StoreError {
+        self.page = Vec::new().into_iter();
+        self.exhausted = true;
+        self.tail = None;
+        e
+    }
+
+    /// Notes what a fetch returned: where the next starts, or that there is none.
+    fn advance(&mut self, hours: &[StoredHour]) {
+        match hours.last() {
+            Some(h) if hours.len() == PAGE_HOURS && h.chunk < self.last => self.next = h.chunk + 1,
+            _ => self.exhausted = true,
+        }
+    }
+}
+
+/// The raw readings of `device_id` visible in `scope` within `range`,
+/// rendered by the encoder `encoder` makes for its sensors, as a response body; `None` if the device is not
+/// visible. The first page is fetched before this returns, so that a
+/// failing store is a 500 rather than a cut-off 200.
+pub async fn window(
+    store: Arc<dyn Store>,
+    cache: Arc<RenderedHours>,
+    metrics: Arc<Metrics>,
+    scope: Scope,
+    device_id: &str,
+    range: TimeRange,
+    encoder: impl FnOnce(&[SensorMeta]) -> ReadingEncoder,
+) -> Result<Option<axum::body::Body>, ApiError> {
+    let (first, last) = (StoredHour::of(range.start), StoredHour::of(range.end));
+    let Some((device, hours)) = store.window_hours(scope, device_id, first, last, PAGE_HOURS).await? else {
+        return Ok(None);
+    };
+    let encoder = encoder(&device.sensors);
+    let shape = encoder.shape();
+    let head = Bytes::copy_from_slice(encoder.head());
+    let tail = encoder.end();
+    let renderer = Renderer { store, cache, metrics, encoder, shape, device_pk: device.pk, range, wrote: false };
+    let mut rest =
+        Rest { renderer, page: Vec::new().into_iter(), next: first, last, exhausted: false, tail: Some(tail) };
+    rest.advance(&hours);
+    let mut pieces = VecDeque::from([head]);
+    let mut held = 0;
+    let mut page = hours.into_iter();
+    for hour in page.by_ref() {
+        held += rest.renderer.render(hour, &mut pieces)?;
+        if held > SIZED_LIMIT {
+            break;
+        }
+    }
+    rest.page = page;
+    if rest.exhausted && rest.page.len() == 0 {
+        pieces.push_back(Bytes::from_static(tail));
+        let remaining = pieces.iter().map(|b| b.len() as u64).sum();
+        return Ok(Some(axum::body::Body::new(Pieces { left: pieces, remaining })));
+    }
+    let later = stream::unfold(rest, |mut rest| async move { rest.step().await.map(|r| (r, rest)) });
+    let body = stream::iter([Ok(pieces)]).chain(later).flat_map(|r| {
+        let items: Vec<Result<Bytes, std::io::Error>> = match r {
+            Ok(pieces) => pieces.into_iter().map(Ok).collect(),
+            Err(e) => {
+                tracing::error!(error = %e, "reading stream failed; closing the response");
+                vec![Err(std::io::Error::other(e.to_string()))]
+            }
+        };
+        stream::iter(items)
+    });
+    // Fused: a compressing layer polls again after the end.
+    Ok(Some(axum::body::Body::from_stream(body.fuse())))
+}
