@@ -74,7 +74,13 @@ pub fn run_threads(
     secs: u64,
 ) -> Result<WrkResult, String> {
     let mut cmd = Command::new("wrk");
-    cmd.arg(format!("-t{threads}")).args([&format!("-c{connections}"), &format!("-d{secs}s"), "--latency", "--timeout", "30s"]);
+    cmd.arg(format!("-t{threads}")).args([
+        &format!("-c{connections}"),
+        &format!("-d{secs}s"),
+        "--latency",
+        "--timeout",
+        "30s",
+    ]);
     for h in headers {
         cmd.args(["-H", h]);
     }
