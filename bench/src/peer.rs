@@ -308,7 +308,10 @@ impl Nginx {
         let d = dir.path().display();
         fs::create_dir_all(dir.path().join("www")).map_err(|e| e.to_string())?;
         let config = format!(
-            "daemon off;\nworker_processes auto;\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\n\
+            // Workers as root when the bench runs as root (as CI does): as nobody
+            // they could not read a private checkout. Run by another user,
+            // nginx ignores the line and its workers keep that user.
+            "daemon off;\nuser root;\nworker_processes auto;\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\n\
              events {{ worker_connections 1024; }}\n\
              http {{\n  access_log off;\n  sendfile on;\n  tcp_nopush on;\n  keepalive_requests 1000000;\n  \
              client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n  fastcgi_temp_path {d}/fastcgi;\n  \
