@@ -331,7 +331,8 @@ pub trait Alarms: Send + Sync {
     /// Acknowledges the active episode of rule `rule` of device
     /// `device_id` at `now` (seconds): [`crate::StoreError::NotFound`] for
     /// an unknown device or rule, [`crate::StoreError::Conflict`] when it
-    /// is not active.
+    /// is not active. An episode acknowledged already (at its level) is
+    /// not acknowledged again: its earlier acknowledgement is returned.
     async fn acknowledge_alarm(&self, device_id: &str, rule: &str, now: i64) -> StoreResult<AlarmEvent>;
 
     /// A number that moves whenever any device's alarm rules change.

@@ -107,18 +107,23 @@ impl Memo {
 pub struct NotActive;
 
 impl AlarmState {
-    /// Acknowledges the active episode at `now`.
-    pub fn acknowledge(&mut self, now: i64) -> Result<Transition, NotActive> {
+    /// Acknowledges the active episode at `now`; `None` when it is
+    /// acknowledged already (at its level): nothing moves, so that an
+    /// acknowledgement sent twice is recorded once.
+    pub fn acknowledge(&mut self, now: i64) -> Result<Option<Transition>, NotActive> {
         if !self.active {
             return Err(NotActive);
         }
+        if self.acknowledged_at.is_some() {
+            return Ok(None);
+        }
         self.acknowledged_at = Some(now);
-        Ok(Transition {
+        Ok(Some(Transition {
             kind: TransitionKind::Acknowledged,
             level: self.level,
             value: self.value,
             timestamp: self.timestamp,
-        })
+        }))
     }
 
     /// A silence rule's state when the rule is set at server second `now`:

@@ -191,16 +191,18 @@ fn silence_raises_from_the_later_of_the_last_data_and_the_start_and_data_clears_
 }
 
 #[test]
-fn acknowledging_needs_an_active_alarm_and_a_higher_level_asks_again() {
+fn acknowledging_needs_an_active_alarm_counts_once_and_a_higher_level_asks_again() {
     let rule = katulampa(5.0, "0s");
     let mut state = AlarmState::default();
     assert_eq!(state.acknowledge(10), Err(NotActive));
     run(&rule, &mut state, &[65.0]);
-    let ack = state.acknowledge(70).expect("active");
+    let ack = state.acknowledge(70).expect("active").expect("a transition");
     assert_eq!((ack.kind, state.acknowledged_at), (TransitionKind::Acknowledged, Some(70)));
+    assert_eq!(state.acknowledge(75), Ok(None), "acknowledged already: nothing moves");
+    assert_eq!(state.acknowledged_at, Some(70), "the first acknowledgement stands");
     rule.on_reading(&mut state, 120, Some(95.0), 120);
     assert_eq!(state.acknowledged_at, None, "Siaga 3 needs a new acknowledgement");
-    state.acknowledge(130).expect("active");
+    assert!(state.acknowledge(130).expect("active").is_some(), "a higher level is acknowledged anew");
     rule.on_reading(&mut state, 180, Some(70.0), 180);
     assert_eq!(state.acknowledged_at, Some(130), "going down keeps it");
 }

@@ -7,7 +7,7 @@ use super::PgStore;
 use crate::alarm::{Alarm, AlarmEvent, SilenceDue};
 use crate::sql::alarms as sql;
 use crate::write::{alarms, provision};
-use crate::{Scope, StoreError, StoreResult};
+use crate::{Scope, StoreResult};
 use async_trait::async_trait;
 use sensorhub_core::alarm::AlarmRule;
 use sensorhub_core::time::TimeRange;
@@ -43,9 +43,11 @@ impl crate::store::Alarms for PgStore {
     }
 
     async fn acknowledge_alarm(&self, device_id: &str, rule: &str, now: i64) -> StoreResult<AlarmEvent> {
-        let events = self.in_tx(async |tx| alarms::acknowledge(tx, device_id, rule, now).await).await?;
-        self.observers.alarms(&events).await;
-        events.into_iter().next().ok_or_else(|| StoreError::Backend("an acknowledgement recorded nothing".into()))
+        let (event, recorded) = self.in_tx(async |tx| alarms::acknowledge(tx, device_id, rule, now).await).await?;
+        if recorded {
+            self.observers.alarms(std::slice::from_ref(&event)).await;
+        }
+        Ok(event)
     }
 
     async fn alarm_generation(&self) -> StoreResult<i64> {

@@ -7,7 +7,7 @@ use super::tx::{in_tx, on};
 use crate::alarm::{Alarm, AlarmEvent, SilenceDue};
 use crate::sql::alarms as sql;
 use crate::write::{alarms, provision};
-use crate::{Scope, StoreError, StoreResult};
+use crate::{Scope, StoreResult};
 use async_trait::async_trait;
 use sensorhub_core::alarm::AlarmRule;
 use sensorhub_core::time::TimeRange;
@@ -49,10 +49,12 @@ impl crate::store::Alarms for SqliteStore {
 
     async fn acknowledge_alarm(&self, device_id: &str, rule: &str, now: i64) -> StoreResult<AlarmEvent> {
         let (id, rule) = (device_id.to_owned(), rule.to_owned());
-        let events =
+        let (event, recorded) =
             self.writes.run(move |c| in_tx(c, async |tx| alarms::acknowledge(tx, &id, &rule, now).await)).await?;
-        self.observers.alarms(&events).await;
-        events.into_iter().next().ok_or_else(|| StoreError::Backend("an acknowledgement recorded nothing".into()))
+        if recorded {
+            self.observers.alarms(std::slice::from_ref(&event)).await;
+        }
+        Ok(event)
     }
 
     async fn alarm_generation(&self) -> StoreResult<i64> {

@@ -106,18 +106,21 @@ impl DeviceAlarms {
         }
     }
 
-    /// Acknowledges the active episode of rule `name` at `now`.
-    pub(crate) fn acknowledge(&mut self, name: &str, now: i64) -> StoreResult<()> {
+    /// Acknowledges the active episode of rule `name` at `now`; when it
+    /// is acknowledged already, nothing moves and the earlier
+    /// acknowledgement's second is returned.
+    pub(crate) fn acknowledge(&mut self, name: &str, now: i64) -> StoreResult<Option<i64>> {
         let i =
             self.rules.iter().position(|rule| rule.name == name).ok_or_else(|| {
                 StoreError::NotFound(format!("device {:?} has no alarm rule {name:?}", self.device_id))
             })?;
-        let t = self.states[i].acknowledge(now).map_err(|NotActive| {
+        let moved = self.states[i].acknowledge(now).map_err(|NotActive| {
             StoreError::Conflict(format!("alarm {name:?} of device {:?} is not active", self.device_id))
         })?;
+        let Some(t) = moved else { return Ok(self.states[i].acknowledged_at) };
         self.transitions.push((i, t));
         self.changed[i] = true;
-        Ok(())
+        Ok(None)
     }
 
     /// When each silence rule would next raise, counted from `started`.
@@ -234,14 +237,32 @@ pub(crate) async fn events_of(
     Ok(Some(alarms::events(c, device.pk, device_id, range.start, range.end).await?))
 }
 
-/// Acknowledges the active episode of rule `rule` of device `device_id` at `now`.
-pub(crate) async fn acknowledge(tx: &impl Tx, device_id: &str, rule: &str, now: i64) -> StoreResult<Vec<AlarmEvent>> {
+/// Acknowledges the active episode of rule `rule` of device `device_id`
+/// at `now`: the acknowledgement, and whether it was recorded now (false:
+/// the episode was acknowledged already, and that earlier one is
+/// returned, so that an acknowledgement sent twice is recorded once).
+pub(crate) async fn acknowledge(
+    tx: &impl Tx,
+    device_id: &str,
+    rule: &str,
+    now: i64,
+) -> StoreResult<(AlarmEvent, bool)> {
     let pk = tx.device_pk(device_id).await?.ok_or_else(|| StoreError::NotFound(format!("no device {device_id:?}")))?;
     let mut alarms = DeviceAlarms::load(tx, pk, device_id)
         .await?
         .ok_or_else(|| StoreError::NotFound(format!("device {device_id:?} has no alarm rule {rule:?}")))?;
-    alarms.acknowledge(rule, now)?;
-    alarms.write(tx, now).await
+    if let Some(at) = alarms.acknowledge(rule, now)? {
+        let recorded = alarms::events(tx, pk, device_id, at, at).await?;
+        let earlier =
+            recorded.into_iter().rev().find(|e| e.rule == rule && e.transition == TransitionKind::Acknowledged);
+        return earlier.map(|e| (e, false)).ok_or_else(|| {
+            StoreError::Backend(format!("alarm {rule:?} of {device_id:?} acknowledged at {at} with no event").into())
+        });
+    }
+    let recorded = alarms.write(tx, now).await?;
+    let event =
+        recorded.into_iter().next().ok_or_else(|| StoreError::Backend("an acknowledgement recorded nothing".into()))?;
+    Ok((event, true))
 }
 
 /// When every silence rule would next raise, counted from `started`

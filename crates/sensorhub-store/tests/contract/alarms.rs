@@ -137,7 +137,7 @@ async fn sixty_four_writers_of_one_station_make_one_episode() {
 }
 
 #[tokio::test]
-async fn acknowledging_needs_an_active_episode_and_is_recorded() {
+async fn acknowledging_needs_an_active_episode_and_is_recorded_once() {
     for b in backends().await {
         let s = &*b.store;
         apply(s, &katulampa(5.0)).await.expect("apply");
@@ -150,6 +150,11 @@ async fn acknowledging_needs_an_active_episode_and_is_recorded() {
         assert_eq!((ack.transition, ack.level.as_deref()), (TransitionKind::Acknowledged, Some("Siaga 3")));
         let alarms = s.alarms(Scope::All, "D1").await.expect("alarms").expect("visible");
         assert!(alarms[0].state.acknowledged_at.is_some());
+        // Sent again: the first acknowledgement, recorded once.
+        let again = s.acknowledge_alarm("D1", "siaga", now() + 5).await.expect("acknowledged already");
+        assert_eq!((again.id, again.at), (ack.id, ack.at), "the first acknowledgement");
+        let acks = transitions(s).await.into_iter().filter(|e| e.1 == TransitionKind::Acknowledged).count();
+        assert_eq!(acks, 1, "recorded once");
         // A rise to a higher level asks again.
         s.ingest(reading("D1", now() - 30, &[("a", 170.0)])).await.expect("ingest");
         let alarms = s.alarms(Scope::All, "D1").await.expect("alarms").expect("visible");

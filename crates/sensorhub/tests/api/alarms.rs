@@ -131,6 +131,12 @@ on_each_backend! {
         let state = app.as_alice().get("/devices/AWLR-001/alarms").await;
         assert!(state.data()[0]["acknowledged_at"].is_string(), "{}", state.text);
         assert_eq!(transitions(&app).await.last(), Some(&t("siaga", "acknowledged", Some("Siaga 3"))));
+        // Sent again (a double click, a retry): the same acknowledgement, recorded once.
+        let again = app.as_alice().post(ack, "").await;
+        assert_eq!(again.status, 200, "{}", again.text);
+        assert_eq!(again.data(), done.data(), "the first acknowledgement, as recorded");
+        let acks = transitions(&app).await.into_iter().filter(|(_, kind, _)| kind == "acknowledged").count();
+        assert_eq!(acks, 1, "one acknowledgement recorded");
     }
 
     async fn a_stream_carries_each_transition_as_an_alarm_event() {
