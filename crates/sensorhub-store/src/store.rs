@@ -64,6 +64,11 @@ pub trait Access: Send + Sync {
     /// `device_pk`: it owns the device, or sees it with a write grant.
     /// Seeing a device does not allow writing it.
     async fn may_write(&self, account_id: i64, device_pk: i64) -> StoreResult<bool>;
+
+    /// The device `device_id` visible to account `account_id` (its own
+    /// scope, no key) with whether it may write it ([`Access::may_write`]),
+    /// in one round trip; `None` when the account does not see it.
+    async fn writable_device(&self, account_id: i64, device_id: &str) -> StoreResult<Option<(DeviceHandle, bool)>>;
 }
 
 /// Devices and their readings as the API reads them.

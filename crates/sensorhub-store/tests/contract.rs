@@ -316,6 +316,13 @@ async fn seeing_a_device_is_not_writing_it() {
         let alice = s.account_auth("alice").await.expect("lookup").expect("exists").account_id;
         let d1 = s.find_device(Scope::All, "D1").await.expect("find").expect("exists").pk;
         assert!(!s.may_write(alice, d1).await.expect("may"), "alice sees D1 but has no grant");
+        // The same two answers in one round trip.
+        let writable = |account, id: &'static str| async move {
+            s.writable_device(account, id).await.expect("writable").map(|(d, may)| (d.pk, d.sensors.len(), may))
+        };
+        let sensors = s.find_device(Scope::All, "D1").await.expect("find").expect("exists").sensors.len();
+        assert_eq!(writable(alice, "D1").await, Some((d1, sensors, false)));
+        assert_eq!(writable(alice, "D9").await, None, "no such device");
         // An owner writes; the owner sees its device even when its list omits it.
         apply(
             s,
@@ -332,6 +339,8 @@ async fn seeing_a_device_is_not_writing_it() {
         assert_eq!(bob_sees.len(), 1);
         apply(s, r#"{"accounts":[{"username":"bob","devices":[]}]}"#).await.expect("relist");
         assert!(s.find_device(Scope::Account { account_id: bob, key: None }, "D1").await.expect("f").is_some());
+        assert_eq!(writable(bob, "D1").await, Some((d1, sensors, true)), "the owner, unlisted");
+        assert_eq!(writable(bob, "D2").await, None, "a device bob neither sees nor owns");
         // A write grant must name a device the account sees.
         let err = apply(s, r#"{"accounts":[{"username":"alice","write":["D2"]}]}"#).await.expect_err("unseen");
         assert!(err.to_string().starts_with("accounts[0].write[0]"), "{err}");
@@ -342,6 +351,7 @@ async fn seeing_a_device_is_not_writing_it() {
         // A grant, listed in the account summary; re-applying without `write` keeps it.
         apply(s, r#"{"accounts":[{"username":"alice","write":["D1"]}]}"#).await.expect("grant");
         assert!(s.may_write(alice, d1).await.expect("may"));
+        assert_eq!(writable(alice, "D1").await, Some((d1, sensors, true)), "a write grant");
         assert!(apply(s, r#"{"accounts":[{"username":"alice","devices":["D1"]}]}"#).await.expect("again").is_noop());
         assert!(s.may_write(alice, d1).await.expect("may"));
         let summary = s.accounts().await.expect("accounts");

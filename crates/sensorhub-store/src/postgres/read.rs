@@ -240,6 +240,10 @@ impl crate::store::Access for PgStore {
     async fn may_write(&self, account_id: i64, device_pk: i64) -> StoreResult<bool> {
         self.on(async |c| access::may_write(c, account_id, device_pk).await).await
     }
+
+    async fn writable_device(&self, account_id: i64, device_id: &str) -> StoreResult<Option<(DeviceHandle, bool)>> {
+        self.on(async |c| access::writable_device(c, account_id, device_id).await).await
+    }
 }
 
 #[async_trait]

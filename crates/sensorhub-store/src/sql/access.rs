@@ -77,6 +77,21 @@ pub(crate) async fn may_write(c: &impl Sql, account_id: i64, pk: i64) -> StoreRe
     c.query_one(sql, &[account_id.into(), pk.into()]).await?.get(0)
 }
 
+/// The device `device_id` as account `account_id` sees it (its own scope,
+/// no key), with whether it may write it: one trip to the database for
+/// the webhook's, the line protocol's and the acknowledgement's two checks.
+pub(crate) async fn writable_device(
+    c: &impl Sql,
+    account_id: i64,
+    device_id: &str,
+) -> StoreResult<Option<(DeviceHandle, bool)>> {
+    let Some(device) = find_device(c, Scope::Account { account_id, key: None }, device_id).await? else {
+        return Ok(None);
+    };
+    let may = may_write(c, account_id, device.pk).await?;
+    Ok(Some((device, may)))
+}
+
 /// The number that moves whenever access may have been taken away.
 pub(crate) async fn access_generation(c: &impl Sql) -> StoreResult<i64> {
     c.query_one("SELECT generation FROM access_generation", &[]).await?.get(0)

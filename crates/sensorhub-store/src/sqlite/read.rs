@@ -139,6 +139,11 @@ impl crate::store::Access for SqliteStore {
     async fn may_write(&self, account_id: i64, device_pk: i64) -> StoreResult<bool> {
         self.reads.run_short(move |c| on(c, async |c| access::may_write(c, account_id, device_pk).await)).await
     }
+
+    async fn writable_device(&self, account_id: i64, device_id: &str) -> StoreResult<Option<(DeviceHandle, bool)>> {
+        let device_id = device_id.to_owned();
+        self.reads.run_short(move |c| on(c, async |c| access::writable_device(c, account_id, &device_id).await)).await
+    }
 }
 
 #[async_trait]

@@ -24,7 +24,6 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 use sensorhub_core::ingest::{self, Given, Rules, ValueAt};
 use sensorhub_core::lineproto::{Precision, parse_line};
 use sensorhub_core::model::{ReadingInput, SensorMeta};
-use sensorhub_store::Scope;
 use sensorhub_store::delivery::Outbox;
 use std::collections::HashMap;
 use std::io::Read;
@@ -285,11 +284,10 @@ async fn readings_of(
 /// device it does not see and one it may only read are refused (as the
 /// line's error), a store failure fails the request.
 async fn writable(state: &AppState, caller: &InfluxCaller, device_id: &str) -> Result<Writable, ApiError> {
-    let scope = Scope::Account { account_id: caller.account_id, key: None };
-    let Some(device) = state.store.find_device(scope, device_id).await? else {
+    let Some((device, may_write)) = state.store.writable_device(caller.account_id, device_id).await? else {
         return Ok(Err(ApiError::BadRequest(format!("device {device_id:?} is not one of this key's devices"))));
     };
-    if !state.store.may_write(caller.account_id, device.pk).await? {
+    if !may_write {
         return Ok(Err(ApiError::WriteForbidden(format!(
             "this key's account may read device {device_id:?} but not write its readings"
         ))));

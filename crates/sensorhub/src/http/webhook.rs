@@ -82,11 +82,13 @@ async fn handle(state: &AppState, caller: &WebhookCaller, headers: &HeaderMap, b
     let envelope_text = RawValue::from_string(text).map_err(|e| ApiError::BadRequest(e.to_string()))?;
     let now = jiff::Timestamp::now();
     let rules = Rules { now, max_future_skew: state.webhook.max_future_skew };
-    let scope = Scope::Account { account_id: caller.account_id, key: None };
-    let device = state.store.find_device(scope, &envelope.device_id).await?;
     if state.webhook.mode == WebhookMode::Ingest {
-        let device = device.ok_or(ApiError::DeviceNotFound)?;
-        if !state.store.may_write(caller.account_id, device.pk).await? {
+        let (device, may_write) = state
+            .store
+            .writable_device(caller.account_id, &envelope.device_id)
+            .await?
+            .ok_or(ApiError::DeviceNotFound)?;
+        if !may_write {
             return Err(ApiError::WriteForbidden(format!(
                 "this key's account may read device {:?} but not write its readings: it needs to own the device or hold a write grant",
                 envelope.device_id
@@ -99,6 +101,8 @@ async fn handle(state: &AppState, caller: &WebhookCaller, headers: &HeaderMap, b
         state.store.ingest(reading).await?;
         state.metrics.readings_ingested(1);
     } else {
+        let scope = Scope::Account { account_id: caller.account_id, key: None };
+        let device = state.store.find_device(scope, &envelope.device_id).await?;
         let sensors = device.as_ref().map(|d| d.sensors.as_slice());
         let problems = ingest::survey(&envelope.device_id, envelope.timestamp, &envelope.values, sensors, rules);
         envelope.warnings.extend(problems.into_iter().map(|p| p.message));
