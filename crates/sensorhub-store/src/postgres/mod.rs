@@ -30,6 +30,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/postgres/0007_subscription_names.sql"),
     include_str!("../../migrations/postgres/0008_access.sql"),
     include_str!("../../migrations/postgres/0009_alarms.sql"),
+    include_str!("../../migrations/postgres/0010_alarm_state_writes.sql"),
 ];
 
 /// Connections per process unless the URL says otherwise (`pool_max_size=N`).
@@ -100,7 +101,7 @@ pub struct PgStore {
     /// Told of committed readings.
     observers: std::sync::Arc<crate::observe::Observers>,
     /// The devices' alarm rules, kept between write transactions.
-    rules: std::sync::Arc<crate::write::rule_cache::RuleCache>,
+    rules: std::sync::Arc<crate::write::alarm_cache::AlarmCache>,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -158,7 +159,7 @@ impl PgStore {
         let pool = build(size, 30)?;
         let writers = std::sync::Arc::new(tokio::sync::Semaphore::new(WRITERS));
         let observers = std::sync::Arc::new(crate::observe::Observers::default());
-        let rules = std::sync::Arc::new(crate::write::rule_cache::RuleCache::default());
+        let rules = std::sync::Arc::new(crate::write::alarm_cache::AlarmCache::default());
         let shared = (pool.clone(), writers.clone(), observers.clone(), rules.clone());
         let group = crate::group::GroupCommit::start(move |readings| {
             let (pool, writers, observers, rules) = shared.clone();

@@ -80,7 +80,7 @@ pub(super) async fn begin_bulk(c: &mut Client) -> StoreResult<Transaction<'_>> {
 pub(super) async fn ingest_group(
     c: &mut Client,
     group: &[ReadingInput],
-    rules: &crate::write::rule_cache::RuleCache,
+    rules: &crate::write::alarm_cache::AlarmCache,
 ) -> StoreResult<(Vec<StoreResult<()>>, Vec<AlarmEvent>)> {
     let tx = begin(c).await?;
     let outcomes = readings::ingest_group(&PgTx::new(&tx), group, rules).await?;

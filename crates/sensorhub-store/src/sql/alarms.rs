@@ -212,11 +212,16 @@ const STATES_AT_ONCE: usize = 200;
 /// rule's (name, state). Rules left out are forgotten.
 pub(crate) type DeviceStates<'a> = (i64, Vec<(&'a str, &'a AlarmState)>);
 
-/// Writes the states of `devices`, a few hundred devices a statement.
+/// Writes the states of `devices`, a few hundred devices a statement,
+/// and counts the write ([`marks`]) when there was one.
 pub(crate) async fn put_states(c: &impl Sql, devices: &[DeviceStates<'_>]) -> StoreResult<()> {
+    if devices.is_empty() {
+        return Ok(());
+    }
     for chunk in devices.chunks(STATES_AT_ONCE) {
         put_state_rows(c, chunk).await?;
     }
+    c.execute("UPDATE alarm_generation SET state_writes = state_writes + 1", &[]).await?;
     Ok(())
 }
 
@@ -373,6 +378,13 @@ pub(crate) async fn events(
             })
         })
         .collect()
+}
+
+/// Where the alarms stand, in one row: the rules' generation and how
+/// many transactions have written states ([`put_states`]).
+pub(crate) async fn marks(c: &impl Sql) -> StoreResult<(i64, i64)> {
+    let row = c.query_one("SELECT generation, state_writes FROM alarm_generation", &[]).await?;
+    Ok((row.get(0)?, row.get(1)?))
 }
 
 /// The number that moves whenever an alarm rule is added, changed or removed.

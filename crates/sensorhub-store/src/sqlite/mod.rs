@@ -13,8 +13,8 @@ mod upgrade;
 mod write;
 
 use crate::sql::access;
+use crate::write::alarm_cache::AlarmCache;
 use crate::write::readings::ingest_group;
-use crate::write::rule_cache::RuleCache;
 use crate::{PoolStatus, StoreError, StoreResult, fact_key};
 use async_trait::async_trait;
 use pool::{Pool, Role};
@@ -33,6 +33,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/sqlite/0007_subscription_names.sql"),
     include_str!("../../migrations/sqlite/0008_access.sql"),
     include_str!("../../migrations/sqlite/0009_alarms.sql"),
+    include_str!("../../migrations/sqlite/0010_alarm_state_writes.sql"),
 ];
 
 /// Offset added to an hour number in a key, so that every hour since
@@ -103,7 +104,7 @@ pub struct SqliteStore {
     /// Told of committed readings.
     observers: std::sync::Arc<crate::observe::Observers>,
     /// The devices' alarm rules, kept between write transactions.
-    rules: std::sync::Arc<RuleCache>,
+    rules: std::sync::Arc<AlarmCache>,
     path: std::path::PathBuf,
 }
 
@@ -129,7 +130,7 @@ impl SqliteStore {
         writes.run(move |c| upgrade::run(c, options.upgrade_batch_hours)).await?;
         let reads = Pool::new(path, READ_POOL_SIZE, Role::Read, sync);
         let observers = std::sync::Arc::new(crate::observe::Observers::default());
-        let rules = std::sync::Arc::new(RuleCache::default());
+        let rules = std::sync::Arc::new(AlarmCache::default());
         let shared = (writes.clone(), observers.clone(), rules.clone());
         let group = crate::group::GroupCommit::start(move |readings| {
             let (writes, observers, rules) = shared.clone();

@@ -6,7 +6,7 @@
 //! together ([`DeviceAlarms::write`]). A reading and the transitions it
 //! causes are committed, or lost, together: never one without the other.
 
-use super::rule_cache::{RuleCache, Rules};
+use super::alarm_cache::{AlarmCache, Marks, Rules, in_rule_order};
 use super::tx::Tx;
 use crate::Scope;
 use crate::alarm::{Alarm, AlarmEvent, SilenceDue};
@@ -38,8 +38,13 @@ pub(crate) struct DeviceAlarms {
 
 impl DeviceAlarms {
     /// Device `pk`'s `rules` with their `stored` states (a rule without one starts at rest).
-    fn new(pk: i64, device_id: &str, rules: Rules, mut stored: StoredStates) -> Self {
-        let states: Vec<AlarmState> = rules.iter().map(|r| stored.remove(&r.name).unwrap_or_default()).collect();
+    fn new(pk: i64, device_id: &str, rules: Rules, stored: StoredStates) -> Self {
+        let states = in_rule_order(&rules, stored);
+        Self::with_states(pk, device_id, rules, states)
+    }
+
+    /// Device `pk`'s `rules` with their `states`, in rule order.
+    fn with_states(pk: i64, device_id: &str, rules: Rules, states: Vec<AlarmState>) -> Self {
         let changed = vec![false; rules.len()];
         Self { pk, device_id: device_id.to_owned(), rules, states, changed, transitions: Vec::new() }
     }
@@ -60,17 +65,23 @@ impl DeviceAlarms {
     }
 
     /// The rules with their states of those of `devices` (pk, id) that
-    /// have rules, a few queries for them all (the rules from `cache`).
-    pub(crate) async fn load_many(tx: &impl Sql, cache: &RuleCache, devices: &[(i64, &str)]) -> StoreResult<Vec<Self>> {
+    /// have rules, from `cache` and a few queries for the rest; with the
+    /// marks [`write_all`] hands back to the cache.
+    pub(crate) async fn load_many(
+        tx: &impl Sql,
+        cache: &AlarmCache,
+        devices: &[(i64, &str)],
+    ) -> StoreResult<(Vec<Self>, Marks)> {
         let pks: Vec<i64> = devices.iter().map(|(pk, _)| *pk).collect();
-        let mut loaded = cache.load(tx, &pks).await?;
-        Ok(devices
+        let (mut loaded, marks) = cache.load(tx, &pks).await?;
+        let devices = devices
             .iter()
             .filter_map(|(pk, id)| {
                 let (rules, states) = loaded.remove(pk)?;
-                Some(Self::new(*pk, id, rules, states))
+                Some(Self::with_states(*pk, id, rules, states))
             })
-            .collect())
+            .collect();
+        Ok((devices, marks))
     }
 
     /// Moves every rule by a reading at `timestamp` whose value of a
@@ -197,11 +208,21 @@ impl DeviceAlarms {
     }
 }
 
-/// [`DeviceAlarms::write`] for many devices: every changed state in a few
-/// statements, then each device's transitions.
-pub(crate) async fn write_all(tx: &impl Tx, devices: Vec<DeviceAlarms>, now: i64) -> StoreResult<Vec<AlarmEvent>> {
+/// [`DeviceAlarms::write`] for many devices loaded from `cache` at
+/// `marks`: every changed state in a few statements, the states kept in
+/// the cache, then each device's transitions.
+pub(crate) async fn write_all(
+    tx: &impl Tx,
+    mut devices: Vec<DeviceAlarms>,
+    now: i64,
+    cache: &AlarmCache,
+    marks: Marks,
+) -> StoreResult<Vec<AlarmEvent>> {
     let states: Vec<_> = devices.iter().filter_map(DeviceAlarms::changed_states).collect();
+    let wrote = !states.is_empty();
     alarms::put_states(tx, &states).await?;
+    drop(states);
+    cache.keep(marks, wrote, devices.iter_mut().map(|d| (d.pk, std::mem::take(&mut d.states))));
     let mut events = Vec::new();
     for device in devices {
         events.extend(device.record(tx, now).await?);

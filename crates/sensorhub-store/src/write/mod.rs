@@ -3,6 +3,7 @@
 //! rewrites of stored hours. Each backend opens the transaction, runs a
 //! step with its own [`tx::Tx`], and commits.
 
+pub(crate) mod alarm_cache;
 pub(crate) mod alarms;
 pub(crate) mod copy;
 pub(crate) mod migrate;
@@ -10,6 +11,5 @@ pub(crate) mod provision;
 pub(crate) mod provision_tx;
 pub(crate) mod readings;
 pub(crate) mod remove;
-pub(crate) mod rule_cache;
 pub(crate) mod tx;
 pub(crate) mod upgrade;

@@ -65,7 +65,7 @@ pub(crate) async fn apply(
         writer.write(tx, r).await?;
     }
     // A cache of its own: the document may have changed the rules just now.
-    let (changed, moved) = writer.finish(tx, &super::rule_cache::RuleCache::default()).await?;
+    let (changed, moved) = writer.finish(tx, &super::alarm_cache::AlarmCache::default()).await?;
     report.readings.updated += changed;
     events.extend(moved);
     Ok((report, events))

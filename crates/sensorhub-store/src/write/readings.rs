@@ -4,8 +4,8 @@
 //! written, with the `latest` index and the outbox rows they owe, in the
 //! transaction they came in.
 
+use super::alarm_cache::AlarmCache;
 use super::alarms::DeviceAlarms;
-use super::rule_cache::RuleCache;
 use super::tx::Tx;
 use crate::alarm::AlarmEvent;
 use crate::decide::latest::Newest;
@@ -107,7 +107,7 @@ impl ReadingWriter {
     /// Moves the alarms of the devices written by their readings, in
     /// order, and writes what changed: every device's rules and states
     /// read in a few queries, every changed state written in a few.
-    async fn move_alarms(&mut self, tx: &impl Tx, rules: &RuleCache) -> StoreResult<Vec<AlarmEvent>> {
+    async fn move_alarms(&mut self, tx: &impl Tx, rules: &AlarmCache) -> StoreResult<Vec<AlarmEvent>> {
         if self.watched.is_empty() {
             return Ok(Vec::new());
         }
@@ -118,7 +118,7 @@ impl ReadingWriter {
             .filter(|(pk, _)| self.watched.contains_key(pk))
             .collect();
         let ids: Vec<(i64, &str)> = devices.iter().map(|(pk, (id, _))| (*pk, *id)).collect();
-        let mut loaded = DeviceAlarms::load_many(tx, rules, &ids).await?;
+        let (mut loaded, marks) = DeviceAlarms::load_many(tx, rules, &ids).await?;
         for alarms in &mut loaded {
             let (Some(readings), Some((_, sensors))) = (self.watched.get(&alarms.pk()), devices.get(&alarms.pk()))
             else {
@@ -130,7 +130,7 @@ impl ReadingWriter {
             }
         }
         self.watched.clear();
-        super::alarms::write_all(tx, loaded, self.now).await
+        super::alarms::write_all(tx, loaded, self.now, rules, marks).await
     }
 
     /// Merges every gathered hour with its stored row (read together) and
@@ -162,7 +162,7 @@ impl ReadingWriter {
     /// returns how many readings were new or different (0 when everything
     /// was stored already) and the alarm transitions recorded.
     /// The devices' alarm rules come from `rules`.
-    pub(crate) async fn finish(mut self, tx: &impl Tx, rules: &RuleCache) -> StoreResult<(u64, Vec<AlarmEvent>)> {
+    pub(crate) async fn finish(mut self, tx: &impl Tx, rules: &AlarmCache) -> StoreResult<(u64, Vec<AlarmEvent>)> {
         let newest = self.newest.take();
         let deliveries = std::mem::take(&mut self.deliveries.rows);
         futures_util::future::try_join3(self.flush(tx), tx.upsert_latest(&newest), tx.insert_outbox(&deliveries))
@@ -184,7 +184,7 @@ pub(crate) async fn import(
     source: ReadingSource,
     limit: Option<std::time::Duration>,
     outbox: Outbox,
-    rules: &RuleCache,
+    rules: &AlarmCache,
 ) -> StoreResult<Imported> {
     let started = std::time::Instant::now();
     let mut report = ImportReport::default();
@@ -216,7 +216,7 @@ pub(crate) async fn import(
 pub(crate) async fn ingest_group(
     tx: &impl Tx,
     readings: &[ReadingInput],
-    rules: &RuleCache,
+    rules: &AlarmCache,
 ) -> StoreResult<(Vec<StoreResult<()>>, Vec<AlarmEvent>)> {
     let mut writer = ReadingWriter::new(Outbox::Deliver);
     let mut outcomes = Vec::with_capacity(readings.len());

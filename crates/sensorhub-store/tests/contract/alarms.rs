@@ -257,6 +257,40 @@ async fn rules_changed_by_another_instance_hold_at_the_next_reading() {
     }
 }
 
+/// A running instance keeps each device's states between its writes too;
+/// states moved by another instance (another process) are the ones its
+/// next reading is judged against, never the ones it had kept.
+#[tokio::test]
+async fn states_moved_by_another_instance_hold_at_the_next_reading() {
+    use TransitionKind::*;
+    for b in backends().await {
+        let s = &*b.store;
+        apply(s, &katulampa(5.0)).await.expect("apply");
+        s.ingest(reading("D1", now() - 180, &[("a", 70.0)])).await.expect("ingest");
+        assert_eq!(transitions(s).await, [t("siaga", Raised, Some("Siaga 4"))]);
+
+        let other = sensorhub_store::open(&b.url).await.expect("a second instance");
+        other.ingest(reading("D1", now() - 120, &[("a", 100.0)])).await.expect("ingest elsewhere");
+        s.ingest(reading("D1", now() - 60, &[("a", 101.0)])).await.expect("ingest");
+        let want = [t("siaga", Raised, Some("Siaga 4")), t("siaga", LevelChanged, Some("Siaga 3"))];
+        assert_eq!(transitions(s).await, want, "the first instance knew the episode was at Siaga 3 already");
+
+        other.acknowledge_alarm("D1", "siaga", now()).await.expect("acknowledged elsewhere");
+        let again = s.acknowledge_alarm("D1", "siaga", now()).await.expect("acknowledged already");
+        assert_eq!(again.transition, Acknowledged);
+        s.ingest(reading("D1", now() - 30, &[("a", 60.0)])).await.expect("ingest");
+        let want = [
+            t("siaga", Raised, Some("Siaga 4")),
+            t("siaga", LevelChanged, Some("Siaga 3")),
+            t("siaga", Acknowledged, Some("Siaga 3")),
+            t("siaga", LevelChanged, Some("Siaga 4")),
+        ];
+        assert_eq!(transitions(s).await, want, "one acknowledgement, then down a level");
+        let alarms = s.alarms(Scope::All, "D1").await.expect("alarms").expect("visible");
+        assert!(alarms[0].state.acknowledged_at.is_some(), "going down keeps the acknowledgement");
+    }
+}
+
 /// Two instances on one PostgreSQL database, both running the silence
 /// watch and both taking readings of the same station: each transition is
 /// recorded once (every writing transaction holds the database's write
