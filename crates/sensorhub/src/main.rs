@@ -7,12 +7,6 @@ use std::io::IsTerminal;
 use std::process::ExitCode;
 use tracing_subscriber::EnvFilter;
 
-/// mimalloc rather than glibc's malloc: the write paths allocate on one
-/// thread and free on another (a parsed value freed by the writer), which
-/// glibc serialises on an arena lock (bench/RESULTS.md, issue 27).
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 fn main() -> ExitCode {
     // Blocking work is bounded by the database pool (a few connections) and
     // the Argon2 permits (one per core); a small blocking pool keeps tokio
