@@ -128,7 +128,7 @@ pub fn reading(
         .map_err(|e| Problem::new(Reason::InFuture, e.to_string()))?;
     let mut values: Vec<ValueInput> = Vec::with_capacity(received.len());
     for ValueAt { at, sensor_id: id, value } in received {
-        if values.iter().any(|v| v.sensor_id == id) {
+        if values.iter().any(|v| *v.sensor_id == *id) {
             return Err(Problem::new(Reason::RepeatedSensor, format!("{at}: sensor {id:?} is given more than once")));
         }
         if !sensors.iter().any(|s| s.sensor_id == id) {
@@ -141,7 +141,7 @@ pub fn reading(
                 return Err(Problem::new(Reason::NotANumber, format!("{at} must be a number, not {kind}")));
             }
         };
-        values.push(ValueInput { sensor_id: id, value, unit: None });
+        values.push(ValueInput { sensor_id: id.into(), value, unit: None });
     }
     Ok(ReadingInput {
         device_id: device_id.to_owned(),

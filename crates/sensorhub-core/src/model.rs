@@ -132,8 +132,10 @@ impl Origin {
 /// One measured value of a [`ReadingInput`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct ValueInput {
-    /// Sensor identifier.
-    pub sensor_id: String,
+    /// Sensor identifier: shared, so that a reader of many readings (an
+    /// import) hands out one allocation per sensor rather than one per
+    /// value, and values freed on another thread cost no allocator lock.
+    pub sensor_id: std::sync::Arc<str>,
     /// The value; always finite.
     pub value: f64,
     /// The unit as given, which must equal the sensor's; `None` means the sensor's.

@@ -211,7 +211,7 @@ impl ReadingSpec {
             if !v.value.is_finite() {
                 return Err(InputError::new(at, "value must be a finite number"));
             }
-            values.push(ValueInput { sensor_id: v.id, value: v.value, unit: v.unit });
+            values.push(ValueInput { sensor_id: v.id.into(), value: v.value, unit: v.unit });
         }
         Ok(ReadingInput {
             device_id: self.device_id,

@@ -202,7 +202,7 @@ fn station_readings(
     (0..).map(move |i| start + i * station.interval).map(move |ts| {
         let p = station.prefix;
         let w = sim.step(ts, start);
-        let v = |code: &str, value: f64| ValueInput { sensor_id: format!("{p}-{code}"), value, unit: None };
+        let v = |code: &str, value: f64| ValueInput { sensor_id: format!("{p}-{code}").into(), value, unit: None };
         let mut values = vec![v("batt", w.battery), v("sig", w.signal)];
         if water {
             values.push(v("wl", w.water_level));

@@ -183,7 +183,7 @@ impl DeviceSensors {
         let mut pairs = Vec::with_capacity(r.values.len());
         for (i, v) in r.values.iter().enumerate() {
             let at = || r.origin.value_at(i);
-            let (idx, unit) = self.sensors.get(&v.sensor_id).ok_or_else(|| {
+            let (idx, unit) = self.sensors.get(&*v.sensor_id).ok_or_else(|| {
                 invalid(at(), format!("unknown sensor {:?} for device {:?}", v.sensor_id, r.device_id))
             })?;
             if let Some(given) = v.unit.as_deref().filter(|u| u != unit) {

@@ -140,6 +140,8 @@ pub struct CsvReadings<R: std::io::Read> {
     /// Timestamp text and line of the last row added to `pending`.
     pending_ts: String,
     pending_line: u64,
+    /// Each sensor id seen, shared by every value of that sensor.
+    sensor_ids: SensorIds,
     checked_header: bool,
     done: bool,
 }
@@ -155,6 +157,7 @@ impl<R: std::io::Read> CsvReadings<R> {
             pending: None,
             pending_ts: String::new(),
             pending_line: 0,
+            sensor_ids: SensorIds::default(),
             checked_header: false,
             done: false,
         }
@@ -189,7 +192,7 @@ impl<R: std::io::Read> CsvReadings<R> {
             let value: f64 = r[3].parse().ok().filter(|v: &f64| v.is_finite()).ok_or_else(|| {
                 InputError::new(format!("line {line}"), format!("value {:?} is not a finite number", r[3]))
             })?;
-            let value = ValueInput { sensor_id: r[2].to_owned(), value, unit: None };
+            let value = ValueInput { sensor_id: self.sensor_ids.get(r[2]), value, unit: None };
             let follows = line == self.pending_line + 1;
             self.pending_line = line;
             // Rows of the same reading follow each other: compare before allocating.
@@ -213,6 +216,31 @@ impl<R: std::io::Read> CsvReadings<R> {
                 return Ok(Some(done));
             }
         }
+    }
+}
+
+/// Sensor ids as shared strings, one allocation per distinct id: a file
+/// of millions of values names a few hundred sensors, and each value's id
+/// is then a reference count rather than a string allocated here and
+/// freed on the writing thread.
+#[derive(Default)]
+struct SensorIds(std::collections::HashMap<Box<str>, std::sync::Arc<str>>);
+
+impl SensorIds {
+    /// Ids kept at most; past it the map starts again (a file naming more
+    /// sensors than that still imports, with an allocation per new id).
+    const KEPT: usize = 65_536;
+
+    fn get(&mut self, id: &str) -> std::sync::Arc<str> {
+        if let Some(shared) = self.0.get(id) {
+            return shared.clone();
+        }
+        if self.0.len() >= Self::KEPT {
+            self.0.clear();
+        }
+        let shared: std::sync::Arc<str> = id.into();
+        self.0.insert(id.into(), shared.clone());
+        shared
     }
 }
 
@@ -267,6 +295,9 @@ mod tests {
         assert_eq!(got[1].values[0].value, 3.0);
         assert_eq!(got[1].origin, Origin::Lines(4));
         assert_eq!(got[0].origin.value_at(1), "line 3");
+        let (first, again) = (&got[0].values[0].sensor_id, &got[1].values[0].sensor_id);
+        assert_eq!((&**first, &**again), ("a", "a"));
+        assert!(std::sync::Arc::ptr_eq(first, again), "one allocation per sensor id, shared by its values");
     }
 
     #[test]

@@ -24,7 +24,7 @@ impl LiveReading {
         Self {
             device_id: input.device_id.clone(),
             timestamp: input.timestamp,
-            values: input.values.iter().map(|v| (v.sensor_id.clone(), v.value)).collect(),
+            values: input.values.iter().map(|v| (v.sensor_id.to_string(), v.value)).collect(),
         }
     }
 }
