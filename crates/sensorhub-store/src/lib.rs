@@ -17,6 +17,7 @@ mod sql;
 pub mod sqlite;
 pub mod stats;
 mod store;
+mod stored_value;
 mod types;
 mod write;
 
@@ -26,6 +27,7 @@ pub use store::{Access, Alarms, Copying, Deliveries, Health, Provisioning, Readi
 pub mod prelude {
     pub use crate::store::{Access, Alarms, Copying, Deliveries, Health, Provisioning, ReadingWrites, Reads, Store};
 }
+pub use stored_value::StoredValue;
 pub use types::*;
 
 use futures_util::stream::BoxStream;
