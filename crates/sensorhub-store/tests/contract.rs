@@ -9,6 +9,8 @@
 mod access;
 #[path = "contract/alarms.rs"]
 mod alarms;
+#[path = "contract/devices.rs"]
+mod devices;
 #[path = "contract/dropped.rs"]
 mod dropped;
 #[path = "contract/hooks.rs"]

@@ -146,10 +146,12 @@ pub(crate) fn sensors_by_idx(rows: impl IntoIterator<Item = (i64, SensorMeta)>) 
     out
 }
 
-/// A device as the reading writer needs it: its number and sensors by id.
+/// A device as the reading writer needs it: its number and sensors by id
+/// (shared: a store keeps them between transactions).
+#[derive(Clone)]
 pub(crate) struct DeviceSensors {
     pub pk: i64,
-    sensors: FastMap<String, (u8, String)>,
+    sensors: std::sync::Arc<FastMap<String, (u8, String)>>,
     /// The enabled subscriptions that cover the device, when the write
     /// delivers (looked up once per device and transaction).
     pub subscriptions: Vec<String>,
@@ -163,7 +165,8 @@ impl DeviceSensors {
             .enumerate()
             .filter(|(_, s)| !s.sensor_id.is_empty())
             .map(|(idx, s)| (s.sensor_id, (idx as u8, s.unit)))
-            .collect();
+            .collect::<FastMap<_, _>>()
+            .into();
         Self { pk, sensors, subscriptions: Vec::new() }
     }
 

@@ -31,6 +31,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/postgres/0008_access.sql"),
     include_str!("../../migrations/postgres/0009_alarms.sql"),
     include_str!("../../migrations/postgres/0010_alarm_state_writes.sql"),
+    include_str!("../../migrations/postgres/0011_device_generation.sql"),
 ];
 
 /// Connections per process unless the URL says otherwise (`pool_max_size=N`).
@@ -100,8 +101,8 @@ pub struct PgStore {
     group: crate::group::GroupCommit,
     /// Told of committed readings.
     observers: std::sync::Arc<crate::observe::Observers>,
-    /// The devices' alarm rules, kept between write transactions.
-    rules: std::sync::Arc<crate::write::alarm_cache::AlarmCache>,
+    /// The devices and their alarm rules and states, kept between write transactions.
+    kept: std::sync::Arc<crate::write::Kept>,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -159,19 +160,19 @@ impl PgStore {
         let pool = build(size, 30)?;
         let writers = std::sync::Arc::new(tokio::sync::Semaphore::new(WRITERS));
         let observers = std::sync::Arc::new(crate::observe::Observers::default());
-        let rules = std::sync::Arc::new(crate::write::alarm_cache::AlarmCache::default());
-        let shared = (pool.clone(), writers.clone(), observers.clone(), rules.clone());
+        let kept = std::sync::Arc::new(crate::write::Kept::default());
+        let shared = (pool.clone(), writers.clone(), observers.clone(), kept.clone());
         let group = crate::group::GroupCommit::start(move |readings| {
-            let (pool, writers, observers, rules) = shared.clone();
+            let (pool, writers, observers, kept) = shared.clone();
             async move {
                 let written = {
                     let _writer = writer_place(&writers).await?;
-                    write::ingest_group(&mut pool.get().await?, &readings, &rules).await?
+                    write::ingest_group(&mut pool.get().await?, &readings, &kept).await?
                 };
                 Ok(observers.after(written).await)
             }
         });
-        let store = Self { pool, ping: build(1, 5)?, writers, group, observers, rules };
+        let store = Self { pool, ping: build(1, 5)?, writers, group, observers, kept };
         store.migrate(open).await?;
         Ok(store)
     }

@@ -80,10 +80,10 @@ pub(super) async fn begin_bulk(c: &mut Client) -> StoreResult<Transaction<'_>> {
 pub(super) async fn ingest_group(
     c: &mut Client,
     group: &[ReadingInput],
-    rules: &crate::write::alarm_cache::AlarmCache,
+    kept: &crate::write::Kept,
 ) -> StoreResult<(Vec<StoreResult<()>>, Vec<AlarmEvent>)> {
     let tx = begin(c).await?;
-    let outcomes = readings::ingest_group(&PgTx::new(&tx), group, rules).await?;
+    let outcomes = readings::ingest_group(&PgTx::new(&tx), group, kept).await?;
     tx.commit().await?;
     Ok(outcomes)
 }
@@ -101,7 +101,7 @@ impl crate::store::ReadingWrites for PgStore {
     async fn import(&self, source: ReadingSource, outbox: Outbox) -> StoreResult<ImportReport> {
         let import = |source| async move {
             let (report, _, events) =
-                self.in_bulk_tx(async |tx| readings::import(tx, source, None, outbox, &self.rules).await).await?;
+                self.in_bulk_tx(async |tx| readings::import(tx, source, None, outbox, &self.kept).await).await?;
             Ok(self.observers.after((report, events)).await)
         };
         self.observers.import(source, import).await
@@ -112,7 +112,7 @@ impl crate::store::ReadingWrites for PgStore {
             crate::import_in_steps(source, |source| async move {
                 let limit = Some(IMPORT_COMMIT_EVERY);
                 let (report, rest, events) =
-                    self.in_bulk_tx(async |tx| readings::import(tx, source, limit, outbox, &self.rules).await).await?;
+                    self.in_bulk_tx(async |tx| readings::import(tx, source, limit, outbox, &self.kept).await).await?;
                 Ok(self.observers.after(((report, rest), events)).await)
             })
         };

@@ -3,7 +3,9 @@
 //! sensors, write permission, the access generation, installation facts,
 //! and the admin commands' lists.
 
+use super::by_keys::ByKeys;
 use super::{Row, Sql};
+use crate::decide::FastMap;
 use crate::{AccountAuth, AccountSummary, ApiKeyAuth, ApiKeySummary, DeviceHandle, Scope, StoreResult, WebhookKeyAuth};
 use sensorhub_core::model::SensorMeta;
 use sensorhub_core::secret::KeyDigest;
@@ -103,6 +105,34 @@ pub(crate) async fn device_sensors(c: &impl Sql, pk: i64) -> StoreResult<Vec<Sen
     let rows = c.query(sql, &[pk.into()]).await?;
     let sensors = rows.iter().map(|r| Ok((r.get::<i64>(0)?, sensor(r, 1)?))).collect::<StoreResult<Vec<_>>>()?;
     Ok(crate::decide::sensors_by_idx(sensors))
+}
+
+static DEVICES_WITH_SENSORS: ByKeys = ByKeys::new(
+    "SELECT d.device_id, d.id, s.idx, s.sensor_id, s.name, s.type, s.unit
+     FROM devices d LEFT JOIN sensors s ON s.device_pk = d.id
+     WHERE d.device_id IN (",
+    ") ORDER BY d.id, s.idx",
+);
+
+/// Devices `ids` with their keys and sensors by idx (as [`device_sensors`]),
+/// by id, in a few queries however many they are; an id of no device is
+/// left out.
+pub(crate) async fn devices_with_sensors(
+    c: &impl Sql,
+    ids: &[&str],
+) -> StoreResult<FastMap<String, (i64, Vec<SensorMeta>)>> {
+    let mut rows: FastMap<String, (i64, Vec<(i64, SensorMeta)>)> = FastMap::default();
+    DEVICES_WITH_SENSORS
+        .each(c, ids, |r| {
+            let device = rows.entry(r.get(0)?).or_insert_with(|| (0, Vec::new()));
+            device.0 = r.get(1)?;
+            if let Some(idx) = r.get::<Option<i64>>(2)? {
+                device.1.push((idx, sensor(r, 3)?));
+            }
+            Ok(())
+        })
+        .await?;
+    Ok(rows.into_iter().map(|(id, (pk, sensors))| (id, (pk, crate::decide::sensors_by_idx(sensors)))).collect())
 }
 
 /// The device `device_id` visible in `scope`, with its sensors, in one query.

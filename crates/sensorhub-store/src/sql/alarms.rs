@@ -4,11 +4,11 @@
 //! reads of the API and the silence watch.
 
 use super::access::{SCOPE_FILTER, scope_params};
-use super::{Param, Row, Sql};
+use super::by_keys::ByKeys as ByDevices;
+use super::{Param, Sql};
 use crate::alarm::{Alarm, AlarmEvent};
 use crate::{Scope, StoreError, StoreResult};
 use sensorhub_core::alarm::{AlarmRule, AlarmState, RuleSpec, TransitionKind};
-use std::sync::OnceLock;
 
 /// A stored rule spec, read back. Every transaction that writes readings
 /// reads the rules of its stations, and most stations share a few specs:
@@ -58,63 +58,9 @@ pub(crate) async fn rules_of(c: &impl Sql, pk: i64) -> StoreResult<Vec<(AlarmRul
     Ok(rules_of_many(c, &[pk]).await?.remove(&pk).unwrap_or_default())
 }
 
-/// Devices a query of several names at once ([`rules_of_many`]): the
-/// statement is the same for every chunk (the last padded), so it is
-/// prepared once.
-const DEVICES_AT_ONCE: usize = 128;
-
 /// Whether any device has an alarm rule.
 pub(crate) async fn any_rules(c: &impl Sql) -> StoreResult<bool> {
     c.query_one("SELECT EXISTS (SELECT 1 FROM alarm_rules)", &[]).await?.get(0)
-}
-
-/// A query of many devices' keys (`… IN ($1, …)`): its statement for one
-/// key, and for [`DEVICES_AT_ONCE`] (the last chunk padded), each written
-/// once, so that either is prepared once.
-struct ByDevices {
-    head: &'static str,
-    tail: &'static str,
-    one: OnceLock<String>,
-    many: OnceLock<String>,
-}
-
-impl ByDevices {
-    const fn new(head: &'static str, tail: &'static str) -> Self {
-        Self { head, tail, one: OnceLock::new(), many: OnceLock::new() }
-    }
-
-    /// The statement for `width` keys (1 or [`DEVICES_AT_ONCE`]).
-    fn sql(&self, width: usize) -> &str {
-        if width == 1 {
-            self.one.get_or_init(|| format!("{}$1{}", self.head, self.tail))
-        } else {
-            self.many.get_or_init(|| {
-                let keys: Vec<String> = (1..=DEVICES_AT_ONCE).map(|i| format!("${i}")).collect();
-                format!("{}{}{}", self.head, keys.join(", "), self.tail)
-            })
-        }
-    }
-
-    /// Runs the query for `pks` (one statement for a single key, else a
-    /// chunk at a time, the last padded with its last key) and hands each
-    /// row to `each`.
-    async fn each(&self, c: &impl Sql, pks: &[i64], mut each: impl FnMut(&Row) -> StoreResult<()>) -> StoreResult<()> {
-        if let [pk] = pks {
-            for row in c.query(self.sql(1), &[Param::from(*pk)]).await? {
-                each(&row)?;
-            }
-            return Ok(());
-        }
-        for chunk in pks.chunks(DEVICES_AT_ONCE) {
-            let last = chunk.last().copied().unwrap_or_default();
-            let params: Vec<Param<'_>> =
-                chunk.iter().copied().chain(std::iter::repeat(last)).take(DEVICES_AT_ONCE).map(Param::from).collect();
-            for row in c.query(self.sql(DEVICES_AT_ONCE), &params).await? {
-                each(&row)?;
-            }
-        }
-        Ok(())
-    }
 }
 
 static RULES_OF: ByDevices =

@@ -12,6 +12,7 @@
 
 pub(crate) mod access;
 pub(crate) mod alarms;
+mod by_keys;
 pub(crate) mod copy;
 pub(crate) mod outbox;
 pub(crate) mod retention;

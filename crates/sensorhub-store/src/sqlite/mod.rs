@@ -13,7 +13,7 @@ mod upgrade;
 mod write;
 
 use crate::sql::access;
-use crate::write::alarm_cache::AlarmCache;
+use crate::write::Kept;
 use crate::write::readings::ingest_group;
 use crate::{PoolStatus, StoreError, StoreResult, fact_key};
 use async_trait::async_trait;
@@ -34,6 +34,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/sqlite/0008_access.sql"),
     include_str!("../../migrations/sqlite/0009_alarms.sql"),
     include_str!("../../migrations/sqlite/0010_alarm_state_writes.sql"),
+    include_str!("../../migrations/sqlite/0011_device_generation.sql"),
 ];
 
 /// Offset added to an hour number in a key, so that every hour since
@@ -103,8 +104,8 @@ pub struct SqliteStore {
     ingest_waiting: AtomicUsize,
     /// Told of committed readings.
     observers: std::sync::Arc<crate::observe::Observers>,
-    /// The devices' alarm rules, kept between write transactions.
-    rules: std::sync::Arc<AlarmCache>,
+    /// The devices and their alarm rules and states, kept between write transactions.
+    kept: std::sync::Arc<Kept>,
     path: std::path::PathBuf,
 }
 
@@ -130,13 +131,13 @@ impl SqliteStore {
         writes.run(move |c| upgrade::run(c, options.upgrade_batch_hours)).await?;
         let reads = Pool::new(path, READ_POOL_SIZE, Role::Read, sync);
         let observers = std::sync::Arc::new(crate::observe::Observers::default());
-        let rules = std::sync::Arc::new(AlarmCache::default());
-        let shared = (writes.clone(), observers.clone(), rules.clone());
+        let kept = std::sync::Arc::new(Kept::default());
+        let shared = (writes.clone(), observers.clone(), kept.clone());
         let group = crate::group::GroupCommit::start(move |readings| {
-            let (writes, observers, rules) = shared.clone();
+            let (writes, observers, kept) = shared.clone();
             async move {
                 let written =
-                    writes.run(move |c| tx::in_tx(c, async |tx| ingest_group(tx, &readings, &rules).await)).await?;
+                    writes.run(move |c| tx::in_tx(c, async |tx| ingest_group(tx, &readings, &kept).await)).await?;
                 Ok(observers.after(written).await)
             }
         });
@@ -147,7 +148,7 @@ impl SqliteStore {
             group,
             ingest_waiting: AtomicUsize::new(0),
             observers,
-            rules,
+            kept,
             path: path.to_owned(),
         })
     }

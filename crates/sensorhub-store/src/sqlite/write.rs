@@ -36,10 +36,10 @@ impl crate::store::ReadingWrites for SqliteStore {
     async fn import(&self, source: ReadingSource, outbox: Outbox) -> StoreResult<ImportReport> {
         let _waiting = super::Waiting::enter(&self.ingest_waiting);
         let import = |source| async move {
-            let rules = self.rules.clone();
+            let kept = self.kept.clone();
             let (report, _, events) = self
                 .writes
-                .run(move |c| in_tx(c, async |tx| readings::import(tx, source, None, outbox, &rules).await))
+                .run(move |c| in_tx(c, async |tx| readings::import(tx, source, None, outbox, &kept).await))
                 .await?;
             Ok(self.observers.after((report, events)).await)
         };
@@ -50,10 +50,10 @@ impl crate::store::ReadingWrites for SqliteStore {
         let _waiting = super::Waiting::enter(&self.ingest_waiting);
         let steps = |source| {
             crate::import_in_steps(source, |source| async move {
-                let (limit, rules) = (Some(IMPORT_COMMIT_EVERY), self.rules.clone());
+                let (limit, kept) = (Some(IMPORT_COMMIT_EVERY), self.kept.clone());
                 let (report, rest, events) = self
                     .writes
-                    .run(move |c| in_tx(c, async |tx| readings::import(tx, source, limit, outbox, &rules).await))
+                    .run(move |c| in_tx(c, async |tx| readings::import(tx, source, limit, outbox, &kept).await))
                     .await?;
                 Ok(self.observers.after(((report, rest), events)).await)
             })

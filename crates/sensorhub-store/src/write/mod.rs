@@ -6,6 +6,7 @@
 pub(crate) mod alarm_cache;
 pub(crate) mod alarms;
 pub(crate) mod copy;
+pub(crate) mod device_cache;
 pub(crate) mod migrate;
 pub(crate) mod provision;
 pub(crate) mod provision_tx;
@@ -13,3 +14,13 @@ pub(crate) mod readings;
 pub(crate) mod remove;
 pub(crate) mod tx;
 pub(crate) mod upgrade;
+
+/// What a store keeps between its write transactions, each part trusted
+/// only while a mark in the database says it is still what is stored.
+#[derive(Default)]
+pub(crate) struct Kept {
+    /// Each device's alarm rules and states.
+    pub(crate) alarms: alarm_cache::AlarmCache,
+    /// Each device's key and sensors.
+    pub(crate) devices: device_cache::DeviceCache,
+}

@@ -60,12 +60,13 @@ pub(crate) async fn apply(
         }
         report.devices.count(*change);
     }
-    let mut writer = ReadingWriter::new(Outbox::Skip);
+    // Caches of its own: the document may have changed devices and rules just now.
+    let kept = super::Kept::default();
+    let mut writer = ReadingWriter::new(Outbox::Skip, &kept);
     for r in &readings {
         writer.write(tx, r).await?;
     }
-    // A cache of its own: the document may have changed the rules just now.
-    let (changed, moved) = writer.finish(tx, &super::alarm_cache::AlarmCache::default()).await?;
+    let (changed, moved) = writer.finish(tx).await?;
     report.readings.updated += changed;
     events.extend(moved);
     Ok((report, events))

@@ -4,7 +4,7 @@
 //! written, with the `latest` index and the outbox rows they owe, in the
 //! transaction they came in.
 
-use super::alarm_cache::AlarmCache;
+use super::Kept;
 use super::alarms::DeviceAlarms;
 use super::tx::Tx;
 use crate::alarm::AlarmEvent;
@@ -22,7 +22,9 @@ const IMPORT_SLICE: usize = 4096;
 
 /// Stores readings inside one transaction; a value at an existing second
 /// and sensor is replaced, the others at that second are kept.
-pub(crate) struct ReadingWriter {
+pub(crate) struct ReadingWriter<'k> {
+    /// What the store keeps between transactions.
+    kept: &'k Kept,
     devices: FastMap<String, Option<DeviceSensors>>,
     hours: Hours,
     /// The newest value of each sensor written, for the `latest` index.
@@ -44,10 +46,12 @@ pub(crate) struct ReadingWriter {
 /// One reading kept for the alarms: its second and its (sensor idx, value) pairs.
 type Watched = (i64, Vec<(u8, f64)>);
 
-impl ReadingWriter {
-    /// A writer whose readings owe deliveries when `outbox` says so.
-    pub(crate) fn new(outbox: Outbox) -> Self {
+impl<'k> ReadingWriter<'k> {
+    /// A writer whose readings owe deliveries when `outbox` says so,
+    /// with the devices and alarms `kept` by its store.
+    pub(crate) fn new(outbox: Outbox, kept: &'k Kept) -> Self {
         Self {
+            kept,
             devices: FastMap::default(),
             hours: Hours::default(),
             newest: Newest::default(),
@@ -59,20 +63,23 @@ impl ReadingWriter {
         }
     }
 
-    /// Looks device `device_id` up, once per transaction.
-    async fn load(&mut self, tx: &impl Tx, device_id: &str) -> StoreResult<()> {
-        if !self.devices.contains_key(device_id) {
-            let entry = match tx.device_pk(device_id).await? {
-                Some(pk) => {
-                    let mut device = DeviceSensors::new(pk, tx.device_sensors(pk).await?);
-                    if self.deliveries.wanted() {
-                        device.subscriptions = tx.subscriptions_of(pk).await?;
-                    }
-                    Some(device)
-                }
-                None => None,
-            };
-            self.devices.insert(device_id.to_owned(), entry);
+    /// Looks the devices `ids` up, each once per transaction: those not
+    /// looked up yet, from what the store keeps and the rest in a few
+    /// queries however many they are (a group of readings from 2,000
+    /// stations asked two queries a station).
+    async fn load<'a>(&mut self, tx: &impl Tx, ids: impl IntoIterator<Item = &'a str>) -> StoreResult<()> {
+        let mut missing: Vec<&str> = ids.into_iter().filter(|id| !self.devices.contains_key(*id)).collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        missing.sort_unstable();
+        missing.dedup();
+        let found = self.kept.devices.load(tx, &missing).await?;
+        for (id, mut entry) in missing.into_iter().zip(found) {
+            if let Some(device) = entry.as_mut().filter(|_| self.deliveries.wanted()) {
+                device.subscriptions = tx.subscriptions_of(device.pk).await?;
+            }
+            self.devices.insert(id.to_owned(), entry);
         }
         Ok(())
     }
@@ -80,7 +87,7 @@ impl ReadingWriter {
     /// Checks one reading and adds it to the hour being gathered, and to
     /// the deliveries it owes; a refused reading adds nothing.
     pub(crate) async fn write(&mut self, tx: &impl Tx, r: &ReadingInput) -> StoreResult<()> {
-        self.load(tx, &r.device_id).await?;
+        self.load(tx, [r.device_id.as_str()]).await?;
         let device =
             self.devices.get(&r.device_id).and_then(Option::as_ref).ok_or_else(|| decide::unknown_device(r))?;
         let (pk, pairs) = (device.pk, device.values(r)?);
@@ -107,7 +114,8 @@ impl ReadingWriter {
     /// Moves the alarms of the devices written by their readings, in
     /// order, and writes what changed: every device's rules and states
     /// read in a few queries, every changed state written in a few.
-    async fn move_alarms(&mut self, tx: &impl Tx, rules: &AlarmCache) -> StoreResult<Vec<AlarmEvent>> {
+    async fn move_alarms(&mut self, tx: &impl Tx) -> StoreResult<Vec<AlarmEvent>> {
+        let rules = &self.kept.alarms;
         if self.watched.is_empty() {
             return Ok(Vec::new());
         }
@@ -161,13 +169,12 @@ impl ReadingWriter {
     /// together where the backend can), then the alarms the readings moved;
     /// returns how many readings were new or different (0 when everything
     /// was stored already) and the alarm transitions recorded.
-    /// The devices' alarm rules come from `rules`.
-    pub(crate) async fn finish(mut self, tx: &impl Tx, rules: &AlarmCache) -> StoreResult<(u64, Vec<AlarmEvent>)> {
+    pub(crate) async fn finish(mut self, tx: &impl Tx) -> StoreResult<(u64, Vec<AlarmEvent>)> {
         let newest = self.newest.take();
         let deliveries = std::mem::take(&mut self.deliveries.rows);
         futures_util::future::try_join3(self.flush(tx), tx.upsert_latest(&newest), tx.insert_outbox(&deliveries))
             .await?;
-        let events = self.move_alarms(tx, rules).await?;
+        let events = self.move_alarms(tx).await?;
         Ok((self.changed, events))
     }
 }
@@ -184,16 +191,17 @@ pub(crate) async fn import(
     source: ReadingSource,
     limit: Option<std::time::Duration>,
     outbox: Outbox,
-    rules: &AlarmCache,
+    kept: &Kept,
 ) -> StoreResult<Imported> {
     let started = std::time::Instant::now();
     let mut report = ImportReport::default();
-    let mut writer = ReadingWriter::new(outbox);
+    let mut writer = ReadingWriter::new(outbox, kept);
     let mut source = Some(source);
     let mut rest = None;
     while let Some(src) = source.take() {
         let (src, items) = tx.take(src, IMPORT_SLICE).await?;
         let more = items.len() == IMPORT_SLICE;
+        writer.load(tx, items.iter().filter_map(|item| item.as_ref().ok()).map(|r| r.device_id.as_str())).await?;
         for item in items {
             let r = item?;
             report.readings += 1;
@@ -206,7 +214,7 @@ pub(crate) async fn import(
             source = Some(src);
         }
     }
-    let (_, events) = writer.finish(tx, rules).await?;
+    let (_, events) = writer.finish(tx).await?;
     Ok((report, rest, events))
 }
 
@@ -216,13 +224,14 @@ pub(crate) async fn import(
 pub(crate) async fn ingest_group(
     tx: &impl Tx,
     readings: &[ReadingInput],
-    rules: &AlarmCache,
+    kept: &Kept,
 ) -> StoreResult<(Vec<StoreResult<()>>, Vec<AlarmEvent>)> {
-    let mut writer = ReadingWriter::new(Outbox::Deliver);
+    let mut writer = ReadingWriter::new(Outbox::Deliver, kept);
     let mut outcomes = Vec::with_capacity(readings.len());
+    writer.load(tx, readings.iter().map(|r| r.device_id.as_str())).await?;
     for r in readings {
         outcomes.push(writer.write(tx, r).await);
     }
-    let (_, events) = writer.finish(tx, rules).await?;
+    let (_, events) = writer.finish(tx).await?;
     Ok((outcomes, events))
 }

@@ -143,7 +143,10 @@ async fn the_migration_fills_the_index_from_stored_hours() {
     conn.execute_batch(
         "DROP TABLE alarm_events; DROP TABLE alarm_states; DROP TABLE alarm_rules; DROP TABLE alarm_generation;
          DROP TABLE outbox; DROP TABLE subscription_devices; DROP TABLE subscriptions; DROP TABLE latest;
-         DROP TABLE access_generation; DROP TABLE installation;
+         DROP TABLE access_generation; DROP TABLE installation; DROP TABLE device_generation;
+         DROP TRIGGER device_generation_device_added; DROP TRIGGER device_generation_device_changed;
+         DROP TRIGGER device_generation_device_removed; DROP TRIGGER device_generation_sensor_added;
+         DROP TRIGGER device_generation_sensor_changed; DROP TRIGGER device_generation_sensor_removed;
          DROP TRIGGER access_account_changed; DROP TRIGGER access_account_removed; DROP TRIGGER access_key_changed;
          DROP TRIGGER access_key_removed; DROP TRIGGER access_account_device_removed;
          DROP TRIGGER access_key_device_removed; DROP TRIGGER access_device_removed;
@@ -168,6 +171,7 @@ async fn the_migration_fills_the_index_from_stored_hours() {
              DROP FUNCTION sensorhub_alarm_rules_changed();
              DROP TABLE outbox, subscription_devices, subscriptions, latest, access_generation, installation;
              DROP FUNCTION sensorhub_access_changed() CASCADE;
+             DROP TABLE device_generation; DROP FUNCTION sensorhub_devices_changed() CASCADE;
              DELETE FROM sensorhub_schema WHERE version >= 5",
         )
         .await

@@ -1,0 +1,57 @@
+//! Devices and sensors as the reading writer sees them on every backend: a
+//! store keeps them between its writes, and a change made by anyone else
+//! holds at its next reading.
+
+use super::{BASE, apply, backends, import, reading};
+use sensorhub_core::model::{ReadingInput, ValueInput};
+use sensorhub_store::StoreError;
+
+/// BASE with D1's sensor `a` in millimetres, a sensor `c` added to D1, and a device D3.
+const CHANGED: &str = r#"{
+  "accounts": [{"username": "alice", "password": "pw", "devices": ["D1"]}],
+  "devices": [
+    {"device_id": "D1", "name": "one", "type": "AWS", "lat": 1, "long": 2, "interval_seconds": 60,
+     "sensors": [{"sensor_id": "a", "name": "A", "type": "T", "unit": "mm"},
+                 {"sensor_id": "b", "name": "B", "type": "T", "unit": "."},
+                 {"sensor_id": "c", "name": "C", "type": "T", "unit": "."}]},
+    {"device_id": "D3", "name": "three", "type": "AWLR", "lat": 1, "long": 2, "interval_seconds": 60,
+     "sensors": [{"sensor_id": "a", "name": "A", "type": "T", "unit": "cm"}]}
+  ]
+}"#;
+
+/// A reading of D1's sensor `a` that names its unit.
+fn with_unit(ts: i64, unit: &str) -> ReadingInput {
+    let mut r = reading("D1", ts, &[("a", 1.0)]);
+    r.values = vec![ValueInput { sensor_id: "a".into(), value: 1.0, unit: Some(unit.into()) }];
+    r
+}
+
+fn refused(result: Result<(), StoreError>) -> bool {
+    matches!(result, Err(StoreError::Invalid(_)))
+}
+
+/// Devices and sensors added or changed through a second instance (another
+/// process) are the ones the first checks its next readings against,
+/// by `ingest` and by `import`, never the ones it had kept.
+#[tokio::test]
+async fn devices_changed_by_another_instance_hold_at_the_next_reading() {
+    for b in backends().await {
+        let s = &*b.store;
+        apply(s, BASE).await.expect("apply");
+        // The first instance looks D1 up (and keeps it), and finds no D3.
+        s.ingest(with_unit(100, "%")).await.expect("a is in per cent");
+        assert!(refused(s.ingest(reading("D1", 110, &[("c", 1.0)])).await), "D1 has no sensor c yet");
+        assert!(refused(s.ingest(reading("D3", 120, &[("a", 1.0)])).await), "there is no D3 yet");
+
+        let other = sensorhub_store::open(&b.url).await.expect("a second instance");
+        apply(&*other, CHANGED).await.expect("apply elsewhere");
+
+        s.ingest(reading("D1", 130, &[("c", 2.0)])).await.expect("D1's new sensor c");
+        s.ingest(reading("D3", 140, &[("a", 3.0)])).await.expect("the new device D3");
+        assert!(refused(s.ingest(with_unit(150, "%")).await), "a is in millimetres now");
+        s.ingest(with_unit(160, "mm")).await.expect("a in millimetres");
+        import(s, vec![Ok(reading("D1", 170, &[("c", 4.0)])), Ok(reading("D3", 180, &[("a", 5.0)]))])
+            .await
+            .expect("an import sees them too");
+    }
+}
