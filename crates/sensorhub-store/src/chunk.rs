@@ -103,9 +103,20 @@ impl Columns {
         if n == 0 {
             return out;
         }
+        // Each column's decimal form, found once for its summary and its coding.
+        let decimals: Vec<Option<codec::Decimal>> = self
+            .columns
+            .iter()
+            .map(|c| (!c.values.is_empty()).then(|| codec::decimal_column(&c.values)).flatten())
+            .collect();
         if n >= crate::stats::MIN_READINGS {
-            let columns: Vec<(u8, &[f64])> =
-                self.columns.iter().filter(|c| !c.values.is_empty()).map(|c| (c.idx, &c.values[..])).collect();
+            let columns: Vec<(u8, &[f64], Option<&codec::Decimal>)> = self
+                .columns
+                .iter()
+                .zip(&decimals)
+                .filter(|(c, _)| !c.values.is_empty())
+                .map(|(c, d)| (c.idx, &c.values[..], d.as_ref()))
+                .collect();
             crate::stats::encode(&columns, &mut out);
         }
         out.push(FORMAT);
@@ -113,7 +124,7 @@ impl Columns {
         encode_times(&self.times, &mut out);
         let mask = self.columns.iter().filter(|c| !c.values.is_empty()).fold(0u64, |m, c| m | 1 << (c.idx & 63));
         codec::write_varint(mask, &mut out);
-        for c in self.columns.iter().filter(|c| !c.values.is_empty()) {
+        for (c, decimal) in self.columns.iter().zip(&decimals).filter(|(c, _)| !c.values.is_empty()) {
             if c.values.len() == n {
                 out.push(0);
             } else {
@@ -124,7 +135,7 @@ impl Columns {
                 }
                 out.extend_from_slice(&bitmap);
             }
-            codec::encode_column(&c.values, &mut out);
+            codec::encode_column_as(&c.values, decimal.as_ref(), &mut out);
         }
         out
     }

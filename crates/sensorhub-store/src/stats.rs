@@ -61,15 +61,16 @@ pub struct SensorStats {
     pub sum: Sum,
 }
 
-/// Appends the summaries of an hour's columns (sensor idx and its values in
-/// time order, idx ascending, each with at least one value).
-pub(crate) fn encode(columns: &[(u8, &[f64])], out: &mut Vec<u8>) {
+/// Appends the summaries of an hour's columns (sensor idx, its values in
+/// time order and their decimal form, [`codec::decimal_column`]; idx
+/// ascending, each with at least one value).
+pub(crate) fn encode(columns: &[(u8, &[f64], Option<&codec::Decimal>)], out: &mut Vec<u8>) {
     let mut block = Vec::with_capacity(12 * columns.len());
-    let mask = columns.iter().fold(0u64, |m, (idx, _)| m | 1 << (idx & 63));
+    let mask = columns.iter().fold(0u64, |m, (idx, _, _)| m | 1 << (idx & 63));
     codec::write_varint(mask, &mut block);
-    for (_, values) in columns {
+    for (_, values, decimal) in columns {
         codec::write_varint(values.len() as u64, &mut block);
-        if !encode_decimals(values, &mut block) {
+        if !decimal.is_some_and(|(k, ints)| encode_decimals(*k, ints, &mut block)) {
             block.push(1);
             let first = values.first().copied().unwrap_or(0.0);
             let last = values.last().copied().unwrap_or(0.0);
@@ -84,10 +85,9 @@ pub(crate) fn encode(columns: &[(u8, &[f64])], out: &mut Vec<u8>) {
     out.extend_from_slice(&block);
 }
 
-/// Appends a decimal column's summary; `false` (nothing written) if the
-/// values have no common decimal form or the sum does not fit.
-fn encode_decimals(values: &[f64], out: &mut Vec<u8>) -> bool {
-    let Some((k, ints)) = codec::decimal_column(values) else { return false };
+/// Appends the summary of a decimal column (`ints` at `k` decimals);
+/// `false` (nothing written) if the sum does not fit.
+fn encode_decimals(k: u8, ints: &[i64], out: &mut Vec<u8>) -> bool {
     let (Some(&first), Some(&last)) = (ints.first(), ints.last()) else { return false };
     let (min, max) = ints.iter().fold((first, first), |(lo, hi), &v| (lo.min(v), hi.max(v)));
     let sum: i128 = ints.iter().map(|&v| i128::from(v)).sum();
