@@ -343,10 +343,18 @@ fn columns(data: &[u8]) -> Option<Columns> {
 /// Merges a new hour into a stored one: readings at the same second are
 /// merged sensor by sensor, `new`'s values winning. Returns the merged hour
 /// and how many of its seconds are new or changed; `None` if either is
-/// malformed (a stored row is never silently replaced). Readings later than
-/// every stored one (live data) are appended without spelling out the rest.
+/// malformed (a stored row is never silently replaced). Writes use
+/// [`merge_rows`]; this is its tests' way in.
+#[cfg(test)]
 pub fn merge(old: &[u8], new: &[u8]) -> Option<(Vec<u8>, u64)> {
-    let newer = rows(new)?;
+    merge_rows(old, rows(new)?)
+}
+
+/// [`merge`] of readings not yet encoded (in time order, each normalized):
+/// what a write gathered goes into its stored hour without being encoded
+/// and decoded again on the way. Readings later than every stored one
+/// (live data) are appended without spelling out the rest.
+pub(crate) fn merge_rows(old: &[u8], newer: Vec<Row>) -> Option<(Vec<u8>, u64)> {
     if old.is_empty() {
         return Some((encode(&newer), newer.len() as u64));
     }

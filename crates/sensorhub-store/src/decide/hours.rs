@@ -241,37 +241,42 @@ impl Hours {
         self.pending.is_empty()
     }
 
-    /// The gathered hours, encoded, ordered by device and hour; empties the set.
-    pub(crate) fn take(&mut self) -> Vec<HourRow> {
-        let mut rows: Vec<HourRow> = self
+    /// The gathered hours, ordered by device and hour; empties the set.
+    pub(crate) fn take(&mut self) -> Vec<GatheredHour> {
+        let mut hours: Vec<GatheredHour> = self
             .pending
             .drain()
             .map(|((device_pk, chunk), readings)| {
-                let readings: Vec<chunk::Row> = readings
+                let rows: Vec<chunk::Row> = readings
                     .into_iter()
                     .map(|(offset, mut pairs)| {
                         chunk::normalize(&mut pairs);
                         (offset, pairs)
                     })
                     .collect();
-                HourRow { device_pk, chunk, data: chunk::encode(&readings) }
+                GatheredHour { device_pk, chunk, rows }
             })
             .collect();
-        rows.sort_unstable_by_key(|r| (r.device_pk, r.chunk));
-        rows
+        hours.sort_unstable_by_key(|h| (h.device_pk, h.chunk));
+        hours
     }
+}
+
+/// One hour of one device as a write gathered it: its readings in time
+/// order, each normalized, not yet encoded.
+pub(crate) struct GatheredHour {
+    pub device_pk: i64,
+    pub chunk: i64,
+    pub rows: Vec<chunk::Row>,
 }
 
 /// Merges a new hour into the stored one: the row to write and how many
 /// readings it changes, or `None` when nothing would change.
-pub(crate) fn merge_hour(row: HourRow, old: Option<&[u8]>) -> StoreResult<Option<(HourRow, u64)>> {
-    let bad = || malformed(row.device_pk, row.chunk);
+pub(crate) fn merge_hour(hour: GatheredHour, old: Option<&[u8]>) -> StoreResult<Option<(HourRow, u64)>> {
+    let GatheredHour { device_pk, chunk, rows } = hour;
     let (merged, changed) = match old {
-        Some(old) => chunk::merge(old, &row.data).ok_or_else(bad)?,
-        None => {
-            let changed = chunk::reading_count(&row.data).ok_or_else(bad)?;
-            (row.data, changed)
-        }
+        Some(old) => chunk::merge_rows(old, rows).ok_or_else(|| malformed(device_pk, chunk))?,
+        None => (chunk::encode(&rows), rows.len() as u64),
     };
-    Ok((changed > 0).then_some((HourRow { data: merged, ..row }, changed)))
+    Ok((changed > 0).then_some((HourRow { device_pk, chunk, data: merged }, changed)))
 }

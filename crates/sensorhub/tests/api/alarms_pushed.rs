@@ -232,3 +232,51 @@ async fn kept(port: u16, done: impl Fn(&Value) -> bool) -> (Value, bool) {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+#[tokio::test]
+async fn transitions_of_one_reading_are_each_published_with_the_state_after_them() {
+    let broker = Broker::start();
+    let (db, _dir, _pg) = provisioned().await;
+    ok(&crate::cli::run(&db, &["alarm", "add", "AWLR-001", SIAGA], ""));
+    ok(&crate::cli::run(&db, &["alarm", "add", "AWLR-001", RISING], ""));
+    let _server = serve(&db, &broker, &client_id("alarms"), &[]).await;
+    // The state published at the link's start is retained before the subscriber comes.
+    kept(broker.port, |state| state["event"].is_null()).await;
+    let options = MqttOptions::new(client_id("alarms-live"), "127.0.0.1", broker.port);
+    let (client, mut eventloop) = AsyncClient::new(options, 10);
+    client.subscribe("sensorhub/AWLR-001/alarms", QoS::AtLeastOnce).await.expect("subscribe");
+    let mut live = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let publisher = Publisher::connect(broker.port, &client_id("station"));
+    let reading = |value: f64, ago: i64| {
+        let time = jiff::Timestamp::from_second(jiff::Timestamp::now().as_second() - ago).expect("a time").to_string();
+        serde_json::json!({"timestamp": time, "sensors": [{"id": "AWLR1-wl", "value": value}]}).to_string()
+    };
+    let mut subscribed = false;
+    // One quiet reading, then one that enters Siaga 3 and rises 90 cm: two
+    // transitions of one device in one transaction.
+    while live.len() < 2 {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, eventloop.poll()).await.expect("both transitions within 10 s") {
+            Ok(Event::Incoming(Packet::SubAck(_))) if !subscribed => {
+                subscribed = true;
+                publisher.publish("sensorhub/AWLR-001/readings", reading(10.0, 60)).await;
+                publisher.publish("sensorhub/AWLR-001/readings", reading(100.0, 30)).await;
+            }
+            Ok(Event::Incoming(Packet::Publish(p))) if !p.retain => {
+                live.push(serde_json::from_slice::<Value>(&p.payload).expect("JSON"));
+            }
+            Ok(_) => {}
+            Err(e) => panic!("the subscriber's link: {e}"),
+        }
+    }
+    let _ = client.disconnect().await;
+    let told: Vec<_> = live.iter().map(|m| (m["event"]["rule"].as_str(), m["event"]["transition"].as_str())).collect();
+    assert_eq!(told, [(Some("siaga"), Some("raised")), (Some("rising"), Some("raised"))], "{live:?}");
+    for message in &live {
+        let states: Vec<_> =
+            message["alarms"].as_array().expect("the alarms").iter().map(|a| a["state"].as_str()).collect();
+        assert_eq!(states, [Some("active"), Some("active")], "each message carries the state after both: {message}");
+        assert_eq!(message["alarms"][0]["level"], "Siaga 3");
+    }
+}

@@ -4,7 +4,11 @@
 //! retained message is always the device's current state. Transitions are
 //! heard after their commit ([`sensorhub_store::observe`]) and queued
 //! (bounded); a task publishes them within the link's budget of messages
-//! in flight, so that nothing that writes readings ever waits for it.
+//! in flight, so that nothing that writes readings ever waits for it. It
+//! takes what is queued together ([`BATCH`] at most) and reads and renders
+//! each device's alarms once for all of that device's transitions: a flood
+//! that raises every station at once costs one read a station, not one a
+//! transition.
 //!
 //! Publishing is best effort (a transition queued when the process dies,
 //! or dropped while the link is down, is not published; the events list
@@ -29,6 +33,8 @@ use tokio::sync::mpsc;
 
 /// Transitions waiting to be published; past it they are dropped (and said).
 const QUEUE: usize = 10_000;
+/// Transitions taken from the queue together.
+const BATCH: usize = 256;
 
 /// Transitions not published, said at most once a minute (the events
 /// list and webhook deliveries have them all).
@@ -92,14 +98,36 @@ pub(super) struct Publisher {
 impl Publisher {
     /// Publishes the queued transitions, and every device's state at each connection.
     pub(super) async fn run(self, mut queue: mpsc::Receiver<AlarmEvent>) {
+        let mut batch = Vec::with_capacity(BATCH);
         loop {
             tokio::select! {
-                event = queue.recv() => {
-                    let Some(event) = event else { return };
-                    self.publish(&event.device_id, Some(&event)).await;
+                n = queue.recv_many(&mut batch, BATCH) => {
+                    if n == 0 {
+                        return;
+                    }
+                    self.publish_batch(&batch).await;
+                    batch.clear();
                 }
                 () = self.status.connects.notified() => self.publish_all().await,
             }
+        }
+    }
+
+    /// Publishes `events` in order, each with its device's alarms, read
+    /// and rendered once per device (after all of them were committed, as
+    /// one read per transition would have been).
+    async fn publish_batch(&self, events: &[AlarmEvent]) {
+        let mut clock = Clock::new(Zone::Fixed(jiff::tz::Offset::UTC));
+        let mut rendered: std::collections::HashMap<&str, String> = std::collections::HashMap::new();
+        for event in events {
+            let id = event.device_id.as_str();
+            if !rendered.contains_key(id) {
+                let alarms = self.alarms_json(&mut clock, id, true).await.unwrap_or_else(|| "[]".to_owned());
+                rendered.insert(id, alarms);
+            }
+            let alarms = rendered.get(id).map_or("[]", String::as_str);
+            let view = serde_json::to_value(clock.event(event)).unwrap_or_default();
+            self.send(id, alarms, Some(&view)).await;
         }
     }
 
@@ -113,35 +141,49 @@ impl Publisher {
             }
         };
         for device in devices {
-            self.publish(&device, None).await;
+            self.publish(&device).await;
         }
     }
 
-    /// Device `device_id`'s alarms, after `event` when there is one, retained.
-    async fn publish(&self, device_id: &str, event: Option<&AlarmEvent>) {
+    /// Device `device_id`'s current state alone (`"event": null`), retained.
+    async fn publish(&self, device_id: &str) {
         let mut clock = Clock::new(Zone::Fixed(jiff::tz::Offset::UTC));
+        // A state republished at connection carries nothing but the
+        // alarms: without them it would retain an empty list.
+        let Some(alarms) = self.alarms_json(&mut clock, device_id, false).await else { return };
+        self.send(device_id, &alarms, None).await;
+    }
+
+    /// Device `device_id`'s alarms as the JSON list published. When they
+    /// cannot be read: an empty list with `alone` (the transition is then
+    /// published alone), `None` without.
+    async fn alarms_json(&self, clock: &mut Clock, device_id: &str, alone: bool) -> Option<String> {
         let alarms = match self.store.alarms(Scope::All, device_id).await {
             Ok(alarms) => alarms.unwrap_or_default(),
-            // A state republished at connection carries nothing but the
-            // alarms: without them it would retain an empty list.
-            Err(e) if event.is_none() => {
+            Err(e) if !alone => {
                 tracing::warn!(error = %e, device_id, "cannot read a device's alarms for MQTT; its retained state is left as it was");
-                return;
+                return None;
             }
             Err(e) => {
                 tracing::warn!(error = %e, "cannot read a device's alarms for MQTT; the transition is published alone");
                 Vec::new()
             }
         };
-        let payload = serde_json::json!({
-            "event": event.map(|e| clock.event(e)),
-            "alarms": alarms.iter().map(|a| clock.alarm(a)).collect::<Vec<_>>(),
-        });
+        let views: Vec<_> = alarms.iter().map(|a| clock.alarm(a)).collect();
+        serde_json::to_value(views).ok().map(|v| v.to_string())
+    }
+
+    /// Publishes `{"alarms": …, "event": …}` to the device's topic,
+    /// retained: the bytes `serde_json::json!` gave when this was one
+    /// object (its keys sorted), the alarms rendered once per device.
+    async fn send(&self, device_id: &str, alarms: &str, event: Option<&serde_json::Value>) {
+        let event = event.map_or_else(|| "null".to_owned(), serde_json::Value::to_string);
+        let payload = format!(r#"{{"alarms":{alarms},"event":{event}}}"#);
         while self.in_flight.load(Ordering::Relaxed) >= PUBLISHES_IN_FLIGHT {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         let topic = format!("{}/{device_id}/alarms", self.prefix);
-        match self.client.try_publish(topic, QoS::AtLeastOnce, true, payload.to_string()) {
+        match self.client.try_publish(topic, QoS::AtLeastOnce, true, payload) {
             Ok(()) => {
                 self.in_flight.fetch_add(1, Ordering::Relaxed);
             }
