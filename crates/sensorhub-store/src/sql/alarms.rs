@@ -154,9 +154,16 @@ pub(crate) async fn states_of_many(
 /// Devices whose states one statement writes at most.
 const STATES_AT_ONCE: usize = 200;
 
-/// The states of one device's rules to be written: its key and every
-/// rule's (name, state). Rules left out are forgotten.
-pub(crate) type DeviceStates<'a> = (i64, Vec<(&'a str, &'a AlarmState)>);
+/// The states of one device's rules to be written. Rules left out are forgotten.
+pub(crate) struct DeviceStates<'a> {
+    pub pk: i64,
+    /// Every rule's (name, state).
+    pub states: Vec<(&'a str, &'a AlarmState)>,
+    /// Whether as many rules are active as the stored row says (none was
+    /// raised or cleared): the row's `active`, and the index of active
+    /// devices over it, are then left alone.
+    pub active_kept: bool,
+}
 
 /// Writes the states of `devices`, a few hundred devices a statement,
 /// and counts the write ([`marks`]) when there was one.
@@ -187,26 +194,36 @@ fn stored_text(states: &[(&str, &AlarmState)]) -> StoreResult<String> {
     String::from_utf8(out).map_err(|e| StoreError::Backend(e.into()))
 }
 
-/// Writes the states of `devices` in one statement.
+/// Writes the states of `devices`: those whose count of active rules
+/// moved in one statement, the others in another that leaves `active`
+/// (and so the partial index of active devices) untouched, which made
+/// each row's write about a sixth cheaper on SQLite.
 async fn put_state_rows(c: &impl Sql, devices: &[DeviceStates<'_>]) -> StoreResult<()> {
+    let (kept, moved): (Vec<&DeviceStates<'_>>, Vec<&DeviceStates<'_>>) = devices.iter().partition(|d| d.active_kept);
+    put_rows(c, &kept, "states = excluded.states").await?;
+    put_rows(c, &moved, "active = excluded.active, states = excluded.states").await
+}
+
+/// Writes the states of `devices` in one statement, setting `set` on a row that exists.
+async fn put_rows(c: &impl Sql, devices: &[&DeviceStates<'_>], set: &str) -> StoreResult<()> {
     if devices.is_empty() {
         return Ok(());
     }
-    let texts: Vec<String> = devices.iter().map(|(_, states)| stored_text(states)).collect::<StoreResult<_>>()?;
+    let texts: Vec<String> = devices.iter().map(|d| stored_text(&d.states)).collect::<StoreResult<_>>()?;
     let mut rows = String::with_capacity(devices.len() * 16);
     let mut params: Vec<Param<'_>> = Vec::with_capacity(devices.len() * 3);
-    for ((pk, states), text) in devices.iter().zip(&texts) {
+    for (d, text) in devices.iter().zip(&texts) {
         let n = params.len();
         if n > 0 {
             rows.push_str(", ");
         }
         rows.push_str(&format!("(${}, ${}, ${})", n + 1, n + 2, n + 3));
-        let active = i32::try_from(states.iter().filter(|(_, s)| s.active).count()).unwrap_or(i32::MAX);
-        params.extend::<[Param<'_>; 3]>([(*pk).into(), active.into(), text.as_str().into()]);
+        let active = i32::try_from(d.states.iter().filter(|(_, s)| s.active).count()).unwrap_or(i32::MAX);
+        params.extend::<[Param<'_>; 3]>([d.pk.into(), active.into(), text.as_str().into()]);
     }
     let sql = format!(
         "INSERT INTO alarm_states (device_pk, active, states) VALUES {rows}
-         ON CONFLICT (device_pk) DO UPDATE SET active = excluded.active, states = excluded.states"
+         ON CONFLICT (device_pk) DO UPDATE SET {set}"
     );
     c.execute(&sql, &params).await?;
     Ok(())

@@ -153,8 +153,13 @@ impl DeviceAlarms {
     /// Every rule's state of the device, when one differs from what is
     /// stored (the device's states are one row).
     fn changed_states(&self) -> Option<DeviceStates<'_>> {
-        self.changed.iter().any(|c| *c).then(|| {
-            (self.pk, self.rules.iter().zip(&self.states).map(|(rule, state)| (rule.name.as_str(), state)).collect())
+        self.changed.iter().any(|c| *c).then(|| DeviceStates {
+            pk: self.pk,
+            states: self.rules.iter().zip(&self.states).map(|(rule, state)| (rule.name.as_str(), state)).collect(),
+            active_kept: !self
+                .transitions
+                .iter()
+                .any(|(_, t)| matches!(t.kind, TransitionKind::Raised | TransitionKind::Cleared)),
         })
     }
 
@@ -370,7 +375,8 @@ pub(crate) async fn replace_rules(
     let mut ended = DeviceAlarms::new(pk, device_id, ended_rules.into(), StoredStates::default());
     ended.transitions = transitions;
     // The states of the rules kept; those of rules removed or changed are forgotten.
-    alarms::put_states(tx, &[(pk, kept.iter().map(|(name, state)| (name.as_str(), state)).collect())]).await?;
+    let states = kept.iter().map(|(name, state)| (name.as_str(), state)).collect();
+    alarms::put_states(tx, &[DeviceStates { pk, states, active_kept: false }]).await?;
     alarms::set_rules(tx, pk, new).await?;
     Ok(Some(ended.write(tx, now).await?))
 }
