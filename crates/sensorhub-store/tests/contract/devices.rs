@@ -55,3 +55,26 @@ async fn devices_changed_by_another_instance_hold_at_the_next_reading() {
             .expect("an import sees them too");
     }
 }
+
+/// A reading written into a station's live hour by a second instance
+/// (another process) is in the hour the first one appends to next: what a
+/// store may keep of an hour between its writes (as it keeps devices) must
+/// give way to what is stored.
+#[tokio::test]
+async fn an_hour_written_by_another_instance_is_appended_to_as_stored() {
+    for b in backends().await {
+        let s = &*b.store;
+        apply(s, BASE).await.expect("apply");
+        let now = jiff::Timestamp::now().as_second();
+        // Three seconds in one hour, all in the past.
+        let start = (now - 3600).div_euclid(3600) * 3600;
+        s.ingest(reading("D1", start + 1, &[("a", 1.0)])).await.expect("first");
+        s.ingest(reading("D1", start + 2, &[("a", 2.0)])).await.expect("second, appended to the kept hour");
+        let other = sensorhub_store::open(&b.url).await.expect("a second instance");
+        other.ingest(reading("D1", start + 3, &[("a", 3.0)])).await.expect("third, elsewhere");
+        s.ingest(reading("D1", start + 4, &[("a", 4.0)])).await.expect("fourth");
+        let all = sensorhub_core::time::TimeRange { start, end: start + 3599 };
+        let w = s.read_window(sensorhub_store::Scope::All, "D1", all).await.expect("read").expect("visible");
+        assert_eq!(w.first.timestamps, [start + 1, start + 2, start + 3, start + 4], "every reading, in order");
+    }
+}
