@@ -69,7 +69,7 @@ async fn an_hour_written_by_another_instance_is_appended_to_as_stored() {
         // Three seconds in one hour, all in the past.
         let start = (now - 3600).div_euclid(3600) * 3600;
         s.ingest(reading("D1", start + 1, &[("a", 1.0)])).await.expect("first");
-        s.ingest(reading("D1", start + 2, &[("a", 2.0)])).await.expect("second, appended to the kept hour");
+        s.ingest(reading("D1", start + 2, &[("a", 2.0)])).await.expect("second, appended");
         let other = sensorhub_store::open(&b.url).await.expect("a second instance");
         other.ingest(reading("D1", start + 3, &[("a", 3.0)])).await.expect("third, elsewhere");
         s.ingest(reading("D1", start + 4, &[("a", 4.0)])).await.expect("fourth");
