@@ -319,6 +319,11 @@ pub trait Alarms: Send + Sync {
     /// `None` when the device is not visible.
     async fn alarms(&self, scope: Scope, device_id: &str) -> StoreResult<Option<Vec<Alarm>>>;
 
+    /// The alarms of those of devices `device_ids` that exist, each in
+    /// rule order (empty without rules), by device id: what a caller that
+    /// sees every device (the MQTT publisher) reads for many at once.
+    async fn alarms_of_devices(&self, device_ids: &[&str]) -> StoreResult<Vec<(String, Vec<Alarm>)>>;
+
     /// The active alarms of every device visible in `scope`, most severe
     /// first ([`crate::alarm::most_severe_first`]).
     async fn active_alarms(&self, scope: Scope) -> StoreResult<Vec<Alarm>>;

@@ -9,6 +9,8 @@
 mod access;
 #[path = "contract/alarms.rs"]
 mod alarms;
+#[path = "contract/checkpoints.rs"]
+mod checkpoints;
 #[path = "contract/devices.rs"]
 mod devices;
 #[path = "contract/dropped.rs"]

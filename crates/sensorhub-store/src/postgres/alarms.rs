@@ -29,6 +29,10 @@ impl crate::store::Alarms for PgStore {
         self.on(async |c| alarms::alarms_of(c, scope, device_id).await).await
     }
 
+    async fn alarms_of_devices(&self, device_ids: &[&str]) -> StoreResult<Vec<(String, Vec<Alarm>)>> {
+        self.on(async |c| alarms::alarms_of_many(c, device_ids).await).await
+    }
+
     async fn active_alarms(&self, scope: Scope) -> StoreResult<Vec<Alarm>> {
         self.on(async |c| alarms::active(c, scope).await).await
     }
@@ -43,7 +47,8 @@ impl crate::store::Alarms for PgStore {
     }
 
     async fn acknowledge_alarm(&self, device_id: &str, rule: &str, now: i64) -> StoreResult<AlarmEvent> {
-        let (event, recorded) = self.in_tx(async |tx| alarms::acknowledge(tx, device_id, rule, now).await).await?;
+        let (event, recorded) =
+            self.in_tx(async |tx| alarms::acknowledge(tx, &self.kept.alarms, device_id, rule, now).await).await?;
         if recorded {
             self.observers.alarms(std::slice::from_ref(&event)).await;
         }
@@ -59,7 +64,8 @@ impl crate::store::Alarms for PgStore {
     }
 
     async fn check_silence(&self, due: Vec<SilenceDue>, now: i64, started: i64) -> StoreResult<Vec<SilenceDue>> {
-        let (events, next) = self.in_tx(async |tx| alarms::check_silence(tx, &due, now, started).await).await?;
+        let (events, next) =
+            self.in_tx(async |tx| alarms::check_silence(tx, &self.kept.alarms, &due, now, started).await).await?;
         self.observers.alarms(&events).await;
         Ok(next)
     }

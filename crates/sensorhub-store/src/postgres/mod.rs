@@ -32,6 +32,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/postgres/0009_alarms.sql"),
     include_str!("../../migrations/postgres/0010_alarm_state_writes.sql"),
     include_str!("../../migrations/postgres/0011_device_generation.sql"),
+    include_str!("../../migrations/postgres/0012_alarm_checkpoints.sql"),
 ];
 
 /// Connections per process unless the URL says otherwise (`pool_max_size=N`).

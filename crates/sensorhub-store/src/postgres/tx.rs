@@ -111,6 +111,20 @@ impl Sql for PgTx<'_> {
     }
 }
 
+impl<C: GenericClient + Sync> crate::sql::DeviceHours for On<'_, C> {
+    async fn hours_from(&self, pk: i64, first: i64) -> StoreResult<Vec<HourRow>> {
+        let sql = "SELECT device_pk, chunk, data FROM hours WHERE device_pk = $1 AND chunk >= $2 ORDER BY chunk";
+        let stmt = self.0.prepare_cached(sql).await?;
+        Ok(hour_rows(&self.0.query(&stmt, &[&pk, &first]).await?))
+    }
+}
+
+impl crate::sql::DeviceHours for PgTx<'_> {
+    async fn hours_from(&self, pk: i64, first: i64) -> StoreResult<Vec<HourRow>> {
+        On(self.tx).hours_from(pk, first).await
+    }
+}
+
 /// Sends hour rows through `copy` (a `COPY … FROM STDIN (FORMAT binary)`
 /// of columns device_pk, chunk, data).
 pub(super) async fn copy_hours(tx: &Transaction<'_>, copy: &str, rows: &[HourRow]) -> StoreResult<u64> {
@@ -216,7 +230,7 @@ impl Tx for PgTx<'_> {
         Ok(())
     }
 
-    async fn upsert_latest(&self, rows: &[LatestRow]) -> StoreResult<()> {
+    async fn upsert_latest(&self, rows: &[LatestRow], stored_at: i64) -> StoreResult<()> {
         if rows.is_empty() {
             return Ok(());
         }
@@ -227,13 +241,15 @@ impl Tx for PgTx<'_> {
         let stmt = self
             .tx
             .prepare_cached(
-                "INSERT INTO latest (device_pk, idx, second, value)
-                 SELECT * FROM unnest($1::bigint[], $2::smallint[], $3::bigint[], $4::bigint[])
-                 ON CONFLICT (device_pk, idx) DO UPDATE SET second = excluded.second, value = excluded.value
+                "INSERT INTO latest (device_pk, idx, second, value, stored_at)
+                 SELECT d, i, s, v, $5::bigint FROM unnest($1::bigint[], $2::smallint[], $3::bigint[], $4::bigint[])
+                     AS u(d, i, s, v)
+                 ON CONFLICT (device_pk, idx) DO UPDATE
+                 SET second = excluded.second, value = excluded.value, stored_at = excluded.stored_at
                  WHERE excluded.second >= latest.second",
             )
             .await?;
-        self.tx.execute(&stmt, &[&devices, &idx, &seconds, &values]).await?;
+        self.tx.execute(&stmt, &[&devices, &idx, &seconds, &values, &stored_at]).await?;
         Ok(())
     }
 

@@ -6,7 +6,7 @@
 use super::access::{SCOPE_FILTER, scope_params};
 use super::by_keys::ByKeys as ByDevices;
 use super::{Param, Sql};
-use crate::alarm::{Alarm, AlarmEvent};
+use crate::alarm::AlarmEvent;
 use crate::{Scope, StoreError, StoreResult};
 use sensorhub_core::alarm::{AlarmRule, AlarmState, RuleSpec, TransitionKind};
 
@@ -42,20 +42,14 @@ fn parse_states(text: &str) -> StoreResult<StoredStates> {
     serde_json::from_str(text).map_err(|e| StoreError::Backend(format!("stored alarm states: {e}").into()))
 }
 
-/// `rules` in order, each with its state in `states` (a rule without one starts at rest).
-fn with_states(rules: Vec<AlarmRule>, mut states: StoredStates) -> Vec<(AlarmRule, AlarmState)> {
-    rules
-        .into_iter()
-        .map(|rule| {
-            let state = states.remove(&rule.name).unwrap_or_default();
-            (rule, state)
-        })
-        .collect()
-}
-
-/// Device `pk`'s rules in order, each with its state.
-pub(crate) async fn rules_of(c: &impl Sql, pk: i64) -> StoreResult<Vec<(AlarmRule, AlarmState)>> {
-    Ok(rules_of_many(c, &[pk]).await?.remove(&pk).unwrap_or_default())
+/// A device's row of states: a checkpoint, exact as of every stored
+/// reading up to second `through` (`None`: as of none); the readings
+/// after it are replayed into it when it is loaded
+/// ([`crate::write::checkpoint`]).
+#[derive(Debug, Default)]
+pub(crate) struct StoredRow {
+    pub states: StoredStates,
+    pub through: Option<i64>,
 }
 
 /// Whether any device has an alarm rule.
@@ -66,31 +60,28 @@ pub(crate) async fn any_rules(c: &impl Sql) -> StoreResult<bool> {
 static RULES_OF: ByDevices =
     ByDevices::new("SELECT device_pk, spec FROM alarm_rules WHERE device_pk IN (", ") ORDER BY device_pk, position");
 
-static RULES_AND_STATES_OF: ByDevices = ByDevices::new(
-    "SELECT r.device_pk, r.spec, s.states FROM alarm_rules r
-     LEFT JOIN alarm_states s ON s.device_pk = r.device_pk
-     WHERE r.device_pk IN (",
-    ") ORDER BY r.device_pk, r.position",
+static STATES_OF: ByDevices =
+    ByDevices::new("SELECT device_pk, states, through FROM alarm_states WHERE device_pk IN (", ")");
+
+static LATEST_OF: ByDevices = ByDevices::new(
+    "SELECT l.device_pk, s.sensor_id, l.second, l.stored_at, l.idx FROM latest l
+     JOIN sensors s ON s.device_pk = l.device_pk AND s.idx = l.idx
+     WHERE l.device_pk IN (",
+    ")",
 );
 
-static STATES_OF: ByDevices = ByDevices::new("SELECT device_pk, states FROM alarm_states WHERE device_pk IN (", ")");
+static DEVICE_PKS: ByDevices = ByDevices::new("SELECT id, device_id FROM devices WHERE device_id IN (", ")");
 
-/// The rules in order, each with its state, of those of devices `pks`
-/// that have rules, by device.
-pub(crate) async fn rules_of_many(
-    c: &impl Sql,
-    pks: &[i64],
-) -> StoreResult<crate::decide::FastMap<i64, Vec<(AlarmRule, AlarmState)>>> {
-    let rules = rules_only_of_many(c, pks).await?;
-    let with_rules: Vec<i64> = pks.iter().copied().filter(|pk| rules.contains_key(pk)).collect();
-    let mut states = states_of_many(c, &with_rules).await?;
-    Ok(rules
-        .into_iter()
-        .map(|(pk, rules)| {
-            let stored = states.remove(&pk).unwrap_or_default();
-            (pk, with_states(rules, stored))
+/// The numbers of those of devices `ids` that exist (number, id), a query per 128 devices.
+pub(crate) async fn device_pks(c: &impl Sql, ids: &[&str]) -> StoreResult<Vec<(i64, String)>> {
+    let mut out = Vec::with_capacity(ids.len());
+    DEVICE_PKS
+        .each(c, ids, |row| {
+            out.push((row.get(0)?, row.get(1)?));
+            Ok(())
         })
-        .collect())
+        .await?;
+    Ok(out)
 }
 
 /// The rules in order of those of devices `pks` that have rules, by
@@ -109,46 +100,49 @@ pub(crate) async fn rules_only_of_many(
     Ok(rules)
 }
 
-/// The rules in order and the stored states of those of devices `pks`
-/// that have rules, by device, in one query per 128 devices (a device's
-/// states come with each of its rules and are read once).
-pub(crate) async fn rules_and_states_of_many(
+/// The stored rows of states of those of devices `pks` that have one, by
+/// device, a query per 128 devices.
+pub(crate) async fn states_of_many(c: &impl Sql, pks: &[i64]) -> StoreResult<crate::decide::FastMap<i64, StoredRow>> {
+    let mut states: crate::decide::FastMap<i64, StoredRow> = Default::default();
+    STATES_OF
+        .each(c, pks, |row| {
+            states.insert(row.get(0)?, StoredRow { states: parse_states(row.text(1)?)?, through: row.get(2)? });
+            Ok(())
+        })
+        .await?;
+    Ok(states)
+}
+
+/// A sensor's entry of the `latest` index: its newest second, and when
+/// (by the server's clock; 0: not known) it was written. Every sensor
+/// with a stored reading has one.
+pub(crate) struct LatestOf {
+    pub sensor_id: String,
+    pub idx: i64,
+    pub second: i64,
+    pub stored_at: i64,
+}
+
+/// The `latest` entries of devices `pks`, by device, a query per 128 devices.
+pub(crate) async fn latest_of_many(
     c: &impl Sql,
     pks: &[i64],
-) -> StoreResult<crate::decide::FastMap<i64, (Vec<AlarmRule>, StoredStates)>> {
-    let mut out: crate::decide::FastMap<i64, (Vec<AlarmRule>, StoredStates)> = Default::default();
-    RULES_AND_STATES_OF
+) -> StoreResult<crate::decide::FastMap<i64, Vec<LatestOf>>> {
+    let mut out: crate::decide::FastMap<i64, Vec<LatestOf>> = Default::default();
+    LATEST_OF
         .each(c, pks, |row| {
-            let pk: i64 = row.get(0)?;
-            let rule = parse_rule(row.text(1)?)?;
-            match out.entry(pk) {
-                std::collections::hash_map::Entry::Occupied(mut e) => e.get_mut().0.push(rule),
-                std::collections::hash_map::Entry::Vacant(e) => {
-                    let text: Option<String> = row.get(2)?;
-                    let states = text.as_deref().map(parse_states).transpose()?.unwrap_or_default();
-                    e.insert((vec![rule], states));
-                }
-            }
+            let entry =
+                LatestOf { sensor_id: row.get(1)?, second: row.get(2)?, stored_at: row.get(3)?, idx: row.get(4)? };
+            out.entry(row.get(0)?).or_default().push(entry);
             Ok(())
         })
         .await?;
     Ok(out)
 }
 
-/// The stored states of those of devices `pks` that have some, by device,
-/// a query per 128 devices.
-pub(crate) async fn states_of_many(
-    c: &impl Sql,
-    pks: &[i64],
-) -> StoreResult<crate::decide::FastMap<i64, StoredStates>> {
-    let mut states: crate::decide::FastMap<i64, StoredStates> = Default::default();
-    STATES_OF
-        .each(c, pks, |row| {
-            states.insert(row.get(0)?, parse_states(row.text(1)?)?);
-            Ok(())
-        })
-        .await?;
-    Ok(states)
+/// The newest reading second stored of device `pk` (`None`: none).
+pub(crate) async fn newest_second(c: &impl Sql, pk: i64) -> StoreResult<Option<i64>> {
+    c.query_one("SELECT max(second) FROM latest WHERE device_pk = $1", &[pk.into()]).await?.get(0)
 }
 
 /// Devices whose states one statement writes at most.
@@ -159,21 +153,25 @@ pub(crate) struct DeviceStates<'a> {
     pub pk: i64,
     /// Every rule's (name, state).
     pub states: Vec<(&'a str, &'a AlarmState)>,
+    /// The newest reading second the states are exact as of.
+    pub through: Option<i64>,
     /// Whether as many rules are active as the stored row says (none was
     /// raised or cleared): the row's `active`, and the index of active
     /// devices over it, are then left alone.
     pub active_kept: bool,
 }
 
-/// Writes the states of `devices`, a few hundred devices a statement,
-/// and counts the write ([`marks`]) when there was one.
+/// Writes the states of `devices` (checkpoints), a few hundred devices a statement.
 pub(crate) async fn put_states(c: &impl Sql, devices: &[DeviceStates<'_>]) -> StoreResult<()> {
-    if devices.is_empty() {
-        return Ok(());
-    }
     for chunk in devices.chunks(STATES_AT_ONCE) {
         put_state_rows(c, chunk).await?;
     }
+    Ok(())
+}
+
+/// Counts a transaction that moved states, written or not ([`marks`]):
+/// a store that keeps states in memory then reads them again.
+pub(crate) async fn count_state_write(c: &impl Sql) -> StoreResult<()> {
     c.execute("UPDATE alarm_generation SET state_writes = state_writes + 1", &[]).await?;
     Ok(())
 }
@@ -200,8 +198,8 @@ fn stored_text(states: &[(&str, &AlarmState)]) -> StoreResult<String> {
 /// each row's write about a sixth cheaper on SQLite.
 async fn put_state_rows(c: &impl Sql, devices: &[DeviceStates<'_>]) -> StoreResult<()> {
     let (kept, moved): (Vec<&DeviceStates<'_>>, Vec<&DeviceStates<'_>>) = devices.iter().partition(|d| d.active_kept);
-    put_rows(c, &kept, "states = excluded.states").await?;
-    put_rows(c, &moved, "active = excluded.active, states = excluded.states").await
+    put_rows(c, &kept, "states = excluded.states, through = excluded.through").await?;
+    put_rows(c, &moved, "active = excluded.active, states = excluded.states, through = excluded.through").await
 }
 
 /// Writes the states of `devices` in one statement, setting `set` on a row that exists.
@@ -211,18 +209,18 @@ async fn put_rows(c: &impl Sql, devices: &[&DeviceStates<'_>], set: &str) -> Sto
     }
     let texts: Vec<String> = devices.iter().map(|d| stored_text(&d.states)).collect::<StoreResult<_>>()?;
     let mut rows = String::with_capacity(devices.len() * 16);
-    let mut params: Vec<Param<'_>> = Vec::with_capacity(devices.len() * 3);
+    let mut params: Vec<Param<'_>> = Vec::with_capacity(devices.len() * 4);
     for (d, text) in devices.iter().zip(&texts) {
         let n = params.len();
         if n > 0 {
             rows.push_str(", ");
         }
-        rows.push_str(&format!("(${}, ${}, ${})", n + 1, n + 2, n + 3));
+        rows.push_str(&format!("(${}, ${}, ${}, ${})", n + 1, n + 2, n + 3, n + 4));
         let active = i32::try_from(d.states.iter().filter(|(_, s)| s.active).count()).unwrap_or(i32::MAX);
-        params.extend::<[Param<'_>; 3]>([d.pk.into(), active.into(), text.as_str().into()]);
+        params.extend::<[Param<'_>; 4]>([d.pk.into(), active.into(), text.as_str().into(), d.through.into()]);
     }
     let sql = format!(
-        "INSERT INTO alarm_states (device_pk, active, states) VALUES {rows}
+        "INSERT INTO alarm_states (device_pk, active, states, through) VALUES {rows}
          ON CONFLICT (device_pk) DO UPDATE SET {set}"
     );
     c.execute(&sql, &params).await?;
@@ -254,6 +252,14 @@ pub(crate) async fn insert_event(c: &impl Sql, e: &NewEvent<'_>) -> StoreResult<
         e.at.into(),
     ];
     c.query_one(sql, &params).await?.get(0)
+}
+
+/// Whether any subscription asks for alarm events: when none does (the
+/// usual case), a transaction's transitions owe no outbox rows and
+/// [`subscriptions_of`] is not asked for each device.
+pub(crate) async fn any_alarm_subscriptions(c: &impl Sql) -> StoreResult<bool> {
+    let sql = "SELECT EXISTS (SELECT 1 FROM subscriptions WHERE (',' || events || ',') LIKE '%,alarms,%')";
+    c.query_one(sql, &[]).await?.get(0)
 }
 
 /// The enabled subscriptions to alarm events of enabled accounts that
@@ -288,29 +294,15 @@ pub(crate) async fn rules(c: &impl Sql, device_id: Option<&str>) -> StoreResult<
     rows.iter().map(|r| Ok((r.get(0)?, parse_rule(r.text(1)?)?))).collect()
 }
 
-/// The active alarms of the devices visible in `scope`.
-pub(crate) async fn active(c: &impl Sql, scope: Scope) -> StoreResult<Vec<Alarm>> {
+/// The devices visible in `scope` with an active alarm (number, id).
+pub(crate) async fn active_devices(c: &impl Sql, scope: Scope) -> StoreResult<Vec<(i64, String)>> {
     let (account, key) = scope_params(scope);
     let sql = format!(
         "SELECT d.id, d.device_id FROM alarm_states s JOIN devices d ON d.id = s.device_pk
-         WHERE s.active > 0 AND {SCOPE_FILTER}"
+         WHERE s.active > 0 AND {SCOPE_FILTER} ORDER BY d.id"
     );
     let rows = c.query(&sql, &[account.into(), key.into()]).await?;
-    let mut ids = crate::decide::FastMap::default();
-    for r in &rows {
-        ids.insert(r.get::<i64>(0)?, r.get::<String>(1)?);
-    }
-    let pks: Vec<i64> = ids.keys().copied().collect();
-    let mut out = Vec::new();
-    for (pk, alarms) in rules_of_many(c, &pks).await? {
-        let Some(device_id) = ids.get(&pk) else { continue };
-        out.extend(alarms.into_iter().filter(|(_, state)| state.active).map(|(rule, state)| Alarm {
-            device_id: device_id.clone(),
-            rule,
-            state,
-        }));
-    }
-    Ok(out)
+    rows.iter().map(|r| Ok((r.get(0)?, r.get(1)?))).collect()
 }
 
 /// Device `pk`'s transitions recorded from second `start` to `end`, oldest first.

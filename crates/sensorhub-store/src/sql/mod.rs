@@ -219,6 +219,15 @@ pub(crate) trait Sql {
     }
 }
 
+/// A connection (or transaction) that also reads one device's stored
+/// hours from an hour on: the one read the alarms' replay needs
+/// ([`crate::write::checkpoint`]), apart because each backend keys `hours`
+/// its own way.
+pub(crate) trait DeviceHours: Sql {
+    /// Device `pk`'s stored hours from hour `first` on, oldest first.
+    async fn hours_from(&self, pk: i64, first: i64) -> StoreResult<Vec<crate::decide::HourRow>>;
+}
+
 /// `sql` with SQLite's placeholders: `$1` becomes `?1` (the statements
 /// here hold no `$` but their placeholders).
 pub(crate) fn sqlite_placeholders(sql: &str) -> String {

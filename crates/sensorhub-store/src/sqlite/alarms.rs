@@ -33,6 +33,18 @@ impl crate::store::Alarms for SqliteStore {
         self.reads.run_short(move |c| on(c, async |c| alarms::alarms_of(c, scope, &id).await)).await
     }
 
+    async fn alarms_of_devices(&self, device_ids: &[&str]) -> StoreResult<Vec<(String, Vec<Alarm>)>> {
+        let ids: Vec<String> = device_ids.iter().map(|id| (*id).to_owned()).collect();
+        self.reads
+            .run(move |c| {
+                on(c, async |c| {
+                    let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+                    alarms::alarms_of_many(c, &ids).await
+                })
+            })
+            .await
+    }
+
     async fn active_alarms(&self, scope: Scope) -> StoreResult<Vec<Alarm>> {
         self.reads.run(move |c| on(c, async |c| alarms::active(c, scope).await)).await
     }
@@ -48,9 +60,10 @@ impl crate::store::Alarms for SqliteStore {
     }
 
     async fn acknowledge_alarm(&self, device_id: &str, rule: &str, now: i64) -> StoreResult<AlarmEvent> {
-        let (id, rule) = (device_id.to_owned(), rule.to_owned());
-        let (event, recorded) =
-            self.writes.run(move |c| in_tx(c, async |tx| alarms::acknowledge(tx, &id, &rule, now).await)).await?;
+        let (id, rule, kept) = (device_id.to_owned(), rule.to_owned(), self.kept.clone());
+        let acknowledge =
+            move |c: &mut _| in_tx(c, async |tx| alarms::acknowledge(tx, &kept.alarms, &id, &rule, now).await);
+        let (event, recorded) = self.writes.run(acknowledge).await?;
         if recorded {
             self.observers.alarms(std::slice::from_ref(&event)).await;
         }
@@ -66,7 +79,9 @@ impl crate::store::Alarms for SqliteStore {
     }
 
     async fn check_silence(&self, due: Vec<SilenceDue>, now: i64, started: i64) -> StoreResult<Vec<SilenceDue>> {
-        let check = move |c: &mut _| in_tx(c, async |tx| alarms::check_silence(tx, &due, now, started).await);
+        let kept = self.kept.clone();
+        let check =
+            move |c: &mut _| in_tx(c, async |tx| alarms::check_silence(tx, &kept.alarms, &due, now, started).await);
         let (events, next) = self.writes.run(check).await?;
         self.observers.alarms(&events).await;
         Ok(next)

@@ -35,6 +35,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/sqlite/0009_alarms.sql"),
     include_str!("../../migrations/sqlite/0010_alarm_state_writes.sql"),
     include_str!("../../migrations/sqlite/0011_device_generation.sql"),
+    include_str!("../../migrations/sqlite/0012_alarm_checkpoints.sql"),
 ];
 
 /// Offset added to an hour number in a key, so that every hour since

@@ -98,14 +98,15 @@ impl Tx for SqliteTx<'_> {
         Ok(())
     }
 
-    async fn upsert_latest(&self, rows: &[LatestRow]) -> StoreResult<()> {
+    async fn upsert_latest(&self, rows: &[LatestRow], stored_at: i64) -> StoreResult<()> {
         let mut stmt = self.0.prepare_cached(
-            "INSERT INTO latest (device_pk, idx, second, value) VALUES (?1, ?2, ?3, ?4)
-             ON CONFLICT (device_pk, idx) DO UPDATE SET second = excluded.second, value = excluded.value
+            "INSERT INTO latest (device_pk, idx, second, value, stored_at) VALUES (?1, ?2, ?3, ?4, ?5)
+             ON CONFLICT (device_pk, idx) DO UPDATE
+             SET second = excluded.second, value = excluded.value, stored_at = excluded.stored_at
              WHERE excluded.second >= latest.second",
         )?;
         for r in rows {
-            stmt.execute(params![r.device_pk, r.idx, r.second, r.value])?;
+            stmt.execute(params![r.device_pk, r.idx, r.second, r.value, stored_at])?;
         }
         Ok(())
     }
@@ -218,6 +219,13 @@ impl Sql for SqliteTx<'_> {
     async fn execute(&self, sql: &str, params: &[Param<'_>]) -> StoreResult<u64> {
         let mut stmt = self.0.prepare_cached(&sqlite_placeholders(sql))?;
         Ok(stmt.execute(rusqlite::params_from_iter(params))? as u64)
+    }
+}
+
+impl crate::sql::DeviceHours for SqliteTx<'_> {
+    async fn hours_from(&self, pk: i64, first: i64) -> StoreResult<Vec<HourRow>> {
+        let sql = "SELECT key, data FROM hours WHERE key BETWEEN ?1 AND ?2 ORDER BY key";
+        rows(self.0, sql, params![hour_key(pk, first), hour_key(pk, crate::write::tx::LAST_HOUR)])
     }
 }
 

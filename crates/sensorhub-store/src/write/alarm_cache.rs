@@ -2,20 +2,22 @@
 //! that a transaction writing readings reads one row (the marks) rather
 //! than every station's rules and states.
 //!
-//! The stored rows stay the truth: every transaction still writes each
-//! state it changes, and what is kept is what was written. Two marks in
+//! The stored rows with the readings after them stay the truth
+//! ([`super::checkpoint`]): what is kept is what a load of them would
+//! give. Two marks in
 //! `alarm_generation` say whether it still is: the rules' generation (a
 //! trigger moves it on any change of any rule) and the count of state
 //! writes (each transaction that writes states adds one). Writes are
 //! serialised (SQLite's one writer, PostgreSQL's write lock), so when the
-//! count is the one this store left, nobody else has written a state
+//! count is the one this store left, nobody else has moved a state
 //! since. Otherwise (another process or instance wrote, or a transaction
 //! of this store was rolled back after it kept its states) the kept
 //! states are dropped and read again.
 
+use super::checkpoint::{self, Loaded, Progress};
 use crate::StoreResult;
 use crate::decide::FastMap;
-use crate::sql::Sql;
+use crate::sql::DeviceHours;
 use crate::sql::alarms::{self, StoredStates};
 use sensorhub_core::alarm::{AlarmRule, AlarmState};
 use std::sync::{Arc, Mutex};
@@ -27,9 +29,6 @@ const KEPT_DEVICES: usize = 50_000;
 
 /// The rules of a device, in order (empty: the device has none).
 pub(crate) type Rules = Arc<[AlarmRule]>;
-
-/// A device's rules with their states, in rule order.
-pub(crate) type Loaded = (Rules, Vec<AlarmState>);
 
 /// A store's cache of parsed alarm rules and their states by device.
 #[derive(Default)]
@@ -44,7 +43,7 @@ struct Kept {
     rules: FastMap<i64, Rules>,
     /// The count of state writes the states are as of (`None`: nothing kept).
     writes: Option<i64>,
-    states: FastMap<i64, Vec<AlarmState>>,
+    states: FastMap<i64, (Vec<AlarmState>, Progress)>,
 }
 
 /// Where the alarms stood when a transaction loaded them: what
@@ -56,10 +55,10 @@ pub(crate) struct Marks {
 }
 
 impl AlarmCache {
-    /// The rules and states of those of devices `pks` that have rules, by
-    /// device: what is kept, and the rest read (rules and states in one
-    /// query for devices whose rules are not kept); with the marks read.
-    pub(crate) async fn load(&self, c: &impl Sql, pks: &[i64]) -> StoreResult<(FastMap<i64, Loaded>, Marks)> {
+    /// The rules, states and progress of those of devices `pks` that
+    /// have rules, by device: what is kept, and the rest loaded from their
+    /// rows ([`checkpoint::load`]); with the marks read.
+    pub(crate) async fn load(&self, c: &impl DeviceHours, pks: &[i64]) -> StoreResult<(FastMap<i64, Loaded>, Marks)> {
         let (generation, writes) = alarms::marks(c).await?;
         let marks = Marks { generation, writes };
         let (mut out, mut no_states, mut missing) = (FastMap::default(), Vec::new(), Vec::new());
@@ -79,10 +78,10 @@ impl AlarmCache {
                 match kept_rules.get(pk) {
                     Some(rules) if rules.is_empty() => {}
                     // Taken out, and put back by `keep`: a transaction that
-                    // fails before it leaves the device to be read again.
+                    // fails before it leaves the device to be loaded again.
                     Some(rules) => match kept_states.remove(pk) {
-                        Some(states) => {
-                            out.insert(*pk, (rules.clone(), states));
+                        Some((states, progress)) => {
+                            out.insert(*pk, (rules.clone(), states, progress));
                         }
                         None => no_states.push((*pk, rules.clone())),
                     },
@@ -90,37 +89,35 @@ impl AlarmCache {
                 }
             }
         }
-        let with_kept: Vec<i64> = no_states.iter().map(|(pk, _)| *pk).collect();
-        let mut stored = alarms::states_of_many(c, &with_kept).await?;
-        for (pk, rules) in no_states {
-            let states = in_rule_order(&rules, stored.remove(&pk).unwrap_or_default());
-            out.insert(pk, (rules, states));
-        }
-        if missing.is_empty() {
-            return Ok((out, marks));
-        }
-        let mut read = alarms::rules_and_states_of_many(c, &missing).await?;
-        let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
-        for pk in missing {
-            let (rules, states) = read.remove(&pk).unwrap_or_default();
-            let rules: Rules = rules.into();
-            if kept.generation == generation && kept.rules.len() < KEPT_DEVICES {
-                kept.rules.insert(pk, rules.clone());
-            }
-            if !rules.is_empty() {
-                let states = in_rule_order(&rules, states);
-                out.insert(pk, (rules, states));
+        if !missing.is_empty() {
+            let mut read = alarms::rules_only_of_many(c, &missing).await?;
+            let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+            for pk in missing {
+                let rules: Rules = read.remove(&pk).unwrap_or_default().into();
+                if kept.generation == generation && kept.rules.len() < KEPT_DEVICES {
+                    kept.rules.insert(pk, rules.clone());
+                }
+                if !rules.is_empty() {
+                    no_states.push((pk, rules));
+                }
             }
         }
+        out.extend(checkpoint::load(c, no_states).await?);
         Ok((out, marks))
     }
 
-    /// Keeps `devices`' states (pk, states in rule order) as they are once
-    /// the transaction that loaded them at `marks` has written them;
-    /// `wrote` says whether it wrote any (and so counted one write). Kept
+    /// Keeps `devices`' states (pk, states in rule order, progress) as
+    /// they are once the transaction that loaded them at `marks` has
+    /// written what it must; `wrote` says whether it moved any (and so
+    /// counted one write). Kept
     /// before the commit: if the commit fails, the count in the database
     /// is not the one kept, and the next transaction reads them again.
-    pub(crate) fn keep(&self, marks: Marks, wrote: bool, devices: impl Iterator<Item = (i64, Vec<AlarmState>)>) {
+    pub(crate) fn keep(
+        &self,
+        marks: Marks,
+        wrote: bool,
+        devices: impl Iterator<Item = (i64, (Vec<AlarmState>, Progress))>,
+    ) {
         let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
         if kept.generation != marks.generation || kept.writes != Some(marks.writes) {
             // Another transaction of this store got in between: keep nothing.

@@ -1,18 +1,20 @@
 //! Alarms moved and recorded inside the transaction that moved them, once
 //! for every backend: a device's rules and states are loaded once per
-//! transaction ([`DeviceAlarms::load`]), each stored reading (or the
+//! transaction ([`DeviceAlarms::load_many`]), each stored reading (or the
 //! silence timer, or an acknowledgement) moves them, and at the end the
-//! changed states, the transitions and their outbox rows are written
-//! together ([`DeviceAlarms::write`]). A reading and the transitions it
-//! causes are committed, or lost, together: never one without the other.
+//! states that must be written ([`super::checkpoint`]), the transitions
+//! and their outbox rows are written together ([`write_all`]). A reading
+//! and the transitions it causes are committed, or lost, together: never
+//! one without the other.
 
-use super::alarm_cache::{AlarmCache, Marks, Rules, in_rule_order};
+use super::alarm_cache::{AlarmCache, Marks, Rules};
+use super::checkpoint::{self, Progress};
 use super::tx::Tx;
 use crate::Scope;
 use crate::alarm::{Alarm, AlarmEvent, SilenceDue};
 use crate::decide::outbox::OutboxRow;
-use crate::sql::Sql;
-use crate::sql::alarms::{self, DeviceStates, NewEvent, StoredStates};
+use crate::sql::alarms::{self, DeviceStates, NewEvent};
+use crate::sql::{DeviceHours, Sql};
 use crate::{StoreError, StoreResult};
 use sensorhub_core::alarm::{AlarmRule, AlarmState, NotActive, RuleKind, Transition, TransitionKind};
 use sensorhub_core::time::format_rfc3339;
@@ -30,45 +32,38 @@ pub(crate) struct DeviceAlarms {
     rules: Rules,
     /// Each rule's state (by index into `rules`).
     states: Vec<AlarmState>,
-    /// Which states differ from what is stored.
+    /// Which states this transaction moved.
     changed: Vec<bool>,
+    /// Where the states stand against the stored row.
+    progress: Progress,
+    /// Whether a reading came late or as a backfill, so that the row must
+    /// be written (a replay in time order would not give these states).
+    must_write: bool,
     /// The transitions of this transaction, by rule (index into `rules`).
     transitions: Vec<(usize, Transition)>,
 }
 
 impl DeviceAlarms {
-    /// Device `pk`'s `rules` with their `stored` states (a rule without one starts at rest).
-    fn new(pk: i64, device_id: &str, rules: Rules, stored: StoredStates) -> Self {
-        let states = in_rule_order(&rules, stored);
-        Self::with_states(pk, device_id, rules, states)
-    }
-
-    /// Device `pk`'s `rules` with their `states`, in rule order.
-    fn with_states(pk: i64, device_id: &str, rules: Rules, states: Vec<AlarmState>) -> Self {
+    /// Device `pk`'s `rules` with their `states` (in rule order) and progress.
+    fn with_states(pk: i64, device_id: &str, rules: Rules, states: Vec<AlarmState>, progress: Progress) -> Self {
         let changed = vec![false; rules.len()];
-        Self { pk, device_id: device_id.to_owned(), rules, states, changed, transitions: Vec::new() }
-    }
-
-    /// Device `pk`'s rules with their states; `None` when it has no rule.
-    pub(crate) async fn load(tx: &impl Sql, pk: i64, device_id: &str) -> StoreResult<Option<Self>> {
-        let rules = alarms::rules_only_of_many(tx, &[pk]).await?.remove(&pk).unwrap_or_default();
-        if rules.is_empty() {
-            return Ok(None);
+        Self {
+            pk,
+            device_id: device_id.to_owned(),
+            rules,
+            states,
+            changed,
+            progress,
+            must_write: false,
+            transitions: Vec::new(),
         }
-        let stored = alarms::states_of_many(tx, &[pk]).await?.remove(&pk).unwrap_or_default();
-        Ok(Some(Self::new(pk, device_id, rules.into(), stored)))
-    }
-
-    /// The device's key.
-    pub(crate) fn pk(&self) -> i64 {
-        self.pk
     }
 
     /// The rules with their states of those of `devices` (pk, id) that
     /// have rules, from `cache` and a few queries for the rest; with the
     /// marks [`write_all`] hands back to the cache.
     pub(crate) async fn load_many(
-        tx: &impl Sql,
+        tx: &impl DeviceHours,
         cache: &AlarmCache,
         devices: &[(i64, &str)],
     ) -> StoreResult<(Vec<Self>, Marks)> {
@@ -77,11 +72,16 @@ impl DeviceAlarms {
         let devices = devices
             .iter()
             .filter_map(|(pk, id)| {
-                let (rules, states) = loaded.remove(pk)?;
-                Some(Self::with_states(*pk, id, rules, states))
+                let (rules, states, progress) = loaded.remove(pk)?;
+                Some(Self::with_states(*pk, id, rules, states, progress))
             })
             .collect();
         Ok((devices, marks))
+    }
+
+    /// The device's key.
+    pub(crate) fn pk(&self) -> i64 {
+        self.pk
     }
 
     /// Moves every rule by a reading at `timestamp` whose value of a
@@ -91,15 +91,23 @@ impl DeviceAlarms {
     /// same.
     pub(crate) fn on_reading(&mut self, timestamp: i64, value_of: impl Fn(&str) -> Option<f64>, now: i64) {
         let backfill = timestamp < now.saturating_sub(BACKFILL);
+        let in_order = self.progress.saw(timestamp);
+        let mut heard = false;
         for (i, (rule, state)) in self.rules.iter().zip(&mut self.states).enumerate() {
+            let value = rule.sensor().and_then(&value_of);
+            let hears = rule.hears(value.is_some());
+            heard |= hears;
             if backfill && !matches!(rule.kind, RuleKind::Silence(_)) {
                 continue;
             }
-            let value = rule.sensor().and_then(&value_of);
-            self.changed[i] |= rule.hears(value.is_some());
+            self.changed[i] |= hears;
             if let Some(t) = rule.on_reading(state, timestamp, value, now) {
                 self.transitions.push((i, t));
             }
+        }
+        if heard {
+            self.progress.unwritten += 1;
+            self.must_write |= backfill || !in_order;
         }
     }
 
@@ -142,20 +150,21 @@ impl DeviceAlarms {
         })
     }
 
-    /// Writes the changed states, records the transitions (at `now`) with
-    /// an outbox row for each subscription to alarms that covers the
-    /// device, and returns the transitions recorded.
-    pub(crate) async fn write(self, tx: &impl Tx, now: i64) -> StoreResult<Vec<AlarmEvent>> {
-        alarms::put_states(tx, &self.changed_states().into_iter().collect::<Vec<_>>()).await?;
-        self.record(tx, now).await
+    /// Whether this transaction moved any state.
+    fn moved(&self) -> bool {
+        self.changed.iter().any(|c| *c)
     }
 
-    /// Every rule's state of the device, when one differs from what is
-    /// stored (the device's states are one row).
-    fn changed_states(&self) -> Option<DeviceStates<'_>> {
-        self.changed.iter().any(|c| *c).then(|| DeviceStates {
+    /// Every rule's state of the device, when they moved and must be
+    /// written now (the device's states are one row, a checkpoint): with
+    /// a transition, after a late reading or a backfill, or when the row
+    /// is due ([`Progress::due`]).
+    fn checkpoint(&self) -> Option<DeviceStates<'_>> {
+        let due = self.must_write || !self.transitions.is_empty() || self.progress.due();
+        (self.moved() && due).then(|| DeviceStates {
             pk: self.pk,
             states: self.rules.iter().zip(&self.states).map(|(rule, state)| (rule.name.as_str(), state)).collect(),
+            through: self.progress.seen,
             active_kept: !self
                 .transitions
                 .iter()
@@ -164,12 +173,13 @@ impl DeviceAlarms {
     }
 
     /// Records the transitions (at `now`) with an outbox row for each
-    /// subscription to alarms that covers the device; returns them.
-    async fn record(self, tx: &impl Tx, now: i64) -> StoreResult<Vec<AlarmEvent>> {
+    /// subscription to alarms that covers the device (asked only when
+    /// there may be one, `subscribed`); returns them.
+    async fn record(self, tx: &impl Tx, now: i64, subscribed: bool) -> StoreResult<Vec<AlarmEvent>> {
         if self.transitions.is_empty() {
             return Ok(Vec::new());
         }
-        let subscriptions = alarms::subscriptions_of(tx, self.pk).await?;
+        let subscriptions = if subscribed { alarms::subscriptions_of(tx, self.pk).await? } else { Vec::new() };
         let mut events = Vec::with_capacity(self.transitions.len());
         let mut outbox = Vec::new();
         for (i, t) in &self.transitions {
@@ -213,9 +223,10 @@ impl DeviceAlarms {
     }
 }
 
-/// [`DeviceAlarms::write`] for many devices loaded from `cache` at
-/// `marks`: every changed state in a few statements, the states kept in
-/// the cache, then each device's transitions.
+/// Writes what devices loaded from `cache` at `marks` must write: the
+/// rows due ([`DeviceAlarms::checkpoint`]) in a few statements, one count
+/// of a write when any state moved, the states kept in the cache, then
+/// each device's transitions (recorded at `now`).
 pub(crate) async fn write_all(
     tx: &impl Tx,
     mut devices: Vec<DeviceAlarms>,
@@ -223,30 +234,84 @@ pub(crate) async fn write_all(
     cache: &AlarmCache,
     marks: Marks,
 ) -> StoreResult<Vec<AlarmEvent>> {
-    let states: Vec<_> = devices.iter().filter_map(DeviceAlarms::changed_states).collect();
-    let wrote = !states.is_empty();
-    alarms::put_states(tx, &states).await?;
-    drop(states);
-    cache.keep(marks, wrote, devices.iter_mut().map(|d| (d.pk, std::mem::take(&mut d.states))));
+    let moved = devices.iter().any(DeviceAlarms::moved);
+    let rows: Vec<_> = devices.iter().filter_map(DeviceAlarms::checkpoint).collect();
+    let mut written: Vec<i64> = rows.iter().map(|d| d.pk).collect();
+    written.sort_unstable();
+    alarms::put_states(tx, &rows).await?;
+    drop(rows);
+    if moved {
+        alarms::count_state_write(tx).await?;
+    }
+    for d in &mut devices {
+        if written.binary_search(&d.pk).is_ok() {
+            d.progress.written();
+        }
+    }
+    cache.keep(marks, moved, devices.iter_mut().map(|d| (d.pk, (std::mem::take(&mut d.states), d.progress))));
     let mut events = Vec::new();
-    for device in devices {
-        events.extend(device.record(tx, now).await?);
+    let mut subscribed = None;
+    for device in devices.into_iter().filter(|d| !d.transitions.is_empty()) {
+        if subscribed.is_none() {
+            subscribed = Some(alarms::any_alarm_subscriptions(tx).await?);
+        }
+        events.extend(device.record(tx, now, subscribed == Some(true)).await?);
     }
     Ok(events)
 }
 
+/// The rules of devices `pks` with their states as stored and replayed
+/// ([`checkpoint::load`]), by device; devices without rules are left out.
+async fn loaded(
+    c: &impl DeviceHours,
+    pks: &[i64],
+) -> StoreResult<crate::decide::FastMap<i64, Vec<(AlarmRule, AlarmState)>>> {
+    let rules = alarms::rules_only_of_many(c, pks).await?;
+    let devices = rules.into_iter().map(|(pk, rules)| (pk, Rules::from(rules))).collect();
+    let loaded = checkpoint::load(c, devices).await?;
+    Ok(loaded.into_iter().map(|(pk, (rules, states, _))| (pk, rules.iter().cloned().zip(states).collect())).collect())
+}
+
 /// The alarms of device `device_id` visible in `scope`, in rule order;
 /// `None` when the device is not visible.
-pub(crate) async fn alarms_of(c: &impl Sql, scope: Scope, device_id: &str) -> StoreResult<Option<Vec<Alarm>>> {
+pub(crate) async fn alarms_of(c: &impl DeviceHours, scope: Scope, device_id: &str) -> StoreResult<Option<Vec<Alarm>>> {
     let Some(device) = crate::sql::access::find_device(c, scope, device_id).await? else { return Ok(None) };
-    let rules = alarms::rules_of(c, device.pk).await?;
+    let rules = loaded(c, &[device.pk]).await?.remove(&device.pk).unwrap_or_default();
     let device_id = device_id.to_owned();
     Ok(Some(rules.into_iter().map(|(rule, state)| Alarm { device_id: device_id.clone(), rule, state }).collect()))
 }
 
+/// The alarms of those of devices `ids` that exist, each in rule order
+/// (empty: no rules), by device id; a few queries for all of them.
+pub(crate) async fn alarms_of_many(c: &impl DeviceHours, ids: &[&str]) -> StoreResult<Vec<(String, Vec<Alarm>)>> {
+    let devices = alarms::device_pks(c, ids).await?;
+    let pks: Vec<i64> = devices.iter().map(|(pk, _)| *pk).collect();
+    let mut loaded = loaded(c, &pks).await?;
+    Ok(devices
+        .into_iter()
+        .map(|(pk, device_id)| {
+            let rules = loaded.remove(&pk).unwrap_or_default();
+            let alarms =
+                rules.into_iter().map(|(rule, state)| Alarm { device_id: device_id.clone(), rule, state }).collect();
+            (device_id, alarms)
+        })
+        .collect())
+}
+
 /// The active alarms of every device visible in `scope`, highest level first.
-pub(crate) async fn active(c: &impl Sql, scope: Scope) -> StoreResult<Vec<Alarm>> {
-    let mut active = alarms::active(c, scope).await?;
+pub(crate) async fn active(c: &impl DeviceHours, scope: Scope) -> StoreResult<Vec<Alarm>> {
+    let devices = alarms::active_devices(c, scope).await?;
+    let pks: Vec<i64> = devices.iter().map(|(pk, _)| *pk).collect();
+    let mut loaded = loaded(c, &pks).await?;
+    let mut active = Vec::new();
+    for (pk, device_id) in devices {
+        let rules = loaded.remove(&pk).unwrap_or_default();
+        active.extend(rules.into_iter().filter(|(_, state)| state.active).map(|(rule, state)| Alarm {
+            device_id: device_id.clone(),
+            rule,
+            state,
+        }));
+    }
     crate::alarm::most_severe_first(&mut active);
     Ok(active)
 }
@@ -264,20 +329,24 @@ pub(crate) async fn events_of(
 }
 
 /// Acknowledges the active episode of rule `rule` of device `device_id`
-/// at `now`: the acknowledgement, and whether it was recorded now (false:
-/// the episode was acknowledged already, and that earlier one is
-/// returned, so that an acknowledgement sent twice is recorded once).
+/// at `now` (its states from `cache`): the acknowledgement, and whether
+/// it was recorded now (false: the episode was acknowledged already, and
+/// that earlier one is returned, so that an acknowledgement sent twice is
+/// recorded once).
 pub(crate) async fn acknowledge(
     tx: &impl Tx,
+    cache: &AlarmCache,
     device_id: &str,
     rule: &str,
     now: i64,
 ) -> StoreResult<(AlarmEvent, bool)> {
     let pk = tx.device_pk(device_id).await?.ok_or_else(|| StoreError::NotFound(format!("no device {device_id:?}")))?;
-    let mut alarms = DeviceAlarms::load(tx, pk, device_id)
-        .await?
-        .ok_or_else(|| StoreError::NotFound(format!("device {device_id:?} has no alarm rule {rule:?}")))?;
-    if let Some(at) = alarms.acknowledge(rule, now)? {
+    let (mut devices, marks) = DeviceAlarms::load_many(tx, cache, &[(pk, device_id)]).await?;
+    let no_rule = || StoreError::NotFound(format!("device {device_id:?} has no alarm rule {rule:?}"));
+    let alarms = devices.first_mut().ok_or_else(no_rule)?;
+    let earlier = alarms.acknowledge(rule, now);
+    let recorded = write_all(tx, devices, now, cache, marks).await?;
+    if let Some(at) = earlier? {
         let recorded = alarms::events(tx, pk, device_id, at, at).await?;
         let earlier =
             recorded.into_iter().rev().find(|e| e.rule == rule && e.transition == TransitionKind::Acknowledged);
@@ -285,14 +354,15 @@ pub(crate) async fn acknowledge(
             StoreError::Backend(format!("alarm {rule:?} of {device_id:?} acknowledged at {at} with no event").into())
         });
     }
-    let recorded = alarms.write(tx, now).await?;
     let event =
         recorded.into_iter().next().ok_or_else(|| StoreError::Backend("an acknowledgement recorded nothing".into()))?;
     Ok((event, true))
 }
 
 /// When every silence rule would next raise, counted from `started`
-/// ([`SilenceDue::ACTIVE`] for those raised).
+/// ([`SilenceDue::ACTIVE`] for those raised). A state read here may be
+/// behind its last data ([`checkpoint`]): it says when to look, and the
+/// look ([`check_silence`]) loads the last data.
 pub(crate) async fn silence_due(c: &impl Sql, started: i64) -> StoreResult<Vec<SilenceDue>> {
     let rules = alarms::silence_rules(c).await?;
     Ok(rules
@@ -306,27 +376,30 @@ pub(crate) async fn silence_due(c: &impl Sql, started: i64) -> StoreResult<Vec<S
         .collect())
 }
 
-/// Looks at the clock (`now`) for the silence rules `due`: those silent
-/// for their time (from the later of their last data and `started`) are
-/// raised. Returns the transitions recorded and when each rule looked at
-/// would next raise.
+/// Looks at the clock (`now`) for the silence rules `due` (their states
+/// from `cache`): those silent for their time (from the later of their
+/// last data and `started`) are raised. Returns the transitions recorded
+/// and when each rule looked at would next raise.
 pub(crate) async fn check_silence(
     tx: &impl Tx,
+    cache: &AlarmCache,
     due: &[SilenceDue],
     now: i64,
     started: i64,
 ) -> StoreResult<(Vec<AlarmEvent>, Vec<SilenceDue>)> {
-    let mut by_device: std::collections::BTreeMap<(i64, &str), Vec<String>> = std::collections::BTreeMap::new();
+    let mut by_device: std::collections::BTreeMap<i64, (&str, Vec<String>)> = std::collections::BTreeMap::new();
     for d in due {
-        by_device.entry((d.device_pk, d.device_id.as_str())).or_default().push(d.rule.clone());
+        by_device.entry(d.device_pk).or_insert_with(|| (&d.device_id, Vec::new())).1.push(d.rule.clone());
     }
-    let (mut events, mut next) = (Vec::new(), Vec::new());
-    for ((pk, device_id), rules) in by_device {
-        let Some(mut alarms) = DeviceAlarms::load(tx, pk, device_id).await? else { continue };
-        alarms.on_clock(now, started, Some(&rules));
+    let ids: Vec<(i64, &str)> = by_device.iter().map(|(pk, (id, _))| (*pk, *id)).collect();
+    let (mut devices, marks) = DeviceAlarms::load_many(tx, cache, &ids).await?;
+    let mut next = Vec::new();
+    for alarms in &mut devices {
+        let Some((_, rules)) = by_device.get(&alarms.pk) else { continue };
+        alarms.on_clock(now, started, Some(rules));
         next.extend(alarms.silence_due(started).filter(|d| rules.contains(&d.rule)));
-        events.extend(alarms.write(tx, now).await?);
     }
+    let events = write_all(tx, devices, now, cache, marks).await?;
     Ok((events, next))
 }
 
@@ -340,10 +413,12 @@ pub(crate) async fn replace_rules(
     new: &[AlarmRule],
     now: i64,
 ) -> StoreResult<Option<Vec<AlarmEvent>>> {
-    let stored = alarms::rules_of(tx, pk).await?;
-    if stored.len() == new.len() && stored.iter().zip(new).all(|((rule, _), new)| rule == new) {
+    let rules: Rules = alarms::rules_only_of_many(tx, &[pk]).await?.remove(&pk).unwrap_or_default().into();
+    if rules.len() == new.len() && rules.iter().zip(new).all(|(rule, new)| rule == new) {
         return Ok(None);
     }
+    let (_, states, progress) = checkpoint::load(tx, vec![(pk, rules.clone())]).await?.remove(&pk).unwrap_or_default();
+    let stored: Vec<(AlarmRule, AlarmState)> = rules.iter().cloned().zip(states).collect();
     let (mut ended_rules, mut transitions, mut kept) = (Vec::new(), Vec::new(), Vec::new());
     for (rule, state) in &stored {
         if new.contains(rule) {
@@ -372,13 +447,37 @@ pub(crate) async fn replace_rules(
             ended_rules.push(rule);
         }
     }
-    let mut ended = DeviceAlarms::new(pk, device_id, ended_rules.into(), StoredStates::default());
+    let mut ended = DeviceAlarms::with_states(pk, device_id, ended_rules.into(), Vec::new(), Progress::default());
     ended.transitions = transitions;
-    // The states of the rules kept; those of rules removed or changed are forgotten.
+    // The states of the rules kept, exact as of every stored reading (the
+    // readings before the rules were set are history to them); those of
+    // rules removed or changed are forgotten.
+    let through = progress.seen.max(alarms::newest_second(tx, pk).await?);
     let states = kept.iter().map(|(name, state)| (name.as_str(), state)).collect();
-    alarms::put_states(tx, &[DeviceStates { pk, states, active_kept: false }]).await?;
+    alarms::put_states(tx, &[DeviceStates { pk, states, through, active_kept: false }]).await?;
+    alarms::count_state_write(tx).await?;
     alarms::set_rules(tx, pk, new).await?;
-    Ok(Some(ended.write(tx, now).await?))
+    Ok(Some(ended.record(tx, now, true).await?))
+}
+
+/// Writes device `pk`'s states as they are, when readings stored after
+/// its row would be replayed into it: before readings it was evaluated
+/// with are removed (a delete, retention), so that a later load gives
+/// the states they left.
+pub(crate) async fn checkpoint_before_removal(tx: &impl Tx, pk: i64) -> StoreResult<()> {
+    let rules: Rules = alarms::rules_only_of_many(tx, &[pk]).await?.remove(&pk).unwrap_or_default().into();
+    if rules.is_empty() {
+        return Ok(());
+    }
+    let Some((rules, states, progress)) = checkpoint::load(tx, vec![(pk, rules)]).await?.remove(&pk) else {
+        return Ok(());
+    };
+    if progress.seen == progress.through {
+        return Ok(());
+    }
+    let states = rules.iter().zip(&states).map(|(rule, state)| (rule.name.as_str(), state)).collect();
+    alarms::put_states(tx, &[DeviceStates { pk, states, through: progress.seen, active_kept: true }]).await?;
+    alarms::count_state_write(tx).await
 }
 
 /// The id of the delivery of transition `event_id` to subscription

@@ -105,6 +105,6 @@ pub(crate) async fn restore_hours(tx: &impl ProvisionTx, device_id: &str, hours:
         newest.add_hour(pk, h.chunk, &h.data)?;
         rows.push(HourRow { device_pk: pk, chunk: h.chunk, data: h.data });
     }
-    futures_util::future::try_join(tx.put_hours(&rows), tx.upsert_latest(&newest.take())).await?;
+    futures_util::future::try_join(tx.put_hours(&rows), tx.upsert_latest(&newest.take(), 0)).await?;
     Ok(())
 }

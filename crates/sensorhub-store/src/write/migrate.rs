@@ -33,11 +33,13 @@ pub(crate) async fn migrate(tx: &impl MigrationTx, migrations: &[&str]) -> Store
     crate::check_schema_version(version, migrations.len())?;
     for (i, sql) in migrations.iter().enumerate().skip(version) {
         tx.run_migration(sql).await?;
-        if i + 1 == LATEST_INDEX_MIGRATION {
-            fill_latest(tx).await?;
-        }
         tx.set_schema_version(i + 1).await?;
         tracing::info!(version = i + 1, "applied migration");
+    }
+    // Filled once every migration is in, so that its statements see the
+    // index's newest columns (they are in the same transaction).
+    if version < LATEST_INDEX_MIGRATION && migrations.len() >= LATEST_INDEX_MIGRATION {
+        fill_latest(tx).await?;
     }
     Ok(())
 }

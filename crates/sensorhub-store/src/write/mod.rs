@@ -5,6 +5,7 @@
 
 pub(crate) mod alarm_cache;
 pub(crate) mod alarms;
+pub(crate) mod checkpoint;
 pub(crate) mod copy;
 pub(crate) mod device_cache;
 pub(crate) mod migrate;

@@ -5,6 +5,7 @@
 //! transaction they came in.
 
 use super::Kept;
+use super::alarm_cache::Marks;
 use super::alarms::DeviceAlarms;
 use super::tx::Tx;
 use crate::alarm::AlarmEvent;
@@ -33,18 +34,18 @@ pub(crate) struct ReadingWriter<'k> {
     changed: u64,
     /// The deliveries the readings owe.
     deliveries: Deliveries,
-    /// Whether any device has alarm rules (asked once, at the first reading).
+    /// Whether any device has alarm rules (asked once, at the first device).
     watching: Option<bool>,
-    /// When watching, each device's readings as (second, sensor idx and
-    /// value pairs), in order: the alarms are moved by them at the end, a
-    /// few queries for every device of the transaction.
-    watched: FastMap<i64, Vec<Watched>>,
+    /// The alarms of the devices looked up that have rules, loaded with
+    /// them (before any of their readings is stored, so that a load that
+    /// replays stored readings does not replay these), moved by each
+    /// reading as it is written.
+    alarms: FastMap<i64, DeviceAlarms>,
+    /// The marks the alarms were loaded at.
+    marks: Option<Marks>,
     /// When the transaction stores its readings, by the server's clock (seconds).
     now: i64,
 }
-
-/// One reading kept for the alarms: its second and its (sensor idx, value) pairs.
-type Watched = (i64, Vec<(u8, f64)>);
 
 impl<'k> ReadingWriter<'k> {
     /// A writer whose readings owe deliveries when `outbox` says so,
@@ -58,7 +59,8 @@ impl<'k> ReadingWriter<'k> {
             changed: 0,
             deliveries: Deliveries::new(outbox),
             watching: None,
-            watched: FastMap::default(),
+            alarms: FastMap::default(),
+            marks: None,
             now: crate::decide::now(),
         }
     }
@@ -75,11 +77,20 @@ impl<'k> ReadingWriter<'k> {
         missing.sort_unstable();
         missing.dedup();
         let found = self.kept.devices.load(tx, &missing).await?;
+        let mut watched = Vec::new();
         for (id, mut entry) in missing.into_iter().zip(found) {
             if let Some(device) = entry.as_mut().filter(|_| self.deliveries.wanted()) {
                 device.subscriptions = tx.subscriptions_of(device.pk).await?;
             }
+            if let Some(device) = &entry {
+                watched.push((device.pk, id));
+            }
             self.devices.insert(id.to_owned(), entry);
+        }
+        if !watched.is_empty() && self.watching(tx).await? {
+            let (loaded, marks) = DeviceAlarms::load_many(tx, &self.kept.alarms, &watched).await?;
+            self.alarms.extend(loaded.into_iter().map(|a| (a.pk(), a)));
+            self.marks.get_or_insert(marks);
         }
         Ok(())
     }
@@ -92,13 +103,14 @@ impl<'k> ReadingWriter<'k> {
             self.devices.get(&r.device_id).and_then(Option::as_ref).ok_or_else(|| decide::unknown_device(r))?;
         let (pk, pairs) = (device.pk, device.values(r)?);
         self.deliveries.add(device, r)?;
+        if let Some(alarms) = self.alarms.get_mut(&pk) {
+            let value_of = |s: &str| device.idx(s).and_then(|i| pairs.iter().find(|(k, _)| *k == i)).map(|p| p.1);
+            alarms.on_reading(r.timestamp, value_of, self.now);
+        }
         if self.hours.is_full_for(pk, r.timestamp) {
             self.flush(tx).await?;
         }
         self.newest.add(pk, r.timestamp, &pairs);
-        if self.watching(tx).await? {
-            self.watched.entry(pk).or_default().push((r.timestamp, pairs.clone()));
-        }
         self.hours.add(pk, r.timestamp, pairs);
         Ok(())
     }
@@ -111,34 +123,11 @@ impl<'k> ReadingWriter<'k> {
         Ok(self.watching == Some(true))
     }
 
-    /// Moves the alarms of the devices written by their readings, in
-    /// order, and writes what changed: every device's rules and states
-    /// read in a few queries, every changed state written in a few.
-    async fn move_alarms(&mut self, tx: &impl Tx) -> StoreResult<Vec<AlarmEvent>> {
-        let rules = &self.kept.alarms;
-        if self.watched.is_empty() {
-            return Ok(Vec::new());
-        }
-        let devices: FastMap<i64, (&str, &DeviceSensors)> = self
-            .devices
-            .iter()
-            .filter_map(|(id, d)| d.as_ref().map(|d| (d.pk, (id.as_str(), d))))
-            .filter(|(pk, _)| self.watched.contains_key(pk))
-            .collect();
-        let ids: Vec<(i64, &str)> = devices.iter().map(|(pk, (id, _))| (*pk, *id)).collect();
-        let (mut loaded, marks) = DeviceAlarms::load_many(tx, rules, &ids).await?;
-        for alarms in &mut loaded {
-            let (Some(readings), Some((_, sensors))) = (self.watched.get(&alarms.pk()), devices.get(&alarms.pk()))
-            else {
-                continue;
-            };
-            for (timestamp, pairs) in readings {
-                let value_of = |s: &str| sensors.idx(s).and_then(|i| pairs.iter().find(|(k, _)| *k == i)).map(|p| p.1);
-                alarms.on_reading(*timestamp, value_of, self.now);
-            }
-        }
-        self.watched.clear();
-        super::alarms::write_all(tx, loaded, self.now, rules, marks).await
+    /// Writes what the readings did to the alarms ([`super::alarms::write_all`]).
+    async fn write_alarms(&mut self, tx: &impl Tx) -> StoreResult<Vec<AlarmEvent>> {
+        let Some(marks) = self.marks.take() else { return Ok(Vec::new()) };
+        let devices = std::mem::take(&mut self.alarms).into_values().collect();
+        super::alarms::write_all(tx, devices, self.now, &self.kept.alarms, marks).await
     }
 
     /// Merges every gathered hour with its stored row (read together) and
@@ -170,11 +159,11 @@ impl<'k> ReadingWriter<'k> {
     /// returns how many readings were new or different (0 when everything
     /// was stored already) and the alarm transitions recorded.
     pub(crate) async fn finish(mut self, tx: &impl Tx) -> StoreResult<(u64, Vec<AlarmEvent>)> {
-        let newest = self.newest.take();
+        let (newest, now) = (self.newest.take(), self.now);
         let deliveries = std::mem::take(&mut self.deliveries.rows);
-        futures_util::future::try_join3(self.flush(tx), tx.upsert_latest(&newest), tx.insert_outbox(&deliveries))
+        futures_util::future::try_join3(self.flush(tx), tx.upsert_latest(&newest, now), tx.insert_outbox(&deliveries))
             .await?;
-        let events = self.move_alarms(tx).await?;
+        let events = self.write_alarms(tx).await?;
         Ok((self.changed, events))
     }
 }

@@ -16,6 +16,7 @@ const DELETE_BATCH: usize = 512;
 /// Removes device `device_id`'s readings within `range` (inclusive).
 pub(crate) async fn delete_readings(tx: &impl Tx, device_id: &str, range: TimeRange) -> StoreResult<DeleteReport> {
     let pk = tx.device_pk(device_id).await?.ok_or_else(|| StoreError::NotFound(format!("no device {device_id:?}")))?;
+    super::alarms::checkpoint_before_removal(tx, pk).await?;
     let (mut next, last) = decide::chunks_of(range);
     let mut report = DeleteReport::default();
     // The sensors whose newest reading goes: their entries are recomputed.
@@ -49,6 +50,9 @@ pub(crate) async fn expire_batch(tx: &impl Tx, pk: i64, cutoff: i64) -> StoreRes
     let mut expiry = Expiry::new();
     let (last_whole, boundary) = Expiry::hours(cutoff);
     let rows = tx.hours_between(pk, FIRST_HOUR, last_whole, RETENTION_BATCH, false).await?;
+    if !rows.is_empty() {
+        super::alarms::checkpoint_before_removal(tx, pk).await?;
+    }
     let done = rows.len() < RETENTION_BATCH;
     let mut gone = Vec::with_capacity(rows.len());
     for row in &rows {
@@ -114,7 +118,7 @@ pub(crate) async fn recompute_latest(tx: &impl Tx, pk: i64, wanted: u64, from: i
         }
     }
     tx.remove_latest(pk, wanted).await?;
-    tx.upsert_latest(&search.found()).await
+    tx.upsert_latest(&search.found(), 0).await
 }
 
 /// Fills the `latest` index from the stored hours of every device (the

@@ -26,7 +26,7 @@ pub(crate) const LAST_HOUR: i64 = (1 << 31) - 1;
 pub(crate) type Slice = Vec<Result<ReadingInput, InputError>>;
 
 /// One write transaction's primitive operations.
-pub(crate) trait Tx: crate::sql::Sql {
+pub(crate) trait Tx: crate::sql::DeviceHours {
     /// The number of device `device_id`.
     async fn device_pk(&self, device_id: &str) -> StoreResult<Option<i64>>;
 
@@ -61,9 +61,10 @@ pub(crate) trait Tx: crate::sql::Sql {
     /// Removes device `pk`'s stored hours `chunks`.
     async fn remove_hours(&self, pk: i64, chunks: &[i64]) -> StoreResult<()>;
 
-    /// Stores entries of the `latest` index: each replaces the stored one
-    /// unless that one is newer.
-    async fn upsert_latest(&self, rows: &[LatestRow]) -> StoreResult<()>;
+    /// Stores entries of the `latest` index, written at server second
+    /// `stored_at` (0: not known): each replaces the stored one unless
+    /// that one is newer.
+    async fn upsert_latest(&self, rows: &[LatestRow], stored_at: i64) -> StoreResult<()>;
 
     /// The sensors (a bit set of idx) of device `pk` whose `latest` entry
     /// was taken at a second within `start..=end`.

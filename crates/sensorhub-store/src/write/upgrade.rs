@@ -51,7 +51,7 @@ pub(crate) async fn move_batch(tx: &impl MigrationTx, batch: usize) -> StoreResu
         }
     }
     tx.put_hours(&hours).await?;
-    tx.upsert_latest(&newest.take()).await?;
+    tx.upsert_latest(&newest.take(), 0).await?;
     let done = "DELETE FROM readings WHERE device_pk < $1 OR (device_pk = $1 AND chunk <= $2)";
     tx.execute(done, &[last_pk.into(), last_chunk.into()]).await?;
     Ok(Some(rows.len() as u64))

@@ -114,17 +114,25 @@ impl Publisher {
     }
 
     /// Publishes `events` in order, each with its device's alarms, read
-    /// and rendered once per device (after all of them were committed, as
-    /// one read per transition would have been).
+    /// for all of their devices at once and rendered once per device
+    /// (after all of them were committed, as one read per transition
+    /// would have been).
     async fn publish_batch(&self, events: &[AlarmEvent]) {
         let mut clock = Clock::new(Zone::Fixed(jiff::tz::Offset::UTC));
-        let mut rendered: std::collections::HashMap<&str, String> = std::collections::HashMap::new();
+        let mut ids: Vec<&str> = events.iter().map(|e| e.device_id.as_str()).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let rendered: std::collections::HashMap<String, String> = match self.store.alarms_of_devices(&ids).await {
+            Ok(devices) => {
+                devices.into_iter().filter_map(|(id, alarms)| Some((id, render(&mut clock, &alarms)?))).collect()
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the devices' alarms for MQTT; the transitions are published alone");
+                Default::default()
+            }
+        };
         for event in events {
             let id = event.device_id.as_str();
-            if !rendered.contains_key(id) {
-                let alarms = self.alarms_json(&mut clock, id, true).await.unwrap_or_else(|| "[]".to_owned());
-                rendered.insert(id, alarms);
-            }
             let alarms = rendered.get(id).map_or("[]", String::as_str);
             let view = serde_json::to_value(clock.event(event)).unwrap_or_default();
             self.send(id, alarms, Some(&view)).await;
@@ -169,8 +177,7 @@ impl Publisher {
                 Vec::new()
             }
         };
-        let views: Vec<_> = alarms.iter().map(|a| clock.alarm(a)).collect();
-        serde_json::to_value(views).ok().map(|v| v.to_string())
+        render(clock, &alarms)
     }
 
     /// Publishes `{"alarms": …, "event": …}` to the device's topic,
@@ -190,4 +197,10 @@ impl Publisher {
             Err(_) => self.unpublished.one("the link's request queue is full or closed"),
         }
     }
+}
+
+/// A device's alarms as the JSON list published.
+fn render(clock: &mut Clock, alarms: &[sensorhub_store::alarm::Alarm]) -> Option<String> {
+    let views: Vec<_> = alarms.iter().map(|a| clock.alarm(a)).collect();
+    serde_json::to_value(views).ok().map(|v| v.to_string())
 }
