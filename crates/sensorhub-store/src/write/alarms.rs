@@ -34,6 +34,9 @@ pub(crate) struct DeviceAlarms {
     states: Vec<AlarmState>,
     /// Which states this transaction moved.
     changed: Vec<bool>,
+    /// Each rule's sensor's idx (`None`: the device, or a sensor it does
+    /// not have), looked up at the first reading.
+    sensors: Option<Vec<Option<u8>>>,
     /// Where the states stand against the stored row.
     progress: Progress,
     /// Whether a reading came late or as a backfill, so that the row must
@@ -53,6 +56,7 @@ impl DeviceAlarms {
             rules,
             states,
             changed,
+            sensors: None,
             progress,
             must_write: false,
             transitions: Vec::new(),
@@ -84,17 +88,25 @@ impl DeviceAlarms {
         self.pk
     }
 
-    /// Moves every rule by a reading at `timestamp` whose value of a
-    /// sensor is `value_of(sensor_id)`, stored at `now` (server seconds).
-    /// A backfill (a reading more than [`BACKFILL`] older than `now`)
-    /// moves no level or rate rule; for a silence rule it is data all the
-    /// same.
-    pub(crate) fn on_reading(&mut self, timestamp: i64, value_of: impl Fn(&str) -> Option<f64>, now: i64) {
+    /// Moves every rule by a reading at `timestamp` whose (sensor idx,
+    /// value) pairs are `pairs`, stored at `now` (server seconds); a
+    /// sensor's idx is `idx_of(sensor_id)`. A backfill (a reading more
+    /// than [`BACKFILL`] older than `now`) moves no level or rate rule;
+    /// for a silence rule it is data all the same.
+    pub(crate) fn on_reading(
+        &mut self,
+        timestamp: i64,
+        pairs: &[(u8, f64)],
+        idx_of: impl Fn(&str) -> Option<u8>,
+        now: i64,
+    ) {
         let backfill = timestamp < now.saturating_sub(BACKFILL);
         let in_order = self.progress.saw(timestamp);
+        let sensors =
+            self.sensors.get_or_insert_with(|| self.rules.iter().map(|r| r.sensor().and_then(&idx_of)).collect());
         let mut heard = false;
-        for (i, (rule, state)) in self.rules.iter().zip(&mut self.states).enumerate() {
-            let value = rule.sensor().and_then(&value_of);
+        for (i, ((rule, state), idx)) in self.rules.iter().zip(&mut self.states).zip(sensors.iter()).enumerate() {
+            let value = idx.and_then(|k| pairs.iter().find(|(j, _)| *j == k)).map(|p| p.1);
             let hears = rule.hears(value.is_some());
             heard |= hears;
             if backfill && !matches!(rule.kind, RuleKind::Silence(_)) {
@@ -156,19 +168,25 @@ impl DeviceAlarms {
     }
 
     /// Every rule's state of the device, when they moved and must be
-    /// written now (the device's states are one row, a checkpoint): with
-    /// a transition, after a late reading or a backfill, or when the row
-    /// is due ([`Progress::due`]).
+    /// written now (the device's states are one row, a checkpoint): when
+    /// a rule was raised or cleared (the row counts the active rules, for
+    /// the list of active alarms), acknowledged or moved by the clock
+    /// (neither is in the readings a load replays), after a late reading
+    /// or a backfill, or when the row is due ([`Progress::due`]). A level
+    /// changed by a reading needs none: a replay of the readings moves it
+    /// again (recording nothing), as it was moved live.
     fn checkpoint(&self) -> Option<DeviceStates<'_>> {
-        let due = self.must_write || !self.transitions.is_empty() || self.progress.due();
+        let active_moved =
+            self.transitions.iter().any(|(_, t)| matches!(t.kind, TransitionKind::Raised | TransitionKind::Cleared));
+        let not_replayed = self.transitions.iter().any(|(i, t)| {
+            t.kind == TransitionKind::Acknowledged || matches!(self.rules[*i].kind, RuleKind::Silence(_))
+        });
+        let due = self.must_write || active_moved || not_replayed || self.progress.due();
         (self.moved() && due).then(|| DeviceStates {
             pk: self.pk,
             states: self.rules.iter().zip(&self.states).map(|(rule, state)| (rule.name.as_str(), state)).collect(),
             through: self.progress.seen,
-            active_kept: !self
-                .transitions
-                .iter()
-                .any(|(_, t)| matches!(t.kind, TransitionKind::Raised | TransitionKind::Cleared)),
+            active_kept: !active_moved,
         })
     }
 

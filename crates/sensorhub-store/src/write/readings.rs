@@ -104,8 +104,7 @@ impl<'k> ReadingWriter<'k> {
         let (pk, pairs) = (device.pk, device.values(r)?);
         self.deliveries.add(device, r)?;
         if let Some(alarms) = self.alarms.get_mut(&pk) {
-            let value_of = |s: &str| device.idx(s).and_then(|i| pairs.iter().find(|(k, _)| *k == i)).map(|p| p.1);
-            alarms.on_reading(r.timestamp, value_of, self.now);
+            alarms.on_reading(r.timestamp, &pairs, |s| device.idx(s), self.now);
         }
         if self.hours.is_full_for(pk, r.timestamp) {
             self.flush(tx).await?;
