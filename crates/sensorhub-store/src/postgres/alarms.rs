@@ -6,7 +6,7 @@
 use super::PgStore;
 use crate::alarm::{Alarm, AlarmEvent, SilenceDue};
 use crate::sql::alarms as sql;
-use crate::write::{alarms, provision};
+use crate::write::{alarm_reads, alarms, provision};
 use crate::{Scope, StoreResult};
 use async_trait::async_trait;
 use sensorhub_core::alarm::AlarmRule;
@@ -26,15 +26,15 @@ impl crate::store::Alarms for PgStore {
     }
 
     async fn alarms(&self, scope: Scope, device_id: &str) -> StoreResult<Option<Vec<Alarm>>> {
-        self.on(async |c| alarms::alarms_of(c, scope, device_id).await).await
+        self.on(async |c| alarm_reads::alarms_of(c, scope, device_id).await).await
     }
 
     async fn alarms_of_devices(&self, device_ids: &[&str]) -> StoreResult<Vec<(String, Vec<Alarm>)>> {
-        self.on(async |c| alarms::alarms_of_many(c, device_ids).await).await
+        self.on(async |c| alarm_reads::alarms_of_many(c, device_ids).await).await
     }
 
     async fn active_alarms(&self, scope: Scope) -> StoreResult<Vec<Alarm>> {
-        self.on(async |c| alarms::active(c, scope).await).await
+        self.on(async |c| alarm_reads::active(c, scope).await).await
     }
 
     async fn alarm_events(
@@ -43,7 +43,7 @@ impl crate::store::Alarms for PgStore {
         device_id: &str,
         range: TimeRange,
     ) -> StoreResult<Option<Vec<AlarmEvent>>> {
-        self.on(async |c| alarms::events_of(c, scope, device_id, range).await).await
+        self.on(async |c| alarm_reads::events_of(c, scope, device_id, range).await).await
     }
 
     async fn acknowledge_alarm(&self, device_id: &str, rule: &str, now: i64) -> StoreResult<AlarmEvent> {

@@ -6,7 +6,7 @@ use super::SqliteStore;
 use super::tx::{in_tx, on};
 use crate::alarm::{Alarm, AlarmEvent, SilenceDue};
 use crate::sql::alarms as sql;
-use crate::write::{alarms, provision};
+use crate::write::{alarm_reads, alarms, provision};
 use crate::{Scope, StoreResult};
 use async_trait::async_trait;
 use sensorhub_core::alarm::AlarmRule;
@@ -30,7 +30,7 @@ impl crate::store::Alarms for SqliteStore {
 
     async fn alarms(&self, scope: Scope, device_id: &str) -> StoreResult<Option<Vec<Alarm>>> {
         let id = device_id.to_owned();
-        self.reads.run_short(move |c| on(c, async |c| alarms::alarms_of(c, scope, &id).await)).await
+        self.reads.run_short(move |c| on(c, async |c| alarm_reads::alarms_of(c, scope, &id).await)).await
     }
 
     async fn alarms_of_devices(&self, device_ids: &[&str]) -> StoreResult<Vec<(String, Vec<Alarm>)>> {
@@ -39,14 +39,14 @@ impl crate::store::Alarms for SqliteStore {
             .run(move |c| {
                 on(c, async |c| {
                     let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
-                    alarms::alarms_of_many(c, &ids).await
+                    alarm_reads::alarms_of_many(c, &ids).await
                 })
             })
             .await
     }
 
     async fn active_alarms(&self, scope: Scope) -> StoreResult<Vec<Alarm>> {
-        self.reads.run(move |c| on(c, async |c| alarms::active(c, scope).await)).await
+        self.reads.run(move |c| on(c, async |c| alarm_reads::active(c, scope).await)).await
     }
 
     async fn alarm_events(
@@ -56,7 +56,7 @@ impl crate::store::Alarms for SqliteStore {
         range: TimeRange,
     ) -> StoreResult<Option<Vec<AlarmEvent>>> {
         let id = device_id.to_owned();
-        self.reads.run(move |c| on(c, async |c| alarms::events_of(c, scope, &id, range).await)).await
+        self.reads.run(move |c| on(c, async |c| alarm_reads::events_of(c, scope, &id, range).await)).await
     }
 
     async fn acknowledge_alarm(&self, device_id: &str, rule: &str, now: i64) -> StoreResult<AlarmEvent> {

@@ -14,21 +14,18 @@
 //! of this store was rolled back after it kept its states) the kept
 //! states are dropped and read again.
 
-use super::checkpoint::{self, Loaded, Progress};
+use super::checkpoint::{self, Loaded, Progress, Rules};
 use crate::StoreResult;
 use crate::decide::FastMap;
 use crate::sql::DeviceHours;
-use crate::sql::alarms::{self, StoredStates};
-use sensorhub_core::alarm::{AlarmRule, AlarmState};
-use std::sync::{Arc, Mutex};
+use crate::sql::alarms;
+use sensorhub_core::alarm::AlarmState;
+use std::sync::Mutex;
 
 /// Devices whose rules and states are kept at most (devices without rules
 /// count too): about 15 MB of rules with five each, and their states.
 /// Past it, the others are read per transaction as if nothing were kept.
 const KEPT_DEVICES: usize = 50_000;
-
-/// The rules of a device, in order (empty: the device has none).
-pub(crate) type Rules = Arc<[AlarmRule]>;
 
 /// A store's cache of parsed alarm rules and their states by device.
 #[derive(Default)]
@@ -133,10 +130,4 @@ impl AlarmCache {
             }
         }
     }
-}
-
-/// `stored` states (by rule name) in the order of `rules`; a rule without
-/// one starts at rest.
-pub(crate) fn in_rule_order(rules: &[AlarmRule], mut stored: StoredStates) -> Vec<AlarmState> {
-    rules.iter().map(|r| stored.remove(&r.name).unwrap_or_default()).collect()
 }

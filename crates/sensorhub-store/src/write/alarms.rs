@@ -7,18 +7,15 @@
 //! and the transitions it causes are committed, or lost, together: never
 //! one without the other.
 
-use super::alarm_cache::{AlarmCache, Marks, Rules};
-use super::checkpoint::{self, Progress};
+use super::alarm_cache::{AlarmCache, Marks};
+use super::checkpoint::{self, Progress, Rules};
 use super::tx::Tx;
-use crate::Scope;
-use crate::alarm::{Alarm, AlarmEvent, SilenceDue};
+use crate::alarm::{AlarmEvent, SilenceDue};
 use crate::decide::outbox::OutboxRow;
 use crate::sql::alarms::{self, DeviceStates, NewEvent};
 use crate::sql::{DeviceHours, Sql};
 use crate::{StoreError, StoreResult};
 use sensorhub_core::alarm::{AlarmRule, AlarmState, NotActive, RuleKind, Transition, TransitionKind};
-use sensorhub_core::time::format_rfc3339;
-use std::fmt::Write as _;
 
 /// How much older than the server's clock a reading may be and still move
 /// a level or rate rule: an hour. Older readings are history (an import,
@@ -224,9 +221,9 @@ impl DeviceAlarms {
                 timestamp: t.timestamp,
                 at: now,
             };
-            let body = envelope(&event);
+            let body = super::alarm_envelope::envelope(&event);
             for sub in &subscriptions {
-                let message_id = message_id(sub, id);
+                let message_id = super::alarm_envelope::message_id(sub, id);
                 outbox.push(OutboxRow {
                     subscription_id: sub.clone(),
                     device_pk: self.pk,
@@ -276,74 +273,6 @@ pub(crate) async fn write_all(
         events.extend(device.record(tx, now, subscribed == Some(true)).await?);
     }
     Ok(events)
-}
-
-/// The rules of devices `pks` with their states as stored and replayed
-/// ([`checkpoint::load`]), by device; devices without rules are left out.
-async fn loaded(
-    c: &impl DeviceHours,
-    pks: &[i64],
-) -> StoreResult<crate::decide::FastMap<i64, Vec<(AlarmRule, AlarmState)>>> {
-    let rules = alarms::rules_only_of_many(c, pks).await?;
-    let devices = rules.into_iter().map(|(pk, rules)| (pk, Rules::from(rules))).collect();
-    let loaded = checkpoint::load(c, devices).await?;
-    Ok(loaded.into_iter().map(|(pk, (rules, states, _))| (pk, rules.iter().cloned().zip(states).collect())).collect())
-}
-
-/// The alarms of device `device_id` visible in `scope`, in rule order;
-/// `None` when the device is not visible.
-pub(crate) async fn alarms_of(c: &impl DeviceHours, scope: Scope, device_id: &str) -> StoreResult<Option<Vec<Alarm>>> {
-    let Some(device) = crate::sql::access::find_device(c, scope, device_id).await? else { return Ok(None) };
-    let rules = loaded(c, &[device.pk]).await?.remove(&device.pk).unwrap_or_default();
-    let device_id = device_id.to_owned();
-    Ok(Some(rules.into_iter().map(|(rule, state)| Alarm { device_id: device_id.clone(), rule, state }).collect()))
-}
-
-/// The alarms of those of devices `ids` that exist, each in rule order
-/// (empty: no rules), by device id; a few queries for all of them.
-pub(crate) async fn alarms_of_many(c: &impl DeviceHours, ids: &[&str]) -> StoreResult<Vec<(String, Vec<Alarm>)>> {
-    let devices = alarms::device_pks(c, ids).await?;
-    let pks: Vec<i64> = devices.iter().map(|(pk, _)| *pk).collect();
-    let mut loaded = loaded(c, &pks).await?;
-    Ok(devices
-        .into_iter()
-        .map(|(pk, device_id)| {
-            let rules = loaded.remove(&pk).unwrap_or_default();
-            let alarms =
-                rules.into_iter().map(|(rule, state)| Alarm { device_id: device_id.clone(), rule, state }).collect();
-            (device_id, alarms)
-        })
-        .collect())
-}
-
-/// The active alarms of every device visible in `scope`, highest level first.
-pub(crate) async fn active(c: &impl DeviceHours, scope: Scope) -> StoreResult<Vec<Alarm>> {
-    let devices = alarms::active_devices(c, scope).await?;
-    let pks: Vec<i64> = devices.iter().map(|(pk, _)| *pk).collect();
-    let mut loaded = loaded(c, &pks).await?;
-    let mut active = Vec::new();
-    for (pk, device_id) in devices {
-        let rules = loaded.remove(&pk).unwrap_or_default();
-        active.extend(rules.into_iter().filter(|(_, state)| state.active).map(|(rule, state)| Alarm {
-            device_id: device_id.clone(),
-            rule,
-            state,
-        }));
-    }
-    crate::alarm::most_severe_first(&mut active);
-    Ok(active)
-}
-
-/// The transitions of device `device_id` (visible in `scope`) recorded
-/// (by the server's clock, `at`) in `range`, oldest first; `None` when the device is not visible.
-pub(crate) async fn events_of(
-    c: &impl Sql,
-    scope: Scope,
-    device_id: &str,
-    range: sensorhub_core::time::TimeRange,
-) -> StoreResult<Option<Vec<AlarmEvent>>> {
-    let Some(device) = crate::sql::access::find_device(c, scope, device_id).await? else { return Ok(None) };
-    Ok(Some(alarms::events(c, device.pk, device_id, range.start, range.end).await?))
 }
 
 /// Acknowledges the active episode of rule `rule` of device `device_id`
@@ -496,50 +425,4 @@ pub(crate) async fn checkpoint_before_removal(tx: &impl Tx, pk: i64) -> StoreRes
     let states = rules.iter().zip(&states).map(|(rule, state)| (rule.name.as_str(), state)).collect();
     alarms::put_states(tx, &[DeviceStates { pk, states, through: progress.seen, active_kept: true }]).await?;
     alarms::count_state_write(tx).await
-}
-
-/// The id of the delivery of transition `event_id` to subscription
-/// `subscription`: the same for every attempt, so that a receiver can
-/// de-duplicate, and telling nothing of other subscriptions.
-fn message_id(subscription: &str, event_id: i64) -> String {
-    let digest =
-        sensorhub_core::secret::digest_parts(&[b"sensorhub alarm", subscription.as_bytes(), &event_id.to_le_bytes()]);
-    let hex: String = digest.iter().take(16).map(|b| format!("{b:02x}")).collect();
-    format!("msg_alarm_{hex}")
-}
-
-/// The body delivered for `event`: the shape of the sensor-data envelope
-/// (`event`, `device_id`, `timestamp`, `data`), the transition in `data`.
-pub(crate) fn envelope(event: &AlarmEvent) -> String {
-    let at = format_rfc3339(event.at, jiff::tz::Offset::UTC);
-    let ts = event.timestamp.map(|t| format_rfc3339(t, jiff::tz::Offset::UTC));
-    let mut out = String::with_capacity(256);
-    let _ = write!(
-        out,
-        r#"{{"event":{},"device_id":{},"timestamp":{},"data":{}}}"#,
-        json(&event.event_name()),
-        json(&event.device_id),
-        json(ts.as_deref().unwrap_or(&at)),
-        event_json(event, ts.as_deref(), &at),
-    );
-    out
-}
-
-/// The transition as a JSON object (times as given).
-fn event_json(event: &AlarmEvent, timestamp: Option<&str>, at: &str) -> String {
-    let value = event.value.and_then(|v| serde_json::to_string(&v).ok()).unwrap_or_else(|| "null".into());
-    format!(
-        r#"{{"device_id":{},"rule":{},"transition":"{}","level":{},"value":{value},"timestamp":{},"at":{}}}"#,
-        json(&event.device_id),
-        json(&event.rule),
-        event.transition.as_str(),
-        event.level.as_deref().map_or_else(|| "null".into(), json),
-        timestamp.map_or_else(|| "null".into(), json),
-        json(at),
-    )
-}
-
-/// `s` as a JSON string.
-fn json(s: &str) -> String {
-    serde_json::to_string(s).unwrap_or_default()
 }

@@ -13,14 +13,16 @@
 //! silence rule's last data is the later of its row and the newest
 //! `latest.stored_at` of what it watches, written with every reading.
 
-use super::alarm_cache::{Rules, in_rule_order};
 use super::tx::FIRST_HOUR;
 use crate::StoreResult;
 use crate::chunk;
 use crate::decide::{FastMap, malformed};
 use crate::sql::DeviceHours;
-use crate::sql::alarms::{self, LatestOf, StoredRow};
+use crate::sql::alarms::{self, LatestOf, StoredRow, StoredStates};
 use sensorhub_core::alarm::{AlarmRule, AlarmState, Memo, RuleKind};
+
+/// The rules of a device, in order (empty: the device has none).
+pub(crate) type Rules = std::sync::Arc<[AlarmRule]>;
 
 /// Readings a device's rules may hear between two writes of its row:
 /// what a load replays at most (besides readings no rule hears).
@@ -160,6 +162,12 @@ fn last_data(rules: &[AlarmRule], states: &mut [AlarmState], latest: &[LatestOf]
         };
         state.memo = Memo::Silence { last_data_at: Some(at) };
     }
+}
+
+/// `stored` states (by rule name) in the order of `rules`; a rule without
+/// one starts at rest.
+pub(crate) fn in_rule_order(rules: &[AlarmRule], mut stored: StoredStates) -> Vec<AlarmState> {
+    rules.iter().map(|r| stored.remove(&r.name).unwrap_or_default()).collect()
 }
 
 #[cfg(test)]

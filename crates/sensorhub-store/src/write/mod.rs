@@ -4,6 +4,8 @@
 //! step with its own [`tx::Tx`], and commits.
 
 pub(crate) mod alarm_cache;
+pub(crate) mod alarm_envelope;
+pub(crate) mod alarm_reads;
 pub(crate) mod alarms;
 pub(crate) mod checkpoint;
 pub(crate) mod copy;
