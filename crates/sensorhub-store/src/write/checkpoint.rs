@@ -21,6 +21,11 @@ use crate::sql::DeviceHours;
 use crate::sql::alarms::{self, LatestOf, StoredRow, StoredStates};
 use sensorhub_core::alarm::{AlarmRule, AlarmState, Memo, RuleKind};
 
+/// Reading seconds a row may fall behind the newest reading its rules
+/// heard: a replay decodes the hours in between, so a station whose
+/// watched sensor reports rarely is not replayed over days of readings.
+pub(crate) const CHECKPOINT_SPAN: i64 = 6 * 3600;
+
 /// The rules of a device, in order (empty: the device has none).
 pub(crate) type Rules = std::sync::Arc<[AlarmRule]>;
 
@@ -53,9 +58,11 @@ impl Progress {
     }
 
     /// Whether the states must be written now: the row is missing or
-    /// holds no reading second, or enough readings were heard since.
+    /// holds no reading second, or enough readings were heard since, or
+    /// they span more than [`CHECKPOINT_SPAN`].
     pub(crate) fn due(&self) -> bool {
-        !self.stored || self.through.is_none() || self.unwritten >= CHECKPOINT_EVERY
+        let far = self.seen.zip(self.through).is_some_and(|(seen, through)| seen - through >= CHECKPOINT_SPAN);
+        !self.stored || self.through.is_none() || self.unwritten >= CHECKPOINT_EVERY || far
     }
 
     /// The row was written with the states as evaluated.
@@ -82,7 +89,10 @@ pub(crate) async fn load(c: &impl DeviceHours, devices: Vec<(i64, Rules)>) -> St
         let mut states = in_rule_order(&rules, states);
         let mut progress = Progress { stored, through, seen: through, unwritten: 0 };
         let latest = latest.remove(&pk).unwrap_or_default();
-        let newer = latest.iter().any(|l| through.is_none_or(|t| l.second > t));
+        // Only readings some rule hears can move a state: a device whose
+        // newer readings are all of sensors no rule watches replays nothing.
+        let heard = |l: &&LatestOf| rules.iter().any(|r| r.sensor().is_none_or(|s| s == l.sensor_id));
+        let newer = latest.iter().filter(heard).any(|l| through.is_none_or(|t| l.second > t));
         // Without a row, what is stored came before the rules: history.
         if stored && newer {
             replay(c, pk, &rules, &mut states, &mut progress, &latest).await?;
@@ -183,5 +193,8 @@ mod tests {
         assert_eq!((p.through, p.seen, p.unwritten, p.due()), (Some(11), Some(11), 0, false));
         p.unwritten = CHECKPOINT_EVERY;
         assert!(p.due());
+        p.written();
+        assert!(p.saw(11 + CHECKPOINT_SPAN - 1) && !p.due(), "within the span");
+        assert!(p.saw(11 + CHECKPOINT_SPAN) && p.due(), "a span of readings since the row");
     }
 }

@@ -153,3 +153,37 @@ async fn silence_is_counted_from_the_newest_data_whoever_stored_it() {
         assert_eq!(transitions(&*watcher).await, [("silent".to_owned(), TransitionKind::Raised)]);
     }
 }
+
+/// D1 with a rate rule on sensor `a` alone.
+const RATE_ONLY: &str = r#"{
+  "accounts": [{"username": "alice", "password": "pw", "devices": ["D1"]}],
+  "devices": [
+    {"device_id": "D1", "name": "one", "type": "AWLR", "lat": 1, "long": 2, "interval_seconds": 60,
+     "sensors": [{"sensor_id": "a", "name": "A", "type": "T", "unit": "cm"},
+                 {"sensor_id": "b", "name": "B", "type": "T", "unit": "."}],
+     "alarms": [{"name": "rising", "sensor": "a", "rise": 20, "within": "30m"}]}
+  ]
+}"#;
+
+/// Readings of a sensor no rule watches move nothing, are not replayed,
+/// and leave the watched sensor's window as it was.
+#[tokio::test]
+async fn readings_no_rule_hears_leave_the_states_alone() {
+    for b in backends().await {
+        let s = &*b.store;
+        apply(s, RATE_ONLY).await.expect("apply");
+        let start = now() - 3000;
+        s.ingest(reading("D1", start, &[("a", 10.0)])).await.expect("ingest");
+        s.ingest(reading("D1", start + 60, &[("a", 12.0)])).await.expect("ingest");
+        for i in 2..30i64 {
+            s.ingest(reading("D1", start + i * 60, &[("b", i as f64)])).await.expect("ingest");
+        }
+        let live = states(s).await;
+        assert_eq!((live[0].state.value, live[0].state.timestamp), (Some(12.0), Some(start + 60)));
+        let other = sensorhub_store::open(&b.url).await.expect("a second instance");
+        assert_eq!(states(&*other).await, live);
+        // 10 is still in the window 29 minutes on: 31 is a rise of 21.
+        other.ingest(reading("D1", start + 29 * 60 + 30, &[("a", 31.0)])).await.expect("ingest");
+        assert_eq!(transitions(&*other).await, [("rising".to_owned(), TransitionKind::Raised)]);
+    }
+}
