@@ -8,21 +8,27 @@ use sensorhub_core::alarm::TransitionKind;
 use sensorhub_core::time::TimeRange;
 use sensorhub_store::{Scope, Store};
 
-/// D1 (alice's) with a rate rule and a level rule on sensor `a`, and a
-/// level rule on sensor `b`.
-const RULES: &str = r#"{
-  "accounts": [{"username": "alice", "password": "pw", "devices": ["D1"]}],
+/// D1 (alice's, sensors `a` and `b`) with the alarm rules `alarms` (a JSON list).
+fn d1_with(alarms: &str) -> String {
+    format!(
+        r#"{{
+  "accounts": [{{"username": "alice", "password": "pw", "devices": ["D1"]}}],
   "devices": [
-    {"device_id": "D1", "name": "one", "type": "AWLR", "lat": 1, "long": 2, "interval_seconds": 60,
-     "sensors": [{"sensor_id": "a", "name": "A", "type": "T", "unit": "cm"},
-                 {"sensor_id": "b", "name": "B", "type": "T", "unit": "."}],
-     "alarms": [{"name": "rising", "sensor": "a", "rise": 20, "within": "30m"},
-                {"name": "siaga", "sensor": "a", "direction": "above", "deadband": 5, "for": "10m",
-                 "levels": [{"name": "Siaga 4", "at": 60}, {"name": "Siaga 3", "at": 90}]},
-                {"name": "b-high", "sensor": "b", "direction": "above", "deadband": 0, "for": "0s",
-                 "levels": [{"name": "high", "at": 1000}]}]}
+    {{"device_id": "D1", "name": "one", "type": "AWLR", "lat": 1, "long": 2, "interval_seconds": 60,
+     "sensors": [{{"sensor_id": "a", "name": "A", "type": "T", "unit": "cm"}},
+                 {{"sensor_id": "b", "name": "B", "type": "T", "unit": "."}}],
+     "alarms": {alarms}}}
   ]
-}"#;
+}}"#
+    )
+}
+
+/// A rate rule and a level rule on sensor `a`, and a level rule on sensor `b`.
+const RULES: &str = r#"[{"name": "rising", "sensor": "a", "rise": 20, "within": "30m"},
+  {"name": "siaga", "sensor": "a", "direction": "above", "deadband": 5, "for": "10m",
+   "levels": [{"name": "Siaga 4", "at": 60}, {"name": "Siaga 3", "at": 90}]},
+  {"name": "b-high", "sensor": "b", "direction": "above", "deadband": 0, "for": "0s",
+   "levels": [{"name": "high", "at": 1000}]}]"#;
 
 fn now() -> i64 {
     jiff::Timestamp::now().as_second()
@@ -53,7 +59,7 @@ async fn quiet_readings(store: &dyn Store, start: i64) {
 async fn another_instance_loads_the_states_this_one_evaluated() {
     for b in backends().await {
         let s = &*b.store;
-        apply(s, RULES).await.expect("apply");
+        apply(s, &d1_with(RULES)).await.expect("apply");
         let start = now() - 3000;
         quiet_readings(s, start).await;
         let live = states(s).await;
@@ -82,7 +88,7 @@ async fn another_instance_loads_the_states_this_one_evaluated() {
 async fn instances_taking_turns_move_the_states_as_one_would() {
     for b in backends().await {
         let s = &*b.store;
-        apply(s, RULES).await.expect("apply");
+        apply(s, &d1_with(RULES)).await.expect("apply");
         let other = sensorhub_store::open(&b.url).await.expect("a second instance");
         let start = now() - 3000;
         // One reading each in turn; the level needs ten minutes at 60 or
@@ -108,7 +114,7 @@ async fn instances_taking_turns_move_the_states_as_one_would() {
 async fn removing_readings_keeps_the_states_they_left() {
     for b in backends().await {
         let s = &*b.store;
-        apply(s, RULES).await.expect("apply");
+        apply(s, &d1_with(RULES)).await.expect("apply");
         let start = now() - 3000;
         quiet_readings(s, start).await;
         let live = states(s).await;
@@ -120,16 +126,8 @@ async fn removing_readings_keeps_the_states_they_left() {
     }
 }
 
-/// D1 with a silence rule of ten seconds (and no other rule).
-const SILENCE: &str = r#"{
-  "accounts": [{"username": "alice", "password": "pw", "devices": ["D1"]}],
-  "devices": [
-    {"device_id": "D1", "name": "one", "type": "AWS", "lat": 1, "long": 2, "interval_seconds": 60,
-     "sensors": [{"sensor_id": "a", "name": "A", "type": "T", "unit": "%"},
-                 {"sensor_id": "b", "name": "B", "type": "T", "unit": "."}],
-     "alarms": [{"name": "silent", "no_data_for": "10s"}]}
-  ]
-}"#;
+/// A silence rule of ten seconds (and no other rule).
+const SILENCE: &str = r#"[{"name": "silent", "no_data_for": "10s"}]"#;
 
 /// The instance that watches the clock need not be the one that stores
 /// the readings: it counts silence from the newest data stored, not from
@@ -138,7 +136,7 @@ const SILENCE: &str = r#"{
 async fn silence_is_counted_from_the_newest_data_whoever_stored_it() {
     for b in backends().await {
         let s = &*b.store;
-        apply(s, SILENCE).await.expect("apply");
+        apply(s, &d1_with(SILENCE)).await.expect("apply");
         s.ingest(reading("D1", now() - 5, &[("a", 1.0)])).await.expect("ingest");
         let first = now();
         tokio::time::sleep(std::time::Duration::from_millis(2100)).await;
@@ -154,16 +152,8 @@ async fn silence_is_counted_from_the_newest_data_whoever_stored_it() {
     }
 }
 
-/// D1 with a rate rule on sensor `a` alone.
-const RATE_ONLY: &str = r#"{
-  "accounts": [{"username": "alice", "password": "pw", "devices": ["D1"]}],
-  "devices": [
-    {"device_id": "D1", "name": "one", "type": "AWLR", "lat": 1, "long": 2, "interval_seconds": 60,
-     "sensors": [{"sensor_id": "a", "name": "A", "type": "T", "unit": "cm"},
-                 {"sensor_id": "b", "name": "B", "type": "T", "unit": "."}],
-     "alarms": [{"name": "rising", "sensor": "a", "rise": 20, "within": "30m"}]}
-  ]
-}"#;
+/// A rate rule on sensor `a` alone.
+const RATE_ONLY: &str = r#"[{"name": "rising", "sensor": "a", "rise": 20, "within": "30m"}]"#;
 
 /// Readings of a sensor no rule watches move nothing, are not replayed,
 /// and leave the watched sensor's window as it was.
@@ -171,7 +161,7 @@ const RATE_ONLY: &str = r#"{
 async fn readings_no_rule_hears_leave_the_states_alone() {
     for b in backends().await {
         let s = &*b.store;
-        apply(s, RATE_ONLY).await.expect("apply");
+        apply(s, &d1_with(RATE_ONLY)).await.expect("apply");
         let start = now() - 3000;
         s.ingest(reading("D1", start, &[("a", 10.0)])).await.expect("ingest");
         s.ingest(reading("D1", start + 60, &[("a", 12.0)])).await.expect("ingest");
