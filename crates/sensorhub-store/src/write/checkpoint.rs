@@ -1,10 +1,11 @@
 //! Alarm states written at checkpoints, exact under a kill at any moment.
 //!
-//! A device's row of states is written when a transition is recorded,
-//! every [`CHECKPOINT_EVERY`] readings the rules heard, and when a reading
-//! is late (not newer than every one evaluated since the row) or a
-//! backfill; between these the writer keeps the states in memory
-//! ([`super::alarm_cache`]). The row says through which reading second it
+//! A device's row of states is written when a rule is raised, cleared or
+//! acknowledged or a silence rule moves by the clock, every
+//! [`CHECKPOINT_EVERY`] readings the rules heard (or [`CHECKPOINT_SPAN`]
+//! of reading time), and when a reading is late (not newer than every one
+//! evaluated since the row) or a backfill; between these the writer keeps
+//! the states in memory ([`super::alarm_cache`]). The row says through which reading second it
 //! is exact (`through`), and the stored readings after that second are
 //! replayed into it, oldest first, whenever it is loaded ([`load`]): the
 //! readings a transaction stores are the log of what moved its states.
