@@ -100,6 +100,21 @@ async fn backends() -> Vec<Backend> {
     out
 }
 
+/// D1 (alice's, sensors `a` and `b`) with the alarm rules `alarms` (a JSON list).
+pub(crate) fn d1_with(alarms: &str) -> String {
+    format!(
+        r#"{{
+  "accounts": [{{"username": "alice", "password": "pw", "devices": ["D1"]}}],
+  "devices": [
+    {{"device_id": "D1", "name": "one", "type": "AWLR", "lat": 1, "long": 2, "interval_seconds": 60,
+     "sensors": [{{"sensor_id": "a", "name": "A", "type": "T", "unit": "cm"}},
+                 {{"sensor_id": "b", "name": "B", "type": "T", "unit": "."}}],
+     "alarms": {alarms}}}
+  ]
+}}"#
+    )
+}
+
 async fn apply(store: &dyn Store, text: &str) -> Result<sensorhub_store::ApplyReport, StoreError> {
     let mut doc: Provision = parse_json(text)?;
     let readings = doc.check()?;

@@ -3,7 +3,7 @@
 //! their outbox rows), hysteresis, late data and backfills, concurrent
 //! writers, acknowledgement, rule changes and the silence watch.
 
-use super::{apply, backends, import, reading};
+use super::{apply, backends, d1_with, import, reading};
 use sensorhub_core::alarm::{RuleSpec, TransitionKind};
 use sensorhub_core::time::TimeRange;
 use sensorhub_store::{Scope, Store, StoreError};
@@ -16,20 +16,12 @@ fn katulampa(deadband: f64) -> String {
 
 /// D1 with Katulampa's bands and a silence rule of `silence`.
 fn katulampa_silent(deadband: f64, silence: &str) -> String {
-    format!(
-        r#"{{
-  "accounts": [{{"username": "alice", "password": "pw", "devices": ["D1"]}}],
-  "devices": [
-    {{"device_id": "D1", "name": "one", "type": "AWLR", "lat": 1, "long": 2, "interval_seconds": 60,
-     "sensors": [{{"sensor_id": "a", "name": "A", "type": "T", "unit": "cm"}},
-                 {{"sensor_id": "b", "name": "B", "type": "T", "unit": "."}}],
-     "alarms": [{{"name": "siaga", "sensor": "a", "direction": "above", "deadband": {deadband}, "for": "0s",
-                  "levels": [{{"name": "Siaga 4", "at": 60}}, {{"name": "Siaga 3", "at": 90}},
-                             {{"name": "Siaga 2", "at": 160}}, {{"name": "Siaga 1", "at": 210}}]}},
-                {{"name": "silent", "no_data_for": "{silence}"}}]}}
-  ]
-}}"#
-    )
+    d1_with(&format!(
+        r#"[{{"name": "siaga", "sensor": "a", "direction": "above", "deadband": {deadband}, "for": "0s",
+            "levels": [{{"name": "Siaga 4", "at": 60}}, {{"name": "Siaga 3", "at": 90}},
+                       {{"name": "Siaga 2", "at": 160}}, {{"name": "Siaga 1", "at": 210}}]}},
+          {{"name": "silent", "no_data_for": "{silence}"}}]"#
+    ))
 }
 
 fn now() -> i64 {

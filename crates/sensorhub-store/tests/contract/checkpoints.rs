@@ -3,25 +3,10 @@
 //! database after a restart) loads from the stored row and the readings
 //! replayed after it, and removing readings keeps the states they left.
 
-use super::{apply, backends, reading};
+use super::{apply, backends, d1_with, reading};
 use sensorhub_core::alarm::TransitionKind;
 use sensorhub_core::time::TimeRange;
 use sensorhub_store::{Scope, Store};
-
-/// D1 (alice's, sensors `a` and `b`) with the alarm rules `alarms` (a JSON list).
-fn d1_with(alarms: &str) -> String {
-    format!(
-        r#"{{
-  "accounts": [{{"username": "alice", "password": "pw", "devices": ["D1"]}}],
-  "devices": [
-    {{"device_id": "D1", "name": "one", "type": "AWLR", "lat": 1, "long": 2, "interval_seconds": 60,
-     "sensors": [{{"sensor_id": "a", "name": "A", "type": "T", "unit": "cm"}},
-                 {{"sensor_id": "b", "name": "B", "type": "T", "unit": "."}}],
-     "alarms": {alarms}}}
-  ]
-}}"#
-    )
-}
 
 /// A rate rule and a level rule on sensor `a`, and a level rule on sensor `b`.
 const RULES: &str = r#"[{"name": "rising", "sensor": "a", "rise": 20, "within": "30m"},
