@@ -33,6 +33,16 @@ PRAGMA journal_mode = WAL;
 PRAGMA foreign_keys = ON;
 PRAGMA cache_size = -128;";
 
+/// The write connection's page cache, in KiB (as `PRAGMA cache_size` takes
+/// it, negated). A write touches the `latest` entries, alarm states, chunk
+/// index and outbox of every device in its transaction: with the readers'
+/// 128 KiB those pages are read back from the OS for each transaction. There
+/// is one write connection per database file, so this bounds the extra
+/// memory; it survives between transactions because no other connection of
+/// this process writes (in WAL mode SQLite keeps a connection's cache while
+/// the file is unchanged by others).
+const WRITE_CACHE_KIB: i64 = 8192;
+
 /// What the connections of a pool are for.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum Role {
@@ -194,7 +204,10 @@ pub(crate) fn open_connection(path: &Path, role: Role, synchronous: &str) -> Sto
     conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)?;
     match role {
         Role::Read => conn.busy_timeout(READ_BUSY_TIMEOUT)?,
-        Role::Write => conn.busy_handler(Some(poll_for_write_lock))?,
+        Role::Write => {
+            conn.busy_handler(Some(poll_for_write_lock))?;
+            conn.pragma_update(None, "cache_size", -WRITE_CACHE_KIB)?;
+        }
     }
     let flags = FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC;
     conn.create_scalar_function("sh_last_second", 2, flags, |ctx| {
