@@ -151,11 +151,16 @@ pub(crate) fn sensors_by_idx(rows: impl IntoIterator<Item = (i64, SensorMeta)>) 
 #[derive(Clone)]
 pub(crate) struct DeviceSensors {
     pub pk: i64,
-    sensors: std::sync::Arc<FastMap<String, (u8, String)>>,
+    sensors: SensorTable,
     /// The enabled subscriptions that cover the device, when the write
     /// delivers (looked up once per device and transaction).
     pub subscriptions: Vec<String>,
 }
+
+/// A device's sensors by id: their idx and unit. Shared by every copy of
+/// the device read at one generation, so that one pointer stands for
+/// "these sensors" ([`DeviceSensors::table`]).
+pub(crate) type SensorTable = std::sync::Arc<FastMap<String, (u8, String)>>;
 
 impl DeviceSensors {
     /// Device `pk` with its sensors by idx.
@@ -173,6 +178,13 @@ impl DeviceSensors {
     /// The idx of sensor `sensor_id`.
     pub(crate) fn idx(&self, sensor_id: &str) -> Option<u8> {
         self.sensors.get(sensor_id).map(|(idx, _)| *idx)
+    }
+
+    /// The device's sensor table: a copy of it kept (a strong reference,
+    /// so its address is never reused) is the same table, by
+    /// `Arc::ptr_eq`, exactly while the device was not read again.
+    pub(crate) fn table(&self) -> &SensorTable {
+        &self.sensors
     }
 
     /// The unit of sensor `sensor_id`.

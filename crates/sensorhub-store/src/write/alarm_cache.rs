@@ -1,6 +1,7 @@
 //! Each device's alarm rules and states, kept between transactions so
 //! that a transaction writing readings reads one row (the marks) rather
-//! than every station's rules and states.
+//! than every station's rules and states, and builds nothing for a
+//! device it hears (the whole [`DeviceAlarms`] is kept).
 //!
 //! The stored rows with the readings after them stay the truth
 //! ([`super::checkpoint`]): what is kept is what a load of them would
@@ -14,12 +15,12 @@
 //! of this store was rolled back after it kept its states) the kept
 //! states are dropped and read again.
 
-use super::checkpoint::{self, Loaded, Progress, Rules};
+use super::checkpoint::{self, Rules};
+use super::device_alarms::DeviceAlarms;
 use crate::StoreResult;
 use crate::decide::FastMap;
 use crate::sql::DeviceHours;
 use crate::sql::alarms;
-use sensorhub_core::alarm::AlarmState;
 use std::sync::Mutex;
 
 /// Devices whose rules and states are kept at most (devices without rules
@@ -40,7 +41,7 @@ struct Kept {
     rules: FastMap<i64, Rules>,
     /// The count of state writes the states are as of (`None`: nothing kept).
     writes: Option<i64>,
-    states: FastMap<i64, (Vec<AlarmState>, Progress)>,
+    states: FastMap<i64, DeviceAlarms>,
 }
 
 /// Where the alarms stood when a transaction loaded them: what
@@ -52,13 +53,17 @@ pub(crate) struct Marks {
 }
 
 impl AlarmCache {
-    /// The rules, states and progress of those of devices `pks` that
-    /// have rules, by device: what is kept, and the rest loaded from their
-    /// rows ([`checkpoint::load`]); with the marks read.
-    pub(crate) async fn load(&self, c: &impl DeviceHours, pks: &[i64]) -> StoreResult<(FastMap<i64, Loaded>, Marks)> {
+    /// The alarms of those of `devices` (pk, id) that have rules: what is
+    /// kept, and the rest loaded from their rows ([`checkpoint::load`]);
+    /// with the marks read.
+    pub(crate) async fn load(
+        &self,
+        c: &impl DeviceHours,
+        devices: &[(i64, &str)],
+    ) -> StoreResult<(Vec<DeviceAlarms>, Marks)> {
         let (generation, writes) = alarms::marks(c).await?;
         let marks = Marks { generation, writes };
-        let (mut out, mut no_states, mut missing) = (FastMap::default(), Vec::new(), Vec::new());
+        let (mut out, mut no_states, mut missing) = (Vec::new(), Vec::new(), Vec::new());
         {
             let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
             if kept.generation != generation {
@@ -71,50 +76,50 @@ impl AlarmCache {
                 kept.writes = Some(writes);
             }
             let Kept { rules: kept_rules, states: kept_states, .. } = &mut *kept;
-            for pk in pks {
-                match kept_rules.get(pk) {
+            for &(pk, id) in devices {
+                match kept_rules.get(&pk) {
                     Some(rules) if rules.is_empty() => {}
                     // Taken out, and put back by `keep`: a transaction that
                     // fails before it leaves the device to be loaded again.
-                    Some(rules) => match kept_states.remove(pk) {
-                        Some((states, progress)) => {
-                            out.insert(*pk, (rules.clone(), states, progress));
-                        }
-                        None => no_states.push((*pk, rules.clone())),
+                    Some(rules) => match kept_states.remove(&pk) {
+                        Some(device) => out.push(device),
+                        None => no_states.push((pk, id, rules.clone())),
                     },
-                    None => missing.push(*pk),
+                    None => missing.push((pk, id)),
                 }
             }
         }
         if !missing.is_empty() {
-            let mut read = alarms::rules_only_of_many(c, &missing).await?;
+            let pks: Vec<i64> = missing.iter().map(|(pk, _)| *pk).collect();
+            let mut read = alarms::rules_only_of_many(c, &pks).await?;
             let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
-            for pk in missing {
+            for (pk, id) in missing {
                 let rules: Rules = read.remove(&pk).unwrap_or_default().into();
                 if kept.generation == generation && kept.rules.len() < KEPT_DEVICES {
                     kept.rules.insert(pk, rules.clone());
                 }
                 if !rules.is_empty() {
-                    no_states.push((pk, rules));
+                    no_states.push((pk, id, rules));
                 }
             }
         }
-        out.extend(checkpoint::load(c, no_states).await?);
+        if !no_states.is_empty() {
+            let ids: FastMap<i64, &str> = no_states.iter().map(|(pk, id, _)| (*pk, *id)).collect();
+            let loaded = checkpoint::load(c, no_states.into_iter().map(|(pk, _, rules)| (pk, rules)).collect()).await?;
+            out.extend(loaded.into_iter().map(|(pk, (rules, states, progress))| {
+                DeviceAlarms::with_states(pk, ids.get(&pk).copied().unwrap_or_default(), rules, states, progress)
+            }));
+        }
         Ok((out, marks))
     }
 
-    /// Keeps `devices`' states (pk, states in rule order, progress) as
-    /// they are once the transaction that loaded them at `marks` has
-    /// written what it must; `wrote` says whether it moved any (and so
-    /// counted one write). Kept
-    /// before the commit: if the commit fails, the count in the database
-    /// is not the one kept, and the next transaction reads them again.
-    pub(crate) fn keep(
-        &self,
-        marks: Marks,
-        wrote: bool,
-        devices: impl Iterator<Item = (i64, (Vec<AlarmState>, Progress))>,
-    ) {
+    /// Keeps `devices` as they are once the transaction that loaded them
+    /// at `marks` has written what it must (and taken their transitions
+    /// out); `wrote` says whether it moved any state (and so counted one
+    /// write). Kept before the commit: if the commit fails, the count in
+    /// the database is not the one kept, and the next transaction reads
+    /// them again.
+    pub(crate) fn keep(&self, marks: Marks, wrote: bool, devices: Vec<DeviceAlarms>) {
         let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
         if kept.generation != marks.generation || kept.writes != Some(marks.writes) {
             // Another transaction of this store got in between: keep nothing.
@@ -124,9 +129,11 @@ impl AlarmCache {
         }
         let writes = marks.writes + i64::from(wrote);
         kept.writes = Some(writes);
-        for (pk, states) in devices {
+        for mut device in devices {
+            let pk = device.pk();
             if kept.states.len() < KEPT_DEVICES || kept.states.contains_key(&pk) {
-                kept.states.insert(pk, states);
+                device.reset();
+                kept.states.insert(pk, device);
             }
         }
     }

@@ -9,6 +9,7 @@ pub(crate) mod alarm_reads;
 pub(crate) mod alarms;
 pub(crate) mod checkpoint;
 pub(crate) mod copy;
+pub(crate) mod device_alarms;
 pub(crate) mod device_cache;
 pub(crate) mod migrate;
 pub(crate) mod provision;

@@ -6,7 +6,7 @@
 
 use super::Kept;
 use super::alarm_cache::Marks;
-use super::alarms::DeviceAlarms;
+use super::device_alarms::DeviceAlarms;
 use super::tx::Tx;
 use crate::alarm::AlarmEvent;
 use crate::decide::latest::Newest;
@@ -88,7 +88,7 @@ impl<'k> ReadingWriter<'k> {
             self.devices.insert(id.to_owned(), entry);
         }
         if !watched.is_empty() && self.watching(tx).await? {
-            let (loaded, marks) = DeviceAlarms::load_many(tx, &self.kept.alarms, &watched).await?;
+            let (loaded, marks) = self.kept.alarms.load(tx, &watched).await?;
             self.alarms.extend(loaded.into_iter().map(|a| (a.pk(), a)));
             self.marks.get_or_insert(marks);
         }
@@ -104,7 +104,7 @@ impl<'k> ReadingWriter<'k> {
         let (pk, pairs) = (device.pk, device.values(r)?);
         self.deliveries.add(device, r)?;
         if let Some(alarms) = self.alarms.get_mut(&pk) {
-            alarms.on_reading(r.timestamp, &pairs, |s| device.idx(s), self.now);
+            alarms.on_reading(r.timestamp, &pairs, device, self.now);
         }
         if self.hours.is_full_for(pk, r.timestamp) {
             self.flush(tx).await?;

@@ -162,3 +162,32 @@ async fn readings_no_rule_hears_leave_the_states_alone() {
         assert_eq!(transitions(&*other).await, [("rising".to_owned(), TransitionKind::Raised)]);
     }
 }
+
+#[tokio::test]
+async fn a_rule_hears_its_sensor_after_the_device_is_provisioned_again() {
+    for b in backends().await {
+        let s = &*b.store;
+        let rule = r#"[{"name": "b-high", "sensor": "b", "direction": "above", "deadband": 0, "for": "0s",
+            "levels": [{"name": "high", "at": 60}]}]"#;
+        apply(s, &d1_with(rule)).await.expect("apply");
+        let start = now() - 600;
+        s.ingest(reading("D1", start, &[("a", 1.0), ("b", 1.0)])).await.expect("ingest");
+        // The same rule, the sensors listed the other way round, and a
+        // new one: the device is read again, the rules are not.
+        let sensor = |id: &str| format!(r#"{{"sensor_id": "{id}", "name": "{id}", "type": "T", "unit": "cm"}}"#);
+        let listed = format!(r#""sensors": [{}, {}]"#, sensor("a"), sensor("b"));
+        let original = d1_with(rule).replace(
+            r#""sensors": [{"sensor_id": "a", "name": "A", "type": "T", "unit": "cm"},
+                 {"sensor_id": "b", "name": "B", "type": "T", "unit": "."}]"#,
+            &listed,
+        );
+        assert_ne!(original, d1_with(rule), "the sensors were found in the document");
+        apply(s, &original).await.expect("apply again");
+        let turned = format!(r#""sensors": [{}, {}, {}]"#, sensor("c"), sensor("b"), sensor("a"));
+        apply(s, &original.replace(&listed, &turned)).await.expect("apply turned round");
+        s.ingest(reading("D1", start + 60, &[("a", 100.0), ("b", 1.0), ("c", 100.0)])).await.expect("ingest");
+        assert_eq!(transitions(s).await, [], "a's and c's values are not b's");
+        s.ingest(reading("D1", start + 120, &[("a", 1.0), ("b", 100.0), ("c", 1.0)])).await.expect("ingest");
+        assert_eq!(transitions(s).await, [("b-high".to_owned(), TransitionKind::Raised)]);
+    }
+}
