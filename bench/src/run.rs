@@ -318,6 +318,16 @@ impl Server {
         self.child.id()
     }
 
+    /// The CPU time the server has used so far (user and system), seconds.
+    pub(crate) fn cpu_seconds(&self) -> f64 {
+        let stat = fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default();
+        // The fields after the command's name, which may hold spaces.
+        let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
+        let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
+        // utime and stime, in clock ticks (100 a second on Linux).
+        (ticks(11) + ticks(12)) / 100.0
+    }
+
     /// Resets the peak RSS (VmHWM) so that the next reading is this scenario's.
     pub(crate) fn reset_peak(&self) {
         let _ = fs::write(format!("/proc/{}/clear_refs", self.child.id()), "5");

@@ -17,6 +17,33 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+/// One side's figures of an ingest comparison, means of its rounds.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Side {
+    /// Readings stored per second.
+    pub rps: f64,
+    /// The server's CPU time per reading (user and system), microseconds:
+    /// what the readings cost it, whatever else ran on the machine.
+    pub cpu_us: f64,
+}
+
+/// The means of `rounds`.
+fn side(rounds: &[(f64, f64)]) -> Side {
+    let n = rounds.len().max(1) as f64;
+    Side { rps: rounds.iter().map(|r| r.0).sum::<f64>() / n, cpu_us: rounds.iter().map(|r| r.1).sum::<f64>() / n }
+}
+
+/// Seconds of unmeasured load each server takes first: every station's
+/// first reading and whatever a server does once after it starts (its
+/// caches filled, every alarm state republished when its MQTT link comes
+/// up) are behind it, so that the figures are of ingest as it runs for
+/// months, not of a start.
+const WARM_UP: u64 = 3;
+
+/// How long after its load a server's CPU is still counted: the work a
+/// load leaves behind (alarm transitions published after their commit).
+const SETTLE: Duration = Duration::from_secs(1);
+
 /// Readings a round may take per second of load: more than either path
 /// takes on this machine, so that no two rounds send the same reading.
 const PER_SECOND: u64 = 60_000;
@@ -139,8 +166,8 @@ pub(super) struct Ingest<'a> {
 }
 
 impl Ingest<'_> {
-    /// Webhook ingest (readings/s, mean of two rounds) into `plain` and
-    /// `ruled`, alternately, on `port` and the next.
+    /// Webhook ingest (mean of two rounds) into `plain` and `ruled`,
+    /// alternately, on `port` and the next.
     pub fn webhook(
         &self,
         plain: &Path,
@@ -148,36 +175,41 @@ impl Ingest<'_> {
         port: u16,
         clients: usize,
         seconds: u64,
-    ) -> Result<(f64, f64), String> {
+    ) -> Result<(Side, Side), String> {
         let (mut none, mut with) = (Vec::new(), Vec::new());
         for round in 0..2u64 {
-            let first = round * seconds * PER_SECOND;
+            let first = round * (WARM_UP + seconds) * PER_SECOND;
             for (db, port, figures) in [(plain, port, &mut none), (ruled, port + 1, &mut with)] {
-                let _server = serve(self.bin, db, port)?;
+                let server = serve(self.bin, db, port)?;
                 let (st, base) = (self.stations.clone(), self.base);
-                let rps = self.rt.block_on(load(clients, seconds, first, move |k| {
+                let send = move |k| {
                     let (body, _, _) = envelope(&st, base, k, None);
                     async move { post(port, &body).await.map(|_| ()) }
-                }))?;
-                figures.push(rps);
+                };
+                self.rt.block_on(load(clients, WARM_UP, first, send.clone()))?;
+                std::thread::sleep(SETTLE);
+                let (cpu, started) = (server.cpu_seconds(), Instant::now());
+                let rps = self.rt.block_on(load(clients, seconds, first + WARM_UP * PER_SECOND, send))?;
+                let readings = rps * started.elapsed().as_secs_f64();
+                std::thread::sleep(SETTLE);
+                figures.push((rps, (server.cpu_seconds() - cpu) * 1e6 / readings.max(1.0)));
             }
         }
-        Ok((mean(&none), mean(&with)))
+        Ok((side(&none), side(&with)))
     }
 
-    /// MQTT ingest (readings/s, mean of two rounds, from the first publish
+    /// MQTT ingest (mean of two rounds; readings/s from the first publish
     /// until the server stored the last) into `plain` and `ruled`,
     /// alternately, through a Mosquitto on `port + 3`.
-    pub fn mqtt(&self, plain: &Path, ruled: &Path, port: u16, seconds: u64) -> Result<(f64, f64), String> {
+    pub fn mqtt(&self, plain: &Path, ruled: &Path, port: u16, seconds: u64) -> Result<(Side, Side), String> {
         let broker_port = port + 3;
         let _broker = crate::mqtt::broker(broker_port, self.dir)?;
         let url = format!("mqtt://127.0.0.1:{broker_port}");
         let (mut none, mut with) = (Vec::new(), Vec::new());
         for round in 0..2u64 {
-            let first = round * seconds * PER_SECOND;
+            let first = round * (WARM_UP + seconds) * PER_SECOND;
             for (db, figures) in [(plain, &mut none), (ruled, &mut with)] {
-                let _server =
-                    serve_with(self.bin, db, port, &["--mqtt-url", &url, "--mqtt-client-id", "bench-alarms"])?;
+                let server = serve_with(self.bin, db, port, &["--mqtt-url", &url, "--mqtt-client-id", "bench-alarms"])?;
                 let deadline = Instant::now() + Duration::from_secs(20);
                 while !crate::run::get(port, "/readyz", None)
                     .is_ok_and(|b| String::from_utf8_lossy(&b).contains("\"connected\""))
@@ -188,25 +220,19 @@ impl Ingest<'_> {
                     std::thread::sleep(Duration::from_millis(50));
                 }
                 let before = stored(port);
-                let (sent, started) = self.rt.block_on(self.publish(broker_port, first, seconds))?;
-                let deadline = Instant::now() + Duration::from_secs(120);
-                while stored(port) < before + sent {
-                    if Instant::now() > deadline {
-                        let metrics = crate::run::get(port, "/metrics", None).unwrap_or_default();
-                        let outcomes: Vec<String> = String::from_utf8_lossy(&metrics)
-                            .lines()
-                            .filter(|l| l.starts_with("sensorhub_mqtt_messages_total"))
-                            .map(str::to_owned)
-                            .collect();
-                        let n = stored(port) - before;
-                        return Err(format!("only {n} of {sent} MQTT readings stored: {}", outcomes.join(", ")));
-                    }
-                    std::thread::sleep(Duration::from_millis(2));
-                }
-                figures.push(sent as f64 / started.elapsed().as_secs_f64());
+                let (warm, _) = self.rt.block_on(self.publish(broker_port, first, WARM_UP))?;
+                stored_all(port, before + warm)?;
+                std::thread::sleep(SETTLE);
+                let (before, cpu) = (stored(port), server.cpu_seconds());
+                let (sent, started) =
+                    self.rt.block_on(self.publish(broker_port, first + WARM_UP * PER_SECOND, seconds))?;
+                stored_all(port, before + sent)?;
+                let rps = sent as f64 / started.elapsed().as_secs_f64();
+                std::thread::sleep(SETTLE);
+                figures.push((rps, (server.cpu_seconds() - cpu) * 1e6 / (sent as f64).max(1.0)));
             }
         }
-        Ok((mean(&none), mean(&with)))
+        Ok((side(&none), side(&with)))
     }
 
     /// Publishes readings `first`, `first + 1`, … at QoS 1 for `seconds`,
@@ -236,11 +262,26 @@ impl Ingest<'_> {
     }
 }
 
+/// Waits (at most two minutes) until the server on `port` has stored
+/// `total` readings from MQTT.
+fn stored_all(port: u16, total: usize) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while stored(port) < total {
+        if Instant::now() > deadline {
+            let metrics = crate::run::get(port, "/metrics", None).unwrap_or_default();
+            let outcomes: Vec<String> = String::from_utf8_lossy(&metrics)
+                .lines()
+                .filter(|l| l.starts_with("sensorhub_mqtt_messages_total"))
+                .map(str::to_owned)
+                .collect();
+            return Err(format!("only {} of {total} MQTT readings stored: {}", stored(port), outcomes.join(", ")));
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    Ok(())
+}
+
 /// Readings stored from MQTT so far, from the server's metrics.
 fn stored(port: u16) -> usize {
     crate::mqtt::metric(port, "sensorhub_mqtt_readings_stored_total ").map_or(0, |v| v as usize)
-}
-
-fn mean(v: &[f64]) -> f64 {
-    v.iter().sum::<f64>() / v.len().max(1) as f64
 }

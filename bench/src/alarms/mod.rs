@@ -4,7 +4,9 @@
 //!    turn, current times, values that move through the bands) on two
 //!    release servers, one without rules and one with 5 rules on every
 //!    device (two level rules, a rate rule, two silence rules), measured
-//!    alternately; the ratio (target ≥ 0.9). Then the same for MQTT: QoS 1
+//!    alternately; the ratio (target ≥ 0.9), and each server's CPU time a
+//!    reading (steadier than the ratio when the bench's own clients share
+//!    the two cores). Then the same for MQTT: QoS 1
 //!    publishes of the same readings through a Mosquitto of the bench's own,
 //!    as fast as the broker takes them, on two fresh databases.
 //! 2. Latency: from the webhook's 200 to the signed `alarm.raised` at a
@@ -69,12 +71,18 @@ pub struct Alarms {
     pub ingest_rules_rps: f64,
     /// `ingest_rules_rps / ingest_none_rps` (target ≥ 0.9).
     pub ratio: f64,
+    /// The webhook server's CPU per reading without rules and with, µs.
+    pub ingest_none_cpu_us: f64,
+    pub ingest_rules_cpu_us: f64,
     /// MQTT ingest without rules, readings/s (mean of two runs).
     pub mqtt_none_rps: f64,
     /// MQTT ingest with 5 rules on every device, readings/s (mean of two).
     pub mqtt_rules_rps: f64,
     /// `mqtt_rules_rps / mqtt_none_rps` (target ≥ 0.9).
     pub mqtt_ratio: f64,
+    /// The MQTT server's CPU per reading without rules and with, µs.
+    pub mqtt_none_cpu_us: f64,
+    pub mqtt_rules_cpu_us: f64,
     /// Transitions the ruled server recorded during its runs.
     pub transitions: u64,
     /// Readings/s offered in the latency scenario.
@@ -148,8 +156,8 @@ pub fn run(args: Args) -> Result<(Alarms, PathBuf), String> {
     // 1. Ingest, alternating the two servers, by webhook, then by MQTT on fresh databases.
     let base = jiff::Timestamp::now().as_second() - 3000;
     let ingest = ingest::Ingest { bin: &bin, dir: &dir, stations: stations.clone(), base, rt: &rt };
-    let (ingest_none_rps, ingest_rules_rps, transitions) = if args.mqtt_only {
-        (0.0, 0.0, 0)
+    let (webhook_none, webhook_rules, transitions) = if args.mqtt_only {
+        (ingest::Side::default(), ingest::Side::default(), 0)
     } else {
         let plain = database(&bin, &dir, "plain", &provision(&stations, false))?;
         let ruled = database(&bin, &dir, "ruled", &provision(&stations, true))?;
@@ -160,12 +168,23 @@ pub fn run(args: Args) -> Result<(Alarms, PathBuf), String> {
         database(&bin, &dir, "mqtt-plain", &provision(&stations, false))?,
         database(&bin, &dir, "mqtt-ruled", &provision(&stations, true))?,
     );
-    let (mqtt_none_rps, mqtt_rules_rps) = ingest.mqtt(&quiet, &noisy, args.port, args.seconds)?;
-
+    let (mqtt_none, mqtt_rules) = ingest.mqtt(&quiet, &noisy, args.port, args.seconds)?;
+    let ingest_figures = Alarms {
+        ingest_none_rps: webhook_none.rps,
+        ingest_rules_rps: webhook_rules.rps,
+        ratio: webhook_rules.rps / webhook_none.rps.max(1e-9),
+        ingest_none_cpu_us: webhook_none.cpu_us,
+        ingest_rules_cpu_us: webhook_rules.cpu_us,
+        mqtt_none_rps: mqtt_none.rps,
+        mqtt_rules_rps: mqtt_rules.rps,
+        mqtt_ratio: mqtt_rules.rps / mqtt_none.rps.max(1e-9),
+        mqtt_none_cpu_us: mqtt_none.cpu_us,
+        mqtt_rules_cpu_us: mqtt_rules.cpu_us,
+        transitions,
+        ..Alarms::none(args.rate)
+    };
     if args.mqtt_only {
-        let only = Alarms { mqtt_none_rps, mqtt_rules_rps, ..Alarms::none(args.rate) };
-        let only = Alarms { mqtt_ratio: mqtt_rules_rps / mqtt_none_rps.max(1e-9), ..only };
-        return write(&args.out, only);
+        return write(&args.out, ingest_figures);
     }
 
     // 2. Latency: the medium fleet (501 stations) on a fresh ruled database,
@@ -187,14 +206,6 @@ pub fn run(args: Args) -> Result<(Alarms, PathBuf), String> {
         if args.silent > 0 { silence::silence(&bin, &dir, args.silent, args.port + 2)? } else { (0.0, 0.0) };
 
     let result = Alarms {
-        ingest_none_rps,
-        ingest_rules_rps,
-        ratio: ingest_rules_rps / ingest_none_rps.max(1e-9),
-        mqtt_none_rps,
-        mqtt_rules_rps,
-        mqtt_ratio: mqtt_rules_rps / mqtt_none_rps.max(1e-9),
-        transitions,
-        rate: args.rate,
         raised: latencies.len(),
         latency_p50_ms: pct(0.5),
         latency_p99_ms: pct(0.99),
@@ -202,6 +213,7 @@ pub fn run(args: Args) -> Result<(Alarms, PathBuf), String> {
         silent_devices: args.silent,
         idle_cpu_percent,
         all_raised_after_s,
+        ..ingest_figures
     };
     write(&args.out, result)
 }
@@ -213,9 +225,13 @@ impl Alarms {
             ingest_none_rps: 0.0,
             ingest_rules_rps: 0.0,
             ratio: 0.0,
+            ingest_none_cpu_us: 0.0,
+            ingest_rules_cpu_us: 0.0,
             mqtt_none_rps: 0.0,
             mqtt_rules_rps: 0.0,
             mqtt_ratio: 0.0,
+            mqtt_none_cpu_us: 0.0,
+            mqtt_rules_cpu_us: 0.0,
             transitions: 0,
             rate,
             raised: 0,
@@ -239,17 +255,28 @@ fn write(out: &Path, result: Alarms) -> Result<(Alarms, PathBuf), String> {
     Ok((result, path))
 }
 
+/// How much more `with` is than `without`, percent.
+fn more(with: f64, without: f64) -> f64 {
+    (with / without.max(1e-9) - 1.0) * 100.0
+}
+
 /// The figures as one paragraph.
 pub fn report(r: &Alarms) -> String {
     format!(
-        "webhook ingest with 5 alarm rules on every device: {:.0} readings/s against {:.0} without ({:.2}x; target >= 0.9; {} transitions recorded); MQTT ingest: {:.0} readings/s against {:.0} ({:.2}x; target >= 0.9); webhook 200 to signed alarm.raised at {} readings/s: {} timed, p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms (target p99 <= 1000 ms); {} devices falling silent: {:.2}% of a core while nothing is due (target < 1%), all raised {:.1} s after their time (target <= 10 s)",
+        "webhook ingest with 5 alarm rules on every device: {:.0} readings/s against {:.0} without ({:.2}x; target >= 0.9; {} transitions recorded; server CPU {:.1} us a reading against {:.1}, {:+.0}%); MQTT ingest: {:.0} readings/s against {:.0} ({:.2}x; target >= 0.9; server CPU {:.1} us a reading against {:.1}, {:+.0}%); webhook 200 to signed alarm.raised at {} readings/s: {} timed, p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms (target p99 <= 1000 ms); {} devices falling silent: {:.2}% of a core while nothing is due (target < 1%), all raised {:.1} s after their time (target <= 10 s)",
         r.ingest_rules_rps,
         r.ingest_none_rps,
         r.ratio,
         r.transitions,
+        r.ingest_rules_cpu_us,
+        r.ingest_none_cpu_us,
+        more(r.ingest_rules_cpu_us, r.ingest_none_cpu_us),
         r.mqtt_rules_rps,
         r.mqtt_none_rps,
         r.mqtt_ratio,
+        r.mqtt_rules_cpu_us,
+        r.mqtt_none_cpu_us,
+        more(r.mqtt_rules_cpu_us, r.mqtt_none_cpu_us),
         r.rate,
         r.raised,
         r.latency_p50_ms,

@@ -32,17 +32,11 @@ pub(super) fn silence(bin: &Path, dir: &Path, n: usize, port: u16) -> Result<(f6
     sensorhub(bin, &db, &["import", csv.to_str().ok_or("path")?])?;
     let server = super::ingest::serve(bin, &db, port)?;
     let started = Instant::now();
-    let cpu = |pid: u32| -> f64 {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
-        let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
-        (ticks(11) + ticks(12)) / 100.0
-    };
     // Let the start settle, then measure 10 s of nothing due.
     std::thread::sleep(Duration::from_secs(3));
-    let (before, at) = (cpu(server.pid()), Instant::now());
+    let (before, at) = (server.cpu_seconds(), Instant::now());
     std::thread::sleep(Duration::from_secs(10));
-    let idle = (cpu(server.pid()) - before) / at.elapsed().as_secs_f64() * 100.0;
+    let idle = (server.cpu_seconds() - before) / at.elapsed().as_secs_f64() * 100.0;
     let deadline = started + Duration::from_secs(SILENT_FOR as u64 + 60);
     loop {
         let body = crate::run::get(port, &format!("/external/v1/{}/alarms", dataset::BENCH_KEY), None)?;
