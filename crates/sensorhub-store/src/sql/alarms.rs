@@ -330,6 +330,7 @@ pub(crate) async fn events(
                 value: r.get(4)?,
                 timestamp: r.get(5)?,
                 at: r.get(6)?,
+                after: None,
             })
         })
         .collect()

@@ -23,7 +23,7 @@ use sensorhub_core::alarm::{AlarmRule, AlarmState, RuleKind, Transition, Transit
 /// subscription to alarms that covers the device (asked only when there
 /// may be one, `subscribed`); returns them.
 pub(crate) async fn record(tx: &impl Tx, moved: Moved, now: i64, subscribed: bool) -> StoreResult<Vec<AlarmEvent>> {
-    let Moved { pk, device_id, rules, transitions } = moved;
+    let Moved { pk, device_id, rules, transitions, after } = moved;
     if transitions.is_empty() {
         return Ok(Vec::new());
     }
@@ -53,6 +53,7 @@ pub(crate) async fn record(tx: &impl Tx, moved: Moved, now: i64, subscribed: boo
             value: t.value,
             timestamp: t.timestamp,
             at: now,
+            after: after.clone(),
         };
         let body = super::alarm_envelope::envelope(&event);
         for sub in &subscriptions {
@@ -223,7 +224,7 @@ pub(crate) async fn replace_rules(
             ended_rules.push(rule);
         }
     }
-    let ended = Moved { pk, device_id: device_id.to_owned(), rules: ended_rules.into(), transitions };
+    let ended = Moved { pk, device_id: device_id.to_owned(), rules: ended_rules.into(), transitions, after: None };
     // The states of the rules kept, exact as of every stored reading (the
     // readings before the rules were set are history to them); those of
     // rules removed or changed are forgotten.

@@ -8,10 +8,11 @@
 use super::checkpoint::{Progress, Rules};
 use crate::StoreError;
 use crate::StoreResult;
-use crate::alarm::SilenceDue;
+use crate::alarm::{Alarm, SilenceDue};
 use crate::decide::{DeviceSensors, SensorTable};
 use crate::sql::alarms::DeviceStates;
 use sensorhub_core::alarm::{AlarmState, NotActive, RuleKind, Transition, TransitionKind};
+use std::sync::Arc;
 
 /// How much older than the server's clock a reading may be and still move
 /// a level or rate rule: an hour. Older readings are history (an import,
@@ -48,6 +49,8 @@ pub(crate) struct Moved {
     pub device_id: String,
     pub rules: Rules,
     pub transitions: Vec<(usize, Transition)>,
+    /// The device's alarms once they moved (`None`: not known here).
+    pub after: Option<Arc<[Alarm]>>,
 }
 
 impl DeviceAlarms {
@@ -197,11 +200,16 @@ impl DeviceAlarms {
         if self.transitions.is_empty() {
             return None;
         }
+        let after = self
+            .states()
+            .map(|(rule, state)| Alarm { device_id: self.device_id.clone(), rule: rule.clone(), state: state.clone() })
+            .collect();
         Some(Moved {
             pk: self.pk,
             device_id: self.device_id.clone(),
             rules: self.rules.clone(),
             transitions: std::mem::take(&mut self.transitions),
+            after: Some(after),
         })
     }
 }

@@ -280,3 +280,49 @@ async fn transitions_of_one_reading_are_each_published_with_the_state_after_them
         assert_eq!(message["alarms"][0]["level"], "Siaga 3");
     }
 }
+
+#[tokio::test]
+async fn a_device_whose_transitions_overflowed_the_queue_has_its_state_published_again() {
+    let broker = Broker::start();
+    let (db, _dir, _pg) = provisioned().await;
+    for name in ["siaga", "siaga-b", "siaga-c", "siaga-d"] {
+        let rule = SIAGA.replacen(r#""name": "siaga""#, &format!(r#""name": "{name}""#), 1);
+        ok(&crate::cli::run(&db, &["alarm", "add", "AWLR-001", &rule], ""));
+    }
+    let _server = serve(&db, &broker, &client_id("alarms"), &[]).await;
+    kept(broker.port, |state| state["event"].is_null()).await;
+    // 3,000 readings a second apart within the last hour in one message (so
+    // one transaction), each raising (250 cm) or clearing (10 cm) all four
+    // rules: 12,000 transitions at once, past the 10,000 the publisher
+    // queues. The last reading steps down to Siaga 2.
+    let now = jiff::Timestamp::now().as_second();
+    let readings: Vec<Value> = (0..3000_i64)
+        .map(|i| {
+            let value = if i == 2999 {
+                170.0
+            } else if i % 2 == 0 {
+                250.0
+            } else {
+                10.0
+            };
+            let time = jiff::Timestamp::from_second(now - 3100 + i).expect("a time").to_string();
+            serde_json::json!({"timestamp": time, "sensors": [{"id": "AWLR1-wl", "value": value}]})
+        })
+        .collect();
+    let publisher = Publisher::connect(broker.port, &client_id("station"));
+    publisher.publish("sensorhub/AWLR-001/readings", Value::Array(readings).to_string()).await;
+    // The transitions published are each retained in turn; the last ones
+    // were dropped, so what is kept at the end is the state published
+    // again once the queue drained: no event, every rule at Siaga 2.
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let (state, retain) = retained(broker.port, "sensorhub/AWLR-001/alarms").await;
+        let levels: Vec<_> =
+            state["alarms"].as_array().map_or(vec![], |a| a.iter().map(|a| a["level"].clone()).collect());
+        if retain && state["event"].is_null() && levels.len() == 4 && levels.iter().all(|l| l == "Siaga 2") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the current state is not kept within 90 s: {state}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}

@@ -5,16 +5,18 @@
 //! heard after their commit ([`sensorhub_store::observe`]) and queued
 //! (bounded); a task publishes them within the link's budget of messages
 //! in flight, so that nothing that writes readings ever waits for it. It
-//! takes what is queued together ([`BATCH`] at most) and reads and renders
-//! each device's alarms once for all of that device's transitions: a flood
-//! that raises every station at once costs one read a station, not one a
-//! transition.
+//! takes what is queued together ([`BATCH`] at most) and renders each
+//! device's alarms once for all of that device's transitions, from what
+//! the writer recorded with the last of them ([`AlarmEvent::after`]): a
+//! flood that raises every station at once reads nothing back.
 //!
 //! Publishing is best effort (a transition queued when the process dies,
-//! or dropped while the link is down, is not published; the events list
-//! and webhook deliveries have every one): so that the retained state is
-//! not left stale by one, each connection to the broker publishes every
-//! device's current state again, with `"event": null`.
+//! dropped while the link is down, or dropped because the queue was full,
+//! is not published; the events list and webhook deliveries have every
+//! one). So that the retained state is not left stale by one, each
+//! connection to the broker publishes every device's current state again,
+//! with `"event": null`; and a device whose transition found the queue
+//! full has its current state published again so once the queue drained.
 
 use super::writer::PUBLISHES_IN_FLIGHT;
 use crate::alarm_view::Clock;
@@ -26,6 +28,8 @@ use sensorhub_core::time::Zone;
 use sensorhub_store::Store;
 use sensorhub_store::alarm::AlarmEvent;
 use sensorhub_store::observe::AfterCommit;
+use std::collections::hash_map::Entry;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -37,14 +41,34 @@ const QUEUE: usize = 10_000;
 const BATCH: usize = 256;
 
 /// Transitions not published, said at most once a minute (the events
-/// list and webhook deliveries have them all).
+/// list and webhook deliveries have them all), and the devices whose
+/// transitions found the queue full (their states to publish again).
 #[derive(Default)]
 pub(super) struct Unpublished {
     count: AtomicUsize,
     said: Mutex<Option<Instant>>,
+    dropped: Mutex<BTreeSet<String>>,
+    /// Told when a device joins `dropped`.
+    wake: tokio::sync::Notify,
 }
 
 impl Unpublished {
+    /// A transition of `device_id` that found the queue full.
+    fn dropped(&self, device_id: &str) {
+        self.one("too many waiting for the link");
+        if let Ok(mut dropped) = self.dropped.lock()
+            && !dropped.contains(device_id)
+        {
+            dropped.insert(device_id.to_owned());
+        }
+        self.wake.notify_one();
+    }
+
+    /// The devices dropped since the last call.
+    fn take_dropped(&self) -> Vec<String> {
+        self.dropped.lock().map(|mut d| std::mem::take(&mut *d).into_iter().collect()).unwrap_or_default()
+    }
+
     fn one(&self, why: &str) {
         self.count.fetch_add(1, Ordering::Relaxed);
         let Ok(mut said) = self.said.lock() else { return };
@@ -70,7 +94,7 @@ impl AfterCommit for Transitions {
     async fn alarms(&self, events: &[AlarmEvent]) {
         for event in events {
             if self.0.try_send(event.clone()).is_err() {
-                self.1.one("too many waiting for the link");
+                self.1.dropped(&event.device_id);
             }
         }
     }
@@ -96,7 +120,9 @@ pub(super) struct Publisher {
 }
 
 impl Publisher {
-    /// Publishes the queued transitions, and every device's state at each connection.
+    /// Publishes the queued transitions, every device's state at each
+    /// connection, and, whenever the queue is empty, the state of each
+    /// device whose transition found it full.
     pub(super) async fn run(self, mut queue: mpsc::Receiver<AlarmEvent>) {
         let mut batch = Vec::with_capacity(BATCH);
         loop {
@@ -108,49 +134,72 @@ impl Publisher {
                     self.publish_batch(&batch).await;
                     batch.clear();
                 }
+                () = self.unpublished.wake.notified() => {}
                 () = self.status.connects.notified() => self.publish_all().await,
+            }
+            // After what was queued (a state read now is newer than any
+            // transition dropped), and never ahead of a later transition.
+            if queue.is_empty() {
+                let again = self.unpublished.take_dropped();
+                if !again.is_empty() {
+                    self.publish_states(&again).await;
+                }
             }
         }
     }
 
-    /// Publishes `events` in order, each with its device's alarms, read
-    /// for all of their devices at once and rendered once per device
-    /// (after all of them were committed, as one read per transition
-    /// would have been).
+    /// Publishes `events` in order, each with its device's alarms after
+    /// the last of them (rendered once per device): those the writer
+    /// recorded with them, or for a device without (its rules were
+    /// changed), read once its transitions were committed.
     async fn publish_batch(&self, events: &[AlarmEvent]) {
         let mut clock = Clock::new(Zone::Fixed(jiff::tz::Offset::UTC));
-        let mut ids: Vec<&str> = events.iter().map(|e| e.device_id.as_str()).collect();
-        ids.sort_unstable();
-        ids.dedup();
-        let rendered: std::collections::HashMap<String, String> = match self.store.alarms_of_devices(&ids).await {
-            Ok(devices) => {
-                devices.into_iter().filter_map(|(id, alarms)| Some((id, render(&mut clock, &alarms)?))).collect()
+        let mut rendered: HashMap<&str, Option<String>> = HashMap::new();
+        for event in events.iter().rev() {
+            if let Entry::Vacant(slot) = rendered.entry(event.device_id.as_str()) {
+                slot.insert(event.after.as_deref().and_then(|alarms| render(&mut clock, alarms)));
             }
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot read the devices' alarms for MQTT; the transitions are published alone");
-                Default::default()
+        }
+        let unknown: Vec<&str> = rendered.iter().filter(|(_, json)| json.is_none()).map(|(id, _)| *id).collect();
+        if !unknown.is_empty() {
+            match self.store.alarms_of_devices(&unknown).await {
+                Ok(devices) => {
+                    for (id, alarms) in devices {
+                        if let Some(slot) = rendered.get_mut(id.as_str()) {
+                            *slot = render(&mut clock, &alarms);
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot read the devices' alarms for MQTT; the transitions are published alone");
+                }
             }
-        };
+        }
         for event in events {
             let id = event.device_id.as_str();
-            let alarms = rendered.get(id).map_or("[]", String::as_str);
+            let alarms = rendered.get(id).and_then(Option::as_deref).unwrap_or("[]");
             let view = serde_json::to_value(clock.event(event)).unwrap_or_default();
             self.send(id, alarms, Some(&view)).await;
         }
     }
 
-    /// Every device with alarm rules: its current state, retained. Read
-    /// [`BATCH`] devices a call (a fleet of 10,000 stations is 40 reads,
-    /// not 10,000, each time the link connects).
+    /// Every device with alarm rules: its current state, retained.
     async fn publish_all(&self) {
         let devices = match self.store.alarm_rules(None).await {
-            Ok(rules) => rules.into_iter().map(|(device, _)| device).collect::<std::collections::BTreeSet<_>>(),
+            Ok(rules) => rules.into_iter().map(|(device, _)| device).collect::<BTreeSet<_>>(),
             Err(e) => {
                 tracing::warn!(error = %e, "cannot list the devices with alarms; their retained states are published at their next transition");
                 return;
             }
         };
         let devices: Vec<String> = devices.into_iter().collect();
+        self.publish_states(&devices).await;
+    }
+
+    /// `devices`' current states, retained, with `"event": null`. Read
+    /// [`BATCH`] devices a call (a fleet of 10,000 stations is 40 reads,
+    /// not 10,000, each time the link connects).
+    async fn publish_states(&self, devices: &[String]) {
         let mut clock = Clock::new(Zone::Fixed(jiff::tz::Offset::UTC));
         for chunk in devices.chunks(BATCH) {
             let ids: Vec<&str> = chunk.iter().map(String::as_str).collect();
@@ -162,7 +211,7 @@ impl Publisher {
                 }
             };
             for (device_id, alarms) in found {
-                // A state republished at connection carries nothing but
+                // A state published again carries nothing but
                 // the alarms: without them it would retain an empty list.
                 if let Some(json) = render(&mut clock, &alarms) {
                     self.send(&device_id, &json, None).await;
