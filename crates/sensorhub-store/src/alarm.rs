@@ -66,12 +66,20 @@ pub struct AlarmEvent {
     pub timestamp: Option<i64>,
     /// When it was recorded, by the server's clock (seconds).
     pub at: i64,
-    /// The device's alarms (in rule order) after the transaction that
+    /// The device's alarms after the transaction that
     /// recorded it, when this process recorded it from readings, the clock
     /// or an acknowledgement; `None` when read back from the store (or
     /// recorded by a change of rules). What is pushed with a transition
     /// comes from it, without a read.
-    pub after: Option<std::sync::Arc<[Alarm]>>,
+    pub after: Option<std::sync::Arc<AlarmsAfter>>,
+}
+
+/// A device's alarms as a transaction left them: its rules and their
+/// states ([`AlarmState::shown`]), in rule order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AlarmsAfter {
+    pub rules: std::sync::Arc<[AlarmRule]>,
+    pub states: Vec<AlarmState>,
 }
 
 impl AlarmEvent {

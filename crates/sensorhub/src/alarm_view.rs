@@ -3,7 +3,7 @@
 //! `event: alarm`, and what is published on MQTT (times in UTC). The
 //! outgoing webhook's body is the store's (`sensorhub_store::alarm`).
 
-use sensorhub_core::alarm::{RuleKind, RuleSpec};
+use sensorhub_core::alarm::{AlarmRule, AlarmState, RuleKind, RuleSpec};
 use sensorhub_core::time::{Rfc3339Writer, Zone};
 use sensorhub_store::alarm::{Alarm, AlarmEvent};
 use serde::Serialize;
@@ -126,18 +126,22 @@ impl Clock {
 
     /// Alarm `a` as the API shows it.
     pub fn alarm(&mut self, a: &Alarm) -> AlarmView {
-        let s = &a.state;
+        self.rule_state(&a.device_id, &a.rule, &a.state)
+    }
+
+    /// Rule `rule` of device `device_id` in state `s`, as the API shows it.
+    pub fn rule_state(&mut self, device_id: &str, rule: &AlarmRule, s: &AlarmState) -> AlarmView {
         AlarmView {
-            device_id: a.device_id.clone(),
-            rule: a.rule.name.clone(),
-            kind: match a.rule.kind {
+            device_id: device_id.to_owned(),
+            rule: rule.name.clone(),
+            kind: match rule.kind {
                 RuleKind::Level(_) => "level",
                 RuleKind::Rate(_) => "rate",
                 RuleKind::Silence(_) => "silence",
             },
-            spec: a.rule.spec(),
+            spec: rule.spec(),
             state: if s.active { "active" } else { "ok" },
-            level: a.level_name().map(str::to_owned),
+            level: s.level.filter(|_| s.active).and_then(|l| rule.level_name(l)).map(str::to_owned),
             raised_at: self.maybe(s.raised_at.filter(|_| s.active)),
             level_since: self.maybe(s.level_since.filter(|_| s.active)),
             acknowledged_at: self.maybe(s.acknowledged_at.filter(|_| s.active)),

@@ -107,6 +107,12 @@ impl Memo {
 pub struct NotActive;
 
 impl AlarmState {
+    /// This state as it is shown: without its memo (what only the
+    /// evaluation of later readings needs), so copying it allocates nothing.
+    pub fn shown(&self) -> AlarmState {
+        AlarmState { memo: Memo::None, ..*self }
+    }
+
     /// Acknowledges the active episode at `now`; `None` when it is
     /// acknowledged already (at its level): nothing moves, so that an
     /// acknowledgement sent twice is recorded once.

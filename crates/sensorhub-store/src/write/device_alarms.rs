@@ -8,7 +8,7 @@
 use super::checkpoint::{Progress, Rules};
 use crate::StoreError;
 use crate::StoreResult;
-use crate::alarm::{Alarm, SilenceDue};
+use crate::alarm::{AlarmsAfter, SilenceDue};
 use crate::decide::{DeviceSensors, SensorTable};
 use crate::sql::alarms::DeviceStates;
 use sensorhub_core::alarm::{AlarmState, NotActive, RuleKind, Transition, TransitionKind};
@@ -50,7 +50,7 @@ pub(crate) struct Moved {
     pub rules: Rules,
     pub transitions: Vec<(usize, Transition)>,
     /// The device's alarms once they moved (`None`: not known here).
-    pub after: Option<Arc<[Alarm]>>,
+    pub after: Option<Arc<AlarmsAfter>>,
 }
 
 impl DeviceAlarms {
@@ -200,16 +200,14 @@ impl DeviceAlarms {
         if self.transitions.is_empty() {
             return None;
         }
-        let after = self
-            .states()
-            .map(|(rule, state)| Alarm { device_id: self.device_id.clone(), rule: rule.clone(), state: state.clone() })
-            .collect();
+        let after =
+            AlarmsAfter { rules: self.rules.clone(), states: self.states.iter().map(AlarmState::shown).collect() };
         Some(Moved {
             pk: self.pk,
             device_id: self.device_id.clone(),
             rules: self.rules.clone(),
             transitions: std::mem::take(&mut self.transitions),
-            after: Some(after),
+            after: Some(Arc::new(after)),
         })
     }
 }

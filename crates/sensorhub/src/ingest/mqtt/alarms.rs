@@ -157,7 +157,12 @@ impl Publisher {
         let mut rendered: HashMap<&str, Option<String>> = HashMap::new();
         for event in events.iter().rev() {
             if let Entry::Vacant(slot) = rendered.entry(event.device_id.as_str()) {
-                slot.insert(event.after.as_deref().and_then(|alarms| render(&mut clock, alarms)));
+                slot.insert(event.after.as_deref().and_then(|after| {
+                    let id = event.device_id.as_str();
+                    render(
+                        after.rules.iter().zip(&after.states).map(|(rule, s)| clock.rule_state(id, rule, s)).collect(),
+                    )
+                }));
             }
         }
         let unknown: Vec<&str> = rendered.iter().filter(|(_, json)| json.is_none()).map(|(id, _)| *id).collect();
@@ -166,7 +171,7 @@ impl Publisher {
                 Ok(devices) => {
                     for (id, alarms) in devices {
                         if let Some(slot) = rendered.get_mut(id.as_str()) {
-                            *slot = render(&mut clock, &alarms);
+                            *slot = render(alarms.iter().map(|a| clock.alarm(a)).collect());
                         }
                     }
                 }
@@ -213,7 +218,7 @@ impl Publisher {
             for (device_id, alarms) in found {
                 // A state published again carries nothing but
                 // the alarms: without them it would retain an empty list.
-                if let Some(json) = render(&mut clock, &alarms) {
+                if let Some(json) = render(alarms.iter().map(|a| clock.alarm(a)).collect()) {
                     self.send(&device_id, &json, None).await;
                 }
             }
@@ -240,7 +245,6 @@ impl Publisher {
 }
 
 /// A device's alarms as the JSON list published.
-fn render(clock: &mut Clock, alarms: &[sensorhub_store::alarm::Alarm]) -> Option<String> {
-    let views: Vec<_> = alarms.iter().map(|a| clock.alarm(a)).collect();
+fn render(views: Vec<crate::alarm_view::AlarmView>) -> Option<String> {
     serde_json::to_value(views).ok().map(|v| v.to_string())
 }
