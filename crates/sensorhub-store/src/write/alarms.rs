@@ -55,7 +55,8 @@ pub(crate) async fn record(tx: &impl Tx, moved: Moved, now: i64, subscribed: boo
             at: now,
             after: after.clone(),
         };
-        let body = super::alarm_envelope::envelope(&event);
+        // Built only when some subscription takes it.
+        let body = if subscriptions.is_empty() { String::new() } else { super::alarm_envelope::envelope(&event) };
         for sub in &subscriptions {
             let message_id = super::alarm_envelope::message_id(sub, id);
             outbox.push(OutboxRow { subscription_id: sub.clone(), device_pk: pk, message_id, body: body.clone() });
