@@ -20,7 +20,7 @@ pub struct Alarm {
 impl Alarm {
     /// The name of the episode's level (level rules, while active).
     pub fn level_name(&self) -> Option<&str> {
-        self.state.level.filter(|_| self.state.active).and_then(|l| self.rule.level_name(l))
+        episode_level(&self.rule, &self.state)
     }
 
     /// How severe an active alarm is, for ordering: its level's place in
@@ -74,11 +74,18 @@ pub struct AlarmEvent {
     pub after: Option<std::sync::Arc<AlarmsAfter>>,
 }
 
+/// The name of the level of `rule`'s episode in `state` (level rules, while active).
+pub fn episode_level<'a>(rule: &'a AlarmRule, state: &AlarmState) -> Option<&'a str> {
+    state.level.filter(|_| state.active).and_then(|l| rule.level_name(l))
+}
+
 /// A device's alarms as a transaction left them: its rules and their
 /// states ([`AlarmState::shown`]), in rule order.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AlarmsAfter {
+    /// The device's rules (the writer's own, shared).
     pub rules: std::sync::Arc<[AlarmRule]>,
+    /// Each rule's state, without its memo.
     pub states: Vec<AlarmState>,
 }
 

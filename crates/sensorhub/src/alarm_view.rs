@@ -5,7 +5,7 @@
 
 use sensorhub_core::alarm::{AlarmRule, AlarmState, RuleKind, RuleSpec};
 use sensorhub_core::time::{Rfc3339Writer, Zone};
-use sensorhub_store::alarm::{Alarm, AlarmEvent};
+use sensorhub_store::alarm::{Alarm, AlarmEvent, episode_level};
 use serde::Serialize;
 use utoipa::ToSchema;
 
@@ -141,7 +141,7 @@ impl Clock {
             },
             spec: rule.spec(),
             state: if s.active { "active" } else { "ok" },
-            level: s.level.filter(|_| s.active).and_then(|l| rule.level_name(l)).map(str::to_owned),
+            level: episode_level(rule, s).map(str::to_owned),
             raised_at: self.maybe(s.raised_at.filter(|_| s.active)),
             level_since: self.maybe(s.level_since.filter(|_| s.active)),
             acknowledged_at: self.maybe(s.acknowledged_at.filter(|_| s.active)),

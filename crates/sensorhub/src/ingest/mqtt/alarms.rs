@@ -16,7 +16,8 @@
 //! one). So that the retained state is not left stale by one, each
 //! connection to the broker publishes every device's current state again,
 //! with `"event": null`; and a device whose transition found the queue
-//! full has its current state published again so once the queue drained.
+//! full has its current state published again, so, once the queue has
+//! drained.
 
 use super::writer::PUBLISHES_IN_FLIGHT;
 use crate::alarm_view::Clock;
