@@ -12,6 +12,21 @@ where
     F: Fn(u64) -> Fut + Send + Sync + 'static,
     Fut: std::future::Future<Output = Result<(), String>> + Send,
 {
+    load_at_least(clients, seconds, 0, first, send).await
+}
+
+/// As [`load`], going on past `seconds` until at least `requests` were sent.
+pub async fn load_at_least<F, Fut>(
+    clients: usize,
+    seconds: u64,
+    requests: u64,
+    first: u64,
+    send: F,
+) -> Result<f64, String>
+where
+    F: Fn(u64) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<(), String>> + Send,
+{
     let send = Arc::new(send);
     let next = Arc::new(AtomicU64::new(first));
     let stop = Arc::new(AtomicBool::new(false));
@@ -28,6 +43,9 @@ where
         })
         .collect();
     tokio::time::sleep(Duration::from_secs(seconds)).await;
+    while next.load(Ordering::Relaxed) - first < requests && !tasks.iter().any(|t| t.is_finished()) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     stop.store(true, Ordering::Relaxed);
     for t in tasks {
         t.await.map_err(|e| e.to_string())??;

@@ -4,7 +4,7 @@
 //! the latency phase posts too.
 
 use super::SECRET_KEY;
-use crate::closed_loop::load;
+use crate::closed_loop::{load, load_at_least};
 use crate::dataset::{self, Station};
 use crate::run::Server;
 use rumqttc::v5::MqttOptions;
@@ -33,7 +33,8 @@ fn side(rounds: &[(f64, f64)]) -> Side {
     Side { rps: rounds.iter().map(|r| r.0).sum::<f64>() / n, cpu_us: rounds.iter().map(|r| r.1).sum::<f64>() / n }
 }
 
-/// Seconds of unmeasured load each server takes first: every station's
+/// Seconds of unmeasured load each server takes first (and at least one
+/// reading of every station, however slow the machine): every station's
 /// first reading and whatever a server does once after it starts (its
 /// caches filled, every alarm state republished when its MQTT link comes
 /// up) are behind it, so that the figures are of ingest as it runs for
@@ -186,7 +187,8 @@ impl Ingest<'_> {
                     let (body, _, _) = envelope(&st, base, k, None);
                     async move { post(port, &body).await.map(|_| ()) }
                 };
-                self.rt.block_on(load(clients, WARM_UP, first, send.clone()))?;
+                let every_station = self.stations.len() as u64;
+                self.rt.block_on(load_at_least(clients, WARM_UP, every_station, first, send.clone()))?;
                 std::thread::sleep(SETTLE);
                 let (cpu, started) = (server.cpu_seconds(), Instant::now());
                 let rps = self.rt.block_on(load(clients, seconds, first + WARM_UP * PER_SECOND, send))?;
