@@ -1,6 +1,7 @@
 //! Alarms and their transitions as sensorhub shows them, wherever it
 //! does: the API's answers (times in the caller's `tz`), a stream's
-//! `event: alarm`, and what is published on MQTT (times in UTC). The
+//! `event: alarm`, and the views whose bytes MQTT publishes (times in UTC;
+//! written straight by `ingest::mqtt::alarm_payload`). The
 //! outgoing webhook's body is the store's (`sensorhub_store::alarm`).
 
 use sensorhub_core::alarm::{AlarmRule, AlarmState, RuleKind, RuleSpec};

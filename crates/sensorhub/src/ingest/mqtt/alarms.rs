@@ -19,6 +19,7 @@
 //! full has its current state published again, so, once the queue has
 //! drained.
 
+use super::alarm_payload;
 use super::writer::PUBLISHES_IN_FLIGHT;
 use crate::alarm_view::Clock;
 use async_trait::async_trait;
@@ -159,10 +160,7 @@ impl Publisher {
         for event in events.iter().rev() {
             if let Entry::Vacant(slot) = rendered.entry(event.device_id.as_str()) {
                 slot.insert(event.after.as_deref().and_then(|after| {
-                    let id = event.device_id.as_str();
-                    render(
-                        after.rules.iter().zip(&after.states).map(|(rule, s)| clock.rule_state(id, rule, s)).collect(),
-                    )
+                    alarm_payload::alarms(&mut clock, &event.device_id, after.rules.iter().zip(&after.states))
                 }));
             }
         }
@@ -172,7 +170,7 @@ impl Publisher {
                 Ok(devices) => {
                     for (id, alarms) in devices {
                         if let Some(slot) = rendered.get_mut(id.as_str()) {
-                            *slot = render(alarms.iter().map(|a| clock.alarm(a)).collect());
+                            *slot = alarm_payload::alarms(&mut clock, &id, alarms.iter().map(|a| (&a.rule, &a.state)));
                         }
                     }
                 }
@@ -184,8 +182,7 @@ impl Publisher {
         for event in events {
             let id = event.device_id.as_str();
             let alarms = rendered.get(id).and_then(Option::as_deref).unwrap_or("[]");
-            let view = serde_json::to_value(clock.event(event)).unwrap_or_default();
-            self.send(id, alarms, Some(&view)).await;
+            self.send(id, alarms, &alarm_payload::event(&mut clock, event)).await;
         }
     }
 
@@ -219,8 +216,9 @@ impl Publisher {
             for (device_id, alarms) in found {
                 // A state published again carries nothing but
                 // the alarms: without them it would retain an empty list.
-                if let Some(json) = render(alarms.iter().map(|a| clock.alarm(a)).collect()) {
-                    self.send(&device_id, &json, None).await;
+                let rules = alarms.iter().map(|a| (&a.rule, &a.state));
+                if let Some(json) = alarm_payload::alarms(&mut clock, &device_id, rules) {
+                    self.send(&device_id, &json, "null").await;
                 }
             }
         }
@@ -229,8 +227,7 @@ impl Publisher {
     /// Publishes `{"alarms": …, "event": …}` to the device's topic,
     /// retained: the bytes `serde_json::json!` gave when this was one
     /// object (its keys sorted), the alarms rendered once per device.
-    async fn send(&self, device_id: &str, alarms: &str, event: Option<&serde_json::Value>) {
-        let event = event.map_or_else(|| "null".to_owned(), serde_json::Value::to_string);
+    async fn send(&self, device_id: &str, alarms: &str, event: &str) {
         let payload = format!(r#"{{"alarms":{alarms},"event":{event}}}"#);
         while self.in_flight.load(Ordering::Relaxed) >= PUBLISHES_IN_FLIGHT {
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -243,9 +240,4 @@ impl Publisher {
             Err(_) => self.unpublished.one("the link's request queue is full or closed"),
         }
     }
-}
-
-/// A device's alarms as the JSON list published.
-fn render(views: Vec<crate::alarm_view::AlarmView>) -> Option<String> {
-    serde_json::to_value(views).ok().map(|v| v.to_string())
 }

@@ -15,6 +15,7 @@
 //! id is collected first (`legacy.rs`). Alarm transitions are published on
 //! the same link, retained, to `{prefix}/{device_id}/alarms` (`alarms.rs`).
 
+mod alarm_payload;
 mod alarms;
 mod legacy;
 mod link;
