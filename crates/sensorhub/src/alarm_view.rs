@@ -4,7 +4,7 @@
 //! written straight by `ingest::mqtt::alarm_payload`). The
 //! outgoing webhook's body is the store's (`sensorhub_store::alarm`).
 
-use sensorhub_core::alarm::{AlarmRule, AlarmState, RuleKind, RuleSpec};
+use sensorhub_core::alarm::{AlarmRule, AlarmState, RuleSpec};
 use sensorhub_core::time::{Rfc3339Writer, Zone};
 use sensorhub_store::alarm::{Alarm, AlarmEvent, episode_level};
 use serde::Serialize;
@@ -135,11 +135,7 @@ impl Clock {
         AlarmView {
             device_id: device_id.to_owned(),
             rule: rule.name.clone(),
-            kind: match rule.kind {
-                RuleKind::Level(_) => "level",
-                RuleKind::Rate(_) => "rate",
-                RuleKind::Silence(_) => "silence",
-            },
+            kind: rule.kind.name(),
             spec: rule.spec(),
             state: if s.active { "active" } else { "ok" },
             level: episode_level(rule, s).map(str::to_owned),

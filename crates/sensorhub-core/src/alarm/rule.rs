@@ -72,6 +72,17 @@ pub enum RuleKind {
     Silence(SilenceRule),
 }
 
+impl RuleKind {
+    /// The kind's name, as the API and the published alarms show it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            RuleKind::Level(_) => "level",
+            RuleKind::Rate(_) => "rate",
+            RuleKind::Silence(_) => "silence",
+        }
+    }
+}
+
 /// One alarm rule of a device.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AlarmRule {

@@ -97,7 +97,7 @@ fn spec(rule: &AlarmRule) -> Spec<'_> {
 }
 
 /// Rules of device `device_id` with their states, as the list published
-/// (`None`: it cannot be written, which finite values never are not).
+/// (`None` when it cannot be written; finite values always can).
 pub(super) fn alarms<'a>(
     clock: &mut Clock,
     device_id: &str,
@@ -108,11 +108,7 @@ pub(super) fn alarms<'a>(
         .map(|(rule, s)| Alarm {
             acknowledged_at: clock.maybe(s.acknowledged_at.filter(|_| s.active)),
             device_id,
-            kind: match rule.kind {
-                RuleKind::Level(_) => "level",
-                RuleKind::Rate(_) => "rate",
-                RuleKind::Silence(_) => "silence",
-            },
+            kind: rule.kind.name(),
             level: episode_level(rule, s),
             level_since: clock.maybe(s.level_since.filter(|_| s.active)),
             raised_at: clock.maybe(s.raised_at.filter(|_| s.active)),
