@@ -72,6 +72,10 @@ pub struct AlarmEvent {
     /// recorded by a change of rules). What is pushed with a transition
     /// comes from it, without a read.
     pub after: Option<std::sync::Arc<AlarmsAfter>>,
+    /// How many outgoing deliveries of it (one a subscription to alarms
+    /// that covers the device) the transaction that recorded it queued in
+    /// the outbox; 0 when read back from the store.
+    pub queued: usize,
 }
 
 /// The name of the level of `rule`'s episode in `state` (level rules, while active).

@@ -115,7 +115,9 @@ async fn start_deliveries(
     match crate::delivery::key_file::sealing_key(&settings.database, false) {
         Ok(key) => {
             let clock = Arc::new(crate::delivery::worker::SystemClock);
-            crate::delivery::worker::spawn(store.clone(), key, settings.deliveries, state.metrics.clone(), clock)?;
+            let worker =
+                crate::delivery::worker::spawn(store.clone(), key, settings.deliveries, state.metrics.clone(), clock)?;
+            store.observe(Arc::new(crate::delivery::alarm_wake::AlarmWake(worker)));
         }
         // Only worth a warning where there is something to deliver.
         Err(SealError::NoKey | SealError::NoKeyPostgres)

@@ -331,6 +331,7 @@ pub(crate) async fn events(
                 timestamp: r.get(5)?,
                 at: r.get(6)?,
                 after: None,
+                queued: 0,
             })
         })
         .collect()

@@ -54,6 +54,7 @@ pub(crate) async fn record(tx: &impl Tx, moved: Moved, now: i64, subscribed: boo
             timestamp: t.timestamp,
             at: now,
             after: after.clone(),
+            queued: subscriptions.len(),
         };
         // Built only when some subscription takes it.
         let body = if subscriptions.is_empty() { String::new() } else { super::alarm_envelope::envelope(&event) };

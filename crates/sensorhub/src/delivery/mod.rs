@@ -1,6 +1,7 @@
 //! Outgoing webhooks (issue 15): partners' subscriptions are signed by the
 //! Standard Webhooks scheme, and their secrets are sealed at rest.
 
+pub mod alarm_wake;
 pub mod batch;
 pub mod headers;
 pub mod key_file;

@@ -4,7 +4,9 @@
 //! endpoint), and hands what came of it by the retry rules to the recorder
 //! (record.rs), which writes many outcomes per transaction. Instances share
 //! the outbox: a claim leases rows to one worker. Claims and records give
-//! the writer to waiting readings first, within a budget (yielding.rs).
+//! the writer to waiting readings first, within a budget (yielding.rs),
+//! except a claim a wake asked for (alarm_wake.rs), at most one each
+//! [`WAKE_GAP`].
 //! Time comes from a [`Clock`], so tests can move it.
 
 use super::batch::{Job, jobs};
@@ -46,11 +48,19 @@ pub struct WorkerHandle {
 }
 
 impl WorkerHandle {
-    /// Makes the worker look for due deliveries at once.
+    /// Makes the worker look for due deliveries soon: at once, or
+    /// [`WAKE_GAP`] after its last claim, whichever is later; and without
+    /// giving the writer to waiting readings first. Wakes that come while
+    /// one is pending make one look.
     pub fn wake(&self) {
         self.wake.notify_one();
     }
 }
+
+/// The least time between a claim and the next one a wake makes: however
+/// many wakes come, they make at most one claim (a write transaction) in
+/// this time.
+pub const WAKE_GAP: Duration = Duration::from_millis(25);
 
 /// What every delivery task shares.
 struct Shared {
@@ -145,6 +155,8 @@ async fn run(shared: Arc<Shared>, wake: Arc<Notify>) {
     // any, and the endpoints it left some of for want of room.
     let (mut more_due, mut took, mut waiting) = (false, false, Vec::new());
     let mut next_look = tokio::time::Instant::now();
+    // When the last claim was made, and whether a wake asked for the next.
+    let (mut last_claim, mut woken) = (next_look, false);
     let mut turn = IngestFirst::new(shared.settings.ingest_first);
     loop {
         // A claim is a write transaction: made for many slots at once, at
@@ -159,11 +171,16 @@ async fn run(shared: Arc<Shared>, wake: Arc<Notify>) {
                     room_opened(&shared, &waiting)
                 });
         if tasks.len() < in_flight && look {
-            // Readings waiting for the writer go first, within a budget.
-            turn.wait(|| shared.store.ingest_waiting()).await;
+            // Readings waiting for the writer go first, within a budget;
+            // not before a claim a wake asked for (alarms go out at once,
+            // and WAKE_GAP bounds how often that is).
+            if !std::mem::take(&mut woken) {
+                turn.wait(|| shared.store.ingest_waiting()).await;
+            }
             while tasks.try_join_next().is_some() {}
             let free = in_flight.saturating_sub(tasks.len());
-            next_look = tokio::time::Instant::now() + shared.settings.poll;
+            last_claim = tokio::time::Instant::now();
+            next_look = last_claim + shared.settings.poll;
             match shared.store.claim_deliveries(shared.clock.now_ms(), lease, &shared.request(free)).await {
                 Ok(claimed) => {
                     if claimed.dropped > 0 {
@@ -180,7 +197,10 @@ async fn run(shared: Arc<Shared>, wake: Arc<Notify>) {
         }
         tokio::select! {
             Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
-            () = wake.notified() => next_look = tokio::time::Instant::now(),
+            () = wake.notified() => {
+                woken = true;
+                next_look = next_look.min((last_claim + WAKE_GAP).max(tokio::time::Instant::now()));
+            }
             () = tokio::time::sleep_until(next_look) => {}
         }
     }

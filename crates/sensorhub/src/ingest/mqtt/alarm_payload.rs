@@ -215,6 +215,7 @@ mod tests {
                 timestamp,
                 at: 1_700_000_400,
                 after: None,
+                queued: 0,
             };
             let through_value = serde_json::to_value(utc().event(&e)).expect("a value").to_string();
             assert_eq!(event(&mut utc(), &e), through_value);

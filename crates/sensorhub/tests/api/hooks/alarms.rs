@@ -1,10 +1,21 @@
 //! Alarm transitions delivered to a subscription that asks for them:
 //! signed, retried with the same webhook id, and only to subscriptions
-//! that chose the `alarms` events (the default stays `sensor-data`).
+//! that chose the `alarms` events (the default stays `sensor-data`);
+//! and woken by the commit that queued them, not left for the next poll.
 
-use super::delivery::{KEY, ingest, recorded, subscribe, subscribe_to, verify, worker};
+use super::delivery::{KEY, ingest, recorded, subscribe, subscribe_to, verify, worker, worker_with};
 use super::receiver::{Receiver, Reply};
 use crate::harness::TestApp;
+use sensorhub::config::delivery::DeliverySettings;
+use sensorhub::delivery::alarm_wake::AlarmWake;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A reading of AWLR-001's water level at `second`, as the webhook takes it.
+fn level(second: i64, value: f64) -> String {
+    let time = jiff::Timestamp::from_second(second).expect("t").to_string();
+    format!(r#"{{"event":"sensor-data","device_id":"AWLR-001","timestamp":"{time}","data":{{"AWLR1-wl":{value}}}}}"#)
+}
 
 on_each_backend! {
     async fn a_transition_goes_to_subscribers_of_alarms_signed_with_one_id_on_every_attempt() {
@@ -37,5 +48,32 @@ on_each_backend! {
         assert_eq!(again.body, first.body);
         let readings = app.store.deliveries(&readings_only, false).await.expect("deliveries");
         assert_eq!(readings.len(), 1, "the sensor-data subscriber got the reading and no alarm: {readings:?}");
+    }
+}
+
+on_each_backend! {
+    async fn a_commit_that_queues_an_alarm_wakes_the_worker_whose_poll_is_an_hour_away() {
+        let app = TestApp::with(ingest()).await;
+        crate::alarms::rules(&app, &[crate::alarms::SIAGA]).await;
+        let mut rx = Receiver::start(Vec::new()).await;
+        subscribe_to(&*app.store, &rx.url, &["alarms"]).await;
+        let settings = DeliverySettings {
+            allow_private: true,
+            timeout: Duration::from_millis(500),
+            poll: Duration::from_secs(3600),
+            ..DeliverySettings::default()
+        };
+        let (worker, _clock) = worker_with(app.store.clone(), settings);
+        app.store.observe(Arc::new(AlarmWake(worker)));
+        let now = jiff::Timestamp::now().as_second();
+        // The worker's first look (at its start) may be what delivers this one ...
+        assert_eq!(app.webhook(Some(KEY), &level(now - 60, 100.0)).await.status, 200);
+        let raised: serde_json::Value = serde_json::from_str(&rx.next().await.body).expect("JSON");
+        assert_eq!(raised["event"], "alarm.raised");
+        // ... but not this one: its next look is an hour away, so only the
+        // commit that queued the transition can have woken it.
+        assert_eq!(app.webhook(Some(KEY), &level(now - 30, 170.0)).await.status, 200);
+        let changed: serde_json::Value = serde_json::from_str(&rx.next().await.body).expect("JSON");
+        assert_eq!((changed["event"].as_str(), changed["data"]["level"].as_str()), (Some("alarm.level_changed"), Some("Siaga 2")));
     }
 }
