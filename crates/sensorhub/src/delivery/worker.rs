@@ -201,7 +201,9 @@ async fn run(shared: Arc<Shared>, wake: Arc<Notify>) {
                 woken = true;
                 next_look = next_look.min((last_claim + WAKE_GAP).max(tokio::time::Instant::now()));
             }
-            () = tokio::time::sleep_until(next_look) => {}
+            // With every slot taken, a look that is due waits for a task to
+            // end (rather than fire at once on every turn of the loop).
+            () = tokio::time::sleep_until(next_look), if tasks.len() < in_flight => {}
         }
     }
 }
