@@ -55,15 +55,26 @@ pub(crate) fn normalize(pairs: &mut Vec<(u8, f64)>) {
 
 /// One sensor's column of an hour being written: which readings have it
 /// (empty: all of them) and their values in time order.
+#[derive(Clone)]
 struct ColumnIn {
     idx: u8,
     present: Vec<bool>,
     values: Vec<f64>,
+    /// The values' decimal form, kept as they come.
+    decimal: codec::DecimalForm,
 }
 
-/// An hour being written, as columns.
-#[derive(Default)]
-struct Columns {
+impl ColumnIn {
+    fn push_value(&mut self, v: f64) {
+        self.values.push(v);
+        self.decimal.push(&self.values);
+    }
+}
+
+/// An hour being written, as columns: what a write merges readings into
+/// ([`open`]) and encodes.
+#[derive(Clone, Default)]
+pub(crate) struct Columns {
     times: Vec<u16>,
     /// In ascending idx order.
     columns: Vec<ColumnIn>,
@@ -84,38 +95,39 @@ impl Columns {
             if !c.present.is_empty() {
                 c.present.push(value.is_some());
             }
-            c.values.extend(value);
+            if let Some(v) = value {
+                c.push_value(v);
+            }
         }
         // Sensors this hour has not seen yet.
         for &(idx, v) in pairs {
             if let Err(at) = self.columns.binary_search_by_key(&idx, |c| c.idx) {
                 let mut present = vec![false; n + 1];
                 present[n] = true;
-                self.columns
-                    .insert(at, ColumnIn { idx, present: if n == 0 { Vec::new() } else { present }, values: vec![v] });
+                let present = if n == 0 { Vec::new() } else { present };
+                let mut column = ColumnIn { idx, present, values: Vec::new(), decimal: codec::DecimalForm::default() };
+                column.push_value(v);
+                self.columns.insert(at, column);
             }
         }
     }
 
-    fn encode(&self) -> Vec<u8> {
+    pub(crate) fn encode(&self) -> Vec<u8> {
         let mut out = Vec::new();
         let n = self.times.len();
         if n == 0 {
             return out;
         }
-        // Each column's decimal form, found once for its summary and its coding.
-        let decimals: Vec<Option<codec::Decimal>> = self
-            .columns
-            .iter()
-            .map(|c| (!c.values.is_empty()).then(|| codec::decimal_column(&c.values)).flatten())
-            .collect();
+        // Each column's decimal form, kept as its values came, for its summary and its coding.
+        let decimals: Vec<Option<&codec::Decimal>> =
+            self.columns.iter().map(|c| (!c.values.is_empty()).then(|| c.decimal.get()).flatten()).collect();
         if n >= crate::stats::MIN_READINGS {
             let columns: Vec<(u8, &[f64], Option<&codec::Decimal>)> = self
                 .columns
                 .iter()
                 .zip(&decimals)
                 .filter(|(c, _)| !c.values.is_empty())
-                .map(|(c, d)| (c.idx, &c.values[..], d.as_ref()))
+                .map(|(c, d)| (c.idx, &c.values[..], *d))
                 .collect();
             crate::stats::encode(&columns, &mut out);
         }
@@ -135,7 +147,7 @@ impl Columns {
                 }
                 out.extend_from_slice(&bitmap);
             }
-            codec::encode_column_as(&c.values, decimal.as_ref(), &mut out);
+            codec::encode_column_as(&c.values, *decimal, &mut out);
         }
         out
     }
@@ -318,8 +330,8 @@ pub(crate) fn rows(data: &[u8]) -> Option<Vec<Row>> {
     Some(out)
 }
 
-/// A stored hour as columns of doubles, to append to.
-fn columns(data: &[u8]) -> Option<Columns> {
+/// A stored hour as columns of doubles, to merge into.
+pub(crate) fn columns(data: &[u8]) -> Option<Columns> {
     let mut values = Vec::new();
     let d = decode(data, &mut values)?;
     let n = d.times.len();
@@ -330,71 +342,12 @@ fn columns(data: &[u8]) -> Option<Columns> {
             None => Vec::new(),
             Some(_) => (0..n).map(|i| c.has(i)).collect(),
         };
-        columns.push(ColumnIn {
-            idx: c.idx,
-            present,
-            values: values[at..at + c.present].iter().map(|v| v.to_f64()).collect(),
-        });
+        let values: Vec<f64> = values[at..at + c.present].iter().map(|v| v.to_f64()).collect();
+        let decimal = codec::DecimalForm::of(&values);
+        columns.push(ColumnIn { idx: c.idx, present, values, decimal });
         at += c.present;
     }
     Some(Columns { times: d.times, columns })
-}
-
-/// Merges a new hour into a stored one: readings at the same second are
-/// merged sensor by sensor, `new`'s values winning. Returns the merged hour
-/// and how many of its seconds are new or changed; `None` if either is
-/// malformed (a stored row is never silently replaced). Writes use
-/// [`merge_rows`]; this is its tests' way in.
-#[cfg(test)]
-pub fn merge(old: &[u8], new: &[u8]) -> Option<(Vec<u8>, u64)> {
-    merge_rows(old, rows(new)?)
-}
-
-/// [`merge`] of readings not yet encoded (in time order, each normalized):
-/// what a write gathered goes into its stored hour without being encoded
-/// and decoded again on the way. Readings later than every stored one
-/// (live data) are appended without spelling out the rest.
-pub(crate) fn merge_rows(old: &[u8], newer: Vec<Row>) -> Option<(Vec<u8>, u64)> {
-    if old.is_empty() {
-        return Some((encode(&newer), newer.len() as u64));
-    }
-    let last = decode_times(&mut Reader::new(crate::stats::body(old)?))?.last().copied();
-    if newer.first().is_some_and(|r| last.is_some_and(|l| r.0 > l)) {
-        let mut columns = columns(old)?;
-        for (t, pairs) in &newer {
-            columns.push(*t, pairs);
-        }
-        return Some((columns.encode(), newer.len() as u64));
-    }
-    let older = rows(old)?;
-    let mut out: Vec<Row> = Vec::with_capacity(older.len() + newer.len());
-    let mut changed = 0;
-    let (mut a, mut b) = (older.into_iter().peekable(), newer.into_iter().peekable());
-    loop {
-        let take_old = match (a.peek(), b.peek()) {
-            (Some(x), Some(y)) if x.0 == y.0 => {
-                let (Some((t, before)), Some((_, newer))) = (a.next(), b.next()) else { break };
-                let mut pairs = before.clone();
-                pairs.extend(newer);
-                normalize(&mut pairs);
-                changed += u64::from(!same(&before, &pairs));
-                out.push((t, pairs));
-                continue;
-            }
-            (Some(x), Some(y)) => x.0 < y.0,
-            (Some(_), None) => true,
-            (None, Some(_)) => false,
-            (None, None) => break,
-        };
-        changed += u64::from(!take_old);
-        out.extend(if take_old { a.next() } else { b.next() });
-    }
-    Some((encode(&out), changed))
-}
-
-/// Whether two readings hold the same values, bit for bit.
-fn same(a: &[(u8, f64)], b: &[(u8, f64)]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.0 == y.0 && x.1.to_bits() == y.1.to_bits())
 }
 
 /// A stored hour written before summaries existed, again with them:
@@ -494,6 +447,9 @@ pub fn remove_range(chunk: i64, data: &[u8], from: i64, end: i64) -> Option<(Vec
     });
     Some((encode(&kept), readings, values))
 }
+
+#[path = "chunk_open.rs"]
+pub(crate) mod open;
 
 #[cfg(test)]
 #[path = "chunk_tests.rs"]

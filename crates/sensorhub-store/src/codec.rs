@@ -146,31 +146,70 @@ fn round_half_away(x: f64) -> Option<i64> {
 }
 
 /// The integers of `values` at the fewest decimals that hold them all, or
-/// `None` if some value has no decimal form. Each value is scaled once
-/// while the decimals hold, and those before again when a value needs more.
+/// `None` if some value has no decimal form (stores keep it as the values
+/// come: [`DecimalForm`]).
+#[cfg(test)]
 pub(crate) fn decimal_column(values: &[f64]) -> Option<Decimal> {
-    let mut k = 0u8;
-    let mut ints = Vec::with_capacity(values.len());
-    for (i, &v) in values.iter().enumerate() {
+    DecimalForm::of(values).0
+}
+
+/// A column's decimal form found value by value, as the values come
+/// ([`decimal_column`] of every value so far): an hour that live data
+/// appends to scales only its new values. Each value is scaled once while
+/// the decimals hold, and those before again when a value needs more.
+#[derive(Clone, Debug)]
+pub(crate) struct DecimalForm(Option<Decimal>);
+
+impl Default for DecimalForm {
+    fn default() -> Self {
+        Self(Some((0, Vec::new())))
+    }
+}
+
+impl DecimalForm {
+    /// The form of `values`.
+    pub(crate) fn of(values: &[f64]) -> Self {
+        let mut form = Self::default();
+        for i in 0..values.len() {
+            form.push(&values[..=i]);
+        }
+        form
+    }
+
+    /// Takes the last of `values` (every value of the column so far, the
+    /// ones before it already taken) into the form.
+    pub(crate) fn push(&mut self, values: &[f64]) {
+        let Some(((k, ints), (&v, before))) = self.0.as_mut().zip(values.split_last()) else { return };
         let mut raised = false;
         let n = loop {
-            if let Some(n) = scaled(v, k) {
+            if let Some(n) = scaled(v, *k) {
                 break n;
             }
-            k += 1;
+            *k += 1;
             raised = true;
-            if k > MAX_K {
-                return None;
+            if *k > MAX_K {
+                self.0 = None;
+                return;
             }
         };
         if raised {
-            for (at, &before) in ints.iter_mut().zip(&values[..i]) {
-                *at = scaled(before, k)?;
+            for (at, &b) in ints.iter_mut().zip(before) {
+                match scaled(b, *k) {
+                    Some(m) => *at = m,
+                    None => {
+                        self.0 = None;
+                        return;
+                    }
+                }
             }
         }
         ints.push(n);
     }
-    Some((k, ints))
+
+    /// The form of the values taken, or `None` if some has none.
+    pub(crate) fn get(&self) -> Option<&Decimal> {
+        self.0.as_ref()
+    }
 }
 
 /// Appends a column of values (at least one); the store finds the decimal

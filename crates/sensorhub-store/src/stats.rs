@@ -62,7 +62,7 @@ pub struct SensorStats {
 }
 
 /// Appends the summaries of an hour's columns (sensor idx, its values in
-/// time order and their decimal form, [`codec::decimal_column`]; idx
+/// time order and their decimal form, [`codec::DecimalForm`]; idx
 /// ascending, each with at least one value).
 pub(crate) fn encode(columns: &[(u8, &[f64], Option<&codec::Decimal>)], out: &mut Vec<u8>) {
     let mut block = Vec::with_capacity(12 * columns.len());

@@ -282,13 +282,11 @@ pub(crate) struct GatheredHour {
     pub rows: Vec<chunk::Row>,
 }
 
-/// Merges a new hour into the stored one: the row to write and how many
+/// Merges a gathered hour into the stored one, held as columns (`held`
+/// is left holding the merged hour): the row to write and how many
 /// readings it changes, or `None` when nothing would change.
-pub(crate) fn merge_hour(hour: GatheredHour, old: Option<&[u8]>) -> StoreResult<Option<(HourRow, u64)>> {
+pub(crate) fn merge_hour(hour: GatheredHour, held: &mut chunk::Columns) -> Option<(HourRow, u64)> {
     let GatheredHour { device_pk, chunk, rows } = hour;
-    let (merged, changed) = match old {
-        Some(old) => chunk::merge_rows(old, rows).ok_or_else(|| malformed(device_pk, chunk))?,
-        None => (chunk::encode(&rows), rows.len() as u64),
-    };
-    Ok((changed > 0).then_some((HourRow { device_pk, chunk, data: merged }, changed)))
+    let changed = held.merge(rows);
+    (changed > 0).then(|| (HourRow { device_pk, chunk, data: held.encode() }, changed))
 }

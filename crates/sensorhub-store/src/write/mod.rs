@@ -11,6 +11,7 @@ pub(crate) mod checkpoint;
 pub(crate) mod copy;
 pub(crate) mod device_alarms;
 pub(crate) mod device_cache;
+pub(crate) mod hour_cache;
 pub(crate) mod migrate;
 pub(crate) mod provision;
 pub(crate) mod provision_tx;
@@ -27,4 +28,6 @@ pub(crate) struct Kept {
     pub(crate) alarms: alarm_cache::AlarmCache,
     /// Each device's key and sensors.
     pub(crate) devices: device_cache::DeviceCache,
+    /// The hours written last, decoded.
+    pub(crate) hours: hour_cache::HourCache,
 }

@@ -45,6 +45,9 @@ pub(crate) struct ReadingWriter<'k> {
     marks: Option<Marks>,
     /// When the transaction stores its readings, by the server's clock (seconds).
     now: i64,
+    /// Whether the hours written are kept decoded for the next transaction
+    /// ([`super::hour_cache`]): not for history in bulk, written once.
+    keep_hours: bool,
 }
 
 impl<'k> ReadingWriter<'k> {
@@ -62,6 +65,7 @@ impl<'k> ReadingWriter<'k> {
             alarms: FastMap::default(),
             marks: None,
             now: crate::decide::now(),
+            keep_hours: true,
         }
     }
 
@@ -141,8 +145,16 @@ impl<'k> ReadingWriter<'k> {
             tx.hours(&keys).await?.into_iter().map(|r| ((r.device_pk, r.chunk), r.data)).collect();
         let mut changed = Vec::with_capacity(rows.len());
         for row in rows {
-            let before = stored.get(&(row.device_pk, row.chunk)).map(Vec::as_slice);
-            if let Some((row, n)) = decide::merge_hour(row, before)? {
+            let key = (row.device_pk, row.chunk);
+            let before = stored.get(&key).map(Vec::as_slice);
+            let mut held = self.kept.hours.take(key, before).ok_or_else(|| decide::malformed(key.0, key.1))?;
+            let merged = decide::merge_hour(row, &mut held);
+            if let Some(stored) = merged.as_ref().map(|(row, _)| row.data.as_slice()).or(before) {
+                if self.keep_hours {
+                    self.kept.hours.keep(key, stored.to_vec(), held);
+                }
+            }
+            if let Some((row, n)) = merged {
                 changed.push(row);
                 self.changed += n;
             }
@@ -184,6 +196,8 @@ pub(crate) async fn import(
     let started = std::time::Instant::now();
     let mut report = ImportReport::default();
     let mut writer = ReadingWriter::new(outbox, kept);
+    // A batched import is history in bulk: each hour is written once.
+    writer.keep_hours = limit.is_none();
     let mut source = Some(source);
     let mut rest = None;
     while let Some(src) = source.take() {
