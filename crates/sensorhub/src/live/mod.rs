@@ -92,6 +92,9 @@ impl Client {
 struct DeviceLive {
     retained: VecDeque<Arc<LiveEvent>>,
     clients: Vec<Arc<Client>>,
+    /// No retained event has a larger id: an event past it (every event,
+    /// as ids grow) is known new without looking through the retained.
+    newest_id: u64,
 }
 
 impl DeviceLive {
@@ -219,10 +222,11 @@ impl LiveHub {
         let now = Instant::now();
         let mut devices = self.devices();
         let device = devices.entry(item.device_id().to_owned()).or_default();
-        if device.retained.iter().rev().any(|e| e.id == id) {
+        if id <= device.newest_id && device.retained.iter().rev().any(|e| e.id == id) {
             return;
         }
         let event = Arc::new(LiveEvent { id, item, received: now });
+        device.newest_id = device.newest_id.max(id);
         device.retained.push_back(event.clone());
         device.forget_old(now);
         let metrics = &self.metrics;
@@ -387,6 +391,8 @@ mod tests {
         hub.publish(vec![reading("A", 5)]).await;
         assert_eq!(second_of(&event(sub.next().await)), 4);
         assert_eq!(second_of(&event(sub.next().await)), 5, "an id already retained is not sent again");
+        hub.dispatch(first.id - 1, reading("A", 6));
+        assert_eq!(second_of(&event(sub.next().await)), 6, "an id older than the newest but not retained is new");
     }
 
     #[tokio::test]
