@@ -3,34 +3,36 @@
 //! last as columns ([`crate::write::hour_cache`]), so that live data (a
 //! reading a second appended to its hour) merges without decoding the
 //! stored hour again; readings that arrive a little out of order (several
-//! senders at once) are merged column by column without spelling each
-//! reading out.
+//! senders at once) spell out and re-merge only the held readings after
+//! the first of them.
 
-use super::{Columns, Row, normalize};
+use super::{ColumnIn, Columns, Row, normalize};
+
+impl ColumnIn {
+    /// How many of the first `p` readings have this sensor.
+    fn count_before(&self, p: usize) -> usize {
+        if self.present.is_empty() { p } else { self.present[..p].iter().filter(|x| **x).count() }
+    }
+}
 
 impl Columns {
     /// Merges readings (ascending seconds, each normalized) into the hour:
     /// at a second already held, sensor by sensor, the new values winning.
     /// Returns how many of the readings are new or change what was held.
+    /// The held readings before the first new one stay as they are; those
+    /// after it (few, when readings arrive a little out of order) are
+    /// spelled out and merged with the new ones.
     pub(crate) fn merge(&mut self, newer: Vec<Row>) -> u64 {
-        if newer.first().is_some_and(|r| self.times.last().is_none_or(|last| r.0 > *last)) {
-            for (t, pairs) in &newer {
-                self.push(*t, pairs);
-            }
-            return newer.len() as u64;
-        }
-        let old = std::mem::take(self);
-        let mut cursors = vec![0usize; old.columns.len()];
-        let (mut before, mut merged) = (Vec::new(), Vec::new());
+        let Some(first) = newer.first().map(|r| r.0) else { return 0 };
+        let older = self.split_off(self.times.partition_point(|t| *t < first));
         let mut changed = 0;
-        let mut newer = newer.into_iter().peekable();
-        let mut times = old.times.iter().enumerate().peekable();
+        let mut merged = Vec::new();
+        let (mut a, mut b) = (older.into_iter().peekable(), newer.into_iter().peekable());
         loop {
-            match (times.peek().map(|(_, t)| **t), newer.peek().map(|r| r.0)) {
+            match (a.peek().map(|r| r.0), b.peek().map(|r| r.0)) {
                 (None, None) => break,
                 (Some(t), Some(u)) if t == u => {
-                    let (Some((i, _)), Some((_, pairs))) = (times.next(), newer.next()) else { break };
-                    old.row(i, &mut cursors, &mut before);
+                    let (Some((_, before)), Some((_, pairs))) = (a.next(), b.next()) else { break };
                     merged.clear();
                     merged.extend_from_slice(&before);
                     merged.extend(pairs);
@@ -39,18 +41,42 @@ impl Columns {
                     self.push(t, &merged);
                 }
                 (Some(t), u) if u.is_none_or(|u| t < u) => {
-                    let Some((i, _)) = times.next() else { break };
-                    old.row(i, &mut cursors, &mut before);
+                    let Some((_, before)) = a.next() else { break };
                     self.push(t, &before);
                 }
                 _ => {
-                    let Some((u, pairs)) = newer.next() else { break };
+                    let Some((u, pairs)) = b.next() else { break };
                     changed += 1;
                     self.push(u, &pairs);
                 }
             }
         }
         changed
+    }
+
+    /// The readings from the `p`th on, spelled out, leaving the hour
+    /// holding the first `p` as if only they had been pushed.
+    fn split_off(&mut self, p: usize) -> Vec<Row> {
+        let n = self.times.len();
+        if p >= n {
+            return Vec::new();
+        }
+        let mut cursors: Vec<usize> = self.columns.iter().map(|c| c.count_before(p)).collect();
+        let mut rows = Vec::with_capacity(n - p);
+        for i in p..n {
+            let mut pairs = Vec::new();
+            self.row(i, &mut cursors, &mut pairs);
+            rows.push((self.times[i], pairs));
+        }
+        self.times.truncate(p);
+        for c in &mut self.columns {
+            let m = c.count_before(p);
+            c.values.truncate(m);
+            c.present.truncate(p);
+            c.decimal.truncate(&c.values);
+        }
+        self.columns.retain(|c| !c.values.is_empty());
+        rows
     }
 
     /// Reading `i`'s pairs into `out` (in idx order), moving each column's

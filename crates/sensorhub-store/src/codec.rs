@@ -150,7 +150,7 @@ fn round_half_away(x: f64) -> Option<i64> {
 /// come: [`DecimalForm`]).
 #[cfg(test)]
 pub(crate) fn decimal_column(values: &[f64]) -> Option<Decimal> {
-    DecimalForm::of(values).0
+    DecimalForm::of(values).form
 }
 
 /// A column's decimal form found value by value, as the values come
@@ -158,11 +158,16 @@ pub(crate) fn decimal_column(values: &[f64]) -> Option<Decimal> {
 /// appends to scales only its new values. Each value is scaled once while
 /// the decimals hold, and those before again when a value needs more.
 #[derive(Clone, Debug)]
-pub(crate) struct DecimalForm(Option<Decimal>);
+pub(crate) struct DecimalForm {
+    form: Option<Decimal>,
+    /// Values taken when the decimals last rose or the form was lost: the
+    /// form of the first `m >= decided` values is this one's first `m`.
+    decided: usize,
+}
 
 impl Default for DecimalForm {
     fn default() -> Self {
-        Self(Some((0, Vec::new())))
+        Self { form: Some((0, Vec::new())), decided: 0 }
     }
 }
 
@@ -179,7 +184,7 @@ impl DecimalForm {
     /// Takes the last of `values` (every value of the column so far, the
     /// ones before it already taken) into the form.
     pub(crate) fn push(&mut self, values: &[f64]) {
-        let Some(((k, ints), (&v, before))) = self.0.as_mut().zip(values.split_last()) else { return };
+        let Some(((k, ints), (&v, before))) = self.form.as_mut().zip(values.split_last()) else { return };
         let mut raised = false;
         let n = loop {
             if let Some(n) = scaled(v, *k) {
@@ -188,16 +193,18 @@ impl DecimalForm {
             *k += 1;
             raised = true;
             if *k > MAX_K {
-                self.0 = None;
+                self.form = None;
+                self.decided = values.len();
                 return;
             }
         };
         if raised {
+            self.decided = values.len();
             for (at, &b) in ints.iter_mut().zip(before) {
                 match scaled(b, *k) {
                     Some(m) => *at = m,
                     None => {
-                        self.0 = None;
+                        self.form = None;
                         return;
                     }
                 }
@@ -206,9 +213,19 @@ impl DecimalForm {
         ints.push(n);
     }
 
+    /// The form of `values`, the first of those taken: the same form cut
+    /// short when nothing was decided after them, else found again.
+    pub(crate) fn truncate(&mut self, values: &[f64]) {
+        if values.len() < self.decided {
+            *self = Self::of(values);
+        } else if let Some((_, ints)) = &mut self.form {
+            ints.truncate(values.len());
+        }
+    }
+
     /// The form of the values taken, or `None` if some has none.
     pub(crate) fn get(&self) -> Option<&Decimal> {
-        self.0.as_ref()
+        self.form.as_ref()
     }
 }
 

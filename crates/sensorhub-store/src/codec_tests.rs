@@ -140,6 +140,25 @@ proptest! {
         prop_assert_eq!(decimal_column(&values), decimal_column_by_round(&values));
     }
 
+    /// A kept form cut to any first values is the form of those values
+    /// (decimals that rose, or a form lost, after the cut or before it).
+    #[test]
+    fn a_form_cut_short_is_the_form_of_what_remains(values in proptest::collection::vec(any_double(), 0..50),
+                                                   cut in any::<proptest::sample::Index>()) {
+        let m = cut.index(values.len() + 1);
+        let mut form = DecimalForm::of(&values);
+        form.truncate(&values[..m]);
+        prop_assert_eq!(form.get().cloned(), DecimalForm::of(&values[..m]).get().cloned());
+        prop_assert_eq!(form.get().cloned(), decimal_column(&values[..m]));
+        // And it goes on as if it had only ever taken those.
+        let mut again = values[..m].to_vec();
+        again.extend_from_slice(&values[m..]);
+        for i in m..again.len() {
+            form.push(&again[..=i]);
+        }
+        prop_assert_eq!(form.get().cloned(), decimal_column(&values));
+    }
+
     #[test]
     fn any_bytes_decode_or_are_refused(bytes in proptest::collection::vec(any::<u8>(), 0..64), m in 1usize..40) {
         let mut out = Vec::new();
