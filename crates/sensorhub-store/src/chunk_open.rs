@@ -91,9 +91,10 @@ impl Columns {
         }
     }
 
-    /// Values held, for a bound on what is kept of hours.
-    pub(crate) fn values_held(&self) -> usize {
-        self.times.len() + self.columns.iter().map(|c| c.values.len() + c.present.len() / 8).sum::<usize>()
+    /// Bytes held (by estimate: each value with its decimal form), for a
+    /// bound on what is kept of hours.
+    pub(crate) fn bytes_held(&self) -> usize {
+        2 * self.times.len() + self.columns.iter().map(|c| 16 * c.values.len() + c.present.len() + 64).sum::<usize>()
     }
 }
 

@@ -7,7 +7,7 @@
 //! when the row the transaction read is byte for byte the one kept with
 //! it, so a write by anyone else (another instance, the CLI, a delete or
 //! retention) or a transaction that rolled back only costs a decode.
-//! Memory is bounded ([`MAX_HOURS`], [`MAX_VALUES`]); when it is full,
+//! Memory is bounded ([`MAX_HOURS`], [`MAX_BYTES`]); when it is full,
 //! hours older than the one being kept go first (live data has moved on
 //! from them), and otherwise the new hour is simply not kept.
 
@@ -17,9 +17,10 @@ use std::sync::Mutex;
 
 /// Hours kept at most.
 const MAX_HOURS: usize = 4096;
-/// Values (and seconds) kept at most, over every hour: about 12 MB with
-/// the stored bytes kept beside them.
-const MAX_VALUES: usize = 1 << 20;
+/// Bytes kept at most, over every hour, by estimate (each value with its
+/// decimal form, and the stored bytes): a million values of slow-moving
+/// decimals.
+const MAX_BYTES: usize = 16 << 20;
 
 /// A store's kept hours, by (device, hour).
 #[derive(Default)]
@@ -68,12 +69,12 @@ impl HourCache {
     /// Keeps the hour `key` as written (`stored`, the same readings as
     /// `columns`), if it fits.
     pub(crate) fn keep(&self, key: (i64, i64), stored: Vec<u8>, columns: Columns) {
-        let cost = columns.values_held() + stored.len() / 8 + 1;
+        let cost = columns.bytes_held() + stored.len();
         let mut k = self.lock();
         if let Some(old) = k.hours.remove(&key) {
             k.held -= old.cost;
         }
-        let full = |k: &Kept| k.hours.len() >= MAX_HOURS || k.held + cost > MAX_VALUES;
+        let full = |k: &Kept| k.hours.len() >= MAX_HOURS || k.held + cost > MAX_BYTES;
         if full(&k) && key.1 > k.oldest {
             k.hours.retain(|(_, hour), _| *hour >= key.1);
             k.held = k.hours.values().map(|h| h.cost).sum();
