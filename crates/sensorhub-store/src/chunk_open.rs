@@ -55,7 +55,8 @@ impl Columns {
     }
 
     /// The readings from the `p`th on, spelled out, leaving the hour
-    /// holding the first `p` as if only they had been pushed.
+    /// holding the first `p`: it encodes as if only they had been pushed
+    /// (a presence list may stay spelled out with every reading present).
     fn split_off(&mut self, p: usize) -> Vec<Row> {
         let n = self.times.len();
         if p >= n {
@@ -91,10 +92,11 @@ impl Columns {
         }
     }
 
-    /// Bytes held (by estimate: each value with its decimal form), for a
-    /// bound on what is kept of hours.
+    /// Bytes held (by estimate: each value's room with its decimal form),
+    /// for a bound on what is kept of hours.
     pub(crate) fn bytes_held(&self) -> usize {
-        2 * self.times.len() + self.columns.iter().map(|c| 16 * c.values.len() + c.present.len() + 64).sum::<usize>()
+        let columns: usize = self.columns.iter().map(|c| 16 * c.values.capacity() + c.present.capacity() + 96).sum();
+        2 * self.times.capacity() + columns
     }
 }
 

@@ -153,8 +153,9 @@ pub(crate) fn decimal_column(values: &[f64]) -> Option<Decimal> {
     DecimalForm::of(values).form
 }
 
-/// A column's decimal form found value by value, as the values come
-/// ([`decimal_column`] of every value so far): an hour that live data
+/// A column's decimal form found value by value, as the values come (the
+/// integers of every value so far at the fewest decimals that hold them
+/// all, or none if some value has no decimal form): an hour that live data
 /// appends to scales only its new values. Each value is scaled once while
 /// the decimals hold, and those before again when a value needs more.
 #[derive(Clone, Debug)]
@@ -229,15 +230,16 @@ impl DecimalForm {
     }
 }
 
-/// Appends a column of values (at least one); the store finds the decimal
-/// form once per column and calls [`encode_column_as`].
+/// Appends a column of values (at least one), finding its decimal form
+/// first; the store keeps each column's form as its values come
+/// ([`DecimalForm`]) and calls [`encode_column_as`].
 #[cfg(test)]
 pub(crate) fn encode_column(values: &[f64], out: &mut Vec<u8>) {
     encode_column_as(values, decimal_column(values).as_ref(), out);
 }
 
 /// Appends a column of values (at least one) whose decimal form
-/// ([`decimal_column`]) is `decimal`.
+/// ([`DecimalForm`]) is `decimal`.
 pub(crate) fn encode_column_as(values: &[f64], decimal: Option<&Decimal>, out: &mut Vec<u8>) {
     match decimal {
         Some((k, ints)) => encode_ints(*k, ints, out),

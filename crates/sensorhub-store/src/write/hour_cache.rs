@@ -8,8 +8,9 @@
 //! it, so a write by anyone else (another instance, the CLI, a delete or
 //! retention) or a transaction that rolled back only costs a decode.
 //! Memory is bounded ([`MAX_HOURS`], [`MAX_BYTES`]); when it is full,
-//! hours older than the one being kept go first (live data has moved on
-//! from them), and otherwise the new hour is simply not kept.
+//! hours more than one older than the one being kept go (live data has
+//! moved on from them; the hour before stays, for stations whose clocks
+//! lag the others'), and otherwise the new hour is simply not kept.
 
 use crate::chunk::{self, Columns};
 use crate::decide::FastMap;
@@ -68,15 +69,16 @@ impl HourCache {
 
     /// Keeps the hour `key` as written (`stored`, the same readings as
     /// `columns`), if it fits.
-    pub(crate) fn keep(&self, key: (i64, i64), stored: Vec<u8>, columns: Columns) {
+    pub(crate) fn keep(&self, key: (i64, i64), stored: &[u8], columns: Columns) {
         let cost = columns.bytes_held() + stored.len();
         let mut k = self.lock();
         if let Some(old) = k.hours.remove(&key) {
             k.held -= old.cost;
         }
         let full = |k: &Kept| k.hours.len() >= MAX_HOURS || k.held + cost > MAX_BYTES;
-        if full(&k) && key.1 > k.oldest {
-            k.hours.retain(|(_, hour), _| *hour >= key.1);
+        let stale = key.1.saturating_sub(1);
+        if full(&k) && stale > k.oldest {
+            k.hours.retain(|(_, hour), _| *hour >= stale);
             k.held = k.hours.values().map(|h| h.cost).sum();
             k.oldest = k.hours.keys().map(|(_, hour)| *hour).min().unwrap_or(key.1);
         }
@@ -85,7 +87,7 @@ impl HourCache {
         }
         k.oldest = if k.hours.is_empty() { key.1 } else { k.oldest.min(key.1) };
         k.held += cost;
-        k.hours.insert(key, Hour { stored, columns, cost });
+        k.hours.insert(key, Hour { stored: stored.to_vec(), columns, cost });
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Kept> {
@@ -108,16 +110,16 @@ mod tests {
     fn a_kept_hour_is_used_only_while_the_stored_row_is_the_one_kept() {
         let cache = HourCache::default();
         let (stored, columns) = hour(0..10);
-        cache.keep((1, 5), stored.clone(), columns);
+        cache.keep((1, 5), &stored, columns);
         let (other, _) = hour(0..11);
         // Someone else wrote the hour: the row read is decoded, not the kept one.
         let taken = cache.take((1, 5), Some(&other)).expect("decodes");
         assert_eq!(taken.encode(), other);
         // It was handed over: a second take decodes too.
-        cache.keep((1, 5), stored.clone(), hour(0..10).1);
+        cache.keep((1, 5), &stored, hour(0..10).1);
         assert_eq!(cache.take((1, 5), Some(&stored)).expect("kept").encode(), stored);
         // A row deleted since: nothing is merged into.
-        cache.keep((1, 5), stored.clone(), hour(0..10).1);
+        cache.keep((1, 5), &stored, hour(0..10).1);
         assert_eq!(cache.take((1, 5), None).expect("empty").encode(), Vec::<u8>::new());
         assert!(cache.take((1, 5), Some(&[0x05])).is_none(), "a malformed row is refused");
     }
@@ -127,15 +129,30 @@ mod tests {
         let cache = HourCache::default();
         for device in 0..MAX_HOURS as i64 {
             let (stored, columns) = hour(0..2);
-            cache.keep((device, 100), stored, columns);
+            cache.keep((device, 100), &stored, columns);
         }
         let (stored, columns) = hour(0..2);
-        cache.keep((-1, 99), stored.clone(), columns.clone());
+        cache.keep((-1, 99), &stored, columns.clone());
         assert_eq!(cache.lock().hours.len(), MAX_HOURS, "an older hour is not kept when full");
         assert!(!cache.lock().hours.contains_key(&(-1, 99)));
-        cache.keep((-1, 101), stored, columns);
+        cache.keep((-1, 101), &stored, columns.clone());
+        assert_eq!(cache.lock().hours.len(), MAX_HOURS, "the hour before the new one stays");
+        cache.keep((-1, 102), &stored, columns);
         let k = cache.lock();
-        assert_eq!(k.hours.len(), 1, "the hours older than the new one went");
-        assert_eq!((k.oldest, k.held), (101, k.hours.values().map(|h| h.cost).sum()));
+        assert_eq!(k.hours.len(), 1, "hours more than one older than the new one went");
+        assert_eq!((k.oldest, k.held), (102, k.hours.values().map(|h| h.cost).sum()));
+    }
+
+    #[test]
+    fn the_bytes_held_are_bounded_too() {
+        let cache = HourCache::default();
+        let (stored, columns) = hour(0..3600);
+        let cost = columns.clone().bytes_held() + stored.len();
+        for device in 0..(MAX_BYTES / cost + 10) as i64 {
+            cache.keep((device, 100), &stored, columns.clone());
+        }
+        let k = cache.lock();
+        assert!(k.held <= MAX_BYTES && k.held + cost > MAX_BYTES, "{} of {MAX_BYTES}", k.held);
+        assert_eq!(k.hours.len(), MAX_BYTES / cost);
     }
 }

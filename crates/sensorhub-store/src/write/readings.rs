@@ -46,7 +46,8 @@ pub(crate) struct ReadingWriter<'k> {
     /// When the transaction stores its readings, by the server's clock (seconds).
     now: i64,
     /// Whether the hours written are kept decoded for the next transaction
-    /// ([`super::hour_cache`]): not for history in bulk, written once.
+    /// ([`super::hour_cache`]): all writes but a batched import (history
+    /// in bulk, each hour written once).
     keep_hours: bool,
 }
 
@@ -151,7 +152,7 @@ impl<'k> ReadingWriter<'k> {
             let merged = decide::merge_hour(row, &mut held);
             let stored = merged.as_ref().map(|(row, _)| row.data.as_slice()).or(before);
             if let Some(stored) = stored.filter(|_| self.keep_hours) {
-                self.kept.hours.keep(key, stored.to_vec(), held);
+                self.kept.hours.keep(key, stored, held);
             }
             if let Some((row, n)) = merged {
                 changed.push(row);

@@ -92,8 +92,10 @@ impl Client {
 struct DeviceLive {
     retained: VecDeque<Arc<LiveEvent>>,
     clients: Vec<Arc<Client>>,
-    /// No retained event has a larger id: an event past it (every event,
-    /// as ids grow) is known new without looking through the retained.
+    /// No retained event has a larger id: an event past it (every event
+    /// dispatched here, as ids grow) is known new without looking through
+    /// the retained; one that is not (an event Redis hands back out of
+    /// order) is looked for among them.
     newest_id: u64,
 }
 
