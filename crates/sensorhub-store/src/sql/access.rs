@@ -80,18 +80,28 @@ pub(crate) async fn may_write(c: &impl Sql, account_id: i64, pk: i64) -> StoreRe
 }
 
 /// The device `device_id` as account `account_id` sees it (its own scope,
-/// no key), with whether it may write it: one trip to the database for
-/// the webhook's, the line protocol's and the acknowledgement's two checks.
+/// no key), with whether it may write it (as [`may_write`]): one statement
+/// for the webhook's, the line protocol's and the acknowledgement's two
+/// checks (two made each request begin two read transactions).
 pub(crate) async fn writable_device(
     c: &impl Sql,
     account_id: i64,
     device_id: &str,
 ) -> StoreResult<Option<(DeviceHandle, bool)>> {
-    let Some(device) = find_device(c, Scope::Account { account_id, key: None }, device_id).await? else {
-        return Ok(None);
-    };
-    let may = may_write(c, account_id, device.pk).await?;
-    Ok(Some((device, may)))
+    static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        format!(
+            "SELECT d.id, s.idx, s.sensor_id, s.name, s.type, s.unit,
+                    COALESCE(d.owner_id = $1, FALSE) OR EXISTS (SELECT 1 FROM account_devices w
+                        WHERE w.account_id = $1 AND w.device_pk = d.id AND w.can_write)
+             FROM devices d LEFT JOIN sensors s ON s.device_pk = d.id
+             WHERE d.device_id = $3 AND {SCOPE_FILTER} ORDER BY s.idx"
+        )
+    });
+    let (account, key) = scope_params(Scope::Account { account_id, key: None });
+    let rows = c.query(&SQL, &[account.into(), key.into(), device_id.into()]).await?;
+    let Some(first) = rows.first() else { return Ok(None) };
+    let may: bool = first.get(6)?;
+    Ok(device_of(&rows)?.map(|device| (device, may)))
 }
 
 /// The number that moves whenever access may have been taken away.
@@ -144,9 +154,16 @@ pub(crate) async fn find_device(c: &impl Sql, scope: Scope, device_id: &str) -> 
          WHERE d.device_id = $3 AND {SCOPE_FILTER} ORDER BY s.idx"
     );
     let rows = c.query(&sql, &[account.into(), key.into(), device_id.into()]).await?;
+    device_of(&rows)
+}
+
+/// The device of rows `(d.id, s.idx, s.sensor_id, s.name, s.type,
+/// s.unit, ...)`, one per sensor (a device without sensors: one with a
+/// NULL idx), in idx order; `None` for no rows.
+fn device_of(rows: &[Row]) -> StoreResult<Option<DeviceHandle>> {
     let Some(first) = rows.first() else { return Ok(None) };
     let mut sensors = Vec::with_capacity(rows.len());
-    for r in &rows {
+    for r in rows {
         if r.get::<Option<i64>>(1)?.is_some() {
             sensors.push(sensor(r, 2)?);
         }
