@@ -150,9 +150,10 @@ impl<'k> ReadingWriter<'k> {
             let before = stored.get(&key).map(Vec::as_slice);
             let mut held = self.kept.hours.take(key, before).ok_or_else(|| decide::malformed(key.0, key.1))?;
             let merged = decide::merge_hour(row, &mut held);
-            let stored = merged.as_ref().map(|(row, _)| row.data.as_slice()).or(before);
-            if let Some(stored) = stored.filter(|_| self.keep_hours) {
-                self.kept.hours.keep(key, stored, held);
+            // The row as it will be stored: the merged one, or the one read.
+            let written = merged.as_ref().map(|(row, _)| row.data.as_slice()).or(before);
+            if let Some(written) = written.filter(|_| self.keep_hours) {
+                self.kept.hours.keep(key, written, held);
             }
             if let Some((row, n)) = merged {
                 changed.push(row);
