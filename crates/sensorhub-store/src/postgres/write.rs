@@ -31,7 +31,8 @@ const WRITE_LOCK: i64 = 0x7772_6974_6573;
 /// then fails with [`StoreError::Busy`].
 pub(super) async fn begin(c: &mut Client) -> StoreResult<Transaction<'_>> {
     let tx = c.transaction().await?;
-    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&WRITE_LOCK]).await?;
+    let lock = tx.prepare_cached("SELECT pg_advisory_xact_lock($1)").await?;
+    tx.execute(&lock, &[&WRITE_LOCK]).await?;
     Ok(tx)
 }
 

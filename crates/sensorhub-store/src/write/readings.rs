@@ -34,7 +34,7 @@ pub(crate) struct ReadingWriter<'k> {
     changed: u64,
     /// The deliveries the readings owe.
     deliveries: Deliveries,
-    /// Whether any device has alarm rules (asked once, at the first device).
+    /// Whether any device has alarm rules (asked once, with the first devices).
     watching: Option<bool>,
     /// The alarms of the devices looked up that have rules, loaded with
     /// them (before any of their readings is stored, so that a load that
@@ -73,7 +73,8 @@ impl<'k> ReadingWriter<'k> {
     /// Looks the devices `ids` up, each once per transaction: those not
     /// looked up yet, from what the store keeps and the rest in a few
     /// queries however many they are (a group of readings from 2,000
-    /// stations asked two queries a station).
+    /// stations asked two queries a station). Queries that do not wait on
+    /// each other are sent together: on PostgreSQL they share a round trip.
     async fn load<'a>(&mut self, tx: &impl Tx, ids: impl IntoIterator<Item = &'a str>) -> StoreResult<()> {
         let mut missing: Vec<&str> = ids.into_iter().filter(|id| !self.devices.contains_key(*id)).collect();
         if missing.is_empty() {
@@ -81,18 +82,29 @@ impl<'k> ReadingWriter<'k> {
         }
         missing.sort_unstable();
         missing.dedup();
-        let found = self.kept.devices.load(tx, &missing).await?;
-        let mut watched = Vec::new();
-        for (id, mut entry) in missing.into_iter().zip(found) {
-            if let Some(device) = entry.as_mut().filter(|_| self.deliveries.wanted()) {
-                device.subscriptions = tx.subscriptions_of(device.pk).await?;
+        let ask_rules = self.watching.is_none();
+        let (mut found, any_rules) = futures_util::future::try_join(self.kept.devices.load(tx, &missing), async {
+            if ask_rules { alarms::any_rules(tx).await.map(Some) } else { Ok(None) }
+        })
+        .await?;
+        if any_rules.is_some() {
+            self.watching = any_rules;
+        }
+        if self.deliveries.wanted() {
+            let subscribed = found.iter().flatten().map(|device| tx.subscriptions_of(device.pk));
+            let mut subscriptions = futures_util::future::try_join_all(subscribed).await?.into_iter();
+            for device in found.iter_mut().flatten() {
+                device.subscriptions = subscriptions.next().unwrap_or_default();
             }
+        }
+        let mut watched = Vec::new();
+        for (id, entry) in missing.into_iter().zip(found) {
             if let Some(device) = &entry {
                 watched.push((device.pk, id));
             }
             self.devices.insert(id.to_owned(), entry);
         }
-        if !watched.is_empty() && self.watching(tx).await? {
+        if !watched.is_empty() && self.watching == Some(true) {
             let (loaded, marks) = self.kept.alarms.load(tx, &watched).await?;
             self.alarms.extend(loaded.into_iter().map(|a| (a.pk(), a)));
             self.marks.get_or_insert(marks);
@@ -117,14 +129,6 @@ impl<'k> ReadingWriter<'k> {
         self.newest.add(pk, r.timestamp, &pairs);
         self.hours.add(pk, r.timestamp, pairs);
         Ok(())
-    }
-
-    /// Whether any device has alarm rules, asked once per transaction.
-    async fn watching(&mut self, tx: &impl Tx) -> StoreResult<bool> {
-        if self.watching.is_none() {
-            self.watching = Some(alarms::any_rules(tx).await?);
-        }
-        Ok(self.watching == Some(true))
     }
 
     /// Writes what the readings did to the alarms ([`super::alarms::write_all`]).
