@@ -6,6 +6,7 @@
 
 mod alarms;
 mod copy;
+mod group_writer;
 mod latest;
 mod outbox;
 mod read;
@@ -17,6 +18,7 @@ use crate::sql::access;
 use crate::{PoolStatus, StoreError, StoreResult, fact_key};
 use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use group_writer::GroupWriter;
 use tokio_postgres::NoTls;
 
 /// Migrations in order; the table `sensorhub_schema` records how many ran.
@@ -147,7 +149,7 @@ impl PgStore {
         })?;
         let options = format!("{} {SESSION_OPTIONS}", config.get_options().unwrap_or_default());
         config.options(options.trim());
-        let build = |size: usize, wait: u64| {
+        let build = |config: &tokio_postgres::Config, size: usize, wait: u64| {
             let manager =
                 Manager::from_config(config.clone(), NoTls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
             Pool::builder(manager)
@@ -158,22 +160,20 @@ impl PgStore {
                 .build()
                 .map_err(|e| StoreError::Backend(Box::new(e)))
         };
-        let pool = build(size, 30)?;
+        let pool = build(&config, size, 30)?;
         let writers = std::sync::Arc::new(tokio::sync::Semaphore::new(WRITERS));
         let observers = std::sync::Arc::new(crate::observe::Observers::default());
         let kept = std::sync::Arc::new(crate::write::Kept::default());
-        let shared = (pool.clone(), writers.clone(), observers.clone(), kept.clone());
+        // Groups of single readings are written on a thread of their own,
+        // over one connection of their own (not counted in `pool_max_size`).
+        let own = config.clone();
+        let writer = GroupWriter::start(move || build(&own, 1, 30), writers.clone(), kept.clone())?;
+        let after = observers.clone();
         let group = crate::group::GroupCommit::start(move |readings| {
-            let (pool, writers, observers, kept) = shared.clone();
-            async move {
-                let written = {
-                    let _writer = writer_place(&writers).await?;
-                    write::ingest_group(&mut pool.get().await?, &readings, &kept).await?
-                };
-                Ok(observers.after(written).await)
-            }
+            let (writer, observers) = (writer.clone(), after.clone());
+            async move { Ok(observers.after(writer.write(readings).await?).await) }
         });
-        let store = Self { pool, ping: build(1, 5)?, writers, group, observers, kept };
+        let store = Self { pool, ping: build(&config, 1, 5)?, writers, group, observers, kept };
         store.migrate(open).await?;
         Ok(store)
     }
