@@ -133,6 +133,30 @@ async fn stored_readings_owe_deliveries_in_their_transaction() {
 }
 
 #[tokio::test]
+async fn each_device_of_a_transaction_owes_its_own_subscriptions() {
+    for b in backends().await {
+        let s = &*b.store;
+        s.add_subscription(new("sub_all", "alice", None)).await.expect("add");
+        s.add_subscription(new("sub_d1", "alice", Some(&["D1"]))).await.expect("add");
+        // Both devices are looked up together; alice sees D1 only, so D2's reading owes nothing.
+        let readings = [Ok(reading("D2", T, &[("a", 1.0)])), Ok(reading("D1", T, &[("a", 2.0)]))];
+        s.import(Box::new(readings.into_iter()), Outbox::Deliver).await.expect("import");
+        let now = jiff::Timestamp::now().as_millisecond() + 1000;
+        let mut owed: Vec<(String, String)> = claim(s, now, 10)
+            .await
+            .iter()
+            .map(|d| {
+                let body: serde_json::Value = serde_json::from_str(&d.body).expect("JSON");
+                (d.subscription_id.clone(), body["device_id"].as_str().unwrap_or_default().to_owned())
+            })
+            .collect();
+        owed.sort();
+        let want = [("sub_all", "D1"), ("sub_d1", "D1")].map(|(s, d)| (s.to_owned(), d.to_owned()));
+        assert_eq!(owed, want);
+    }
+}
+
+#[tokio::test]
 async fn a_batching_subscription_claims_its_due_rows_together_and_records_them_as_one() {
     for b in backends().await {
         let s = &*b.store;
