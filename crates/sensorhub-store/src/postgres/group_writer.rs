@@ -20,7 +20,7 @@ type Written = (Vec<StoreResult<()>>, Vec<AlarmEvent>);
 /// A group to write, and where its outcome goes.
 type Job = (Vec<ReadingInput>, oneshot::Sender<StoreResult<Written>>);
 
-/// The writer thread's queue; the thread stops when this is dropped.
+/// The writer thread's queue; the thread stops when the last clone is dropped.
 #[derive(Clone)]
 pub(super) struct GroupWriter {
     jobs: mpsc::Sender<Job>,
@@ -37,13 +37,20 @@ impl GroupWriter {
         kept: Arc<crate::write::Kept>,
     ) -> StoreResult<Self> {
         let (jobs, mut queue) = mpsc::channel::<Job>(2);
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| StoreError::Backend(Box::new(e)))?;
+        // The runtime is built on the thread: one dropped in the caller's
+        // async context (had the thread not started) would panic.
+        let (started, built) = std::sync::mpsc::sync_channel(1);
         std::thread::Builder::new()
             .name("sensorhub-pg-writer".into())
             .spawn(move || {
+                let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                    Ok(runtime) => runtime,
+                    Err(e) => {
+                        let _ = started.send(Err(e));
+                        return;
+                    }
+                };
+                let _ = started.send(Ok(()));
                 runtime.block_on(async move {
                     let pool = connect();
                     while let Some((readings, done)) = queue.recv().await {
@@ -56,6 +63,10 @@ impl GroupWriter {
                 });
             })
             .map_err(|e| StoreError::Backend(Box::new(e)))?;
+        // Waits only for the thread to build its runtime.
+        let built =
+            built.recv().map_err(|_| StoreError::Backend("the PostgreSQL writer thread did not start".into()))?;
+        built.map_err(|e| StoreError::Backend(Box::new(e)))?;
         Ok(Self { jobs })
     }
 

@@ -3,7 +3,8 @@
 //! transaction, so that writes from several processes are serialised as on
 //! SQLite and two `apply` runs cannot both create the same device. Hours of
 //! readings go in with `COPY … FROM STDIN (FORMAT binary)` into a staging
-//! table, then one `INSERT … ON CONFLICT` moves them into place.
+//! table, then one `INSERT … ON CONFLICT` moves them into place; fewer than
+//! 64 go in one `INSERT` of arrays ([`super::tx`]).
 
 use super::PgStore;
 use super::tx::{On, PgTx};

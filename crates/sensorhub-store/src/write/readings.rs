@@ -83,10 +83,17 @@ impl<'k> ReadingWriter<'k> {
         missing.sort_unstable();
         missing.dedup();
         let ask_rules = self.watching.is_none();
-        let (mut found, any_rules) = futures_util::future::try_join(self.kept.devices.load(tx, &missing), async {
+        let (found, any_rules) = futures_util::future::join(self.kept.devices.load(tx, &missing), async {
             if ask_rules { alarms::any_rules(tx).await.map(Some) } else { Ok(None) }
         })
-        .await?;
+        .await;
+        let (mut found, any_rules) = match (found, any_rules) {
+            (Ok(found), Ok(any_rules)) => (found, any_rules),
+            (Err(e), Ok(_)) | (Ok(_), Err(e)) => return Err(e),
+            // Sent together, one failing aborts the other: a lock waited
+            // for too long (Busy) is the cause, the other its echo.
+            (Err(a), Err(b)) => return Err(if matches!(b, crate::StoreError::Busy(_)) { b } else { a }),
+        };
         if any_rules.is_some() {
             self.watching = any_rules;
         }
