@@ -2,6 +2,7 @@
 //! The trait holds no SQL; each backend keeps its SQL in its own module.
 #![forbid(unsafe_code)]
 
+mod access_cache;
 pub mod aggregate;
 pub mod alarm;
 mod batches;

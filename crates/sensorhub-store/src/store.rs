@@ -6,9 +6,9 @@
 
 use crate::alarm::{Alarm, AlarmEvent, SilenceDue};
 use crate::{
-    AccountAuth, AccountSummary, ApiKeyAuth, ApiKeySummary, ApplyReport, DeleteReport, DeviceHandle, ImportReport,
-    Installation, LatestValue, PartialImport, PoolStatus, ReadingSource, ReadingStream, RetentionReport, Scope,
-    StoreResult, StoredHour, WebhookKeyAuth, Window,
+    AccountAuth, AccountSummary, ApiKeyAuth, ApiKeySummary, ApplyReport, DeleteReport, DeviceHandle, Generations,
+    ImportReport, Installation, LatestValue, PartialImport, PoolStatus, ReadingSource, ReadingStream, RetentionReport,
+    Scope, StoreResult, StoredHour, WebhookKeyAuth, Window,
 };
 use async_trait::async_trait;
 use sensorhub_core::alarm::AlarmRule;
@@ -17,6 +17,7 @@ use sensorhub_core::provision::Provision;
 use sensorhub_core::retention::Retention;
 use sensorhub_core::secret::KeyDigest;
 use sensorhub_core::time::TimeRange;
+use std::sync::Arc;
 
 /// The installation and its database's health: readiness, the pool,
 /// facts recorded once.
@@ -55,7 +56,8 @@ pub trait Access: Send + Sync {
 
     /// A number that grows with every change that may take access away (a
     /// password changed, an account disabled, a key revoked or narrowed, a
-    /// device taken from an account or a key), whoever made it: long-lived
+    /// device taken from an account or a key, an owner or a write grant
+    /// changed), whoever made it: long-lived
     /// things (open streams) read it often and check their caller again
     /// when it moved. One row, read without waiting on writers.
     async fn access_generation(&self) -> StoreResult<i64>;
@@ -67,8 +69,16 @@ pub trait Access: Send + Sync {
 
     /// The device `device_id` visible to account `account_id` (its own
     /// scope, no key) with whether it may write it ([`Access::may_write`]),
-    /// in one round trip; `None` when the account does not see it.
-    async fn writable_device(&self, account_id: i64, device_id: &str) -> StoreResult<Option<(DeviceHandle, bool)>>;
+    /// in one round trip; `None` when the account does not see it. With
+    /// `seen`, the generations read with the caller's key
+    /// ([`WebhookKeyAuth::generations`]), an answer read at exactly those
+    /// is kept and given without a round trip.
+    async fn writable_device(
+        &self,
+        account_id: i64,
+        device_id: &str,
+        seen: Option<Generations>,
+    ) -> StoreResult<Option<(Arc<DeviceHandle>, bool)>>;
 }
 
 /// Devices and their readings as the API reads them.

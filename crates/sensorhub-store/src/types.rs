@@ -185,6 +185,28 @@ pub struct WebhookKeyAuth {
     pub revoked: bool,
     /// A key of a disabled account is refused.
     pub account_disabled: bool,
+    /// The generations read with the key, in the same statement: what
+    /// [`crate::Access::writable_device`] checks a kept answer against.
+    pub generations: Generations,
+}
+
+/// The access and device generations read together, in one statement:
+/// an answer about a device and who may write it that was read at the
+/// same pair is still true (triggers move one of them on every change
+/// that could alter it, whoever makes it). Both only grow.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Generations {
+    /// `access_generation`: accounts, keys, grants, owners.
+    pub access: i64,
+    /// `device_generation`: devices and their sensors.
+    pub devices: i64,
+}
+
+impl Generations {
+    /// Whether `self` was read no earlier than `other`.
+    pub fn at_or_after(self, other: Generations) -> bool {
+        self.access >= other.access && self.devices >= other.devices
+    }
 }
 
 /// The state of a backend's connection pool, for metrics.

@@ -337,7 +337,7 @@ async fn seeing_a_device_is_not_writing_it() {
         assert!(!s.may_write(alice, d1).await.expect("may"), "alice sees D1 but has no grant");
         // The same two answers in one round trip.
         let writable = |account, id: &'static str| async move {
-            s.writable_device(account, id).await.expect("writable").map(|(d, may)| (d.pk, d.sensors.len(), may))
+            s.writable_device(account, id, None).await.expect("writable").map(|(d, may)| (d.pk, d.sensors.len(), may))
         };
         let sensors = s.find_device(Scope::All, "D1").await.expect("find").expect("exists").sensors.len();
         assert_eq!(writable(alice, "D1").await, Some((d1, sensors, false)));

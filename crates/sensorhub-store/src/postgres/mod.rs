@@ -35,6 +35,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/postgres/0010_alarm_state_writes.sql"),
     include_str!("../../migrations/postgres/0011_device_generation.sql"),
     include_str!("../../migrations/postgres/0012_alarm_checkpoints.sql"),
+    include_str!("../../migrations/postgres/0013_write_generation.sql"),
 ];
 
 /// Connections per process unless the URL says otherwise (`pool_max_size=N`).
@@ -106,6 +107,8 @@ pub struct PgStore {
     observers: std::sync::Arc<crate::observe::Observers>,
     /// The devices and their alarm rules and states, kept between write transactions.
     kept: std::sync::Arc<crate::write::Kept>,
+    /// Webhook callers' devices and write permissions, kept between requests.
+    write_targets: crate::access_cache::WriteTargets,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -173,7 +176,8 @@ impl PgStore {
             let (writer, observers) = (writer.clone(), after.clone());
             async move { Ok(observers.after(writer.write(readings).await?).await) }
         });
-        let store = Self { pool, ping: build(&config, 1, 5)?, writers, group, observers, kept };
+        let write_targets = Default::default();
+        let store = Self { pool, ping: build(&config, 1, 5)?, writers, group, observers, kept, write_targets };
         store.migrate(open).await?;
         Ok(store)
     }

@@ -7,13 +7,14 @@ use crate::StoredHour;
 use crate::chunk::{self, chunk_of};
 use crate::decide::malformed;
 use crate::sql::access::{self, SCOPE_FILTER, scope_params};
-use crate::{AccountAuth, ApiKeyAuth, DeviceHandle, ReadingBatch, Scope, StoreResult, WebhookKeyAuth};
+use crate::{AccountAuth, ApiKeyAuth, DeviceHandle, Generations, ReadingBatch, Scope, StoreResult, WebhookKeyAuth};
 use crate::{LatestValue, ReadingStream, Window};
 use async_trait::async_trait;
 use deadpool_postgres::GenericClient;
 use sensorhub_core::model::{Device, SensorMeta};
 use sensorhub_core::secret::KeyDigest;
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use sensorhub_core::time::TimeRange;
 
@@ -241,8 +242,14 @@ impl crate::store::Access for PgStore {
         self.on(async |c| access::may_write(c, account_id, device_pk).await).await
     }
 
-    async fn writable_device(&self, account_id: i64, device_id: &str) -> StoreResult<Option<(DeviceHandle, bool)>> {
-        self.on(async |c| access::writable_device(c, account_id, device_id).await).await
+    async fn writable_device(
+        &self,
+        account_id: i64,
+        device_id: &str,
+        seen: Option<Generations>,
+    ) -> StoreResult<Option<(Arc<DeviceHandle>, bool)>> {
+        let read = self.on(async |c| access::writable_device(c, account_id, device_id).await);
+        self.write_targets.through(account_id, device_id, seen, read).await
     }
 }
 

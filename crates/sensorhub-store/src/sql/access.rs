@@ -5,8 +5,12 @@
 
 use super::by_keys::ByKeys;
 use super::{Row, Sql};
+use crate::access_cache::WriteTarget;
 use crate::decide::FastMap;
-use crate::{AccountAuth, AccountSummary, ApiKeyAuth, ApiKeySummary, DeviceHandle, Scope, StoreResult, WebhookKeyAuth};
+use crate::{
+    AccountAuth, AccountSummary, ApiKeyAuth, ApiKeySummary, DeviceHandle, Generations, Scope, StoreResult,
+    WebhookKeyAuth,
+};
 use sensorhub_core::model::SensorMeta;
 use sensorhub_core::secret::KeyDigest;
 
@@ -57,11 +61,17 @@ pub(crate) async fn api_key_auth(c: &impl Sql, digest: &KeyDigest) -> StoreResul
 
 /// The webhook key with `digest`, with its account's state and the digest
 /// as stored: the caller compares it with the one it computed in constant
-/// time (comparing the argument with itself would check nothing).
+/// time (comparing the argument with itself would check nothing). The
+/// generations come in the same statement, so that a device's write
+/// permission kept since then can be trusted without another round trip.
 pub(crate) async fn webhook_key_auth(c: &impl Sql, digest: &KeyDigest) -> StoreResult<Option<WebhookKeyAuth>> {
-    let sql = "SELECT k.id, k.account_id, k.revoked, a.disabled, k.digest
-               FROM webhook_keys k JOIN accounts a ON a.id = k.account_id WHERE k.digest = $1";
-    let Some(r) = c.query_opt(sql, &[digest[..].into()]).await? else { return Ok(None) };
+    static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        format!(
+            "SELECT k.id, k.account_id, k.revoked, a.disabled, k.digest, {GENERATIONS}
+             FROM webhook_keys k JOIN accounts a ON a.id = k.account_id WHERE k.digest = $1"
+        )
+    });
+    let Some(r) = c.query_opt(&SQL, &[digest[..].into()]).await? else { return Ok(None) };
     let Ok(stored) = <[u8; 32]>::try_from(r.get::<Vec<u8>>(4)?) else { return Ok(None) };
     Ok(Some(WebhookKeyAuth {
         key_id: r.get(0)?,
@@ -69,7 +79,17 @@ pub(crate) async fn webhook_key_auth(c: &impl Sql, digest: &KeyDigest) -> StoreR
         digest: stored,
         revoked: r.get(2)?,
         account_disabled: r.get(3)?,
+        generations: generations(&r, 5)?,
     }))
+}
+
+/// Two columns: the access and device generations, read in the statement
+/// that reads what they tag.
+const GENERATIONS: &str = "(SELECT generation FROM access_generation), (SELECT generation FROM device_generation)";
+
+/// The [`GENERATIONS`] at columns `from` and `from + 1` of `r`.
+fn generations(r: &Row, from: usize) -> StoreResult<Generations> {
+    Ok(Generations { access: r.get(from)?, devices: r.get(from + 1)? })
 }
 
 /// Whether account `account_id` owns device `pk` or sees it with a write grant.
@@ -80,19 +100,21 @@ pub(crate) async fn may_write(c: &impl Sql, account_id: i64, pk: i64) -> StoreRe
 }
 
 /// The device `device_id` as account `account_id` sees it (its own scope,
-/// no key), with whether it may write it (as [`may_write`]): one statement
-/// for the webhook's, the line protocol's and the acknowledgement's two
-/// checks (two made each request begin two read transactions).
+/// no key), with whether it may write it (as [`may_write`]) and the
+/// generations the answer was read at: one statement for the webhook's,
+/// the line protocol's and the acknowledgement's two checks (two made each
+/// request begin two read transactions).
 pub(crate) async fn writable_device(
     c: &impl Sql,
     account_id: i64,
     device_id: &str,
-) -> StoreResult<Option<(DeviceHandle, bool)>> {
+) -> StoreResult<Option<WriteTarget>> {
     static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
         format!(
             "SELECT d.id, s.idx, s.sensor_id, s.name, s.type, s.unit,
                     COALESCE(d.owner_id = $1, FALSE) OR EXISTS (SELECT 1 FROM account_devices w
-                        WHERE w.account_id = $1 AND w.device_pk = d.id AND w.can_write)
+                        WHERE w.account_id = $1 AND w.device_pk = d.id AND w.can_write),
+                    {GENERATIONS}
              FROM devices d LEFT JOIN sensors s ON s.device_pk = d.id
              WHERE d.device_id = $3 AND {SCOPE_FILTER} ORDER BY s.idx"
         )
@@ -100,8 +122,9 @@ pub(crate) async fn writable_device(
     let (account, key) = scope_params(Scope::Account { account_id, key: None });
     let rows = c.query(&SQL, &[account.into(), key.into(), device_id.into()]).await?;
     let Some(first) = rows.first() else { return Ok(None) };
-    let may: bool = first.get(6)?;
-    Ok(device_of(&rows)?.map(|device| (device, may)))
+    let may_write: bool = first.get(6)?;
+    let read_at = generations(first, 7)?;
+    Ok(device_of(&rows)?.map(|device| WriteTarget { device: std::sync::Arc::new(device), may_write, read_at }))
 }
 
 /// The number that moves whenever access may have been taken away.

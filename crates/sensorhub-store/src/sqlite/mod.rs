@@ -36,6 +36,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/sqlite/0010_alarm_state_writes.sql"),
     include_str!("../../migrations/sqlite/0011_device_generation.sql"),
     include_str!("../../migrations/sqlite/0012_alarm_checkpoints.sql"),
+    include_str!("../../migrations/sqlite/0013_write_generation.sql"),
 ];
 
 /// Offset added to an hour number in a key, so that every hour since
@@ -107,6 +108,8 @@ pub struct SqliteStore {
     observers: std::sync::Arc<crate::observe::Observers>,
     /// The devices and their alarm rules and states, kept between write transactions.
     kept: std::sync::Arc<Kept>,
+    /// Webhook callers' devices and write permissions, kept between requests.
+    write_targets: crate::access_cache::WriteTargets,
     path: std::path::PathBuf,
 }
 
@@ -150,6 +153,7 @@ impl SqliteStore {
             ingest_waiting: AtomicUsize::new(0),
             observers,
             kept,
+            write_targets: Default::default(),
             path: path.to_owned(),
         })
     }

@@ -8,7 +8,8 @@ use crate::chunk::{self, chunk_of};
 use crate::sql::access::{self, SCOPE_FILTER, scope_params};
 use crate::sql::sqlite_placeholders;
 use crate::{
-    AccountAuth, ApiKeyAuth, DeviceHandle, ReadingBatch, ReadingStream, Scope, StoreResult, StoredHour, WebhookKeyAuth,
+    AccountAuth, ApiKeyAuth, DeviceHandle, Generations, ReadingBatch, ReadingStream, Scope, StoreResult, StoredHour,
+    WebhookKeyAuth,
 };
 use crate::{LatestValue, Window};
 use async_trait::async_trait;
@@ -17,6 +18,7 @@ use sensorhub_core::model::{Device, SensorMeta};
 use sensorhub_core::secret::KeyDigest;
 use sensorhub_core::time::TimeRange;
 use std::collections::HashMap;
+use std::sync::Arc;
 
 pub(super) fn list_devices(c: &Connection, scope: Scope) -> StoreResult<Vec<Device>> {
     let (account, key) = scope_params(scope);
@@ -140,9 +142,15 @@ impl crate::store::Access for SqliteStore {
         self.reads.run_short(move |c| on(c, async |c| access::may_write(c, account_id, device_pk).await)).await
     }
 
-    async fn writable_device(&self, account_id: i64, device_id: &str) -> StoreResult<Option<(DeviceHandle, bool)>> {
-        let device_id = device_id.to_owned();
-        self.reads.run_short(move |c| on(c, async |c| access::writable_device(c, account_id, &device_id).await)).await
+    async fn writable_device(
+        &self,
+        account_id: i64,
+        device_id: &str,
+        seen: Option<Generations>,
+    ) -> StoreResult<Option<(Arc<DeviceHandle>, bool)>> {
+        let id = device_id.to_owned();
+        let read = self.reads.run_short(move |c| on(c, async |c| access::writable_device(c, account_id, &id).await));
+        self.write_targets.through(account_id, device_id, seen, read).await
     }
 }
 

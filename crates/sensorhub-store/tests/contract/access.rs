@@ -3,6 +3,7 @@
 //! does not.
 
 use super::{apply, backends};
+use sensorhub_core::secret::key_digest;
 use sensorhub_store::Store;
 
 async fn generation(s: &dyn Store) -> i64 {
@@ -40,5 +41,61 @@ async fn every_change_that_takes_access_away_moves_the_generation() {
         let id = s.installation_id().await.expect("installation id");
         assert!(id.len() == 32 && id.bytes().all(|c| c.is_ascii_hexdigit()), "{id}");
         assert_eq!(s.installation_id().await.expect("again"), id, "made once");
+    }
+}
+
+/// Runs `sql` on `b`'s database from a connection of its own, as an
+/// operator or another program would.
+async fn outside(b: &super::Backend, sql: &str) {
+    if let Some(path) = b.url.strip_prefix("sqlite://") {
+        rusqlite::Connection::open(path).expect("open file").execute_batch(sql).expect(sql);
+        return;
+    }
+    let (client, connection) = tokio_postgres::connect(&b.url, tokio_postgres::NoTls).await.expect("connect");
+    let connection = tokio::spawn(connection);
+    client.batch_execute(sql).await.expect(sql);
+    drop(client);
+    let _ = connection.await;
+}
+
+/// A device's write permission is kept between webhook requests, and
+/// every change that could alter it reaches the next request, however it
+/// is made: the generations read with the webhook key move, and the
+/// answer is read again.
+#[tokio::test]
+async fn a_kept_write_permission_follows_every_change() {
+    for b in backends().await {
+        let s = &*b.store;
+        let hook = r#"{"accounts":[{"username":"alice","write":["D1"],"webhook_keys":[{"key":"hook-a"}]}]}"#;
+        apply(s, hook).await.expect("hook");
+        // As the webhook asks: the key (with the generations), then the device.
+        let ask = async |id: &str| {
+            let key = s.webhook_key_auth(&key_digest("hook-a")).await.expect("key").expect("exists");
+            let got = s.writable_device(key.account_id, id, Some(key.generations)).await.expect("writable");
+            got.map(|(d, may)| (d.sensors.len(), may))
+        };
+        assert_eq!(ask("D1").await, Some((2, true)));
+        assert_eq!(ask("D1").await, Some((2, true)), "asked again");
+        assert_eq!(ask("D2").await, None, "not alice's");
+
+        let three = r#"{"devices":[{"device_id":"D1","name":"one","type":"AWS","lat":1,"long":2,"interval_seconds":60,
+            "sensors":[{"sensor_id":"a","name":"A","type":"T","unit":"%"},{"sensor_id":"b","name":"B","type":"T","unit":"."},
+                       {"sensor_id":"c","name":"C","type":"T","unit":"mm"}]}]}"#;
+        apply(s, three).await.expect("a sensor added");
+        assert_eq!(ask("D1").await, Some((3, true)), "a sensor added");
+
+        outside(&b, "UPDATE account_devices SET can_write = false WHERE device_pk = (SELECT id FROM devices WHERE device_id = 'D1')").await;
+        assert_eq!(ask("D1").await, Some((3, false)), "a grant narrowed in place");
+
+        let owns = r#"{"accounts":[{"username":"alice","write":[]},{"username":"bob","password":"pw","devices":[]}],
+            "devices":[{"device_id":"D1","name":"one","type":"AWS","lat":1,"long":2,"interval_seconds":60,"owner":"alice"}]}"#;
+        apply(s, owns).await.expect("alice owns D1");
+        assert_eq!(ask("D1").await, Some((3, true)), "an owner writes");
+        let moved = r#"{"devices":[{"device_id":"D1","name":"one","type":"AWS","lat":1,"long":2,"interval_seconds":60,"owner":"bob"}]}"#;
+        apply(s, moved).await.expect("bob owns D1");
+        assert_eq!(ask("D1").await, Some((3, false)), "the owner moved");
+
+        apply(s, r#"{"accounts":[{"username":"alice","devices":[]}]}"#).await.expect("taken away");
+        assert_eq!(ask("D1").await, None, "the device taken from the account");
     }
 }

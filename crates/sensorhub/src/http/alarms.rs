@@ -154,7 +154,7 @@ async fn with_permission(
             (None, _) => false,
             (Some(_), Some(may)) => *may,
             (Some(account), None) => {
-                let device = state.store.writable_device(account, &view.device_id).await?;
+                let device = state.store.writable_device(account, &view.device_id, None).await?;
                 let may = device.is_some_and(|(_, may)| may);
                 known.insert(view.device_id.clone(), may);
                 may
@@ -302,7 +302,8 @@ pub async fn acknowledge(
 ) -> Result<Response, ApiError> {
     let mut clock = params.clock(&state)?;
     let Credential::Account { account_id, .. } = caller.credential else { return Err(ApiError::Forbidden) };
-    let (_, may_write) = state.store.writable_device(account_id, &device_id).await?.ok_or(ApiError::DeviceNotFound)?;
+    let (_, may_write) =
+        state.store.writable_device(account_id, &device_id, None).await?.ok_or(ApiError::DeviceNotFound)?;
     if !may_write {
         return Err(ApiError::WriteForbidden(format!(
             "acknowledging an alarm of device {device_id:?} needs owning it or a write grant"

@@ -167,6 +167,10 @@ impl FromRequestParts<AppState> for PublicCaller {
 pub struct WebhookCaller {
     /// The key's account.
     pub account_id: i64,
+    /// The generations read with the key: a device's write permission
+    /// kept since then is used without asking again
+    /// ([`sensorhub_store::Access::writable_device`]).
+    pub generations: sensorhub_store::Generations,
 }
 
 impl FromRequestParts<AppState> for WebhookCaller {
@@ -202,7 +206,7 @@ impl WebhookCaller {
         match state.store.webhook_key_auth(&digest).await? {
             Some(k) if constant_time_eq(&k.digest, &digest) && !k.revoked && !k.account_disabled => {
                 guard.caller(b"hook", &digest).await?;
-                Ok(WebhookCaller { account_id: k.account_id })
+                Ok(WebhookCaller { account_id: k.account_id, generations: k.generations })
             }
             _ => {
                 guard.before_verify().await?;

@@ -23,7 +23,8 @@ use axum::response::{IntoResponse, Response};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use sensorhub_core::ingest::{self, Given, Rules, ValueAt};
 use sensorhub_core::lineproto::{Precision, parse_line};
-use sensorhub_core::model::{ReadingInput, SensorMeta};
+use sensorhub_core::model::ReadingInput;
+use sensorhub_store::DeviceHandle;
 use sensorhub_store::delivery::Outbox;
 use std::collections::HashMap;
 use std::io::Read;
@@ -80,6 +81,7 @@ impl IntoResponse for InfluxError {
 /// The account of the webhook key a line-protocol write carries.
 pub struct InfluxCaller {
     account_id: i64,
+    generations: sensorhub_store::Generations,
 }
 
 impl FromRequestParts<AppState> for InfluxCaller {
@@ -89,7 +91,7 @@ impl FromRequestParts<AppState> for InfluxCaller {
         let guard = Guard::new(parts, state, "webhook");
         let key = key_of(parts);
         let caller = WebhookCaller::by_key(&guard, state, key.as_deref()).await?;
-        Ok(Self { account_id: caller.account_id })
+        Ok(Self { account_id: caller.account_id, generations: caller.generations })
     }
 }
 
@@ -237,7 +239,7 @@ async fn read_body(headers: &HeaderMap, body: Body, max: usize) -> Result<Vec<u8
 
 /// What the write may do with one device: its sensors, if the caller may
 /// write it.
-type Writable = Result<std::sync::Arc<Vec<SensorMeta>>, ApiError>;
+type Writable = Result<std::sync::Arc<DeviceHandle>, ApiError>;
 
 /// The readings of every line of `text`: all of them, or the first
 /// refusal, naming its line.
@@ -259,8 +261,8 @@ async fn readings_of(
             let writable = writable(state, caller, &device_id).await?;
             devices.insert(device_id.clone(), writable);
         }
-        let sensors = match devices.get(&device_id) {
-            Some(Ok(sensors)) => sensors.clone(),
+        let device = match devices.get(&device_id) {
+            Some(Ok(device)) => device.clone(),
             Some(Err(e)) => return Err(line_error(n, e)),
             None => continue,
         };
@@ -273,7 +275,7 @@ async fn readings_of(
             values.push(ValueAt { at: format!("field {key:?}"), sensor_id: key, value: Given::Number(number) });
         }
         let rules = Rules { now, max_future_skew: state.webhook.max_future_skew };
-        let reading = ingest::reading(&device_id, timestamp, values, &sensors, rules, format!("line {n}"))
+        let reading = ingest::reading(&device_id, timestamp, values, &device.sensors, rules, format!("line {n}"))
             .map_err(|p| bad(p.message))?;
         readings.push(reading);
     }
@@ -284,7 +286,9 @@ async fn readings_of(
 /// device it does not see and one it may only read are refused (as the
 /// line's error), a store failure fails the request.
 async fn writable(state: &AppState, caller: &InfluxCaller, device_id: &str) -> Result<Writable, ApiError> {
-    let Some((device, may_write)) = state.store.writable_device(caller.account_id, device_id).await? else {
+    let Some((device, may_write)) =
+        state.store.writable_device(caller.account_id, device_id, Some(caller.generations)).await?
+    else {
         return Ok(Err(ApiError::BadRequest(format!("device {device_id:?} is not one of this key's devices"))));
     };
     if !may_write {
@@ -292,7 +296,7 @@ async fn writable(state: &AppState, caller: &InfluxCaller, device_id: &str) -> R
             "this key's account may read device {device_id:?} but not write its readings"
         ))));
     }
-    Ok(Ok(std::sync::Arc::new(device.sensors)))
+    Ok(Ok(device))
 }
 
 /// `e` (about a device) as the refusal of line `n`.

@@ -264,6 +264,46 @@ on_each_backend! {
     }
 }
 
+// A key's device and write permission are kept between requests: every
+// change reaches the next request all the same.
+on_each_backend! {
+    async fn a_changed_grant_or_sensor_holds_at_the_next_request() {
+        let app = TestApp::with(ingest_app()).await;
+        provision(&app, r#"{"accounts":[{"username":"carol","devices":["AWS-002"],"write":["AWS-002"]}]}"#).await;
+        let at = |minute: u32| format!("2026-06-01T00:{minute:02}:00Z");
+        let temp = |minute| envelope("AWS-002", &at(minute), json!({"AWS2-temp": 20}));
+        assert_eq!(app.webhook(Some("wh-carol-secret"), &temp(1)).await.status, 200);
+        assert_eq!(app.webhook(Some("wh-carol-secret"), &temp(2)).await.status, 200, "asked again");
+        provision(&app, r#"{"accounts":[{"username":"carol","write":[]}]}"#).await;
+        assert_eq!(app.webhook(Some("wh-carol-secret"), &temp(3)).await.status, 403, "the grant taken away");
+        provision(&app, r#"{"accounts":[{"username":"carol","write":["AWS-002"]}]}"#).await;
+        assert_eq!(app.webhook(Some("wh-carol-secret"), &temp(4)).await.status, 200, "granted again");
+        let gust = envelope("AWS-002", &at(5), json!({"AWS2-gust": 12.5}));
+        assert_eq!(app.webhook(Some("wh-carol-secret"), &gust).await.status, 400, "no such sensor yet");
+        let sensors = [
+            ("AWS2-temp", "Air Temperature", "AIR_TEMPERATURE", "°C"),
+            ("AWS2-hum", "Air Humidity", "AIR_HUMIDITY", "%RH"),
+            ("AWS2-rain", "Rainfall", "RAIN_FALL", "mm"),
+            ("AWS2-wind", "Wind Speed", "WIND_SPEED", "m/s"),
+            ("AWS2-batt", "Battery Level", "BATTERY", "%"),
+            ("AWS2-gust", "Wind Gust", "WIND_SPEED", "m/s"),
+        ]
+        .map(|(id, name, kind, unit)| format!(r#"{{"sensor_id":"{id}","name":"{name}","type":"{kind}","unit":"{unit}"}}"#))
+        .join(",");
+        provision(
+            &app,
+            &format!(
+                r#"{{"devices":[{{"device_id":"AWS-002","name":"Stasiun Cuaca Bantul","type":"AWS","lat":-7.8881,
+                    "long":110.3289,"interval_seconds":600,"owner":"alice","sensors":[{sensors}]}}]}}"#
+            ),
+        )
+        .await;
+        assert_eq!(app.webhook(Some("wh-carol-secret"), &gust).await.status, 200, "the sensor added");
+        let window = "/devices/AWS-002/data?start=2026-06-01T00:00:00Z&end=2026-06-02T00:00:00Z";
+        assert_eq!(app.alice(window).await.data().as_array().map(Vec::len), Some(4));
+    }
+}
+
 on_each_backend! {
     async fn readings_from_the_future_are_refused() {
         let app = TestApp::with(ingest_app()).await;
