@@ -81,6 +81,19 @@ impl StoreError {
             StoreError::Backend(e) => StoreError::Backend(e.to_string().into()),
         }
     }
+
+    /// Of the errors of statements sent together in one transaction
+    /// (`first`, then the others'), the one to report: one failing aborts
+    /// the transaction and the others then fail with its echo ("current
+    /// transaction is aborted"), in whatever order their answers are
+    /// polled. A lock or a statement that ran out of time (Busy) is the
+    /// cause wherever it is; else `first`.
+    pub(crate) fn cause(first: StoreError, others: impl IntoIterator<Item = StoreError>) -> StoreError {
+        if matches!(first, StoreError::Busy(_)) {
+            return first;
+        }
+        others.into_iter().find(|e| matches!(e, StoreError::Busy(_))).unwrap_or(first)
+    }
 }
 
 /// Result of a store operation.
@@ -396,6 +409,16 @@ mod tests {
 
     fn reading(ts: i64) -> ReadingInput {
         ReadingInput { device_id: "D".into(), timestamp: ts, values: vec![], origin: Origin::Item("t".into()) }
+    }
+
+    #[test]
+    fn a_timeout_is_the_cause_of_the_errors_sent_with_it() {
+        use super::StoreError::{Backend, Busy};
+        let echo = || Backend("current transaction is aborted".into());
+        let cause = |first, others: Vec<_>| super::StoreError::cause(first, others).to_string();
+        assert_eq!(cause(echo(), vec![Busy("lock timeout".into()), echo()]), "database busy: lock timeout");
+        assert_eq!(cause(Busy("statement timeout".into()), vec![echo()]), "database busy: statement timeout");
+        assert_eq!(cause(Backend("disk".into()), vec![echo()]), "database error: disk", "else the first");
     }
 
     #[test]

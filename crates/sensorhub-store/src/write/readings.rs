@@ -14,7 +14,7 @@ use crate::decide::outbox::Deliveries;
 use crate::decide::{self, DeviceSensors, FastMap, Hours};
 use crate::delivery::Outbox;
 use crate::sql::alarms;
-use crate::{ImportReport, ReadingSource, StoreResult};
+use crate::{ImportReport, ReadingSource, StoreError, StoreResult};
 use sensorhub_core::model::ReadingInput;
 
 /// Readings taken from an import's source at a time; after each slice a
@@ -89,10 +89,8 @@ impl<'k> ReadingWriter<'k> {
         .await;
         let (mut found, any_rules) = match (found, any_rules) {
             (Ok(found), Ok(any_rules)) => (found, any_rules),
-            (Err(e), Ok(_)) | (Ok(_), Err(e)) => return Err(e),
-            // Sent together, one failing aborts the other: a lock waited
-            // for too long (Busy) is the cause, the other its echo.
-            (Err(a), Err(b)) => return Err(if matches!(b, crate::StoreError::Busy(_)) { b } else { a }),
+            (Err(e), any_rules) => return Err(StoreError::cause(e, any_rules.err())),
+            (Ok(_), Err(e)) => return Err(e),
         };
         if any_rules.is_some() {
             self.watching = any_rules;
@@ -184,8 +182,13 @@ impl<'k> ReadingWriter<'k> {
     pub(crate) async fn finish(mut self, tx: &impl Tx) -> StoreResult<(u64, Vec<AlarmEvent>)> {
         let (newest, now) = (self.newest.take(), self.now);
         let deliveries = std::mem::take(&mut self.deliveries.rows);
-        futures_util::future::try_join3(self.flush(tx), tx.upsert_latest(&newest, now), tx.insert_outbox(&deliveries))
-            .await?;
+        let (hours, latest, outbox) =
+            futures_util::future::join3(self.flush(tx), tx.upsert_latest(&newest, now), tx.insert_outbox(&deliveries))
+                .await;
+        let mut errors = [hours.err(), latest.err(), outbox.err()].into_iter().flatten();
+        if let Some(first) = errors.next() {
+            return Err(StoreError::cause(first, errors));
+        }
         let events = self.write_alarms(tx).await?;
         Ok((self.changed, events))
     }
