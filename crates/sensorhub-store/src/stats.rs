@@ -15,7 +15,7 @@
 //! hour    the hour in format 1 (crate::chunk)
 //! ```
 //!
-//! Only hours of at least [`MIN_READINGS`] readings carry them: a sparse
+//! Only hours of at least `MIN_READINGS` readings carry them: a sparse
 //! hour decodes cheaply, and summaries would cost it more than they save.
 //! With slow-moving decimals a sensor's summary takes 6 to 10 bytes.
 

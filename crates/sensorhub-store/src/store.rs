@@ -156,11 +156,11 @@ pub trait ReadingWrites: Send + Sync {
     /// subscriptions are written in the same transaction.
     async fn import(&self, source: ReadingSource, outbox: crate::delivery::Outbox) -> StoreResult<ImportReport>;
 
-    /// Stores readings in transactions of at most [`IMPORT_COMMIT_EVERY`]
-    /// each, pausing [`IMPORT_PAUSE`] after each commit, so that a long
+    /// Stores readings in transactions of at most [`crate::IMPORT_COMMIT_EVERY`]
+    /// each, pausing [`crate::IMPORT_PAUSE`] after each commit, so that a long
     /// import never holds the database's writes for long. The first error
     /// stops it; what was committed before stays ([`PartialImport`]).
-    /// Deliveries owed are written as by [`Store::import`].
+    /// Deliveries owed are written as by [`ReadingWrites::import`].
     async fn import_batched(
         &self,
         source: ReadingSource,
@@ -193,7 +193,7 @@ pub trait Provisioning: Send + Sync {
         self.apply_with_hooks(doc, readings, None).await
     }
 
-    /// [`Store::apply`] with the document's webhook subscriptions resolved
+    /// [`Provisioning::apply`] with the document's webhook subscriptions resolved
     /// (`sensorhub apply` reads their secret references and holds the
     /// sealing key); a document listing subscriptions needs them.
     async fn apply_with_hooks(

@@ -7,7 +7,7 @@
 //! is simply due later. A silence alarm cleared by data on this instance
 //! is watched again at once (the watch hears of it after its commit); it
 //! reloads every rule's due time when the rules change and every
-//! [`RELOAD`] (one cleared on another instance is watched again from
+//! `RELOAD` (one cleared on another instance is watched again from
 //! then). Silence is counted from the later of a station's last data and
 //! this server's start, so a server that was down does not raise for
 //! stations that reported shortly before. Several instances may each run

@@ -1,7 +1,7 @@
 //! The PostgreSQL backend: tokio-postgres over a deadpool pool, migrations
 //! from `migrations/postgres/` applied on open. It stores the same rows as
 //! the SQLite backend (readings packed one row per device and hour) and
-//! shares its decisions ([`crate::decide`]), so answers are the same byte for
+//! shares its decisions (`decide`), so answers are the same byte for
 //! byte. Several sensorhub processes may share one database.
 
 mod alarms;

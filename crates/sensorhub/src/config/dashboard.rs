@@ -11,6 +11,8 @@ pub struct DashboardFlags {
     #[arg(long, env = "SENSORHUB_NO_DASHBOARD")]
     pub no_dashboard: bool,
     /// Map tiles for the dashboard, e.g. https://tile.example.org/{z}/{x}/{y}.png (default: country outlines, offline)
+    // The text is `--help`'s, not rustdoc's: the URL is an example.
+    #[allow(rustdoc::bare_urls)]
     #[arg(long, env = "SENSORHUB_DASHBOARD_TILES")]
     pub dashboard_tiles: Option<String>,
     /// Attribution shown under the tiles (their licence usually requires one)

@@ -87,6 +87,8 @@ const DEFAULT_QUEUE_BYTES: usize = 32 << 20;
 #[derive(Debug, Default, clap::Args)]
 pub struct MqttFlags {
     /// Ingest readings from this MQTT broker: mqtt://host[:1883] or mqtts://host[:8883] (TLS, with --mqtt-ca-file)
+    // The text is `--help`'s, not rustdoc's: its brackets are not links.
+    #[allow(rustdoc::broken_intra_doc_links)]
     #[arg(long, env = "SENSORHUB_MQTT_URL")]
     pub mqtt_url: Option<String>,
     /// First topic level: stations publish to PREFIX/DEVICE_ID/readings [default: sensorhub]

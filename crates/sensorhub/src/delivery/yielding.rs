@@ -1,6 +1,6 @@
 //! Ingest first: the delivery worker's bookkeeping (its claims and its
 //! outcome records, both write transactions) waits while readings wait for
-//! the store's one writer (SQLite; [`sensorhub_store::Store::ingest_waiting`]
+//! the store's one writer (SQLite; [`sensorhub_store::ReadingWrites::ingest_waiting`]
 //! is always 0 on PostgreSQL, whose writers do not queue behind one
 //! another). Waiting is bounded, so a saturating ingest still leaves
 //! deliveries a share: each waiter holds a budget that fills at a share of
@@ -55,7 +55,7 @@ impl IngestFirst {
     }
 
     /// Waits while `ingest_waiting` (the store's
-    /// [`sensorhub_store::Store::ingest_waiting`]) is above 0 and the budget lasts; returns
+    /// [`sensorhub_store::ReadingWrites::ingest_waiting`]) is above 0 and the budget lasts; returns
     /// how long it waited.
     pub async fn wait(&mut self, ingest_waiting: impl Fn() -> usize) -> Duration {
         let started = Instant::now();

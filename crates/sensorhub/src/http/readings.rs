@@ -33,6 +33,8 @@ pub struct RangeParams {
     #[param(example = "7")]
     tz: Option<String>,
     /// json (the default), csv (RFC 4180: a header row timestamp,<sensor id>,… and a row per time, empty cells where a sensor has no value) or ndjson (one {"timestamp","sensors"} object per line). Without it, an Accept of text/csv or application/x-ndjson chooses. Errors are JSON whatever the format.
+    // The text is the OpenAPI document's, not rustdoc's: `<sensor id>` is not a tag.
+    #[allow(rustdoc::invalid_html_tags)]
     #[param(example = "csv")]
     format: Option<String>,
     /// Aggregate the readings into buckets of this length: a positive whole number and m, h, d, w or mo (15m, 1h, 6h, 1d, 1w, 1mo). Buckets follow the calendar in tz: minutes and hours count from local midnight, days start at local midnight, weeks on Monday, months on the 1st. Each bucket is one element of data, its timestamp the bucket's start, with each sensor measured in it. With an interval of 1d or longer the range may span 3,660 days. At most 100,000 buckets.

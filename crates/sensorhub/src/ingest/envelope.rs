@@ -1,7 +1,7 @@
 //! The sensor-data webhook's envelope (spec 2.6) as JSON: checked field by
 //! field, each error naming the field, into a device id, a time and the
 //! values it carries (a flat object of named values or a `sensors` list).
-//! MQTT messages carry the same `data` and share [`given`] and [`kind`].
+//! MQTT messages carry the same `data` and share `given` and `kind`.
 
 use sensorhub_core::ingest::{Given, ValueAt};
 use sensorhub_core::time::parse_rfc3339;

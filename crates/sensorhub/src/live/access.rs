@@ -2,7 +2,7 @@
 //! end when its caller would be refused now. The store keeps an access
 //! generation that every change which may take access away moves (a
 //! trigger in the changing transaction, whichever process or instance made
-//! it); [`watch`] reads it every [`POLL`] and tells open streams when it
+//! it); [`watch()`] reads it every [`POLL`] and tells open streams when it
 //! moved, and each checks its caller again with [`still_allowed`].
 
 use sensorhub_core::secret::KeyDigest;

@@ -110,7 +110,7 @@ impl Modify for RateLimitHeaders {
 struct ApiDoc;
 
 /// The document as JSON, with the outgoing webhooks added and what every
-/// operation shares completed ([`complete`]).
+/// operation shares completed (`complete`).
 pub fn document_json() -> String {
     let Ok(mut doc) = serde_json::to_value(ApiDoc::openapi()) else { return "{}".into() };
     doc["webhooks"] = outgoing::webhooks();
