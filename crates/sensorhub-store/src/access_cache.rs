@@ -17,10 +17,21 @@ use crate::decide::FastMap;
 use crate::{DeviceHandle, Generations, StoreResult};
 use std::sync::{Arc, Mutex};
 
-/// Answers kept at most: by estimate about 700 bytes each with five
-/// sensors, so 14 MB. Past it, the others are read per request as if
-/// nothing were kept.
-const KEPT_TARGETS: usize = 20_000;
+/// Bytes the kept answers may take, by [`cost`]'s estimate (about 1 KB
+/// an answer with five sensors, so some 16,000 answers; 64 sensors with
+/// long names take ten times that). Past it, the others are read per
+/// request as if nothing were kept, until a generation moves.
+const KEPT_BYTES: usize = 16 << 20;
+
+/// An answer's estimated bytes: the map's entry and the device's
+/// allocations (each with its bookkeeping), and its strings.
+fn cost(device_id: &str, device: &DeviceHandle) -> usize {
+    const ENTRY: usize = 160;
+    const SENSOR: usize = 160;
+    let strings =
+        |s: &sensorhub_core::model::SensorMeta| s.sensor_id.len() + s.name.len() + s.kind.len() + s.unit.len();
+    ENTRY + device_id.len() + device.sensors.iter().map(|s| SENSOR + strings(s)).sum::<usize>()
+}
 
 /// A device an account sees, whether it may write it, and when that was
 /// read.
@@ -44,8 +55,8 @@ pub(crate) struct WriteTargets {
 struct Kept {
     /// The generations every kept answer was read at.
     generations: Generations,
-    /// How many answers are kept.
-    len: usize,
+    /// The kept answers' estimated bytes ([`cost`]).
+    bytes: usize,
     by_account: FastMap<i64, FastMap<String, (Arc<DeviceHandle>, bool)>>,
 }
 
@@ -86,15 +97,16 @@ impl WriteTargets {
                 return;
             }
             kept.by_account.clear();
-            kept.len = 0;
+            kept.bytes = 0;
             kept.generations = target.read_at;
         }
-        if kept.len >= KEPT_TARGETS {
+        let cost = cost(device_id, &target.device);
+        if kept.bytes + cost > KEPT_BYTES {
             return;
         }
         let answer = (Arc::clone(&target.device), target.may_write);
         if kept.by_account.entry(account_id).or_default().insert(device_id.to_owned(), answer).is_none() {
-            kept.len += 1;
+            kept.bytes += cost;
         }
     }
 }
@@ -141,12 +153,14 @@ mod tests {
     async fn no_more_than_the_bound_is_kept() {
         let t = WriteTargets::default();
         let seen = Generations { access: 1, devices: 1 };
-        for i in 0..KEPT_TARGETS + 10 {
+        let each = cost("D100000", &target(1, true, 1, 1).device);
+        let fits = KEPT_BYTES / each;
+        for i in 100_000..100_000 + fits + 10 {
             let id = format!("D{i}");
             t.through(1, &id, Some(seen), async { Ok(Some(target(1, true, 1, 1))) }).await.expect("through");
         }
         let kept = t.kept.lock().expect("lock");
-        assert_eq!(kept.len, KEPT_TARGETS);
-        assert_eq!(kept.by_account.values().map(FastMap::len).sum::<usize>(), KEPT_TARGETS);
+        assert!(kept.bytes <= KEPT_BYTES && kept.bytes + each > KEPT_BYTES, "{} of {KEPT_BYTES}", kept.bytes);
+        assert_eq!(kept.by_account.values().map(FastMap::len).sum::<usize>(), fits);
     }
 }

@@ -14,3 +14,7 @@ CREATE TRIGGER access_grant_changed AFTER UPDATE ON account_devices
     WHEN OLD.can_write IS NOT NEW.can_write OR OLD.account_id IS NOT NEW.account_id
          OR OLD.device_pk IS NOT NEW.device_pk
     BEGIN UPDATE access_generation SET generation = generation + 1; END;
+-- A grant inserted moves it too: `INSERT OR REPLACE` narrows a grant by
+-- deleting the row, which fires no delete trigger.
+CREATE TRIGGER access_grant_added AFTER INSERT ON account_devices
+    BEGIN UPDATE access_generation SET generation = generation + 1; END;

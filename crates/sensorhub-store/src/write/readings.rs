@@ -182,13 +182,7 @@ impl<'k> ReadingWriter<'k> {
     pub(crate) async fn finish(mut self, tx: &impl Tx) -> StoreResult<(u64, Vec<AlarmEvent>)> {
         let (newest, now) = (self.newest.take(), self.now);
         let deliveries = std::mem::take(&mut self.deliveries.rows);
-        let (hours, latest, outbox) =
-            futures_util::future::join3(self.flush(tx), tx.upsert_latest(&newest, now), tx.insert_outbox(&deliveries))
-                .await;
-        let mut errors = [hours.err(), latest.err(), outbox.err()].into_iter().flatten();
-        if let Some(first) = errors.next() {
-            return Err(StoreError::cause(first, errors));
-        }
+        super::tx::together(self.flush(tx), tx.upsert_latest(&newest, now), tx.insert_outbox(&deliveries)).await?;
         let events = self.write_alarms(tx).await?;
         Ok((self.changed, events))
     }

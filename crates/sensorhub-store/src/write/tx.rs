@@ -12,10 +12,11 @@
 use crate::decide::HourRow;
 use crate::decide::latest::LatestRow;
 use crate::decide::outbox::OutboxRow;
-use crate::{ReadingSource, StoreResult};
+use crate::{ReadingSource, StoreError, StoreResult};
 use sensorhub_core::model::{ReadingInput, SensorMeta};
 use sensorhub_core::provision::InputError;
 use std::collections::BTreeSet;
+use std::task::Poll;
 
 /// The lowest hour number a range of hours may start from.
 pub(crate) const FIRST_HOUR: i64 = -(1 << 31);
@@ -24,6 +25,56 @@ pub(crate) const LAST_HOUR: i64 = (1 << 31) - 1;
 
 /// Items taken from an import's source at a time.
 pub(crate) type Slice = Vec<Result<ReadingInput, InputError>>;
+
+/// Runs three steps of one transaction together, as its statements must
+/// run: each is begun in turn (on PostgreSQL their statements then share
+/// round trips), but once one has failed a step not yet begun is never
+/// begun. On SQLite each step runs to its end when first polled, and an
+/// error that made SQLite roll the transaction back (a full disk, an I/O
+/// error) leaves the connection outside any transaction: a later step
+/// would commit its rows on their own. Of the errors, the one reported is
+/// their [`StoreError::cause`].
+pub(crate) async fn together(
+    a: impl Future<Output = StoreResult<()>>,
+    b: impl Future<Output = StoreResult<()>>,
+    c: impl Future<Output = StoreResult<()>>,
+) -> StoreResult<()> {
+    let (mut a, mut b, mut c) = (std::pin::pin!(a), std::pin::pin!(b), std::pin::pin!(c));
+    // Per step: not begun (None), running (Some(false)) or done (Some(true)).
+    let mut steps = [None::<bool>; 3];
+    let mut errors = Vec::new();
+    std::future::poll_fn(|cx| {
+        let mut running = false;
+        for (i, step) in steps.iter_mut().enumerate() {
+            match step {
+                Some(true) => continue,
+                None if !errors.is_empty() => {
+                    *step = Some(true);
+                    continue;
+                }
+                _ => {}
+            }
+            let polled = match i {
+                0 => a.as_mut().poll(cx),
+                1 => b.as_mut().poll(cx),
+                _ => c.as_mut().poll(cx),
+            };
+            *step = Some(polled.is_ready());
+            match polled {
+                Poll::Ready(Err(e)) => errors.push(e),
+                Poll::Ready(Ok(())) => {}
+                Poll::Pending => running = true,
+            }
+        }
+        if running { Poll::Pending } else { Poll::Ready(()) }
+    })
+    .await;
+    let mut errors = errors.into_iter();
+    match errors.next() {
+        Some(first) => Err(StoreError::cause(first, errors)),
+        None => Ok(()),
+    }
+}
 
 /// One write transaction's primitive operations.
 pub(crate) trait Tx: crate::sql::DeviceHours {
@@ -206,4 +257,42 @@ pub(crate) trait SubscriptionTx: ProvisionTx {
         name: &str,
         row: &crate::decide::subscriptions::SubscriptionRow,
     ) -> StoreResult<()>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::together;
+    use crate::StoreError::{Backend, Busy};
+    use std::cell::Cell;
+
+    #[tokio::test]
+    async fn after_a_failed_step_no_other_begins() {
+        let began = [Cell::new(false), Cell::new(false), Cell::new(false)];
+        let step = |i: usize, fails: bool| {
+            let began = &began[i];
+            async move {
+                began.set(true);
+                if fails { Err(Backend("disk full".into())) } else { Ok(()) }
+            }
+        };
+        let got = together(step(0, true), step(1, false), step(2, false)).await;
+        assert_eq!(got.map_err(|e| e.to_string()), Err("database error: disk full".into()));
+        assert_eq!(began.each_ref().map(Cell::get), [true, false, false], "as SQLite runs them");
+        let began_all = together(step(0, false), step(1, false), step(2, false)).await;
+        assert!(began_all.is_ok());
+        assert_eq!(began.each_ref().map(Cell::get), [true, true, true]);
+    }
+
+    #[tokio::test]
+    async fn steps_begun_together_report_the_timeout_not_its_echo() {
+        // As on PostgreSQL: all three are sent, then answered.
+        let answered = |e: Option<crate::StoreError>| async move {
+            tokio::task::yield_now().await;
+            e.map_or(Ok(()), Err)
+        };
+        let echo = || Some(Backend("current transaction is aborted".into()));
+        let got = together(answered(echo()), answered(Some(Busy("lock timeout".into()))), answered(echo())).await;
+        assert_eq!(got.map_err(|e| e.to_string()), Err("database busy: lock timeout".into()));
+        assert!(together(answered(None), answered(None), answered(None)).await.is_ok());
+    }
 }

@@ -86,6 +86,18 @@ async fn a_kept_write_permission_follows_every_change() {
 
         outside(&b, "UPDATE account_devices SET can_write = false WHERE device_pk = (SELECT id FROM devices WHERE device_id = 'D1')").await;
         assert_eq!(ask("D1").await, Some((3, false)), "a grant narrowed in place");
+        apply(s, hook).await.expect("granted again");
+        assert_eq!(ask("D1").await, Some((3, true)), "granted again");
+        if b.pg.is_some() {
+            outside(&b, "TRUNCATE account_devices").await;
+            assert_eq!(ask("D1").await, None, "every grant emptied at once");
+            apply(s, r#"{"accounts":[{"username":"alice","devices":["D1"]}]}"#).await.expect("shown again");
+        } else {
+            let narrowed = "INSERT OR REPLACE INTO account_devices (account_id, device_pk, can_write)
+                            SELECT account_id, device_pk, 0 FROM account_devices";
+            outside(&b, narrowed).await;
+            assert_eq!(ask("D1").await, Some((3, false)), "a grant replaced by a narrower one");
+        }
 
         let owns = r#"{"accounts":[{"username":"alice","write":[]},{"username":"bob","password":"pw","devices":[]}],
             "devices":[{"device_id":"D1","name":"one","type":"AWS","lat":1,"long":2,"interval_seconds":60,"owner":"alice"}]}"#;

@@ -164,14 +164,22 @@ impl FromRequestParts<AppState> for PublicCaller {
 }
 
 /// A sender of webhook envelopes, identified by `X-API-KEY`.
+#[derive(Debug, Clone, Copy)]
 pub struct WebhookCaller {
     /// The key's account.
     pub account_id: i64,
-    /// The generations read with the key: a device's write permission
-    /// kept since then is used without asking again
-    /// ([`sensorhub_store::Access::writable_device`]).
-    pub generations: sensorhub_store::Generations,
+    /// The generations read with the key.
+    generations: sensorhub_store::Generations,
+    /// When the key was looked up.
+    looked_up: std::time::Instant,
 }
+
+/// How long after its key's lookup a request may still take a device's
+/// write permission kept at the generations read with the key: a request
+/// whose body took longer (a slow sender) asks again, so that a grant
+/// narrowed meanwhile holds for it within this long, as it does for open
+/// streams (which look once a second).
+const KEPT_ANSWER_AGE: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl FromRequestParts<AppState> for WebhookCaller {
     type Rejection = WebhookError;
@@ -186,6 +194,14 @@ impl FromRequestParts<AppState> for WebhookCaller {
 }
 
 impl WebhookCaller {
+    /// The generations read with the key, while it was looked up less
+    /// than [`KEPT_ANSWER_AGE`] ago: a device's write permission kept at
+    /// exactly those is used without asking again
+    /// ([`sensorhub_store::Access::writable_device`]).
+    pub fn generations(&self) -> Option<sensorhub_store::Generations> {
+        (self.looked_up.elapsed() < KEPT_ANSWER_AGE).then_some(self.generations)
+    }
+
     async fn authenticate(parts: &mut Parts, state: &AppState) -> Result<Self, WebhookError> {
         let guard = Guard::new(parts, state, "webhook");
         let mut values = parts.headers.get_all("x-api-key").iter();
@@ -206,7 +222,11 @@ impl WebhookCaller {
         match state.store.webhook_key_auth(&digest).await? {
             Some(k) if constant_time_eq(&k.digest, &digest) && !k.revoked && !k.account_disabled => {
                 guard.caller(b"hook", &digest).await?;
-                Ok(WebhookCaller { account_id: k.account_id, generations: k.generations })
+                Ok(WebhookCaller {
+                    account_id: k.account_id,
+                    generations: k.generations,
+                    looked_up: std::time::Instant::now(),
+                })
             }
             _ => {
                 guard.before_verify().await?;
@@ -238,6 +258,18 @@ mod tests {
 
     fn b64(s: &str) -> String {
         base64::engine::general_purpose::STANDARD.encode(s)
+    }
+
+    #[test]
+    fn a_kept_write_permission_is_offered_only_soon_after_the_key() {
+        let generations = sensorhub_store::Generations { access: 3, devices: 4 };
+        let caller = |age| WebhookCaller {
+            account_id: 1,
+            generations,
+            looked_up: std::time::Instant::now().checked_sub(age).expect("the clock has run that long"),
+        };
+        assert_eq!(caller(std::time::Duration::ZERO).generations(), Some(generations));
+        assert_eq!(caller(KEPT_ANSWER_AGE).generations(), None, "a slow body: ask again");
     }
 
     #[test]

@@ -81,7 +81,7 @@ impl IntoResponse for InfluxError {
 /// The account of the webhook key a line-protocol write carries.
 pub struct InfluxCaller {
     account_id: i64,
-    generations: sensorhub_store::Generations,
+    key: WebhookCaller,
 }
 
 impl FromRequestParts<AppState> for InfluxCaller {
@@ -91,7 +91,7 @@ impl FromRequestParts<AppState> for InfluxCaller {
         let guard = Guard::new(parts, state, "webhook");
         let key = key_of(parts);
         let caller = WebhookCaller::by_key(&guard, state, key.as_deref()).await?;
-        Ok(Self { account_id: caller.account_id, generations: caller.generations })
+        Ok(Self { account_id: caller.account_id, key: caller })
     }
 }
 
@@ -287,7 +287,7 @@ async fn readings_of(
 /// line's error), a store failure fails the request.
 async fn writable(state: &AppState, caller: &InfluxCaller, device_id: &str) -> Result<Writable, ApiError> {
     let Some((device, may_write)) =
-        state.store.writable_device(caller.account_id, device_id, Some(caller.generations)).await?
+        state.store.writable_device(caller.account_id, device_id, caller.key.generations()).await?
     else {
         return Ok(Err(ApiError::BadRequest(format!("device {device_id:?} is not one of this key's devices"))));
     };

@@ -85,7 +85,7 @@ async fn handle(state: &AppState, caller: &WebhookCaller, headers: &HeaderMap, b
     if state.webhook.mode == WebhookMode::Ingest {
         let (device, may_write) = state
             .store
-            .writable_device(caller.account_id, &envelope.device_id, Some(caller.generations))
+            .writable_device(caller.account_id, &envelope.device_id, caller.generations())
             .await?
             .ok_or(ApiError::DeviceNotFound)?;
         if !may_write {
