@@ -195,7 +195,7 @@ impl FromRequestParts<AppState> for WebhookCaller {
 
 impl WebhookCaller {
     /// The generations read with the key, while it was looked up less
-    /// than [`KEPT_ANSWER_AGE`] ago: a device's write permission kept at
+    /// than a second (`KEPT_ANSWER_AGE`) ago: a device's write permission kept at
     /// exactly those is used without asking again
     /// ([`sensorhub_store::Access::writable_device`]).
     pub fn generations(&self) -> Option<sensorhub_store::Generations> {
