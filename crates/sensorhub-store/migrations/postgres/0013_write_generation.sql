@@ -14,9 +14,11 @@ CREATE TRIGGER access_grant_changed AFTER UPDATE ON account_devices FOR EACH ROW
     WHEN (OLD.can_write IS DISTINCT FROM NEW.can_write OR OLD.account_id IS DISTINCT FROM NEW.account_id
           OR OLD.device_pk IS DISTINCT FROM NEW.device_pk)
     EXECUTE FUNCTION sensorhub_access_changed();
--- A grant inserted moves it too, and so does emptying a table with
--- `TRUNCATE` (which fires no delete trigger): grants, devices, sensors.
-CREATE TRIGGER access_grant_added AFTER INSERT ON account_devices FOR EACH STATEMENT
+-- A grant inserted moves it too (for each row inserted: a statement that
+-- inserts none, `ON CONFLICT DO NOTHING` when re-applying a file, moves
+-- nothing), and so does emptying a table with `TRUNCATE` (which fires no
+-- delete trigger): grants, devices, sensors.
+CREATE TRIGGER access_grant_added AFTER INSERT ON account_devices FOR EACH ROW
     EXECUTE FUNCTION sensorhub_access_changed();
 CREATE TRIGGER access_grants_truncated AFTER TRUNCATE ON account_devices FOR EACH STATEMENT
     EXECUTE FUNCTION sensorhub_access_changed();

@@ -106,6 +106,7 @@ async fn a_kept_write_permission_follows_every_change() {
         let moved = r#"{"devices":[{"device_id":"D1","name":"one","type":"AWS","lat":1,"long":2,"interval_seconds":60,"owner":"bob"}]}"#;
         apply(s, moved).await.expect("bob owns D1");
         assert_eq!(ask("D1").await, Some((3, false)), "the owner moved");
+        assert!(!moves(s, moved).await, "re-applying an owner changes nothing");
 
         apply(s, r#"{"accounts":[{"username":"alice","devices":[]}]}"#).await.expect("taken away");
         assert_eq!(ask("D1").await, None, "the device taken from the account");

@@ -219,14 +219,11 @@ impl WebhookCaller {
             return Err(guard.failed(ApiError::Unauthorized).await);
         };
         let digest = key_digest(key);
+        let looked_up = std::time::Instant::now();
         match state.store.webhook_key_auth(&digest).await? {
             Some(k) if constant_time_eq(&k.digest, &digest) && !k.revoked && !k.account_disabled => {
                 guard.caller(b"hook", &digest).await?;
-                Ok(WebhookCaller {
-                    account_id: k.account_id,
-                    generations: k.generations,
-                    looked_up: std::time::Instant::now(),
-                })
+                Ok(WebhookCaller { account_id: k.account_id, generations: k.generations, looked_up })
             }
             _ => {
                 guard.before_verify().await?;
