@@ -28,3 +28,11 @@ CREATE TRIGGER device_generation_devices_truncated AFTER TRUNCATE ON devices FOR
     EXECUTE FUNCTION sensorhub_devices_changed();
 CREATE TRIGGER device_generation_sensors_truncated AFTER TRUNCATE ON sensors FOR EACH STATEMENT
     EXECUTE FUNCTION sensorhub_devices_changed();
+-- Emptying accounts, API keys or their device lists takes access away
+-- too (schema 8 moved the generation only on their rows' deletes).
+CREATE TRIGGER access_accounts_truncated AFTER TRUNCATE ON accounts FOR EACH STATEMENT
+    EXECUTE FUNCTION sensorhub_access_changed();
+CREATE TRIGGER access_keys_truncated AFTER TRUNCATE ON api_keys FOR EACH STATEMENT
+    EXECUTE FUNCTION sensorhub_access_changed();
+CREATE TRIGGER access_key_devices_truncated AFTER TRUNCATE ON api_key_devices FOR EACH STATEMENT
+    EXECUTE FUNCTION sensorhub_access_changed();
