@@ -14,10 +14,21 @@ use crate::decide::{DeviceSensors, FastMap};
 use crate::sql::Sql;
 use std::sync::Mutex;
 
-/// Devices kept at most: by estimate about 700 bytes each with five
-/// sensors (id, sensor ids and units, a hash table), so 14 MB. Past it,
-/// the others are read per transaction as if nothing were kept.
-const KEPT_DEVICES: usize = 20_000;
+/// Bytes the kept devices may take, by [`cost`]'s estimate: about 700
+/// bytes a device with five sensors (id, sensor ids and units, a hash
+/// table), so some 20,000 devices; a device of 64 sensors takes ten times
+/// that. Past it, the others are read per transaction as if nothing were
+/// kept.
+const KEPT_BYTES: usize = 14 << 20;
+
+/// A kept device's estimated bytes: the map's entry and the device's
+/// allocations (each with its bookkeeping), and its strings.
+fn cost(id: &str, device: &DeviceSensors) -> usize {
+    const ENTRY: usize = 160;
+    const SENSOR: usize = 96;
+    let sensors = device.table().iter().map(|(sensor_id, (_, unit))| SENSOR + sensor_id.len() + unit.len());
+    ENTRY + id.len() + sensors.sum::<usize>()
+}
 
 /// A store's cache of devices by id.
 #[derive(Default)]
@@ -29,6 +40,8 @@ pub(crate) struct DeviceCache {
 struct Kept {
     /// The generation the devices were read at.
     generation: i64,
+    /// The kept devices' estimated bytes ([`cost`]).
+    bytes: usize,
     devices: FastMap<String, DeviceSensors>,
 }
 
@@ -44,6 +57,7 @@ impl DeviceCache {
             let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
             if kept.generation != generation {
                 kept.devices.clear();
+                kept.bytes = 0;
                 kept.generation = generation;
             }
             for (i, id) in ids.iter().enumerate() {
@@ -63,8 +77,10 @@ impl DeviceCache {
         for i in missing {
             let Some((id, (pk, sensors))) = found.remove_entry(ids[i]) else { continue };
             let device = DeviceSensors::new(pk, sensors);
-            if kept.generation == generation && kept.devices.len() < KEPT_DEVICES {
-                kept.devices.insert(id, device.clone());
+            let cost = cost(&id, &device);
+            let fits = kept.generation == generation && kept.bytes + cost <= KEPT_BYTES;
+            if fits && kept.devices.insert(id, device.clone()).is_none() {
+                kept.bytes += cost;
             }
             out[i] = Some(device);
         }
