@@ -7,7 +7,9 @@
 //! default batch). Reported: readings/s and values/s of each. With
 //! `--database postgres://...` the webhook's load runs once more against a
 //! fresh database on that PostgreSQL server (issue 27 asks 8,000 readings/s
-//! there and 16,000 on SQLite).
+//! there and 16,000 on SQLite); `--database-delay-us N` puts a relay
+//! between the two that holds each packet N us each way (a database on
+//! another machine, where each round trip a write makes counts).
 
 use crate::closed_loop::load;
 use crate::dataset;
@@ -46,6 +48,10 @@ pub struct Args {
     /// Also load the webhook against PostgreSQL (a server URL whose user may create databases)
     #[arg(long)]
     database: Option<String>,
+    /// With `--database`, hold each packet this long each way between
+    /// sensorhub and PostgreSQL, as if the database ran on another machine
+    #[arg(long, default_value_t = 0)]
+    database_delay_us: u64,
 }
 
 /// What the scenario measured.
@@ -166,7 +172,15 @@ pub fn run(args: Args) -> Result<(LineProto, PathBuf), String> {
     let postgres_webhook_rps = match &args.database {
         Some(url) => {
             let temp = rt.block_on(sensorhub_testing::TempDatabase::create(url)).map_err(|e| e.to_string())?;
-            let _server = serve(&bin, &provision, temp.url(), port + 1)?;
+            let database = match args.database_delay_us {
+                0 => temp.url().to_owned(),
+                us => {
+                    let (_, target) = crate::relay::via(temp.url(), 0)?;
+                    let relay = crate::relay::start(target, std::time::Duration::from_micros(us))?;
+                    crate::relay::via(temp.url(), relay)?.0
+                }
+            };
+            let _server = serve(&bin, &provision, &database, port + 1)?;
             Some(webhooks(port + 1)?)
         }
         None => None,

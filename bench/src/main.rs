@@ -15,6 +15,7 @@ mod mqtt;
 mod mqtt_flood;
 mod peer;
 mod profiles;
+mod relay;
 mod run;
 mod soak;
 mod stats;
