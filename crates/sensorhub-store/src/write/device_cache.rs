@@ -46,6 +46,13 @@ struct Kept {
 }
 
 impl DeviceCache {
+    /// The key device `id` had when it was kept, whatever the generation
+    /// now: a guess, for lookups that may be sent before [`Self::load`]
+    /// answers and are used only when the device it returns has that key.
+    pub(crate) fn guessed_pk(&self, id: &str) -> Option<i64> {
+        self.kept.lock().unwrap_or_else(|e| e.into_inner()).devices.get(id).map(|d| d.pk)
+    }
+
     /// Devices `ids` (each named once) in the same order, without their
     /// subscriptions: those kept, and the rest read (in a few queries)
     /// and kept; `None` for an id of no device.

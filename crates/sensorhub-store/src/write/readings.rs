@@ -75,6 +75,9 @@ impl<'k> ReadingWriter<'k> {
     /// queries however many they are (a group of readings from 2,000
     /// stations asked two queries a station). Queries that do not wait on
     /// each other are sent together: on PostgreSQL they share a round trip.
+    /// The subscriptions of a device kept between transactions are asked
+    /// with its lookup, by the key it was kept with, and used when the
+    /// lookup returns that key (the rest are asked after it).
     async fn load<'a>(&mut self, tx: &impl Tx, ids: impl IntoIterator<Item = &'a str>) -> StoreResult<()> {
         let mut missing: Vec<&str> = ids.into_iter().filter(|id| !self.devices.contains_key(*id)).collect();
         if missing.is_empty() {
@@ -83,9 +86,16 @@ impl<'k> ReadingWriter<'k> {
         missing.sort_unstable();
         missing.dedup();
         let ask_rules = self.watching.is_none();
-        let (found, any_rules) = futures_util::future::join(self.kept.devices.load(tx, &missing), async {
-            if ask_rules { alarms::any_rules(tx).await.map(Some) } else { Ok(None) }
-        })
+        let guessed: Vec<i64> = if self.deliveries.wanted() {
+            missing.iter().filter_map(|id| self.kept.devices.guessed_pk(id)).collect()
+        } else {
+            Vec::new()
+        };
+        let (found, any_rules, early) = futures_util::future::join3(
+            self.kept.devices.load(tx, &missing),
+            async { if ask_rules { alarms::any_rules(tx).await.map(Some) } else { Ok(None) } },
+            futures_util::future::join_all(guessed.iter().map(|&pk| tx.subscriptions_of(pk))),
+        )
         .await;
         let (mut found, any_rules) = match (found, any_rules) {
             (Ok(found), Ok(any_rules)) => (found, any_rules),
@@ -96,10 +106,17 @@ impl<'k> ReadingWriter<'k> {
             self.watching = any_rules;
         }
         if self.deliveries.wanted() {
-            let subscribed = found.iter().flatten().map(|device| tx.subscriptions_of(device.pk));
-            let mut subscriptions = futures_util::future::try_join_all(subscribed).await?.into_iter();
+            let mut early: FastMap<i64, Vec<String>> = guessed
+                .into_iter()
+                .zip(early)
+                .map(|(pk, subs)| subs.map(|subs| (pk, subs)))
+                .collect::<Result<_, _>>()?;
+            let late = found.iter().flatten().filter(|device| !early.contains_key(&device.pk)).map(|d| d.pk);
+            let late: Vec<i64> = late.collect();
+            let asked = futures_util::future::try_join_all(late.iter().map(|&pk| tx.subscriptions_of(pk))).await?;
+            early.extend(late.into_iter().zip(asked));
             for device in found.iter_mut().flatten() {
-                device.subscriptions = subscriptions.next().unwrap_or_default();
+                device.subscriptions = early.remove(&device.pk).unwrap_or_default();
             }
         }
         let mut watched = Vec::new();

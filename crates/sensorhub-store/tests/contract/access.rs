@@ -54,7 +54,7 @@ async fn every_change_that_takes_access_away_moves_the_generation() {
 
 /// Runs `sql` on `b`'s database from a connection of its own, as an
 /// operator or another program would.
-async fn outside(b: &super::Backend, sql: &str) {
+pub(super) async fn outside(b: &super::Backend, sql: &str) {
     if let Some(path) = b.url.strip_prefix("sqlite://") {
         rusqlite::Connection::open(path).expect("open file").execute_batch(sql).expect(sql);
         return;

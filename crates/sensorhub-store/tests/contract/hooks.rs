@@ -156,6 +156,45 @@ async fn each_device_of_a_transaction_owes_its_own_subscriptions() {
     }
 }
 
+// A device kept between transactions has its subscriptions asked with
+// its lookup (by the key it was kept with): each write still owes exactly
+// what the subscriptions and grants are at that write, changed between
+// writes by the store or by SQL from another connection.
+#[tokio::test]
+async fn a_kept_device_owes_what_its_subscriptions_are_at_each_write() {
+    for b in backends().await {
+        let s = &*b.store;
+        let at = |ts: i64| jiff::Timestamp::from_second(ts).map(|t| t.to_string()).unwrap_or_default();
+        let mut now = jiff::Timestamp::now().as_millisecond() + 1000;
+        let mut owed_by = async |ts: i64| {
+            s.ingest(reading("D1", ts, &[("a", 1.0)])).await.expect("ingest");
+            now += 1;
+            let mut owed: Vec<(String, String)> = claim(s, now, 10)
+                .await
+                .iter()
+                .map(|d| {
+                    let body: serde_json::Value = serde_json::from_str(&d.body).expect("JSON");
+                    (d.subscription_id.clone(), body["timestamp"].as_str().unwrap_or_default().to_owned())
+                })
+                .collect();
+            owed.sort();
+            owed
+        };
+        let pairs = |subs: &[&str], ts: i64| subs.iter().map(|x| ((*x).to_owned(), at(ts))).collect::<Vec<_>>();
+
+        s.add_subscription(new("sub_d1", "alice", Some(&["D1"]))).await.expect("add");
+        assert_eq!(owed_by(T).await, pairs(&["sub_d1"], T));
+        s.add_subscription(new("sub_all", "alice", None)).await.expect("add");
+        assert_eq!(owed_by(T + 60).await, pairs(&["sub_all", "sub_d1"], T + 60), "one added since");
+        s.set_subscription_enabled("sub_d1", false).await.expect("disable");
+        assert_eq!(owed_by(T + 120).await, pairs(&["sub_all"], T + 120), "one disabled since");
+        super::access::outside(&b, "UPDATE subscriptions SET enabled = TRUE WHERE id = 'sub_d1'").await;
+        assert_eq!(owed_by(T + 180).await, pairs(&["sub_all", "sub_d1"], T + 180), "enabled again by SQL");
+        super::access::outside(&b, "DELETE FROM account_devices").await;
+        assert_eq!(owed_by(T + 240).await, [], "no account sees the device any more");
+    }
+}
+
 #[tokio::test]
 async fn a_batching_subscription_claims_its_due_rows_together_and_records_them_as_one() {
     for b in backends().await {
