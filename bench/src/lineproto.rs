@@ -8,7 +8,7 @@
 //! `--database postgres://...` the webhook's load runs once more against a
 //! fresh database on that PostgreSQL server (issue 27 asks 8,000 readings/s
 //! there and 16,000 on SQLite); `--database-delay-us N` puts a relay
-//! between the two that holds each packet N us each way (a database on
+//! between the two that passes each chunk on N us after it arrived (a database on
 //! another machine, where each round trip a write makes counts).
 
 use crate::closed_loop::load;
@@ -48,8 +48,8 @@ pub struct Args {
     /// Also load the webhook against PostgreSQL (a server URL whose user may create databases)
     #[arg(long)]
     database: Option<String>,
-    /// With `--database`, hold each packet this long each way between
-    /// sensorhub and PostgreSQL, as if the database ran on another machine
+    /// With `--database`, pass each chunk between sensorhub and PostgreSQL
+    /// on this long after it arrived, as if the database ran on another machine
     #[arg(long, default_value_t = 0)]
     database_delay_us: u64,
 }

@@ -6,11 +6,11 @@
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Starts relaying connections made to the returned loopback port to
-/// `target` (`host:port`), each chunk held `delay` each way; it runs until
-/// the process ends.
+/// `target` (`host:port`), each chunk passed on `delay` after it arrived,
+/// each way; it runs until the process ends.
 pub(crate) fn start(target: String, delay: Duration) -> Result<u16, String> {
     let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
     let port = listener.local_addr().map_err(|e| e.to_string())?.port();
@@ -28,16 +28,29 @@ pub(crate) fn start(target: String, delay: Duration) -> Result<u16, String> {
     Ok(port)
 }
 
-/// Copies `from` to `to`, holding each chunk `delay`, until either ends.
+/// Copies `from` to `to`, each chunk sent `delay` after it arrived, until
+/// either ends. A thread reads and stamps, another waits and writes: chunks
+/// that arrive while one waits are not held up by its wait (a pipeline's
+/// replies keep their spacing, as on a wire).
 fn pump(mut from: TcpStream, mut to: TcpStream, delay: Duration) {
+    let (stamped, due) = std::sync::mpsc::channel::<(Instant, Vec<u8>)>();
+    let writer = std::thread::spawn(move || {
+        for (at, chunk) in due {
+            std::thread::sleep(at.saturating_duration_since(Instant::now()));
+            if to.write_all(&chunk).is_err() {
+                break;
+            }
+        }
+        let _ = to.shutdown(Shutdown::Both);
+    });
     let mut buf = vec![0; 64 << 10];
     while let Ok(n @ 1..) = from.read(&mut buf) {
-        std::thread::sleep(delay);
-        if to.write_all(&buf[..n]).is_err() {
+        if stamped.send((Instant::now() + delay, buf[..n].to_vec())).is_err() {
             break;
         }
     }
-    let _ = to.shutdown(Shutdown::Both);
+    drop(stamped);
+    let _ = writer.join();
     let _ = from.shutdown(Shutdown::Both);
 }
 
