@@ -97,10 +97,15 @@ impl<'k> ReadingWriter<'k> {
             futures_util::future::join_all(guessed.iter().map(|&pk| tx.subscriptions_of(pk))),
         )
         .await;
+        // On PostgreSQL one failed statement fails those after it with an
+        // echo: report the cause (a timeout is `Busy`) whichever failed first.
         let (mut found, any_rules) = match (found, any_rules) {
             (Ok(found), Ok(any_rules)) => (found, any_rules),
-            (Err(e), any_rules) => return Err(StoreError::cause(e, any_rules.err())),
-            (Ok(_), Err(e)) => return Err(e),
+            (Err(e), any_rules) => {
+                let others = any_rules.err().into_iter().chain(early.into_iter().filter_map(Result::err));
+                return Err(StoreError::cause(e, others));
+            }
+            (Ok(_), Err(e)) => return Err(StoreError::cause(e, early.into_iter().filter_map(Result::err))),
         };
         if any_rules.is_some() {
             self.watching = any_rules;

@@ -159,18 +159,24 @@ async fn each_device_of_a_transaction_owes_its_own_subscriptions() {
 // A device kept between transactions has its subscriptions asked with
 // its lookup (by the key it was kept with): each write still owes exactly
 // what the subscriptions and grants are at that write, changed between
-// writes by the store or by SQL from another connection.
+// writes by the store or by SQL from another connection, and when the
+// kept key has become another device's.
 #[tokio::test]
 async fn a_kept_device_owes_what_its_subscriptions_are_at_each_write() {
     for b in backends().await {
         let s = &*b.store;
         let at = |ts: i64| jiff::Timestamp::from_second(ts).map(|t| t.to_string()).unwrap_or_default();
-        let mut now = jiff::Timestamp::now().as_millisecond() + 1000;
-        let mut owed_by = async |ts: i64| {
+        let owed_by = async |ts: i64| {
             s.ingest(reading("D1", ts, &[("a", 1.0)])).await.expect("ingest");
-            now += 1;
-            let mut owed: Vec<(String, String)> = claim(s, now, 10)
-                .await
+            // Every row written is claimed (none dropped as unseen), then delivered.
+            let written = s.outbox_backlog().await.expect("backlog");
+            let now = jiff::Timestamp::now().as_millisecond() + 1000;
+            let claimed = claim(s, now, 10).await;
+            assert_eq!(written, claimed.len() as u64, "rows written at {ts} that no claim takes");
+            for d in &claimed {
+                s.finish_delivery(d.id, &d.subscription_id, now, Attempt::Delivered).await.expect("finish");
+            }
+            let mut owed: Vec<(String, String)> = claimed
                 .iter()
                 .map(|d| {
                     let body: serde_json::Value = serde_json::from_str(&d.body).expect("JSON");
@@ -188,10 +194,28 @@ async fn a_kept_device_owes_what_its_subscriptions_are_at_each_write() {
         assert_eq!(owed_by(T + 60).await, pairs(&["sub_all", "sub_d1"], T + 60), "one added since");
         s.set_subscription_enabled("sub_d1", false).await.expect("disable");
         assert_eq!(owed_by(T + 120).await, pairs(&["sub_all"], T + 120), "one disabled since");
-        super::access::outside(&b, "UPDATE subscriptions SET enabled = TRUE WHERE id = 'sub_d1'").await;
+        let outside = |sql| super::access::outside(&b, sql);
+        outside("UPDATE subscriptions SET enabled = TRUE WHERE id = 'sub_d1'").await;
         assert_eq!(owed_by(T + 180).await, pairs(&["sub_all", "sub_d1"], T + 180), "enabled again by SQL");
-        super::access::outside(&b, "DELETE FROM account_devices").await;
-        assert_eq!(owed_by(T + 240).await, [], "no account sees the device any more");
+
+        // D1 and D2 swap ids: the key D1 was kept with is now D2's, whose
+        // subscriptions those were; the device now named D1 is one alice
+        // does not see.
+        outside(
+            "UPDATE devices SET device_id = 'swap' WHERE device_id = 'D1';
+             UPDATE devices SET device_id = 'D1' WHERE device_id = 'D2';
+             UPDATE devices SET device_id = 'D2' WHERE device_id = 'swap';",
+        )
+        .await;
+        assert_eq!(owed_by(T + 240).await, [], "the kept key's subscriptions are not the device's");
+        outside(
+            "INSERT INTO account_devices (account_id, device_pk)
+             SELECT a.id, d.id FROM accounts a, devices d WHERE a.username = 'alice' AND d.device_id = 'D1';",
+        )
+        .await;
+        assert_eq!(owed_by(T + 300).await, pairs(&["sub_all"], T + 300), "sub_d1 names the other device");
+        outside("DELETE FROM account_devices").await;
+        assert_eq!(owed_by(T + 360).await, [], "no account sees the device any more");
     }
 }
 
