@@ -31,6 +31,19 @@ async fn claim(s: &dyn Store, now: i64, n: usize) -> Vec<Delivery> {
     s.claim_deliveries(now, 30_000, &ClaimRequest::up_to(n)).await.expect("claim").deliveries
 }
 
+/// Each delivery as its subscription and the string `field` of its body, sorted.
+fn owed_pairs(deliveries: &[Delivery], field: &str) -> Vec<(String, String)> {
+    let mut owed: Vec<(String, String)> = deliveries
+        .iter()
+        .map(|d| {
+            let body: serde_json::Value = serde_json::from_str(&d.body).expect("JSON");
+            (d.subscription_id.clone(), body[field].as_str().unwrap_or_default().to_owned())
+        })
+        .collect();
+    owed.sort();
+    owed
+}
+
 #[tokio::test]
 async fn subscriptions_are_stored_changed_and_removed() {
     for b in backends().await {
@@ -142,15 +155,7 @@ async fn each_device_of_a_transaction_owes_its_own_subscriptions() {
         let readings = [Ok(reading("D2", T, &[("a", 1.0)])), Ok(reading("D1", T, &[("a", 2.0)]))];
         s.import(Box::new(readings.into_iter()), Outbox::Deliver).await.expect("import");
         let now = jiff::Timestamp::now().as_millisecond() + 1000;
-        let mut owed: Vec<(String, String)> = claim(s, now, 10)
-            .await
-            .iter()
-            .map(|d| {
-                let body: serde_json::Value = serde_json::from_str(&d.body).expect("JSON");
-                (d.subscription_id.clone(), body["device_id"].as_str().unwrap_or_default().to_owned())
-            })
-            .collect();
-        owed.sort();
+        let owed = owed_pairs(&claim(s, now, 10).await, "device_id");
         let want = [("sub_all", "D1"), ("sub_d1", "D1")].map(|(s, d)| (s.to_owned(), d.to_owned()));
         assert_eq!(owed, want);
     }
@@ -176,15 +181,7 @@ async fn a_kept_device_owes_what_its_subscriptions_are_at_each_write() {
             for d in &claimed {
                 s.finish_delivery(d.id, &d.subscription_id, now, Attempt::Delivered).await.expect("finish");
             }
-            let mut owed: Vec<(String, String)> = claimed
-                .iter()
-                .map(|d| {
-                    let body: serde_json::Value = serde_json::from_str(&d.body).expect("JSON");
-                    (d.subscription_id.clone(), body["timestamp"].as_str().unwrap_or_default().to_owned())
-                })
-                .collect();
-            owed.sort();
-            owed
+            owed_pairs(&claimed, "timestamp")
         };
         let pairs = |subs: &[&str], ts: i64| subs.iter().map(|x| ((*x).to_owned(), at(ts))).collect::<Vec<_>>();
 
