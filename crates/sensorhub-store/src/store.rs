@@ -7,8 +7,8 @@
 use crate::alarm::{Alarm, AlarmEvent, SilenceDue};
 use crate::{
     AccountAuth, AccountSummary, ApiKeyAuth, ApiKeySummary, ApplyReport, DeleteReport, DeviceHandle, Generations,
-    ImportReport, Installation, LatestValue, PartialImport, PoolStatus, ReadingSource, ReadingStream, RetentionReport,
-    Scope, StoreResult, StoredHour, WebhookKeyAuth, Window,
+    HoursHead, ImportReport, Installation, LatestValue, PartialImport, PoolStatus, ReadingSource, ReadingStream,
+    RetentionReport, Scope, StoreResult, StoredHour, WebhookKeyAuth, Window,
 };
 use async_trait::async_trait;
 use sensorhub_core::alarm::AlarmRule;
@@ -109,9 +109,11 @@ pub trait Reads: Send + Sync {
     async fn read_hours(&self, device_pk: i64, from: i64, to: i64, limit: usize) -> StoreResult<Vec<StoredHour>>;
 
     /// The device `device_id` visible in `scope` with up to `limit` of its
-    /// stored hours from hour `from` to hour `to`; `None` if the device is
-    /// not visible (raw windows rendered hour by hour). Backends do it in
-    /// one round trip where they can.
+    /// stored hours from hour `from` to hour `to`, or that it is not visible
+    /// (raw windows rendered hour by hour), with the access generation read
+    /// in the same statement or before it (so that a caller's access kept
+    /// at that generation is confirmed without a lookup of its own).
+    /// Backends do it in one round trip where they can.
     async fn window_hours(
         &self,
         scope: Scope,
@@ -119,11 +121,7 @@ pub trait Reads: Send + Sync {
         from: i64,
         to: i64,
         limit: usize,
-    ) -> StoreResult<Option<(DeviceHandle, Vec<StoredHour>)>> {
-        let Some(device) = self.find_device(scope, device_id).await? else { return Ok(None) };
-        let hours = self.read_hours(device.pk, from, to, limit).await?;
-        Ok(Some((device, hours)))
-    }
+    ) -> StoreResult<HoursHead>;
 }
 
 /// Readings written (ingest, import) and removed or rewritten (delete,

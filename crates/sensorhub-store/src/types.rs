@@ -41,6 +41,21 @@ pub struct ApiKeyAuth {
     pub revoked: bool,
     /// A key of a disabled account gets 403.
     pub account_disabled: bool,
+    /// The access generation read in the same statement: the answer holds
+    /// for as long as the generation has not moved.
+    pub access: i64,
+}
+
+/// What [`Reads::window_hours`](crate::Reads::window_hours) found, and the
+/// access generation it was found at.
+#[derive(Debug)]
+pub struct HoursHead {
+    /// The access generation, read in the statement that decides the
+    /// device's visibility or before it: a caller's access kept at this
+    /// generation held when the device was looked up.
+    pub access: i64,
+    /// The device with its first stored hours; `None` if it is not visible.
+    pub found: Option<(DeviceHandle, Vec<StoredHour>)>,
 }
 
 impl ApiKeyAuth {

@@ -3,12 +3,14 @@
 
 use super::PgStore;
 use super::latest::sensor;
-use crate::StoredHour;
 use crate::chunk::{self, chunk_of};
 use crate::decide::malformed;
 use crate::sql::access::{self, SCOPE_FILTER, scope_params};
-use crate::{AccountAuth, ApiKeyAuth, DeviceHandle, Generations, ReadingBatch, Scope, StoreResult, WebhookKeyAuth};
+use crate::{
+    AccountAuth, ApiKeyAuth, DeviceHandle, Generations, HoursHead, ReadingBatch, Scope, StoreResult, WebhookKeyAuth,
+};
 use crate::{LatestValue, ReadingStream, Window};
+use crate::{StoreError, StoredHour};
 use async_trait::async_trait;
 use deadpool_postgres::GenericClient;
 use sensorhub_core::model::{Device, SensorMeta};
@@ -81,7 +83,8 @@ pub(super) async fn window_head(
     limit: usize,
 ) -> StoreResult<Option<(DeviceHandle, ReadingBatch)>> {
     let rows = HEAD_ROWS.min(limit as i64);
-    let Some((device, hours)) = head_hours(c, scope, device_id, chunk_of(from), chunk_of(end), rows).await? else {
+    let Some((device, hours)) = head_hours(c, scope, device_id, chunk_of(from), chunk_of(end), rows).await?.found
+    else {
         return Ok(None);
     };
     let pk = device.pk;
@@ -114,7 +117,7 @@ pub(super) async fn head_hours(
     from: i64,
     to: i64,
     limit: i64,
-) -> StoreResult<Option<(DeviceHandle, Vec<StoredHour>)>> {
+) -> StoreResult<HoursHead> {
     let (account, key) = scope_params(scope);
     let stmt = c
         .prepare_cached(&format!(
@@ -124,25 +127,37 @@ pub(super) async fn head_hours(
              UNION ALL
              (SELECT d.id, NULL, NULL, NULL, NULL, NULL, r.chunk, r.data
               FROM d JOIN hours r ON r.device_pk = d.id
-              WHERE r.chunk >= $4 AND r.chunk <= $5 ORDER BY r.chunk LIMIT $6)"
+              WHERE r.chunk >= $4 AND r.chunk <= $5 ORDER BY r.chunk LIMIT $6)
+             UNION ALL
+             SELECT NULL, NULL, NULL, NULL, NULL, NULL, generation, NULL FROM access_generation"
         ))
         .await?;
     let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] = [&account, &key, &device_id, &from, &to, &limit];
     let rows = c.query(&stmt, &params).await?;
-    let Some(first) = rows.first() else { return Ok(None) };
-    let pk: i64 = first.get(0);
+    // The access generation comes in the one row without a device, read in
+    // the statement's snapshot.
+    let (mut access, mut pk) = (None, None);
     let mut sensors: Vec<(i16, SensorMeta)> = Vec::new();
     let mut hours: Vec<StoredHour> = Vec::new();
     for r in &rows {
+        let Some(id) = r.get::<_, Option<i64>>(0) else {
+            access = r.get::<_, Option<i64>>(6);
+            continue;
+        };
+        pk = Some(id);
         match (r.get::<_, Option<i64>>(6), r.get::<_, Option<i16>>(1)) {
             (Some(chunk), _) => hours.push(StoredHour { chunk, data: r.get(7) }),
             (None, Some(idx)) => sensors.push((idx, sensor(r, 2))),
             (None, None) => {} // a device without sensors
         }
     }
+    let access =
+        access.ok_or_else(|| StoreError::Backend("the window statement returned no access generation".into()))?;
+    let Some(pk) = pk else { return Ok(HoursHead { access, found: None }) };
     sensors.sort_unstable_by_key(|(idx, _)| *idx);
     hours.sort_unstable_by_key(|h| h.chunk);
-    Ok(Some((DeviceHandle { pk, sensors: sensors.into_iter().map(|(_, s)| s).collect() }, hours)))
+    let device = DeviceHandle { pk, sensors: sensors.into_iter().map(|(_, s)| s).collect() };
+    Ok(HoursHead { access, found: Some((device, hours)) })
 }
 
 /// Hour rows asked for first when reading a batch: a one-minute station's
@@ -291,7 +306,7 @@ impl crate::store::Reads for PgStore {
         from: i64,
         to: i64,
         limit: usize,
-    ) -> StoreResult<Option<(DeviceHandle, Vec<StoredHour>)>> {
+    ) -> StoreResult<HoursHead> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         head_hours(&self.pool.get().await?, scope, device_id, from, to, limit).await
     }

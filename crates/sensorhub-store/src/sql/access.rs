@@ -47,7 +47,7 @@ pub(crate) async fn account_auth(c: &impl Sql, username: &str) -> StoreResult<Op
 
 /// The API key with `digest`, with its account's state.
 pub(crate) async fn api_key_auth(c: &impl Sql, digest: &KeyDigest) -> StoreResult<Option<ApiKeyAuth>> {
-    let sql = "SELECT k.id, k.account_id, k.scoped, k.revoked, a.disabled
+    let sql = "SELECT k.id, k.account_id, k.scoped, k.revoked, a.disabled, (SELECT generation FROM access_generation)
                FROM api_keys k JOIN accounts a ON a.id = k.account_id WHERE k.digest = $1";
     let Some(r) = c.query_opt(sql, &[digest[..].into()]).await? else { return Ok(None) };
     Ok(Some(ApiKeyAuth {
@@ -56,6 +56,7 @@ pub(crate) async fn api_key_auth(c: &impl Sql, digest: &KeyDigest) -> StoreResul
         scoped: r.get(2)?,
         revoked: r.get(3)?,
         account_disabled: r.get(4)?,
+        access: r.get(5)?,
     }))
 }
 

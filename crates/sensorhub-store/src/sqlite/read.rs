@@ -8,8 +8,8 @@ use crate::chunk::{self, chunk_of};
 use crate::sql::access::{self, SCOPE_FILTER, scope_params};
 use crate::sql::sqlite_placeholders;
 use crate::{
-    AccountAuth, ApiKeyAuth, DeviceHandle, Generations, ReadingBatch, ReadingStream, Scope, StoreResult, StoredHour,
-    WebhookKeyAuth,
+    AccountAuth, ApiKeyAuth, DeviceHandle, Generations, HoursHead, ReadingBatch, ReadingStream, Scope, StoreResult,
+    StoredHour, WebhookKeyAuth,
 };
 use crate::{LatestValue, Window};
 use async_trait::async_trait;
@@ -194,13 +194,18 @@ impl crate::store::Reads for SqliteStore {
         from: i64,
         to: i64,
         limit: usize,
-    ) -> StoreResult<Option<(DeviceHandle, Vec<StoredHour>)>> {
+    ) -> StoreResult<HoursHead> {
         let id = device_id.to_owned();
         self.reads
             .run_short(move |c| {
-                let Some(device) = on(c, async |c| access::find_device(c, scope, &id).await)? else { return Ok(None) };
+                // Read before the device's visibility is decided, as a
+                // caller's own lookup of its access would be.
+                let access = on(c, async |c| access::access_generation(c).await)?;
+                let Some(device) = on(c, async |c| access::find_device(c, scope, &id).await)? else {
+                    return Ok(HoursHead { access, found: None });
+                };
                 let hours = read_hours(c, device.pk, from, to, limit)?;
-                Ok(Some((device, hours)))
+                Ok(HoursHead { access, found: Some((device, hours)) })
             })
             .await
     }

@@ -120,3 +120,30 @@ async fn a_kept_write_permission_follows_every_change() {
         assert_eq!(ask("D1").await, None, "the device taken from the account");
     }
 }
+
+/// An API key's lookup and a raw window's read both carry the access
+/// generation (the window's read with the device's visibility), so that a
+/// key's answer kept from its lookup is confirmed by the window alone, and a
+/// change that takes it away, however it is made, shows in the window's.
+#[tokio::test]
+async fn a_window_reads_the_generation_a_key_is_checked_at() {
+    for b in backends().await {
+        let s = &*b.store;
+        let looked_up = async || s.api_key_auth(&key_digest("k-d1")).await.expect("lookup").expect("known");
+        let window = async |scope, id: &str| s.window_hours(scope, id, 0, 1 << 40, 26).await.expect("window");
+        let key = looked_up().await;
+        assert_eq!(key.access, generation(s).await);
+        let head = window(key.scope(), "D1").await;
+        assert_eq!(head.access, key.access, "nothing changed");
+        assert_eq!(head.found.map(|(d, hours)| (d.sensors.len(), hours.len())), Some((2, 0)));
+        let hidden = window(key.scope(), "D2").await;
+        assert_eq!((hidden.access, hidden.found.is_none()), (key.access, true), "not in the key's list");
+
+        outside(&b, "UPDATE api_keys SET revoked = TRUE").await;
+        let head = window(key.scope(), "D1").await;
+        assert!(head.access > key.access, "a key revoked by SQL from another connection");
+        let key = looked_up().await;
+        assert!(key.revoked);
+        assert_eq!(key.access, head.access, "the lookup reads the generation the window does");
+    }
+}

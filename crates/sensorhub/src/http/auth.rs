@@ -4,13 +4,14 @@
 
 use super::AppState;
 use super::error::{ApiError, WebhookError};
-use super::ratelimit::Guard;
+use super::kept_keys::KeptKey;
+use super::ratelimit::{Detached, Guard, Spent};
 use crate::live::access::Credential;
 use axum::extract::{FromRequestParts, RawPathParams};
 use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
 use base64::Engine;
-use sensorhub_core::secret::{digest_parts, key_digest, verify_dummy, verify_password};
+use sensorhub_core::secret::{KeyDigest, digest_parts, key_digest, verify_dummy, verify_password};
 use sensorhub_store::Scope;
 
 /// Who is asking, and what they may see.
@@ -145,21 +146,107 @@ impl FromRequestParts<AppState> for PublicCaller {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let guard = Guard::new(parts, state, "public");
-        let Some(key_id) = path_param(parts, state, "api_key_id").await else {
-            return Err(guard.failed(ApiError::Forbidden).await);
-        };
-        let digest = key_digest(&key_id);
-        match state.store.api_key_auth(&digest).await? {
-            Some(key) if !key.revoked && !key.account_disabled => {
-                guard.caller(b"key", &digest).await?;
-                Ok(PublicCaller(Caller { scope: key.scope(), credential: Credential::Key(digest) }))
+        let (guard, digest) = key_in_path(parts, state).await?;
+        check_key(&guard, state, digest, None).await.map(PublicCaller)
+    }
+}
+
+/// The guard of a public request and the digest of the API key id in its
+/// path; 403 without one.
+async fn key_in_path<'a>(parts: &mut Parts, state: &'a AppState) -> Result<(Guard<'a>, KeyDigest), ApiError> {
+    let guard = Guard::new(parts, state, "public");
+    match path_param(parts, state, "api_key_id").await {
+        Some(key_id) => Ok((guard, key_digest(&key_id))),
+        None => Err(guard.failed(ApiError::Forbidden).await),
+    }
+}
+
+/// Looks up the API key with `digest` and answers as the public endpoints
+/// do: its caller, keeping the answer for public raw windows
+/// ([`KeptKeys`](super::kept_keys::KeptKeys)); 403 (or 429) when it is
+/// unknown, revoked or its account disabled. `spent` is the key's request
+/// quota when it was spent already: it answers (with its headers) only for
+/// a valid key, as if spent now.
+async fn check_key(
+    guard: &Guard<'_>,
+    state: &AppState,
+    digest: KeyDigest,
+    spent: Option<Spent>,
+) -> Result<Caller, ApiError> {
+    match state.store.api_key_auth(&digest).await? {
+        Some(key) if !key.revoked && !key.account_disabled => {
+            state.kept_keys.keep(digest, KeptKey { scope: key.scope(), access: key.access });
+            match spent {
+                Some(spent) => guard.settle(spent)?,
+                None => guard.caller(b"key", &digest).await?,
             }
-            _ => {
-                guard.before_verify().await?;
-                Err(guard.failed(ApiError::Forbidden).await)
-            }
+            Ok(Caller { scope: key.scope(), credential: Credential::Key(digest) })
         }
+        _ => {
+            state.kept_keys.forget(&digest);
+            guard.before_verify().await?;
+            Err(guard.failed(ApiError::Forbidden).await)
+        }
+    }
+}
+
+/// A caller of the public raw window: an API key's answer kept from an
+/// earlier request, which the window's own statement must confirm, or the
+/// key checked now as [`PublicCaller`] does.
+pub enum PublicReader {
+    /// Checked by this request.
+    Checked(Caller),
+    /// Kept: to be confirmed, else checked with [`KeptReader::check`].
+    Kept(KeptReader),
+}
+
+/// An API key's answer kept from an earlier request. Its quota for this
+/// request is spent (and allowed) but not yet answered: a confirmed answer
+/// records it ([`KeptReader::confirmed`]), a lookup answers with it only if
+/// the key is still valid ([`KeptReader::check`]), so a key refused since
+/// gets the 403 and headers of a fresh lookup.
+pub struct KeptReader {
+    /// The caller as the key was found to give.
+    pub caller: Caller,
+    /// The access generation it was found at: the answer holds only while
+    /// the store's is this one.
+    pub access: i64,
+    digest: KeyDigest,
+    guard: Detached,
+    spent: Spent,
+}
+
+impl KeptReader {
+    /// The kept answer held (the store read its generation): the request's
+    /// spent quota is recorded for its headers.
+    pub fn confirmed(&self, state: &AppState) -> Result<(), ApiError> {
+        self.guard.attach(state).settle(self.spent)
+    }
+
+    /// The key looked up again, as [`PublicCaller`] does, for when the kept
+    /// answer was not confirmed.
+    pub async fn check(self, state: &AppState) -> Result<Caller, ApiError> {
+        check_key(&self.guard.attach(state), state, self.digest, Some(self.spent)).await
+    }
+}
+
+impl FromRequestParts<AppState> for PublicReader {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let (guard, digest) = key_in_path(parts, state).await?;
+        let Some(kept) = state.kept_keys.get(&digest) else {
+            return check_key(&guard, state, digest, None).await.map(PublicReader::Checked);
+        };
+        let spent = guard.spend(b"key", &digest).await;
+        if !spent.allowed() {
+            // Refused on a kept answer: the key is looked up, so that a
+            // revoked one is still a 403.
+            return check_key(&guard, state, digest, Some(spent)).await.map(PublicReader::Checked);
+        }
+        let caller = Caller { scope: kept.scope, credential: Credential::Key(digest) };
+        let guard = guard.detach();
+        Ok(PublicReader::Kept(KeptReader { caller, access: kept.access, digest, guard, spent }))
     }
 }
 

@@ -8,6 +8,7 @@
 //! the batch-by-batch encoder exactly (pieces joined by the format's
 //! separator).
 
+use super::AppState;
 use super::encode::{ReadingEncoder, Shape};
 use super::error::ApiError;
 use super::rendered::RenderedHours;
@@ -164,27 +165,53 @@ impl Rest {
     }
 }
 
+/// What [`window`] answers.
+pub enum Windowed<T = axum::body::Body> {
+    /// The window, as a response body.
+    Body(T),
+    /// The device is not visible in the scope.
+    NotVisible,
+    /// The scope was to be confirmed at an access generation that is no
+    /// longer the store's: nothing was rendered.
+    Unconfirmed,
+}
+
+impl<T> Windowed<T> {
+    /// The body made into something else.
+    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Windowed<U> {
+        match self {
+            Windowed::Body(b) => Windowed::Body(f(b)),
+            Windowed::NotVisible => Windowed::NotVisible,
+            Windowed::Unconfirmed => Windowed::Unconfirmed,
+        }
+    }
+}
+
 /// The raw readings of `device_id` visible in `scope` within `range`,
-/// rendered by the encoder `encoder` makes for its sensors, as a response body; `None` if the device is not
-/// visible. The first page is fetched before this returns, so that a
-/// failing store is a 500 rather than a cut-off 200.
+/// rendered by the encoder `encoder` makes for its sensors, as a response
+/// body. With `confirm`, the scope is a kept one that holds only at that
+/// access generation, which the store reads with the device. The first page
+/// is fetched before this returns, so that a failing store is a 500 rather
+/// than a cut-off 200.
 pub async fn window(
-    store: Arc<dyn Store>,
-    cache: Arc<RenderedHours>,
-    metrics: Arc<Metrics>,
+    state: &AppState,
     scope: Scope,
+    confirm: Option<i64>,
     device_id: &str,
     range: TimeRange,
     encoder: impl FnOnce(&[SensorMeta]) -> ReadingEncoder,
-) -> Result<Option<axum::body::Body>, ApiError> {
+) -> Result<Windowed, ApiError> {
     let (first, last) = (StoredHour::of(range.start), StoredHour::of(range.end));
-    let Some((device, hours)) = store.window_hours(scope, device_id, first, last, PAGE_HOURS).await? else {
-        return Ok(None);
-    };
+    let head = state.store.window_hours(scope, device_id, first, last, PAGE_HOURS).await?;
+    if confirm.is_some_and(|g| g != head.access) {
+        return Ok(Windowed::Unconfirmed);
+    }
+    let Some((device, hours)) = head.found else { return Ok(Windowed::NotVisible) };
     let encoder = encoder(&device.sensors);
     let shape = encoder.shape();
     let head = Bytes::copy_from_slice(encoder.head());
     let tail = encoder.end();
+    let (store, cache, metrics) = (state.store.clone(), state.rendered.clone(), state.metrics.clone());
     let renderer = Renderer { store, cache, metrics, encoder, shape, device_pk: device.pk, range, wrote: false };
     let mut rest =
         Rest { renderer, page: Vec::new().into_iter(), next: first, last, exhausted: false, tail: Some(tail) };
@@ -202,7 +229,7 @@ pub async fn window(
     if rest.exhausted && rest.page.len() == 0 {
         pieces.push_back(Bytes::from_static(tail));
         let remaining = pieces.iter().map(|b| b.len() as u64).sum();
-        return Ok(Some(axum::body::Body::new(Pieces { left: pieces, remaining })));
+        return Ok(Windowed::Body(axum::body::Body::new(Pieces { left: pieces, remaining })));
     }
     let later = stream::unfold(rest, |mut rest| async move { rest.step().await.map(|r| (r, rest)) });
     let body = stream::iter([Ok(pieces)]).chain(later).flat_map(|r| {
@@ -216,5 +243,5 @@ pub async fn window(
         stream::iter(items)
     });
     // Fused: a compressing layer polls again after the end.
-    Ok(Some(axum::body::Body::from_stream(body.fuse())))
+    Ok(Windowed::Body(axum::body::Body::from_stream(body.fuse())))
 }

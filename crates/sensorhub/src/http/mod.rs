@@ -11,6 +11,7 @@ pub mod encode;
 pub mod error;
 mod hours;
 pub mod influx;
+pub mod kept_keys;
 pub mod latest;
 mod log;
 pub mod logins;
@@ -91,6 +92,8 @@ pub struct AppState {
     pub streams: Arc<crate::live::slots::StreamSlots>,
     /// Whole hours of raw windows as last rendered.
     pub rendered: Arc<rendered::RenderedHours>,
+    /// API keys last found valid, for public raw windows.
+    pub kept_keys: Arc<kept_keys::KeptKeys>,
 }
 
 impl AppState {
@@ -161,6 +164,7 @@ impl AppState {
             access,
             streams: crate::live::slots::StreamSlots::new(options.streams),
             rendered: Arc::new(rendered::RenderedHours::new(rendered::DEFAULT_BUDGET)),
+            kept_keys: Arc::new(kept_keys::KeptKeys::new(kept_keys::DEFAULT_KEYS)),
         }
     }
 }

@@ -78,10 +78,30 @@ pub struct Guard<'a> {
     kind: &'static str,
 }
 
+/// What a [`Guard`] takes from its request, kept for a check made after
+/// the extractors (a kept API key found stale in the handler).
+pub struct Detached {
+    ip_key: [u8; 32],
+    slot: Option<RateSlot>,
+    kind: &'static str,
+}
+
+impl Detached {
+    /// The guard again, over `state`.
+    pub fn attach<'a>(&self, state: &'a AppState) -> Guard<'a> {
+        Guard { state, ip_key: self.ip_key, slot: self.slot.clone(), kind: self.kind }
+    }
+}
+
 impl<'a> Guard<'a> {
     /// A guard for the request in `parts`.
     pub fn new(parts: &Parts, state: &'a AppState, kind: &'static str) -> Self {
         Self { state, ip_key: address_key(parts, state), slot: parts.extensions.get::<RateSlot>().cloned(), kind }
+    }
+
+    /// What this guard took from its request.
+    pub fn detach(&self) -> Detached {
+        Detached { ip_key: self.ip_key, slot: self.slot.clone(), kind: self.kind }
     }
 
     fn record(&self, d: Decision) {
@@ -181,8 +201,23 @@ impl<'a> Guard<'a> {
 
     /// An identified caller: spends one request of `caller`'s quota.
     pub async fn caller(&self, kind: &[u8], id: &[u8]) -> Result<(), ApiError> {
-        let Some(limiter) = &self.state.limiter else { return Ok(()) };
-        let d = limiter.check(&digest_parts(&[kind, id])).await;
+        let spent = self.spend(kind, id).await;
+        self.settle(spent)
+    }
+
+    /// Spends one request of `caller`'s quota, answering nothing yet: the
+    /// answer (and its headers) is [`Guard::settle`]'s, for when whether
+    /// the caller is who it claims is decided after.
+    pub async fn spend(&self, kind: &[u8], id: &[u8]) -> Spent {
+        match &self.state.limiter {
+            Some(limiter) => Spent(Some(limiter.check(&digest_parts(&[kind, id])).await)),
+            None => Spent(None),
+        }
+    }
+
+    /// The answer to a spent request, as [`Guard::caller`] gives it.
+    pub fn settle(&self, spent: Spent) -> Result<(), ApiError> {
+        let Spent(Some(d)) = spent else { return Ok(()) };
         if d.unavailable {
             return Err(ApiError::Busy("the rate-limit store does not answer (--rate-limit-fail closed)".into()));
         }
@@ -193,5 +228,17 @@ impl<'a> Guard<'a> {
             self.state.metrics.rate_limited(self.kind);
             Err(ApiError::TooManyRequests)
         }
+    }
+}
+
+/// A request spent from a caller's quota, not yet answered; `None` when
+/// limits are off.
+#[derive(Debug, Clone, Copy)]
+pub struct Spent(Option<Decision>);
+
+impl Spent {
+    /// Whether the request may go on.
+    pub fn allowed(&self) -> bool {
+        self.0.is_none_or(|d| d.allowed && !d.unavailable)
     }
 }

@@ -2,9 +2,10 @@
 //! of one device in a time range, streamed from the store to the socket.
 
 use super::AppState;
-use super::auth::{BasicCaller, Caller, PublicCaller, path_param};
+use super::auth::{BasicCaller, KeptReader, PublicReader, path_param};
 use super::encode::{Format, ReadingEncoder};
 use super::error::ApiError;
+use super::hours::Windowed;
 use super::schema::{ErrorBody, ReadingList};
 use axum::body::Body;
 use axum::extract::{FromRequestParts, State};
@@ -15,7 +16,8 @@ use bytes::Bytes;
 use futures_util::{StreamExt, stream};
 use jiff::tz::TimeZone;
 use sensorhub_core::bucket::{Agg, Aggregation, Buckets, LONG_RANGE_DAYS};
-use sensorhub_core::time::RangeQuery;
+use sensorhub_core::time::{RangeQuery, ResolvedRange};
+use sensorhub_store::Scope;
 use sensorhub_store::aggregate::{Aggregator, aggregated_window};
 use serde::Deserialize;
 
@@ -84,12 +86,12 @@ impl<S: Send + Sync> FromRequestParts<S> for DevicePath {
         (status = 429, description = "To Many Request", body = ErrorBody),
     ))]
 pub async fn read_basic(
-    state: State<AppState>,
-    caller: BasicCaller,
-    device: DevicePath,
+    State(state): State<AppState>,
+    BasicCaller(caller): BasicCaller,
+    DevicePath(device_id): DevicePath,
     params: RangeParams,
 ) -> Result<Response, ApiError> {
-    read(state, caller, device, params).await
+    read(&state, caller.scope, &device_id, &params).await
 }
 
 /// Spec 4.4.
@@ -108,53 +110,118 @@ pub async fn read_basic(
         (status = 429, description = "To Many Request", body = ErrorBody),
     ))]
 pub async fn read_public(
-    state: State<AppState>,
-    caller: PublicCaller,
-    device: DevicePath,
-    params: RangeParams,
+    State(state): State<AppState>,
+    reader: PublicReader,
+    DevicePath(device_id): DevicePath,
+    params: Result<RangeParams, ApiError>,
 ) -> Result<Response, ApiError> {
-    read(state, caller, device, params).await
+    let caller = match reader {
+        PublicReader::Checked(caller) => caller,
+        PublicReader::Kept(kept) => match kept_raw(&state, &kept, &device_id, &params).await {
+            Some(Ok(Windowed::Body(response))) => return kept.confirmed(&state).map(|()| response),
+            Some(Ok(Windowed::NotVisible)) => return kept.confirmed(&state).and(Err(ApiError::DeviceNotFound)),
+            // The store failed: the key decides between its 403 and this error.
+            Some(Err(e)) => return kept.check(&state).await.and(Err(e)),
+            Some(Ok(Windowed::Unconfirmed)) | None => kept.check(&state).await?,
+        },
+    };
+    read(&state, caller.scope, &device_id, &params?).await
 }
 
-/// Spec 4.2 (with [`BasicCaller`]) and 4.4 (with [`PublicCaller`]).
-async fn read<C: Into<Caller>>(
-    State(state): State<AppState>,
-    caller: C,
-    DevicePath(device_id): DevicePath,
-    params: RangeParams,
-) -> Result<Response, ApiError> {
-    let caller: Caller = caller.into();
-    let format = Format::chosen(params.format.as_deref(), params.accept.as_deref()).map_err(ApiError::BadRequest)?;
-    let aggregation = Aggregation::from_params(params.interval.as_deref(), params.agg.as_deref())
-        .map_err(|e| ApiError::BadRequest(e.to_string()))?;
-    let max_days = match aggregation {
-        Some(a) if a.interval.is_daily_or_longer() => state.rules.max_range_days.max(LONG_RANGE_DAYS),
-        _ => state.rules.max_range_days,
-    };
-    let query = RangeQuery { start: params.start.as_deref(), end: params.end.as_deref(), tz: params.tz.as_deref() };
-    let resolved = state
-        .rules
-        .resolve_within(query, jiff::Timestamp::now(), max_days)
-        .map_err(|e| ApiError::BadRequest(e.to_string()))?;
-    let zone = resolved.zone.clone().unwrap_or_else(|| TimeZone::fixed(resolved.offset));
-    if let (Some(a), Some(raw)) = (aggregation, params.interval.as_deref()) {
-        a.interval
-            .check_buckets(resolved.range.start, resolved.range.end, &zone, raw)
-            .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+/// A raw window read on an API key's kept answer, confirmed by the access
+/// generation the store reads with the device (`Unconfirmed` when it moved
+/// since the key was found valid); `None` when the request is not a raw
+/// window with a good query. Whatever is not confirmed is answered after
+/// looking the key up again, so that it is the answer a fresh lookup gives
+/// (a revoked key with a bad query is still a 403).
+async fn kept_raw(
+    state: &AppState,
+    kept: &KeptReader,
+    device_id: &str,
+    params: &Result<RangeParams, ApiError>,
+) -> Option<Result<Windowed<Response>, ApiError>> {
+    let asked = Asked::of(state, params.as_ref().ok()?).ok()?;
+    if asked.aggregation.is_some() {
+        return None;
     }
-    // The device and the first readings come together, so that a failing
-    // store still gets a 500 rather than a cut-off 200.
-    let Some(a) = aggregation else {
-        let (store, cache, metrics) = (state.store.clone(), state.rendered.clone(), state.metrics.clone());
-        let (offset, zone) = (resolved.offset, resolved.zone);
-        let encoder = move |sensors: &[_]| ReadingEncoder::with_format(format, sensors, offset, zone);
-        let body = super::hours::window(store, cache, metrics, caller.scope, &device_id, resolved.range, encoder)
-            .await?
-            .ok_or(ApiError::DeviceNotFound)?;
-        return Ok(([(header::CONTENT_TYPE, format.content_type())], body).into_response());
-    };
+    Some(raw(state, kept.caller.scope, Some(kept.access), device_id, asked).await)
+}
+
+/// What a readings request asks for, checked.
+struct Asked {
+    format: Format,
+    aggregation: Option<Aggregation>,
+    resolved: ResolvedRange,
+    zone: TimeZone,
+}
+
+impl Asked {
+    /// The request's parameters checked against the server's rules (400s).
+    fn of(state: &AppState, params: &RangeParams) -> Result<Self, ApiError> {
+        let format =
+            Format::chosen(params.format.as_deref(), params.accept.as_deref()).map_err(ApiError::BadRequest)?;
+        let aggregation = Aggregation::from_params(params.interval.as_deref(), params.agg.as_deref())
+            .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+        let max_days = match aggregation {
+            Some(a) if a.interval.is_daily_or_longer() => state.rules.max_range_days.max(LONG_RANGE_DAYS),
+            _ => state.rules.max_range_days,
+        };
+        let query = RangeQuery { start: params.start.as_deref(), end: params.end.as_deref(), tz: params.tz.as_deref() };
+        let resolved = state
+            .rules
+            .resolve_within(query, jiff::Timestamp::now(), max_days)
+            .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+        let zone = resolved.zone.clone().unwrap_or_else(|| TimeZone::fixed(resolved.offset));
+        if let (Some(a), Some(raw)) = (aggregation, params.interval.as_deref()) {
+            a.interval
+                .check_buckets(resolved.range.start, resolved.range.end, &zone, raw)
+                .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+        }
+        Ok(Self { format, aggregation, resolved, zone })
+    }
+}
+
+/// Spec 4.2 and 4.4, for a caller who sees `scope`.
+async fn read(state: &AppState, scope: Scope, device_id: &str, params: &RangeParams) -> Result<Response, ApiError> {
+    let asked = Asked::of(state, params)?;
+    match asked.aggregation {
+        None => match raw(state, scope, None, device_id, asked).await? {
+            Windowed::Body(response) => Ok(response),
+            // (Unconfirmed needs a generation to confirm; none was given.)
+            Windowed::NotVisible | Windowed::Unconfirmed => Err(ApiError::DeviceNotFound),
+        },
+        Some(a) => aggregated(state, scope, device_id, asked, a).await,
+    }
+}
+
+/// A raw window as a response ([`super::hours::window`]; `confirm` as there).
+/// The device and the first readings come together, so that a failing store
+/// still gets a 500 rather than a cut-off 200.
+async fn raw(
+    state: &AppState,
+    scope: Scope,
+    confirm: Option<i64>,
+    device_id: &str,
+    asked: Asked,
+) -> Result<Windowed<Response>, ApiError> {
+    let Asked { format, resolved, .. } = asked;
+    let (offset, zone) = (resolved.offset, resolved.zone);
+    let encoder = move |sensors: &[_]| ReadingEncoder::with_format(format, sensors, offset, zone);
+    let windowed = super::hours::window(state, scope, confirm, device_id, resolved.range, encoder).await?;
+    Ok(windowed.map(|body| ([(header::CONTENT_TYPE, format.content_type())], body).into_response()))
+}
+
+/// An aggregated window, batch by batch.
+async fn aggregated(
+    state: &AppState,
+    scope: Scope,
+    device_id: &str,
+    asked: Asked,
+    a: Aggregation,
+) -> Result<Response, ApiError> {
+    let Asked { format, resolved, zone, .. } = asked;
     let aggregator = Aggregator::new(Buckets::new(a.interval, zone), a.agg);
-    let window = aggregated_window(state.store.clone(), caller.scope, &device_id, resolved.range, aggregator)
+    let window = aggregated_window(state.store.clone(), scope, device_id, resolved.range, aggregator)
         .await?
         .ok_or(ApiError::DeviceNotFound)?;
     let metrics = state.metrics.clone();

@@ -29,6 +29,20 @@ async fn ends(stream: &mut Sse, what: &str) {
     eprintln!("{what}: the stream ended {} ms after the change", started.elapsed().as_millis());
 }
 
+/// Runs `sql` on the database `db` (a SQLite file or a PostgreSQL URL)
+/// from a connection of its own, as another program would.
+async fn sql(db: &str, sql: &str) {
+    if !db.starts_with("postgres") {
+        rusqlite::Connection::open(db).expect("open").execute_batch(sql).expect(sql);
+        return;
+    }
+    let (client, connection) = tokio_postgres::connect(db, tokio_postgres::NoTls).await.expect("connect");
+    let connection = tokio::spawn(connection);
+    client.batch_execute(sql).await.expect(sql);
+    drop(client);
+    let _ = connection.await;
+}
+
 /// Writes `doc` to a file and applies it with the `apply` command.
 fn apply(app: &TestApp, doc: &str) {
     let dir = tempfile::tempdir().expect("dir");
@@ -70,6 +84,55 @@ on_each_backend! {
         ok(&run(&app.db, &["account", "disable", "alice"], ""));
         ends(&mut disabled, "the account disabled by command").await;
         assert_eq!(app.get("/pk-alice-all/devices/AWLR-001/stream").await.status, 403, "and it cannot open again");
+    }
+
+    // A public raw window goes ahead on the key's answer kept from an
+    // earlier request when the window's own read finds the access
+    // generation unchanged; every change made by another process (the
+    // commands) is still refused at the next request, with the answer and
+    // headers a fresh lookup gives (a 403 before a 400, no rate-limit
+    // headers on it).
+    async fn a_kept_api_key_answers_as_a_fresh_lookup_after_any_change() {
+        let app = TestApp::with(ingest()).await;
+        let posted = app.webhook(Some("wh-alice-secret"), &envelope("2026-06-01T08:00:00Z", r#"{"AWLR1-wl":1.5}"#)).await;
+        assert_eq!(posted.status, 200, "{}", posted.text);
+        let day = "start=2026-06-01T00:00:00Z&end=2026-06-01T23:59:59Z";
+        let get = async |key: &str, device: &str, query: &str| {
+            let a = app.get(&format!("/{key}/devices/{device}/data?{query}")).await;
+            let limited = a.headers.contains_key("ratelimit-limit");
+            (a.status.as_u16(), a.text, limited)
+        };
+        let first = get("pk-alice-awlr", "AWLR-001", day).await;
+        assert_eq!((first.0, first.2), (200, true), "{}", first.1);
+        assert!(first.1.contains("1.5"), "{}", first.1);
+
+        // The kept answer is used: with the key table out of the way, a
+        // window still reads while anything that looks the key up fails.
+        sql(&app.db, "ALTER TABLE api_keys RENAME TO api_keys_away").await;
+        assert_eq!(get("pk-alice-awlr", "AWLR-001", day).await, first, "a window on the kept answer");
+        assert_eq!(get("pk-alice-awlr", "AWS-002", day).await.0, 404, "not in the key's list, at the kept generation");
+        assert_eq!(get("pk-alice-awlr", "AWLR-001", "interval=1h").await.0, 500, "an aggregate looks the key up");
+        sql(&app.db, "ALTER TABLE api_keys_away RENAME TO api_keys").await;
+        assert_eq!(get("pk-alice-awlr", "AWLR-001", "start=nonsense").await.0, 400);
+
+        assert_eq!(get("pk-alice-all", "AWS-002", day).await.0, 200);
+        apply(&app, r#"{"accounts":[{"username":"alice","api_keys":[{"id":"pk-alice-all","devices":["AWLR-001"]}]}]}"#);
+        assert_eq!(get("pk-alice-all", "AWS-002", day).await.0, 404, "the key's devices narrowed by apply");
+        assert_eq!(get("pk-alice-all", "AWLR-001", day).await, first, "what the narrowed key still sees");
+
+        // Each refused request comes on a freshly kept answer.
+        for (query, what) in [(day, "a window"), ("start=nonsense", "a bad query"), ("interval=1h", "an aggregate")] {
+            apply(&app, r#"{"accounts":[{"username":"alice","api_keys":[{"id":"pk-alice-awlr","revoked":false}]}]}"#);
+            assert_eq!(get("pk-alice-awlr", "AWLR-001", day).await, first, "restored, before {what}");
+            ok(&run(&app.db, &["key", "revoke", "pk-alice-awlr"], ""));
+            let (status, text, limited) = get("pk-alice-awlr", "AWLR-001", query).await;
+            assert_eq!((status, limited), (403, false), "{what} with the key revoked by command: {text}");
+        }
+
+        assert_eq!(get("pk-alice-all", "AWLR-001", day).await, first);
+        ok(&run(&app.db, &["account", "disable", "alice"], ""));
+        let (status, _, limited) = get("pk-alice-all", "AWLR-001", day).await;
+        assert_eq!((status, limited), (403, false), "the account disabled by command");
     }
 
     async fn a_resumed_stream_does_not_resend_readings_removed_since() {
