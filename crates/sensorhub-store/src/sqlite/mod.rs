@@ -5,6 +5,7 @@ mod alarms;
 mod copy;
 mod latest;
 mod outbox;
+mod outbox_log;
 mod pool;
 mod read;
 mod retention;
@@ -37,6 +38,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/sqlite/0011_device_generation.sql"),
     include_str!("../../migrations/sqlite/0012_alarm_checkpoints.sql"),
     include_str!("../../migrations/sqlite/0013_write_generation.sql"),
+    include_str!("../../migrations/sqlite/0014_outbox_log.sql"),
 ];
 
 /// Offset added to an hour number in a key, so that every hour since

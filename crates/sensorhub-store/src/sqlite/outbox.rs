@@ -3,6 +3,7 @@
 //! listed and replayed.
 
 use super::SqliteStore;
+use super::outbox_log;
 use super::tx::{begin, in_tx, on};
 use crate::decide::claim;
 use crate::delivery::{
@@ -20,12 +21,15 @@ pub(super) fn claim(c: &mut Connection, now: i64, lease: i64, req: &ClaimRequest
         let urls = subscription_urls(&tx)?;
         let excluded = claim::excluded(req, &urls);
         let skip = serde_json::to_string(&excluded.subscriptions).map_err(|e| StoreError::Backend(e.into()))?;
+        let window = claim::window(req.limit);
+        let (wanted, spread) = outbox_log::feed(&tx, now, window, None, &skip)?;
         let mut picker = claim::Picker::new(req, &excluded);
-        let looked = offer_due(&tx, now, claim::window(req.limit), None, &skip, &mut picker)?;
+        let looked = offer_due(&tx, now, window, None, &skip, &mut picker)?;
         let picked = picker.finish(looked);
         let mut deliveries = lease_rows(&tx, &picked.take, now + lease)?;
         let mut dropped = drop_rows(&tx, &picked.drop)?;
         for (sub, room) in batch_room(&deliveries) {
+            outbox_log::feed(&tx, now, room, Some(&sub), "[]")?;
             let top_up = ClaimRequest::up_to(room);
             let mut picker = claim::Picker::new(&top_up, &claim::Excluded::default());
             let looked = offer_due(&tx, now, room, Some(&sub), "[]", &mut picker)?;
@@ -34,7 +38,9 @@ pub(super) fn claim(c: &mut Connection, now: i64, lease: i64, req: &ClaimRequest
             dropped += drop_rows(&tx, &more.drop)?;
         }
         tx.commit()?;
-        Ok(Claimed { deliveries, waiting: picked.waiting, more: picked.more, dropped })
+        // The log may hold more than was spread.
+        let more = picked.more || (wanted > 0 && spread == wanted);
+        Ok(Claimed { deliveries, waiting: picked.waiting, more, dropped })
     })
 }
 
@@ -197,7 +203,14 @@ impl crate::store::Deliveries for SqliteStore {
 
     async fn remove_subscription(&self, id: &str) -> StoreResult<()> {
         let id = id.to_owned();
-        self.writes.run(move |c| in_tx(c, async |tx| subscriptions::remove(tx, &id).await)).await
+        self.writes
+            .run(move |c| {
+                in_tx(c, async |tx| {
+                    outbox_log::spread_every(tx.0)?;
+                    subscriptions::remove(tx, &id).await
+                })
+            })
+            .await
     }
 
     async fn replace_subscription_secret(&self, id: &str, sealed_secret: Vec<u8>) -> StoreResult<()> {
@@ -221,7 +234,18 @@ impl crate::store::Deliveries for SqliteStore {
 
     async fn deliveries(&self, id: &str, failed_only: bool) -> StoreResult<Vec<DeliveryRecord>> {
         let id = id.to_owned();
-        self.reads.run(move |c| on(c, async |c| outbox::list(c, &id, failed_only).await)).await
+        // On the writer: what the log owes is spread first.
+        self.writes
+            .run(move |c| {
+                unsynced(c, |c| {
+                    let tx = begin(c)?;
+                    outbox_log::spread_every(&tx)?;
+                    let listed = on(&tx, async |c| outbox::list(c, &id, failed_only).await)?;
+                    tx.commit()?;
+                    Ok(listed)
+                })
+            })
+            .await
     }
 
     async fn replay_deliveries(&self, id: &str, which: Replay, now: i64) -> StoreResult<u64> {
@@ -230,7 +254,7 @@ impl crate::store::Deliveries for SqliteStore {
     }
 
     async fn outbox_backlog(&self) -> StoreResult<u64> {
-        self.reads.run(|c| on(c, async |c| outbox::backlog(c).await)).await
+        self.reads.run(|c| outbox_log::backlog(c)).await
     }
 
     async fn prune_failed_deliveries(&self, before: i64) -> StoreResult<u64> {

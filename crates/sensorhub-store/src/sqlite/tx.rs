@@ -148,7 +148,7 @@ impl Tx for SqliteTx<'_> {
     }
 
     async fn insert_outbox(&self, rows: &[OutboxRow]) -> StoreResult<()> {
-        insert_outbox(self.0, rows)
+        super::outbox_log::write(self.0, rows)
     }
 
     async fn take(&self, mut source: ReadingSource, n: usize) -> StoreResult<(ReadingSource, Slice)> {
@@ -262,20 +262,4 @@ fn subscriptions_of(tx: &Connection, pk: i64) -> StoreResult<Vec<String>> {
     )?;
     let ids = stmt.query_map(params![pk, SENSOR_DATA], |r| r.get(0))?.collect::<Result<_, _>>()?;
     Ok(ids)
-}
-
-/// Writes the deliveries gathered by a transaction of readings, due now.
-fn insert_outbox(tx: &Connection, rows: &[OutboxRow]) -> StoreResult<()> {
-    if rows.is_empty() {
-        return Ok(());
-    }
-    let now = jiff::Timestamp::now().as_millisecond();
-    let mut stmt = tx.prepare_cached(
-        "INSERT INTO outbox (subscription_id, device_pk, message_id, body, created_at, next_attempt)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?5)",
-    )?;
-    for row in rows {
-        stmt.execute(params![row.subscription_id, row.device_pk, row.message_id, row.body, now])?;
-    }
-    Ok(())
 }

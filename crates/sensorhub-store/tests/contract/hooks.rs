@@ -145,6 +145,28 @@ async fn stored_readings_owe_deliveries_in_their_transaction() {
     }
 }
 
+/// What a subscription was owed goes with it: added again under its id
+/// (ids are the caller's), it is owed only what is written after.
+#[tokio::test]
+async fn a_subscription_added_again_under_its_id_is_owed_nothing_from_before() {
+    for b in backends().await {
+        let s = &*b.store;
+        s.add_subscription(new("sub_x", "alice", None)).await.expect("add");
+        s.ingest(reading("D1", T, &[("a", 1.0)])).await.expect("ingest");
+        // Counted, not listed: a listing could move what is owed where it is kept.
+        let owed = s.outbox_backlog().await.expect("backlog");
+        s.remove_subscription("sub_x").await.expect("remove");
+        assert_eq!(owed - s.outbox_backlog().await.expect("backlog"), 1, "{}: sub_x's went with it", b.url);
+        s.add_subscription(new("sub_x", "alice", None)).await.expect("added again");
+        assert!(s.deliveries("sub_x", false).await.expect("listed").is_empty(), "{}: nothing from before", b.url);
+        s.ingest(reading("D1", T + 60, &[("a", 2.0)])).await.expect("ingest");
+        let now = jiff::Timestamp::now().as_millisecond() + 1000;
+        let mine: Vec<_> = claim(s, now, 100).await.into_iter().filter(|d| d.subscription_id == "sub_x").collect();
+        let want = [("sub_x".to_owned(), "2026-05-05T07:01:00Z".to_owned())];
+        assert_eq!(owed_pairs(&mine, "timestamp"), want, "{}", b.url);
+    }
+}
+
 #[tokio::test]
 async fn each_device_of_a_transaction_owes_its_own_subscriptions() {
     for b in backends().await {

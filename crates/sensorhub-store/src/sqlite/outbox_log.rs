@@ -1,0 +1,221 @@
+//! The outbox's log on SQLite: a transaction of readings writes one row
+//! per reading (its body once, with the subscriptions and message ids it
+//! owes), and the delivery worker's claims spread those rows into
+//! `outbox`, one row per delivery, in their own unsynced transactions, as
+//! far as each claim needs ([`feed`]).
+//!
+//! Why: a reading's commit is durable (`fsync`), and one `outbox` row per
+//! subscription, each in the table and its two indexes, made that commit
+//! write about ten times the pages (bench/RESULTS.md, the fourteenth and
+//! sixteenth steps). A log row is appended at the table's end, without an
+//! index; `outbox` keeps one index fewer too (no claim used the one by
+//! subscription). The spread moves the log's rows to `outbox` and deletes
+//! them in one transaction: a power cut loses both or neither, so a
+//! delivery owed is never lost nor owed twice.
+//!
+//! Deliveries owed faster than they can be made wait in the log: a claim
+//! spreads only until `outbox` holds what it may take, so the one writer
+//! moves a delivery once, when it is about to be made, not on every claim.
+//! The listing and a subscription's removal spread the whole log first, and
+//! the backlog counts it too, so no answer tells the log from `outbox`.
+
+use crate::decide::outbox::OutboxRow;
+use crate::{StoreError, StoreResult};
+use rusqlite::{Connection, OptionalExtension, params};
+
+/// The most log rows one spread moves for the listing or a removal.
+const SPREAD_ROWS: usize = 2_048;
+
+/// Writes the deliveries gathered by a transaction, due now: one log row
+/// per run of rows with the same device and body (a reading's, or an
+/// alarm event's, one row for each subscription it owes).
+pub(super) fn write(tx: &Connection, rows: &[OutboxRow]) -> StoreResult<()> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let now = jiff::Timestamp::now().as_millisecond();
+    let mut stmt =
+        tx.prepare_cached("INSERT INTO outbox_log (device_pk, body, created_at, owed) VALUES (?1, ?2, ?3, ?4)")?;
+    let mut start = 0;
+    while start < rows.len() {
+        let first = &rows[start];
+        let run = rows[start..].iter().take_while(|r| r.device_pk == first.device_pk && r.body == first.body).count();
+        let owed: Vec<[&str; 2]> =
+            rows[start..start + run].iter().map(|r| [r.subscription_id.as_str(), r.message_id.as_str()]).collect();
+        let owed = serde_json::to_string(&owed).map_err(|e| StoreError::Backend(e.into()))?;
+        stmt.execute(params![first.device_pk, first.body, now, owed])?;
+        start += run;
+    }
+    Ok(())
+}
+
+/// Moves up to `limit` of the oldest log rows into `outbox` (one row per
+/// subscription that still exists; a removed one's were spread before it
+/// went), in the order they were written; returns how many it moved.
+pub(super) fn spread(tx: &Connection, limit: usize) -> StoreResult<usize> {
+    if limit == 0 {
+        return Ok(0);
+    }
+    let bound: Option<i64> = tx
+        .prepare_cached("SELECT max(id) FROM (SELECT id FROM outbox_log ORDER BY id LIMIT ?1)")?
+        .query_row([limit as i64], |r| r.get(0))
+        .optional()?
+        .flatten();
+    let Some(bound) = bound else { return Ok(0) };
+    tx.prepare_cached(
+        "INSERT INTO outbox (subscription_id, device_pk, message_id, body, created_at, next_attempt)
+         SELECT json_extract(j.value, '$[0]'), l.device_pk, json_extract(j.value, '$[1]'), l.body, l.created_at,
+                l.created_at
+         FROM outbox_log l, json_each(l.owed) j
+         WHERE l.id <= ?1 AND EXISTS (SELECT 1 FROM subscriptions s WHERE s.id = json_extract(j.value, '$[0]'))
+         ORDER BY l.id",
+    )?
+    .execute([bound])?;
+    let moved = tx.prepare_cached("DELETE FROM outbox_log WHERE id <= ?1")?.execute([bound])?;
+    Ok(moved)
+}
+
+/// Spreads the log only as far as a claim needs: until `outbox` holds
+/// `window` deliveries a claim may take at `now` (of subscription `only`,
+/// if given; of none in the JSON list `skip`, the endpoints at their
+/// share), so that deliveries owed faster than they can be made wait in
+/// the log, appended, rather than be moved to the table and its index on
+/// every claim. Each log row owes at least one delivery. Returns how many
+/// rows it wanted to move and how many it moved.
+pub(super) fn feed(
+    tx: &Connection,
+    now: i64,
+    window: usize,
+    only: Option<&str>,
+    skip: &str,
+) -> StoreResult<(usize, usize)> {
+    let ready: i64 = tx
+        .prepare_cached(
+            "SELECT count(*) FROM (
+                 SELECT 1 FROM outbox o JOIN subscriptions s ON s.id = o.subscription_id
+                 WHERE o.state = 'pending' AND o.next_attempt <= ?1 AND s.enabled = 1
+                   AND (?3 IS NULL OR o.subscription_id = ?3)
+                   AND o.subscription_id NOT IN (SELECT value FROM json_each(?4))
+                 LIMIT ?2)",
+        )?
+        .query_row(params![now, window as i64, only, skip], |r| r.get(0))?;
+    let wanted = window.saturating_sub(usize::try_from(ready).unwrap_or(window));
+    Ok((wanted, spread(tx, wanted)?))
+}
+
+/// Spreads the whole log within transaction `tx` (for the listing and a
+/// subscription's removal, which must see every delivery owed).
+pub(super) fn spread_every(tx: &Connection) -> StoreResult<()> {
+    while spread(tx, SPREAD_ROWS)? == SPREAD_ROWS {}
+    Ok(())
+}
+
+/// Deliveries pending: `outbox`'s and those the log still owes to
+/// subscriptions that exist.
+pub(super) fn backlog(c: &Connection) -> StoreResult<u64> {
+    let n: i64 = c
+        .prepare_cached(
+            "SELECT (SELECT count(*) FROM outbox WHERE state = 'pending')
+              + (SELECT count(*) FROM outbox_log l, json_each(l.owed) j
+                 WHERE EXISTS (SELECT 1 FROM subscriptions s WHERE s.id = json_extract(j.value, '$[0]')))",
+        )?
+        .query_row(params![], |r| r.get(0))?;
+    Ok(u64::try_from(n).unwrap_or(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sqlite::{Durability, SqliteStore};
+
+    fn row(sub: &str, msg: &str, pk: i64, body: &str) -> OutboxRow {
+        OutboxRow { subscription_id: sub.into(), device_pk: pk, message_id: msg.into(), body: body.into() }
+    }
+
+    fn outbox(c: &Connection) -> Vec<(String, String, i64, String)> {
+        let mut stmt =
+            c.prepare("SELECT subscription_id, message_id, device_pk, body FROM outbox ORDER BY id").expect("sql");
+        stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+            .expect("sql")
+            .map(|r| r.expect("row"))
+            .collect()
+    }
+
+    /// A migrated database with subscriptions `sub_a`, `sub_b` and, disabled, `sub_off`.
+    async fn database(dir: &tempfile::TempDir) -> Connection {
+        let path = dir.path().join("l.db");
+        drop(SqliteStore::open(path.to_str().expect("utf-8"), Durability::Full).await.expect("create"));
+        let c = Connection::open(&path).expect("open");
+        c.execute_batch(
+            "INSERT INTO accounts (id, username, password_hash, created_at) VALUES (1, 'a', 'x', 0);
+             INSERT INTO subscriptions (id, account_id, url, all_devices, events, secret, created_at, enabled)
+             VALUES ('sub_a', 1, 'http://a', 1, 'sensor-data', x'00', 0, 1),
+                    ('sub_b', 1, 'http://b', 1, 'sensor-data', x'00', 0, 1),
+                    ('sub_off', 1, 'http://o', 1, 'sensor-data', x'00', 0, 0);",
+        )
+        .expect("subscriptions");
+        c
+    }
+
+    #[tokio::test]
+    async fn a_write_is_one_log_row_a_body_and_spreads_in_order_to_subscriptions_that_exist() {
+        let dir = tempfile::tempdir().expect("dir");
+        let mut c = database(&dir).await;
+        let tx = c.transaction().expect("tx");
+        let rows = [
+            row("sub_a", "m_a1", 7, "one"),
+            row("sub_b", "m_b1", 7, "one"),
+            row("sub_gone", "m_g1", 7, "one"),
+            row("sub_a", "m_a2", 7, "two"),
+            row("sub_b", "m_b2", 8, "two"),
+        ];
+        write(&tx, &rows).expect("write");
+        let logged: i64 = tx.query_row("SELECT count(*) FROM outbox_log", [], |r| r.get(0)).expect("count");
+        assert_eq!(logged, 3, "a run of one device and body is one row; another device is another");
+        assert_eq!(backlog(&tx).expect("backlog"), 4, "the log counts, but not for a subscription that is gone");
+        assert_eq!(spread(&tx, 1).expect("spread"), 1, "one log row at most");
+        let one = |s: &str, m: &str, pk, b: &str| (s.to_owned(), m.to_owned(), pk, b.to_owned());
+        assert_eq!(outbox(&tx), [one("sub_a", "m_a1", 7, "one"), one("sub_b", "m_b1", 7, "one")]);
+        assert_eq!(backlog(&tx).expect("backlog"), 4, "moved, not counted twice");
+        spread_every(&tx).expect("the rest");
+        assert_eq!(
+            outbox(&tx)[2..],
+            [one("sub_a", "m_a2", 7, "two"), one("sub_b", "m_b2", 8, "two")],
+            "in the order written, each message id kept"
+        );
+        let left: i64 = tx.query_row("SELECT count(*) FROM outbox_log", [], |r| r.get(0)).expect("count");
+        assert_eq!((left, spread(&tx, 10).expect("empty")), (0, 0));
+        let due: Vec<(i64, i64)> = tx
+            .prepare("SELECT created_at, next_attempt FROM outbox")
+            .expect("sql")
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .expect("sql")
+            .map(|r| r.expect("row"))
+            .collect();
+        assert!(due.iter().all(|(created, next)| created == next && *created > 0), "due when written: {due:?}");
+    }
+
+    #[tokio::test]
+    async fn a_claim_spreads_only_until_outbox_holds_what_it_may_take() {
+        let dir = tempfile::tempdir().expect("dir");
+        let mut c = database(&dir).await;
+        let tx = c.transaction().expect("tx");
+        let off: Vec<_> = (0..3).map(|i| row("sub_off", &format!("o{i}"), 7, &format!("off {i}"))).collect();
+        write(&tx, &off).expect("write");
+        spread_every(&tx).expect("spread");
+        let owed: Vec<_> = (0..10).map(|i| row("sub_a", &format!("a{i}"), 7, &format!("body {i}"))).collect();
+        write(&tx, &owed).expect("write");
+        let now = jiff::Timestamp::now().as_millisecond() + 1000;
+        assert_eq!(
+            feed(&tx, now, 4, None, "[]").expect("feed"),
+            (4, 4),
+            "a disabled subscription's rows are not ready"
+        );
+        assert_eq!(feed(&tx, now, 4, None, "[]").expect("feed"), (0, 0), "four are ready");
+        assert_eq!(feed(&tx, now, 6, None, "[]").expect("feed"), (2, 2));
+        assert_eq!(feed(&tx, now, 4, None, r#"["sub_a"]"#).expect("feed"), (4, 4), "an endpoint at its share is not");
+        assert_eq!(feed(&tx, now, 4, Some("sub_b"), "[]").expect("feed"), (4, 0), "the log is spread");
+        assert_eq!(feed(&tx, now - 2000, 4, None, "[]").expect("feed"), (4, 0), "none is due before it was written");
+        assert_eq!(backlog(&tx).expect("backlog"), 13, "the disabled subscription's wait");
+    }
+}
