@@ -22,7 +22,7 @@ pub(super) fn claim(c: &mut Connection, now: i64, lease: i64, req: &ClaimRequest
         let excluded = claim::excluded(req, &urls);
         let skip = serde_json::to_string(&excluded.subscriptions).map_err(|e| StoreError::Backend(e.into()))?;
         let window = claim::window(req.limit);
-        let (wanted, spread) = outbox_log::feed(&tx, now, window, None, &skip)?;
+        let unfed = outbox_log::feed(&tx, now, window, None, &skip)?;
         let mut picker = claim::Picker::new(req, &excluded);
         let looked = offer_due(&tx, now, window, None, &skip, &mut picker)?;
         let picked = picker.finish(looked);
@@ -38,8 +38,8 @@ pub(super) fn claim(c: &mut Connection, now: i64, lease: i64, req: &ClaimRequest
             dropped += drop_rows(&tx, &more.drop)?;
         }
         tx.commit()?;
-        // The log may hold more than was spread.
-        let more = picked.more || (wanted > 0 && spread == wanted);
+        // The log may hold more than this claim spread.
+        let more = picked.more || unfed;
         Ok(Claimed { deliveries, waiting: picked.waiting, more, dropped })
     })
 }
@@ -140,8 +140,9 @@ fn lease_rows(tx: &Connection, ids: &[i64], until: i64) -> StoreResult<Vec<Deliv
 
 /// Runs `f` with `synchronous = NORMAL`: its commit is not waited onto the
 /// disk (the next durable commit takes it along). For the outbox's
-/// bookkeeping only, leases and outcomes: lost to a power cut, they leave
-/// deliveries due again, which at-least-once delivery allows; they then
+/// bookkeeping only, log rows moved, leases and outcomes: lost to a power
+/// cut, they leave the log rows in place or deliveries due again, which
+/// at-least-once delivery allows; they then
 /// cost ingest, which shares the one writer, no fsync of their own.
 fn unsynced<R>(c: &mut Connection, f: impl FnOnce(&mut Connection) -> StoreResult<R>) -> StoreResult<R> {
     let durable: i64 = c.query_row("PRAGMA synchronous", [], |r| r.get(0))?;
@@ -191,6 +192,25 @@ fn finish_unsynced(c: &mut Connection, now: i64, done: &[Finished]) -> StoreResu
     Ok(())
 }
 
+impl SqliteStore {
+    /// Spreads the log as it stands now into `outbox`, a bounded unsynced
+    /// transaction a turn, so readings waiting for the writer go between
+    /// turns (rows written meanwhile stay in the log).
+    async fn spread_log(&self) -> StoreResult<()> {
+        let Some(upto) = self.reads.run(|c| outbox_log::newest(c)).await? else { return Ok(()) };
+        let turn = move |c: &mut Connection| {
+            unsynced(c, |c| {
+                let tx = begin(c)?;
+                let moved = outbox_log::spread(&tx, outbox_log::SPREAD_ROWS, Some(upto))?;
+                tx.commit()?;
+                Ok(moved)
+            })
+        };
+        while self.writes.run(turn).await? == outbox_log::SPREAD_ROWS {}
+        Ok(())
+    }
+}
+
 #[async_trait]
 impl crate::store::Deliveries for SqliteStore {
     async fn add_subscription(&self, sub: crate::delivery::NewSubscription) -> StoreResult<()> {
@@ -202,6 +222,9 @@ impl crate::store::Deliveries for SqliteStore {
     }
 
     async fn remove_subscription(&self, id: &str) -> StoreResult<()> {
+        // What the subscription is owed goes with it: the log is spread
+        // first, in turns, and what came since in the removal's own transaction.
+        self.spread_log().await?;
         let id = id.to_owned();
         self.writes
             .run(move |c| {
@@ -233,19 +256,10 @@ impl crate::store::Deliveries for SqliteStore {
     }
 
     async fn deliveries(&self, id: &str, failed_only: bool) -> StoreResult<Vec<DeliveryRecord>> {
+        // Every delivery owed when asked is listed from `outbox`.
+        self.spread_log().await?;
         let id = id.to_owned();
-        // On the writer: what the log owes is spread first.
-        self.writes
-            .run(move |c| {
-                unsynced(c, |c| {
-                    let tx = begin(c)?;
-                    outbox_log::spread_every(&tx)?;
-                    let listed = on(&tx, async |c| outbox::list(c, &id, failed_only).await)?;
-                    tx.commit()?;
-                    Ok(listed)
-                })
-            })
-            .await
+        self.reads.run(move |c| on(c, async |c| outbox::list(c, &id, failed_only).await)).await
     }
 
     async fn replay_deliveries(&self, id: &str, which: Replay, now: i64) -> StoreResult<u64> {

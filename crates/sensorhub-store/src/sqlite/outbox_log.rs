@@ -14,28 +14,41 @@
 //! delivery owed is never lost nor owed twice.
 //!
 //! Deliveries owed faster than they can be made wait in the log: a claim
-//! spreads only until `outbox` holds what it may take, so the one writer
-//! moves a delivery once, when it is about to be made, not on every claim.
-//! The listing and a subscription's removal spread the whole log first, and
-//! the backlog counts it too, so no answer tells the log from `outbox`.
+//! spreads only until `outbox` holds what it may take (not counting an
+//! endpoint at its share), so the one writer moves a delivery about when it
+//! is to be made. The listing and a subscription's removal spread the log
+//! as it stands first, and the backlog counts it too, so no answer tells
+//! the log from `outbox`; a retry now due may go before a fresh delivery
+//! still in the log.
 
 use crate::decide::outbox::OutboxRow;
 use crate::{StoreError, StoreResult};
 use rusqlite::{Connection, OptionalExtension, params};
 
-/// The most log rows one spread moves for the listing or a removal.
-const SPREAD_ROWS: usize = 2_048;
+/// The most log rows one spread moves in one go.
+pub(super) const SPREAD_ROWS: usize = 2_048;
+/// The most log rows one claim moves: a claim stays short however long
+/// the worker was away (it claims again at once while the log holds more).
+const FEED_BUDGET: usize = 16_384;
 
 /// Writes the deliveries gathered by a transaction, due now: one log row
 /// per run of rows with the same device and body (a reading's, or an
-/// alarm event's, one row for each subscription it owes).
+/// alarm event's, one row for each subscription it owes). `n` is the
+/// row's deliveries and `cum` the log's running total up to it, so the
+/// backlog is two lookups.
 pub(super) fn write(tx: &Connection, rows: &[OutboxRow]) -> StoreResult<()> {
     if rows.is_empty() {
         return Ok(());
     }
     let now = jiff::Timestamp::now().as_millisecond();
-    let mut stmt =
-        tx.prepare_cached("INSERT INTO outbox_log (device_pk, body, created_at, owed) VALUES (?1, ?2, ?3, ?4)")?;
+    let mut cum: i64 = tx
+        .prepare_cached("SELECT cum FROM outbox_log ORDER BY id DESC LIMIT 1")?
+        .query_row([], |r| r.get(0))
+        .optional()?
+        .unwrap_or(0);
+    let mut stmt = tx.prepare_cached(
+        "INSERT INTO outbox_log (device_pk, n, cum, created_at, owed, body) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )?;
     let mut start = 0;
     while start < rows.len() {
         let first = &rows[start];
@@ -43,22 +56,27 @@ pub(super) fn write(tx: &Connection, rows: &[OutboxRow]) -> StoreResult<()> {
         let owed: Vec<[&str; 2]> =
             rows[start..start + run].iter().map(|r| [r.subscription_id.as_str(), r.message_id.as_str()]).collect();
         let owed = serde_json::to_string(&owed).map_err(|e| StoreError::Backend(e.into()))?;
-        stmt.execute(params![first.device_pk, first.body, now, owed])?;
+        let n = run as i64;
+        cum += n;
+        stmt.execute(params![first.device_pk, n, cum, now, owed, first.body])?;
         start += run;
     }
     Ok(())
 }
 
-/// Moves up to `limit` of the oldest log rows into `outbox` (one row per
-/// subscription that still exists; a removed one's were spread before it
-/// went), in the order they were written; returns how many it moved.
-pub(super) fn spread(tx: &Connection, limit: usize) -> StoreResult<usize> {
+/// Moves up to `limit` of the oldest log rows (none after id `upto`, if
+/// given) into `outbox`: one row per subscription that still exists (a
+/// removed one's were spread before it went), in the order they were
+/// written. Returns how many it moved.
+pub(super) fn spread(tx: &Connection, limit: usize, upto: Option<i64>) -> StoreResult<usize> {
     if limit == 0 {
         return Ok(0);
     }
     let bound: Option<i64> = tx
-        .prepare_cached("SELECT max(id) FROM (SELECT id FROM outbox_log ORDER BY id LIMIT ?1)")?
-        .query_row([limit as i64], |r| r.get(0))
+        .prepare_cached(
+            "SELECT max(id) FROM (SELECT id FROM outbox_log WHERE ?2 IS NULL OR id <= ?2 ORDER BY id LIMIT ?1)",
+        )?
+        .query_row(params![limit as i64, upto], |r| r.get(0))
         .optional()?
         .flatten();
     let Some(bound) = bound else { return Ok(0) };
@@ -75,49 +93,64 @@ pub(super) fn spread(tx: &Connection, limit: usize) -> StoreResult<usize> {
     Ok(moved)
 }
 
-/// Spreads the log only as far as a claim needs: until `outbox` holds
-/// `window` deliveries a claim may take at `now` (of subscription `only`,
-/// if given; of none in the JSON list `skip`, the endpoints at their
-/// share), so that deliveries owed faster than they can be made wait in
-/// the log, appended, rather than be moved to the table and its index on
-/// every claim. Each log row owes at least one delivery. Returns how many
-/// rows it wanted to move and how many it moved.
-pub(super) fn feed(
-    tx: &Connection,
-    now: i64,
-    window: usize,
-    only: Option<&str>,
-    skip: &str,
-) -> StoreResult<(usize, usize)> {
-    let ready: i64 = tx
-        .prepare_cached(
-            "SELECT count(*) FROM (
-                 SELECT 1 FROM outbox o JOIN subscriptions s ON s.id = o.subscription_id
-                 WHERE o.state = 'pending' AND o.next_attempt <= ?1 AND s.enabled = 1
-                   AND (?3 IS NULL OR o.subscription_id = ?3)
-                   AND o.subscription_id NOT IN (SELECT value FROM json_each(?4))
-                 LIMIT ?2)",
-        )?
-        .query_row(params![now, window as i64, only, skip], |r| r.get(0))?;
-    let wanted = window.saturating_sub(usize::try_from(ready).unwrap_or(window));
-    Ok((wanted, spread(tx, wanted)?))
+/// Spreads the log as far as a claim needs: until `outbox` holds `window`
+/// deliveries the claim may take at `now` (of subscription `only`, if
+/// given; of none in the JSON list `skip`, the endpoints at their share)
+/// or the log is empty, at most [`FEED_BUDGET`] rows. Deliveries owed
+/// faster than they can be made wait in the log, appended, rather than be
+/// moved to the table and its index on every claim; and an endpoint at its
+/// share does not hold back the others' deliveries behind it in the log,
+/// since its own do not count. Returns whether the budget ran out (the log
+/// may hold more).
+pub(super) fn feed(tx: &Connection, now: i64, window: usize, only: Option<&str>, skip: &str) -> StoreResult<bool> {
+    let mut count = tx.prepare_cached(
+        "SELECT count(*) FROM (
+             SELECT 1 FROM outbox o JOIN subscriptions s ON s.id = o.subscription_id
+             WHERE o.state = 'pending' AND o.next_attempt <= ?1 AND s.enabled = 1
+               AND (?3 IS NULL OR o.subscription_id = ?3)
+               AND o.subscription_id NOT IN (SELECT value FROM json_each(?4))
+             LIMIT ?2)",
+    )?;
+    let mut moved = 0;
+    loop {
+        let ready: i64 = count.query_row(params![now, window as i64, only, skip], |r| r.get(0))?;
+        let wanted = window.saturating_sub(usize::try_from(ready).unwrap_or(window));
+        if wanted == 0 {
+            return Ok(false);
+        }
+        if moved >= FEED_BUDGET {
+            return Ok(true);
+        }
+        // Each log row owes at least one delivery.
+        let chunk = wanted.clamp(64, SPREAD_ROWS);
+        let spread = spread(tx, chunk, None)?;
+        moved += spread;
+        if spread < chunk {
+            return Ok(false);
+        }
+    }
 }
 
-/// Spreads the whole log within transaction `tx` (for the listing and a
-/// subscription's removal, which must see every delivery owed).
+/// Spreads the whole log within transaction `tx`.
 pub(super) fn spread_every(tx: &Connection) -> StoreResult<()> {
-    while spread(tx, SPREAD_ROWS)? == SPREAD_ROWS {}
+    while spread(tx, SPREAD_ROWS, None)? == SPREAD_ROWS {}
     Ok(())
 }
 
-/// Deliveries pending: `outbox`'s and those the log still owes to
-/// subscriptions that exist.
+/// The newest log row's id, if any.
+pub(super) fn newest(c: &Connection) -> StoreResult<Option<i64>> {
+    Ok(c.prepare_cached("SELECT max(id) FROM outbox_log")?.query_row([], |r| r.get(0))?)
+}
+
+/// Deliveries pending: `outbox`'s and the log's (a subscription's removal
+/// spreads the log first, so every delivery the log owes is to one that
+/// exists).
 pub(super) fn backlog(c: &Connection) -> StoreResult<u64> {
     let n: i64 = c
         .prepare_cached(
             "SELECT (SELECT count(*) FROM outbox WHERE state = 'pending')
-              + (SELECT count(*) FROM outbox_log l, json_each(l.owed) j
-                 WHERE EXISTS (SELECT 1 FROM subscriptions s WHERE s.id = json_extract(j.value, '$[0]')))",
+                  + coalesce((SELECT cum FROM outbox_log ORDER BY id DESC LIMIT 1), 0)
+                  - coalesce((SELECT cum - n FROM outbox_log ORDER BY id LIMIT 1), 0)",
         )?
         .query_row(params![], |r| r.get(0))?;
     Ok(u64::try_from(n).unwrap_or(0))
@@ -172,11 +205,11 @@ mod tests {
         write(&tx, &rows).expect("write");
         let logged: i64 = tx.query_row("SELECT count(*) FROM outbox_log", [], |r| r.get(0)).expect("count");
         assert_eq!(logged, 3, "a run of one device and body is one row; another device is another");
-        assert_eq!(backlog(&tx).expect("backlog"), 4, "the log counts, but not for a subscription that is gone");
-        assert_eq!(spread(&tx, 1).expect("spread"), 1, "one log row at most");
+        assert_eq!(backlog(&tx).expect("backlog"), 5, "the log counts all it owes");
+        assert_eq!(spread(&tx, 1, None).expect("spread"), 1, "one log row at most");
         let one = |s: &str, m: &str, pk, b: &str| (s.to_owned(), m.to_owned(), pk, b.to_owned());
         assert_eq!(outbox(&tx), [one("sub_a", "m_a1", 7, "one"), one("sub_b", "m_b1", 7, "one")]);
-        assert_eq!(backlog(&tx).expect("backlog"), 4, "moved, not counted twice");
+        assert_eq!(backlog(&tx).expect("backlog"), 4, "moved, not counted twice; none for one that is gone");
         spread_every(&tx).expect("the rest");
         assert_eq!(
             outbox(&tx)[2..],
@@ -184,7 +217,7 @@ mod tests {
             "in the order written, each message id kept"
         );
         let left: i64 = tx.query_row("SELECT count(*) FROM outbox_log", [], |r| r.get(0)).expect("count");
-        assert_eq!((left, spread(&tx, 10).expect("empty")), (0, 0));
+        assert_eq!((left, spread(&tx, 10, None).expect("empty")), (0, 0));
         let due: Vec<(i64, i64)> = tx
             .prepare("SELECT created_at, next_attempt FROM outbox")
             .expect("sql")
@@ -195,27 +228,41 @@ mod tests {
         assert!(due.iter().all(|(created, next)| created == next && *created > 0), "due when written: {due:?}");
     }
 
+    fn count(c: &Connection, sql: &str) -> i64 {
+        c.query_row(sql, [], |r| r.get(0)).expect("count")
+    }
+
     #[tokio::test]
-    async fn a_claim_spreads_only_until_outbox_holds_what_it_may_take() {
+    async fn a_claim_spreads_until_outbox_holds_what_it_may_take_past_an_endpoint_at_its_share() {
         let dir = tempfile::tempdir().expect("dir");
         let mut c = database(&dir).await;
         let tx = c.transaction().expect("tx");
         let off: Vec<_> = (0..3).map(|i| row("sub_off", &format!("o{i}"), 7, &format!("off {i}"))).collect();
         write(&tx, &off).expect("write");
         spread_every(&tx).expect("spread");
-        let owed: Vec<_> = (0..10).map(|i| row("sub_a", &format!("a{i}"), 7, &format!("body {i}"))).collect();
+        let mut owed: Vec<_> = (0..200).map(|i| row("sub_a", &format!("a{i}"), 7, &format!("body {i}"))).collect();
+        owed.push(row("sub_b", "b0", 7, "last"));
         write(&tx, &owed).expect("write");
+        assert_eq!(backlog(&tx).expect("backlog"), 204, "three of sub_off's wait, 201 in the log");
         let now = jiff::Timestamp::now().as_millisecond() + 1000;
-        assert_eq!(
-            feed(&tx, now, 4, None, "[]").expect("feed"),
-            (4, 4),
-            "a disabled subscription's rows are not ready"
-        );
-        assert_eq!(feed(&tx, now, 4, None, "[]").expect("feed"), (0, 0), "four are ready");
-        assert_eq!(feed(&tx, now, 6, None, "[]").expect("feed"), (2, 2));
-        assert_eq!(feed(&tx, now, 4, None, r#"["sub_a"]"#).expect("feed"), (4, 4), "an endpoint at its share is not");
-        assert_eq!(feed(&tx, now, 4, Some("sub_b"), "[]").expect("feed"), (4, 0), "the log is spread");
-        assert_eq!(feed(&tx, now - 2000, 4, None, "[]").expect("feed"), (4, 0), "none is due before it was written");
-        assert_eq!(backlog(&tx).expect("backlog"), 13, "the disabled subscription's wait");
+        let sub_a = "SELECT count(*) FROM outbox WHERE subscription_id = 'sub_a'";
+        assert!(!feed(&tx, now, 4, None, "[]").expect("feed"), "a disabled subscription's rows are not ready");
+        assert_eq!(count(&tx, sub_a), 64, "one chunk is enough");
+        assert!(!feed(&tx, now, 4, None, "[]").expect("feed"));
+        assert_eq!(count(&tx, sub_a), 64, "four are ready: nothing more moves");
+        assert!(!feed(&tx, now - 2000, 4, Some("sub_b"), "[]").expect("feed"), "none due before it was written");
+        assert_eq!(count(&tx, "SELECT count(*) FROM outbox_log"), 0, "so the log is spread looking for them");
+        assert_eq!(count(&tx, "SELECT count(*) FROM outbox WHERE subscription_id = 'sub_b'"), 1);
+        assert_eq!(backlog(&tx).expect("backlog"), 204, "moved, not counted twice");
+
+        let many: Vec<_> = (0..17_000).map(|i| row("sub_a", &format!("m{i}"), 7, &format!("many {i}"))).collect();
+        write(&tx, &many).expect("write");
+        write(&tx, &[row("sub_b", "b1", 7, "after many")]).expect("write");
+        assert!(feed(&tx, now, 4, None, r#"["sub_a"]"#).expect("feed"), "an endpoint at its share does not count");
+        let left = count(&tx, "SELECT count(*) FROM outbox_log");
+        assert!(left > 0 && left < 17_001 - 16_000, "a claim moves at most its budget: {left} left");
+        assert!(!feed(&tx, now, 4, None, r#"["sub_a"]"#).expect("feed"), "the next claim reaches sub_b's");
+        assert_eq!(count(&tx, "SELECT count(*) FROM outbox WHERE subscription_id = 'sub_b'"), 2);
+        assert_eq!(backlog(&tx).expect("backlog"), 204 + 17_001);
     }
 }
