@@ -158,6 +158,10 @@ pub struct Claimed {
     pub more: bool,
     /// How many were dropped, their account having lost access.
     pub dropped: usize,
+    /// Whether the store left work a claim does for the next one (on
+    /// SQLite, deliveries still to move out of its log past the claim's
+    /// budget): claim again as soon as there is a free slot.
+    pub again: bool,
 }
 
 /// Why a delivery of a reading of a device is no longer made: the

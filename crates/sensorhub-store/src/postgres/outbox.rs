@@ -72,7 +72,7 @@ pub(super) async fn claim(c: &mut Client, now: i64, lease: i64, req: &ClaimReque
         dropped += drop_rows(&tx, &more.drop).await?;
     }
     tx.commit().await?;
-    Ok(Claimed { deliveries, waiting: picked.waiting, more: picked.more, dropped })
+    Ok(Claimed { deliveries, waiting: picked.waiting, more: picked.more, dropped, again: false })
 }
 
 /// A transaction whose commit is not waited onto the disk

@@ -22,14 +22,15 @@ pub(super) fn claim(c: &mut Connection, now: i64, lease: i64, req: &ClaimRequest
         let excluded = claim::excluded(req, &urls);
         let skip = serde_json::to_string(&excluded.subscriptions).map_err(|e| StoreError::Backend(e.into()))?;
         let window = claim::window(req.limit);
-        let unfed = outbox_log::feed(&tx, now, window, None, &skip)?;
+        let mut budget = outbox_log::FEED_BUDGET;
+        let mut unfed = outbox_log::feed(&tx, now, window, None, &skip, &mut budget)?;
         let mut picker = claim::Picker::new(req, &excluded);
         let looked = offer_due(&tx, now, window, None, &skip, &mut picker)?;
         let picked = picker.finish(looked);
         let mut deliveries = lease_rows(&tx, &picked.take, now + lease)?;
         let mut dropped = drop_rows(&tx, &picked.drop)?;
         for (sub, room) in batch_room(&deliveries) {
-            outbox_log::feed(&tx, now, room, Some(&sub), "[]")?;
+            unfed |= outbox_log::feed(&tx, now, room, Some(&sub), "[]", &mut budget)?;
             let top_up = ClaimRequest::up_to(room);
             let mut picker = claim::Picker::new(&top_up, &claim::Excluded::default());
             let looked = offer_due(&tx, now, room, Some(&sub), "[]", &mut picker)?;
@@ -40,7 +41,7 @@ pub(super) fn claim(c: &mut Connection, now: i64, lease: i64, req: &ClaimRequest
         tx.commit()?;
         // The log may hold more than this claim spread.
         let more = picked.more || unfed;
-        Ok(Claimed { deliveries, waiting: picked.waiting, more, dropped })
+        Ok(Claimed { deliveries, waiting: picked.waiting, more, dropped, again: unfed })
     })
 }
 

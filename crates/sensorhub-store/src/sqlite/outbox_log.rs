@@ -29,7 +29,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 pub(super) const SPREAD_ROWS: usize = 2_048;
 /// The most log rows one claim moves: a claim stays short however long
 /// the worker was away (it claims again at once while the log holds more).
-const FEED_BUDGET: usize = 16_384;
+pub(super) const FEED_BUDGET: usize = 16_384;
 
 /// Writes the deliveries gathered by a transaction, due now: one log row
 /// per run of rows with the same device and body (a reading's, or an
@@ -93,42 +93,70 @@ pub(super) fn spread(tx: &Connection, limit: usize, upto: Option<i64>) -> StoreR
     Ok(moved)
 }
 
+/// The deliveries a claim may take at `?1` among `outbox`'s pending rows
+/// (at most `?2`; of subscription `?3`, if not NULL; of none in the JSON
+/// list `?4`, the endpoints at their share): `offer_due`'s conditions,
+/// less the rows it would drop. `$from` and `$and` pick the rows looked at.
+macro_rules! ready_sql {
+    ($from:literal, $and:literal) => {
+        concat!(
+            "SELECT count(*) FROM (SELECT 1 FROM outbox o ",
+            $from,
+            " JOIN subscriptions s ON s.id = o.subscription_id JOIN accounts a ON a.id = s.account_id
+             WHERE o.state = 'pending' AND o.next_attempt <= ?1 AND s.enabled = 1 AND a.disabled = 0 ",
+            $and,
+            " AND (?3 IS NULL OR o.subscription_id = ?3)
+               AND o.subscription_id NOT IN (SELECT value FROM json_each(?4))
+               AND EXISTS (SELECT 1 FROM account_devices x WHERE x.account_id = a.id AND x.device_pk = o.device_pk)
+             LIMIT ?2)"
+        )
+    };
+}
+
 /// Spreads the log as far as a claim needs: until `outbox` holds `window`
 /// deliveries the claim may take at `now` (of subscription `only`, if
 /// given; of none in the JSON list `skip`, the endpoints at their share)
-/// or the log is empty, at most [`FEED_BUDGET`] rows. Deliveries owed
-/// faster than they can be made wait in the log, appended, rather than be
-/// moved to the table and its index on every claim; and an endpoint at its
-/// share does not hold back the others' deliveries behind it in the log,
-/// since its own do not count. Returns whether the budget ran out (the log
-/// may hold more).
-pub(super) fn feed(tx: &Connection, now: i64, window: usize, only: Option<&str>, skip: &str) -> StoreResult<bool> {
-    let mut count = tx.prepare_cached(
-        "SELECT count(*) FROM (
-             SELECT 1 FROM outbox o JOIN subscriptions s ON s.id = o.subscription_id
-             WHERE o.state = 'pending' AND o.next_attempt <= ?1 AND s.enabled = 1
-               AND (?3 IS NULL OR o.subscription_id = ?3)
-               AND o.subscription_id NOT IN (SELECT value FROM json_each(?4))
-             LIMIT ?2)",
-    )?;
-    let mut moved = 0;
-    loop {
-        let ready: i64 = count.query_row(params![now, window as i64, only, skip], |r| r.get(0))?;
-        let wanted = window.saturating_sub(usize::try_from(ready).unwrap_or(window));
-        if wanted == 0 {
-            return Ok(false);
-        }
-        if moved >= FEED_BUDGET {
+/// or the log is empty, moving at most `budget` rows (what it moves is
+/// taken from it). Deliveries owed faster than they can be made wait in
+/// the log, appended, rather than be moved to the table and its index on
+/// every claim; an endpoint at its share, or rows the claim would drop,
+/// do not hold back other deliveries behind them in the log, since they do
+/// not count. Returns whether the budget ran out first (the log may hold
+/// more the claim could take).
+pub(super) fn feed(
+    tx: &Connection,
+    now: i64,
+    window: usize,
+    only: Option<&str>,
+    skip: &str,
+    budget: &mut usize,
+) -> StoreResult<bool> {
+    let count = |sql: &str, limit: usize, after: Option<i64>| -> StoreResult<usize> {
+        let mut stmt = tx.prepare_cached(sql)?;
+        let n: i64 = match after {
+            None => stmt.query_row(params![now, limit as i64, only, skip], |r| r.get(0))?,
+            Some(id) => stmt.query_row(params![now, limit as i64, only, skip, id], |r| r.get(0))?,
+        };
+        Ok(usize::try_from(n).unwrap_or(0))
+    };
+    // Once through the due rows; then only the rows each chunk added (by
+    // rowid, not by the due index, which would step over all of them again).
+    let mut ready = count(ready_sql!("", ""), window, None)?;
+    while ready < window {
+        if *budget == 0 {
             return Ok(true);
         }
         // Each log row owes at least one delivery.
-        let chunk = wanted.clamp(64, SPREAD_ROWS);
-        let spread = spread(tx, chunk, None)?;
-        moved += spread;
-        if spread < chunk {
-            return Ok(false);
+        let chunk = (window - ready).clamp(64, SPREAD_ROWS).min(*budget);
+        let before: i64 = tx.prepare_cached("SELECT coalesce(max(id), 0) FROM outbox")?.query_row([], |r| r.get(0))?;
+        let moved = spread(tx, chunk, None)?;
+        *budget -= moved;
+        ready += count(ready_sql!("NOT INDEXED", "AND o.id > ?5"), window - ready, Some(before))?;
+        if moved < chunk {
+            break;
         }
     }
+    Ok(false)
 }
 
 /// Spreads the whole log within transaction `tx`.
@@ -174,13 +202,17 @@ mod tests {
             .collect()
     }
 
-    /// A migrated database with subscriptions `sub_a`, `sub_b` and, disabled, `sub_off`.
+    /// A migrated database with subscriptions `sub_a`, `sub_b` and, disabled,
+    /// `sub_off`, of an account that sees device 7 and not device 8.
     async fn database(dir: &tempfile::TempDir) -> Connection {
         let path = dir.path().join("l.db");
         drop(SqliteStore::open(path.to_str().expect("utf-8"), Durability::Full).await.expect("create"));
         let c = Connection::open(&path).expect("open");
         c.execute_batch(
             "INSERT INTO accounts (id, username, password_hash, created_at) VALUES (1, 'a', 'x', 0);
+             INSERT INTO devices (id, device_id, name, type, lat, long, interval_seconds)
+             VALUES (7, 'D7', 'n', 'T', 0, 0, 60), (8, 'D8', 'n', 'T', 0, 0, 60);
+             INSERT INTO account_devices (account_id, device_pk) VALUES (1, 7);
              INSERT INTO subscriptions (id, account_id, url, all_devices, events, secret, created_at, enabled)
              VALUES ('sub_a', 1, 'http://a', 1, 'sensor-data', x'00', 0, 1),
                     ('sub_b', 1, 'http://b', 1, 'sensor-data', x'00', 0, 1),
@@ -232,6 +264,12 @@ mod tests {
         c.query_row(sql, [], |r| r.get(0)).expect("count")
     }
 
+    /// `feed` with a claim's whole budget.
+    fn fed(tx: &Connection, now: i64, window: usize, only: Option<&str>, skip: &str) -> bool {
+        let mut budget = FEED_BUDGET;
+        feed(tx, now, window, only, skip, &mut budget).expect("feed")
+    }
+
     #[tokio::test]
     async fn a_claim_spreads_until_outbox_holds_what_it_may_take_past_an_endpoint_at_its_share() {
         let dir = tempfile::tempdir().expect("dir");
@@ -239,30 +277,34 @@ mod tests {
         let tx = c.transaction().expect("tx");
         let off: Vec<_> = (0..3).map(|i| row("sub_off", &format!("o{i}"), 7, &format!("off {i}"))).collect();
         write(&tx, &off).expect("write");
+        let unseen: Vec<_> = (0..100).map(|i| row("sub_b", &format!("u{i}"), 8, &format!("unseen {i}"))).collect();
+        write(&tx, &unseen).expect("write");
         spread_every(&tx).expect("spread");
         let mut owed: Vec<_> = (0..200).map(|i| row("sub_a", &format!("a{i}"), 7, &format!("body {i}"))).collect();
         owed.push(row("sub_b", "b0", 7, "last"));
         write(&tx, &owed).expect("write");
-        assert_eq!(backlog(&tx).expect("backlog"), 204, "three of sub_off's wait, 201 in the log");
+        assert_eq!(backlog(&tx).expect("backlog"), 304, "103 wait in outbox, 201 in the log");
         let now = jiff::Timestamp::now().as_millisecond() + 1000;
         let sub_a = "SELECT count(*) FROM outbox WHERE subscription_id = 'sub_a'";
-        assert!(!feed(&tx, now, 4, None, "[]").expect("feed"), "a disabled subscription's rows are not ready");
+        assert!(!fed(&tx, now, 4, None, "[]"), "rows a claim would not take or would drop do not count");
         assert_eq!(count(&tx, sub_a), 64, "one chunk is enough");
-        assert!(!feed(&tx, now, 4, None, "[]").expect("feed"));
+        assert!(!fed(&tx, now, 4, None, "[]"));
         assert_eq!(count(&tx, sub_a), 64, "four are ready: nothing more moves");
-        assert!(!feed(&tx, now - 2000, 4, Some("sub_b"), "[]").expect("feed"), "none due before it was written");
+        assert!(!fed(&tx, now - 2000, 4, Some("sub_b"), "[]"), "none due before it was written");
         assert_eq!(count(&tx, "SELECT count(*) FROM outbox_log"), 0, "so the log is spread looking for them");
-        assert_eq!(count(&tx, "SELECT count(*) FROM outbox WHERE subscription_id = 'sub_b'"), 1);
-        assert_eq!(backlog(&tx).expect("backlog"), 204, "moved, not counted twice");
+        assert_eq!(count(&tx, "SELECT count(*) FROM outbox WHERE subscription_id = 'sub_b' AND device_pk = 7"), 1);
+        assert_eq!(backlog(&tx).expect("backlog"), 304, "moved, not counted twice");
 
         let many: Vec<_> = (0..17_000).map(|i| row("sub_a", &format!("m{i}"), 7, &format!("many {i}"))).collect();
         write(&tx, &many).expect("write");
         write(&tx, &[row("sub_b", "b1", 7, "after many")]).expect("write");
-        assert!(feed(&tx, now, 4, None, r#"["sub_a"]"#).expect("feed"), "an endpoint at its share does not count");
+        let mut budget = 10_000;
+        assert!(feed(&tx, now, 4, None, r#"["sub_a"]"#, &mut budget).expect("feed"), "at its share, not counted");
+        assert_eq!(budget, 0, "the budget is spent exactly");
         let left = count(&tx, "SELECT count(*) FROM outbox_log");
-        assert!(left > 0 && left < 17_001 - 16_000, "a claim moves at most its budget: {left} left");
-        assert!(!feed(&tx, now, 4, None, r#"["sub_a"]"#).expect("feed"), "the next claim reaches sub_b's");
-        assert_eq!(count(&tx, "SELECT count(*) FROM outbox WHERE subscription_id = 'sub_b'"), 2);
-        assert_eq!(backlog(&tx).expect("backlog"), 204 + 17_001);
+        assert_eq!(left, 7_001, "a claim moves at most its budget");
+        assert!(!fed(&tx, now, 4, None, r#"["sub_a"]"#), "the next claim reaches sub_b's");
+        assert_eq!(count(&tx, "SELECT count(*) FROM outbox WHERE subscription_id = 'sub_b' AND device_pk = 7"), 2);
+        assert_eq!(backlog(&tx).expect("backlog"), 304 + 17_001);
     }
 }

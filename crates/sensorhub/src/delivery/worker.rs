@@ -183,6 +183,10 @@ async fn run(shared: Arc<Shared>, wake: Arc<Notify>) {
             next_look = last_claim + shared.settings.poll;
             match shared.store.claim_deliveries(shared.clock.now_ms(), lease, &shared.request(free)).await {
                 Ok(claimed) => {
+                    if claimed.again {
+                        // The next look is due at once (with a free slot).
+                        next_look = tokio::time::Instant::now();
+                    }
                     if claimed.dropped > 0 {
                         shared.metrics.deliveries.dropped(claimed.dropped);
                     }

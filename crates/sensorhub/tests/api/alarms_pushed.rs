@@ -104,7 +104,24 @@ on_each_backend! {
         let add = ["add", "--account", "alice", "--url", &rx.url, "--allow-http", "--events", "alarms"];
         ok(&crate::hooks::subscription(&db, Some(SECRET_KEY), &add));
         let readings = flood();
-        let serve = ["--database", db.as_str(), "--webhook-mode", "ingest", "--rate-limit", "off", "--webhook-allow-private"];
+        // A kill between a claim's commit and its POST leaves that delivery
+        // leased until the lease runs out (the attempt's timeout times the
+        // rounds of slots: 170 s by default), then it is sent again. A
+        // 1 s timeout with 16 slots an endpoint makes the lease 5 s, so the
+        // resend comes within this test's waits wherever the kill lands.
+        let serve = [
+            "--database",
+            db.as_str(),
+            "--webhook-mode",
+            "ingest",
+            "--rate-limit",
+            "off",
+            "--webhook-allow-private",
+            "--webhook-timeout",
+            "1",
+            "--webhook-concurrency",
+            "16",
+        ];
         let key = [("SENSORHUB_SECRET_KEY", SECRET_KEY)];
 
         // One station posting in order, delivering as it goes; killed at a random reading.
