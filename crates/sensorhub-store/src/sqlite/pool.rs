@@ -147,7 +147,7 @@ impl Pool {
         // meets one only in rare cases (WAL recovery, an exclusive lock taken
         // from outside); it is then retried where waiting is harmless.
         let _ = conn.busy_timeout(Duration::ZERO);
-        let result = f(&mut conn);
+        let result = in_read_tx(&mut conn, &f);
         let _ = conn.busy_timeout(READ_BUSY_TIMEOUT);
         if let Ok(mut v) = self.inner.idle.lock() {
             v.push(conn);
@@ -156,6 +156,26 @@ impl Pool {
         match result {
             Err(StoreError::Busy(_)) => self.run(f).await,
             other => other,
+        }
+    }
+}
+
+/// Runs `f` in one read transaction: its statements read one snapshot,
+/// and the WAL's read lock (a lock of the `-shm` file, a system call each
+/// way under a mutex that the process's connections share) is taken once
+/// rather than once for each statement.
+fn in_read_tx<R>(conn: &mut Connection, f: impl FnOnce(&mut Connection) -> StoreResult<R>) -> StoreResult<R> {
+    conn.prepare_cached("BEGIN")?.execute([])?;
+    let result = f(conn);
+    if conn.is_autocommit() {
+        return result;
+    }
+    // A read has no write to undo: COMMIT only lets go of the snapshot.
+    match conn.prepare_cached("COMMIT").and_then(|mut s| s.execute([])) {
+        Ok(_) => result,
+        Err(e) => {
+            let _ = conn.execute_batch("ROLLBACK");
+            result.and(Err(e.into()))
         }
     }
 }
