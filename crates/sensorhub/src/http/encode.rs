@@ -202,10 +202,23 @@ impl ReadingEncoder {
     /// [`ReadingEncoder::separator`] after [`ReadingEncoder::head`] and
     /// before [`ReadingEncoder::end`] are the answer for their readings.
     pub fn piece(&mut self, batch: &ReadingBatch) -> Vec<u8> {
-        let mut out = Vec::with_capacity(self.size_hint(batch));
-        self.first = true;
-        self.write_batch(batch, &mut out);
+        let mut out = Vec::new();
+        self.begin_piece();
+        self.append(batch, &mut out);
         out
+    }
+
+    /// Begins a piece to [`ReadingEncoder::append`] batches to: batches
+    /// appended in turn until the next begin are one piece, as if they were
+    /// one batch.
+    pub fn begin_piece(&mut self) {
+        self.first = true;
+    }
+
+    /// Appends `batch` to the piece being written in `out`.
+    pub fn append(&mut self, batch: &ReadingBatch, out: &mut Vec<u8>) {
+        out.reserve(self.size_hint(batch));
+        self.write_batch(batch, out);
     }
 
     /// Appends `value` as the answer writes it.

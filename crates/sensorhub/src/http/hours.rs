@@ -1,17 +1,17 @@
 //! A raw readings window answered hour by hour: stored hours are fetched a
-//! page at a time, each whole hour inside the range comes from the
-//! [`RenderedHours`] cache when it holds that hour's very bytes (else it is
-//! rendered and kept), the hours cut by the range are rendered from their
-//! readings within it, and the pieces go to the socket without being copied
-//! into one buffer. An answer that fits in one page goes with its length; a
-//! longer one streams, a page in memory at a time. The bytes are those of
-//! the batch-by-batch encoder exactly (pieces joined by the format's
-//! separator).
+//! page at a time; the whole hours inside the range go out as runs, one
+//! piece each, from the [`RenderedHours`] cache when it holds those hours'
+//! very bytes (else rendered and kept); the hours cut by the range are
+//! rendered from their readings within it; and the pieces go to the socket
+//! without being copied into one buffer. An answer that fits in one page
+//! goes with its length; a longer one streams, a page in memory at a time.
+//! The bytes are those of the batch-by-batch encoder exactly (pieces joined
+//! by the format's separator).
 
 use super::AppState;
 use super::encode::{ReadingEncoder, Shape};
 use super::error::ApiError;
-use super::rendered::RenderedHours;
+use super::rendered::{RenderedHours, RunBuilder, Sent};
 use crate::metrics::Metrics;
 use bytes::Bytes;
 use futures_util::{StreamExt, stream};
@@ -32,6 +32,12 @@ const PAGE_HOURS: usize = 26;
 /// one page (a logger with many sensors reporting every few seconds).
 const SIZED_LIMIT: usize = 8 << 20;
 
+/// Rendered bytes at which a run of whole hours ends (its last hour is the
+/// one that reaches them): a day of one-minute readings of a few sensors is
+/// one run, and a logger with many sensors reporting every second an hour
+/// a run.
+const RUN_BYTES: usize = 512 << 10;
+
 /// What one request needs to render hours.
 struct Renderer {
     store: Arc<dyn Store>,
@@ -46,24 +52,41 @@ struct Renderer {
 }
 
 impl Renderer {
-    /// `hour` as answer pieces: its separator, if it needs one, and its readings.
-    fn render(&mut self, hour: StoredHour, out: &mut VecDeque<Bytes>) -> StoreResult<usize> {
+    /// Whether `hour` lies wholly inside the range.
+    fn whole(&self, hour: &StoredHour) -> bool {
         let (first, last) = hour.span();
-        let whole = first >= self.range.start && last <= self.range.end;
-        let (piece, readings) = match self.shape.clone().filter(|_| whole) {
-            Some(shape) => match self.cache.get(self.device_pk, &shape, &hour) {
-                Some(hit) => hit,
-                None => {
-                    let (piece, readings) = self.fresh(&hour)?;
-                    self.cache.put(self.device_pk, &shape, hour, piece.clone(), readings);
-                    (piece, readings)
+        first >= self.range.start && last <= self.range.end
+    }
+
+    /// The next hours of `page` as answer pieces in `out` (a separator if
+    /// one is needed, then the piece): an hour the range cuts, on its own;
+    /// else the whole hours from there, as one run. Returns the bytes of
+    /// the piece (0 for hours without readings in the range), or `None`
+    /// once the page is done.
+    fn render_next(
+        &mut self,
+        page: &mut std::vec::IntoIter<StoredHour>,
+        out: &mut VecDeque<Bytes>,
+    ) -> StoreResult<Option<usize>> {
+        let hours = page.as_slice();
+        let whole = hours.iter().take_while(|h| self.whole(h)).count();
+        let (piece, readings, taken) = match self.shape.clone() {
+            Some(shape) if whole > 0 => {
+                let run = self.run(&shape, &hours[..whole])?;
+                (run.rendered, run.readings, run.hours)
+            }
+            _ => match hours.first() {
+                Some(hour) => {
+                    let batch = hour.readings(self.device_pk, self.range.start, self.range.end)?;
+                    (Bytes::from(self.encoder.piece(&batch)), batch.len(), 1)
                 }
+                None => return Ok(None),
             },
-            None => self.fresh(&hour)?,
         };
+        page.nth(taken - 1);
         self.metrics.readings_served(readings);
         if piece.is_empty() {
-            return Ok(0);
+            return Ok(Some(0));
         }
         if self.wrote && !self.encoder.separator().is_empty() {
             out.push_back(Bytes::from_static(self.encoder.separator()));
@@ -71,12 +94,30 @@ impl Renderer {
         self.wrote = true;
         let len = piece.len();
         out.push_back(piece);
-        Ok(len)
+        Ok(Some(len))
     }
 
-    fn fresh(&mut self, hour: &StoredHour) -> StoreResult<(Bytes, usize)> {
-        let batch = hour.readings(self.device_pk, self.range.start, self.range.end)?;
-        Ok((Bytes::from(self.encoder.piece(&batch)), batch.len()))
+    /// The longest run of `hours` (whole ones) that the cache holds as
+    /// stored now; else hours from the first rendered together, up to
+    /// [`RUN_BYTES`], and kept.
+    fn run(&mut self, shape: &super::encode::Shape, hours: &[StoredHour]) -> StoreResult<Sent> {
+        if let Some(hit) = self.cache.get(self.device_pk, shape, hours) {
+            return Ok(hit);
+        }
+        let mut run = RunBuilder::default();
+        self.encoder.begin_piece();
+        for hour in hours {
+            let batch = hour.readings(self.device_pk, self.range.start, self.range.end)?;
+            self.encoder.append(&batch, &mut run.out);
+            run.hour(hour, batch.len());
+            if run.out.len() >= RUN_BYTES {
+                break;
+            }
+        }
+        let run = run.finish();
+        let sent = run.sent();
+        self.cache.put(self.device_pk, shape, run);
+        Ok(sent)
     }
 }
 
@@ -126,12 +167,11 @@ impl Rest {
     async fn step(&mut self) -> Option<StoreResult<VecDeque<Bytes>>> {
         let mut out = VecDeque::new();
         loop {
-            if let Some(hour) = self.page.next() {
-                match self.renderer.render(hour, &mut out) {
-                    Ok(0) => continue,
-                    Ok(_) => return Some(Ok(out)),
-                    Err(e) => return Some(Err(self.stop(e))),
-                }
+            match self.renderer.render_next(&mut self.page, &mut out) {
+                Ok(Some(0)) => continue,
+                Ok(Some(_)) => return Some(Ok(out)),
+                Ok(None) => {}
+                Err(e) => return Some(Err(self.stop(e))),
             }
             if !self.exhausted {
                 let r = &self.renderer;
@@ -219,8 +259,8 @@ pub async fn window(
     let mut pieces = VecDeque::from([head]);
     let mut held = 0;
     let mut page = hours.into_iter();
-    for hour in page.by_ref() {
-        held += rest.renderer.render(hour, &mut pieces)?;
+    while let Some(n) = rest.renderer.render_next(&mut page, &mut pieces)? {
+        held += n;
         if held > SIZED_LIMIT {
             break;
         }
