@@ -101,6 +101,34 @@ pub(super) fn read_batch(
     Ok(batch)
 }
 
+/// The access generation and the device `device_id` visible in `scope`,
+/// with its sensors (as [`access::find_device`] finds it), in one statement:
+/// the generation is read in the snapshot that decides the visibility.
+fn window_device(c: &Connection, scope: Scope, device_id: &str) -> StoreResult<(i64, Option<DeviceHandle>)> {
+    static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        sqlite_placeholders(&format!(
+            "SELECT g.generation, d.id, s.idx, s.sensor_id, s.name, s.type, s.unit
+             FROM access_generation g
+             LEFT JOIN devices d ON d.device_id = $3 AND {SCOPE_FILTER}
+             LEFT JOIN sensors s ON s.device_pk = d.id
+             ORDER BY s.idx"
+        ))
+    });
+    let (account, key) = scope_params(scope);
+    let mut stmt = c.prepare_cached(&SQL)?;
+    let mut rows = stmt.query(params![account, key, device_id])?;
+    let (mut access, mut pk, mut sensors) = (None, None, Vec::new());
+    while let Some(r) = rows.next()? {
+        access = Some(r.get::<_, i64>(0)?);
+        pk = r.get::<_, Option<i64>>(1)?;
+        if r.get::<_, Option<i64>>(2)?.is_some() {
+            sensors.push(SensorMeta { sensor_id: r.get(3)?, name: r.get(4)?, kind: r.get(5)?, unit: r.get(6)? });
+        }
+    }
+    let access = access.ok_or_else(|| crate::StoreError::Backend("no access generation".into()))?;
+    Ok((access, pk.map(|pk| DeviceHandle { pk, sensors })))
+}
+
 /// Up to `limit` stored hours of a device from hour `from` to hour `to`.
 pub(super) fn read_hours(
     c: &mut Connection,
@@ -198,12 +226,8 @@ impl crate::store::Reads for SqliteStore {
         let id = device_id.to_owned();
         self.reads
             .run_short(move |c| {
-                // Read before the device's visibility is decided, as a
-                // caller's own lookup of its access would be.
-                let access = on(c, async |c| access::access_generation(c).await)?;
-                let Some(device) = on(c, async |c| access::find_device(c, scope, &id).await)? else {
-                    return Ok(HoursHead { access, found: None });
-                };
+                let (access, device) = window_device(c, scope, &id)?;
+                let Some(device) = device else { return Ok(HoursHead { access, found: None }) };
                 let hours = read_hours(c, device.pk, from, to, limit)?;
                 Ok(HoursHead { access, found: Some((device, hours)) })
             })
