@@ -55,7 +55,7 @@ pub struct HoursHead {
     /// generation held when the device was looked up.
     pub access: i64,
     /// The device with its first stored hours; `None` if it is not visible.
-    pub found: Option<(DeviceHandle, Vec<StoredHour>)>,
+    pub found: Option<(std::sync::Arc<DeviceHandle>, Vec<StoredHour>)>,
 }
 
 impl ApiKeyAuth {

@@ -109,6 +109,8 @@ pub struct PgStore {
     kept: std::sync::Arc<crate::write::Kept>,
     /// Webhook callers' devices and write permissions, kept between requests.
     write_targets: crate::access_cache::WriteTargets,
+    /// Raw windows' devices, kept between requests.
+    visible: crate::access_cache::VisibleDevices,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -177,7 +179,8 @@ impl PgStore {
             async move { Ok(observers.after(writer.write(readings).await?).await) }
         });
         let write_targets = Default::default();
-        let store = Self { pool, ping: build(&config, 1, 5)?, writers, group, observers, kept, write_targets };
+        let visible = Default::default();
+        let store = Self { pool, ping: build(&config, 1, 5)?, writers, group, observers, kept, write_targets, visible };
         store.migrate(open).await?;
         Ok(store)
     }

@@ -83,8 +83,7 @@ pub(super) async fn window_head(
     limit: usize,
 ) -> StoreResult<Option<(DeviceHandle, ReadingBatch)>> {
     let rows = HEAD_ROWS.min(limit as i64);
-    let Some((device, hours)) = head_hours(c, scope, device_id, chunk_of(from), chunk_of(end), rows).await?.found
-    else {
+    let Some((device, hours)) = head_hours(c, scope, device_id, chunk_of(from), chunk_of(end), rows).await?.1 else {
         return Ok(None);
     };
     let pk = device.pk;
@@ -106,10 +105,10 @@ pub(super) async fn window_head(
     Ok(Some((device, batch)))
 }
 
-/// The device `device_id` visible in `scope` with its sensors and up to
-/// `limit` of its stored hours from hour `from` to hour `to`, in one query:
-/// the sensor rows and the hour rows come as one result, told apart by
-/// `chunk`.
+/// The device `device_id` visible in `scope`, with its sensors, and its
+/// `limit` stored hours from hour `from` to hour `to`, with the access and
+/// device generations, in one query: the sensor rows, the hour rows and the
+/// generations come as one result, told apart by their columns.
 pub(super) async fn head_hours(
     c: &impl GenericClient,
     scope: Scope,
@@ -117,31 +116,32 @@ pub(super) async fn head_hours(
     from: i64,
     to: i64,
     limit: i64,
-) -> StoreResult<HoursHead> {
+) -> StoreResult<(Generations, Option<(DeviceHandle, Vec<StoredHour>)>)> {
     let (account, key) = scope_params(scope);
     let stmt = c
         .prepare_cached(&format!(
             "WITH d AS (SELECT d.id FROM devices d WHERE d.device_id = $3 AND {SCOPE_FILTER})
-             (SELECT d.id, s.idx, s.sensor_id, s.name, s.type, s.unit, NULL::bigint AS chunk, NULL::bytea AS data
+             (SELECT d.id, s.idx, s.sensor_id, s.name, s.type, s.unit, NULL::bigint AS chunk, NULL::bytea AS data,
+                     NULL::bigint AS devices
               FROM d LEFT JOIN sensors s ON s.device_pk = d.id)
              UNION ALL
-             (SELECT d.id, NULL, NULL, NULL, NULL, NULL, r.chunk, r.data
+             (SELECT d.id, NULL, NULL, NULL, NULL, NULL, r.chunk, r.data, NULL
               FROM d JOIN hours r ON r.device_pk = d.id
               WHERE r.chunk >= $4 AND r.chunk <= $5 ORDER BY r.chunk LIMIT $6)
              UNION ALL
-             SELECT NULL, NULL, NULL, NULL, NULL, NULL, generation, NULL FROM access_generation"
+             SELECT NULL, NULL, NULL, NULL, NULL, NULL, {GENERATIONS_ROW}"
         ))
         .await?;
     let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] = [&account, &key, &device_id, &from, &to, &limit];
     let rows = c.query(&stmt, &params).await?;
-    // The access generation comes in the one row without a device, read in
-    // the statement's snapshot.
-    let (mut access, mut pk) = (None, None);
+    // The generations come in the one row without a device, read in the
+    // statement's snapshot.
+    let (mut read_at, mut pk) = (None, None);
     let mut sensors: Vec<(i16, SensorMeta)> = Vec::new();
     let mut hours: Vec<StoredHour> = Vec::new();
     for r in &rows {
         let Some(id) = r.get::<_, Option<i64>>(0) else {
-            access = r.get::<_, Option<i64>>(6);
+            read_at = generations_of(r, 6, 8);
             continue;
         };
         pk = Some(id);
@@ -151,13 +151,57 @@ pub(super) async fn head_hours(
             (None, None) => {} // a device without sensors
         }
     }
-    let access =
-        access.ok_or_else(|| StoreError::Backend("the window statement returned no access generation".into()))?;
-    let Some(pk) = pk else { return Ok(HoursHead { access, found: None }) };
+    let read_at = read_at.ok_or_else(|| StoreError::Backend("the window statement returned no generations".into()))?;
+    let Some(pk) = pk else { return Ok((read_at, None)) };
     sensors.sort_unstable_by_key(|(idx, _)| *idx);
     hours.sort_unstable_by_key(|h| h.chunk);
     let device = DeviceHandle { pk, sensors: sensors.into_iter().map(|(_, s)| s).collect() };
-    Ok(HoursHead { access, found: Some((device, hours)) })
+    Ok((read_at, Some((device, hours))))
+}
+
+/// The access generation, an empty `data` and the device generation, as
+/// the last columns of a row. Scalar subqueries: the one-row tables have no
+/// statistics, and as a join the planner would guess millions of rows and
+/// compile the statement (JIT) at every run.
+const GENERATIONS_ROW: &str =
+    "(SELECT generation FROM access_generation), NULL, (SELECT generation FROM device_generation)";
+
+/// The generations in columns `access` and `devices` of `r`, if both are there.
+fn generations_of(r: &tokio_postgres::Row, access: usize, devices: usize) -> Option<Generations> {
+    Some(Generations { access: r.get::<_, Option<i64>>(access)?, devices: r.get::<_, Option<i64>>(devices)? })
+}
+
+/// The `limit` stored hours of device `pk` from hour `from` to hour `to`,
+/// with the access and device generations, in one query: a kept device's
+/// window, which holds if the generations are still the ones it was kept at.
+async fn kept_hours(
+    c: &impl GenericClient,
+    pk: i64,
+    from: i64,
+    to: i64,
+    limit: i64,
+) -> StoreResult<(Generations, Vec<StoredHour>)> {
+    static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        format!(
+            "(SELECT chunk, data, NULL::bigint AS devices FROM hours
+              WHERE device_pk = $1 AND chunk >= $2 AND chunk <= $3 ORDER BY chunk LIMIT $4)
+             UNION ALL
+             SELECT {GENERATIONS_ROW}"
+        )
+    });
+    let stmt = c.prepare_cached(&SQL).await?;
+    let rows = c.query(&stmt, &[&pk, &from, &to, &limit]).await?;
+    let mut read_at = None;
+    let mut hours = Vec::with_capacity(rows.len());
+    for r in &rows {
+        match r.get::<_, Option<Vec<u8>>>(1) {
+            Some(data) => hours.push(StoredHour { chunk: r.get(0), data }),
+            None => read_at = generations_of(r, 0, 2),
+        }
+    }
+    let read_at = read_at.ok_or_else(|| StoreError::Backend("the window statement returned no generations".into()))?;
+    hours.sort_unstable_by_key(|h| h.chunk);
+    Ok((read_at, hours))
 }
 
 /// Hour rows asked for first when reading a batch: a one-minute station's
@@ -308,7 +352,22 @@ impl crate::store::Reads for PgStore {
         limit: usize,
     ) -> StoreResult<HoursHead> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        head_hours(&self.pool.get().await?, scope, device_id, from, to, limit).await
+        let c = self.pool.get().await?;
+        // A device kept at the generations the hours were read at is the
+        // one the full statement would find: one smaller statement.
+        if let Some((kept_at, device)) = self.visible.guess(scope, device_id) {
+            let (read_at, hours) = kept_hours(&c, device.pk, from, to, limit).await?;
+            if read_at == kept_at {
+                return Ok(HoursHead { access: read_at.access, found: Some((device, hours)) });
+            }
+        }
+        let (read_at, found) = head_hours(&c, scope, device_id, from, to, limit).await?;
+        let found = found.map(|(device, hours)| {
+            let device = Arc::new(device);
+            self.visible.keep(read_at, scope, device_id, &device);
+            (device, hours)
+        });
+        Ok(HoursHead { access: read_at.access, found })
     }
 }
 

@@ -112,6 +112,8 @@ pub struct SqliteStore {
     kept: std::sync::Arc<Kept>,
     /// Webhook callers' devices and write permissions, kept between requests.
     write_targets: crate::access_cache::WriteTargets,
+    /// Raw windows' devices, kept between requests.
+    visible: std::sync::Arc<crate::access_cache::VisibleDevices>,
     path: std::path::PathBuf,
 }
 
@@ -156,6 +158,7 @@ impl SqliteStore {
             observers,
             kept,
             write_targets: Default::default(),
+            visible: Default::default(),
             path: path.to_owned(),
         })
     }

@@ -101,32 +101,12 @@ pub(super) fn read_batch(
     Ok(batch)
 }
 
-/// The access generation and the device `device_id` visible in `scope`,
-/// with its sensors (as [`access::find_device`] finds it), in one statement:
-/// the generation is read in the snapshot that decides the visibility.
-fn window_device(c: &Connection, scope: Scope, device_id: &str) -> StoreResult<(i64, Option<DeviceHandle>)> {
-    static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-        sqlite_placeholders(&format!(
-            "SELECT g.generation, d.id, s.idx, s.sensor_id, s.name, s.type, s.unit
-             FROM access_generation g
-             LEFT JOIN devices d ON d.device_id = $3 AND {SCOPE_FILTER}
-             LEFT JOIN sensors s ON s.device_pk = d.id
-             ORDER BY s.idx"
-        ))
-    });
-    let (account, key) = scope_params(scope);
-    let mut stmt = c.prepare_cached(&SQL)?;
-    let mut rows = stmt.query(params![account, key, device_id])?;
-    let (mut access, mut pk, mut sensors) = (None, None, Vec::new());
-    while let Some(r) = rows.next()? {
-        access = Some(r.get::<_, i64>(0)?);
-        pk = r.get::<_, Option<i64>>(1)?;
-        if r.get::<_, Option<i64>>(2)?.is_some() {
-            sensors.push(SensorMeta { sensor_id: r.get(3)?, name: r.get(4)?, kind: r.get(5)?, unit: r.get(6)? });
-        }
-    }
-    let access = access.ok_or_else(|| crate::StoreError::Backend("no access generation".into()))?;
-    Ok((access, pk.map(|pk| DeviceHandle { pk, sensors })))
+/// The access and device generations, as [`crate::access_cache`] tags answers.
+fn generations(c: &Connection) -> StoreResult<Generations> {
+    let mut stmt = c.prepare_cached(
+        "SELECT (SELECT generation FROM access_generation), (SELECT generation FROM device_generation)",
+    )?;
+    Ok(stmt.query_row([], |r| Ok(Generations { access: r.get(0)?, devices: r.get(1)? }))?)
 }
 
 /// Up to `limit` stored hours of a device from hour `from` to hour `to`.
@@ -223,11 +203,21 @@ impl crate::store::Reads for SqliteStore {
         to: i64,
         limit: usize,
     ) -> StoreResult<HoursHead> {
-        let id = device_id.to_owned();
+        let (id, visible) = (device_id.to_owned(), self.visible.clone());
         self.reads
             .run_short(move |c| {
-                let (access, device) = window_device(c, scope, &id)?;
-                let Some(device) = device else { return Ok(HoursHead { access, found: None }) };
+                // One snapshot: the generations tag the device found in it.
+                let read_at = generations(c)?;
+                let access = read_at.access;
+                let device = match visible.at(read_at, scope, &id) {
+                    Some(device) => device,
+                    None => {
+                        let found = on(c, async |c| access::find_device(c, scope, &id).await)?;
+                        let Some(device) = found.map(Arc::new) else { return Ok(HoursHead { access, found: None }) };
+                        visible.keep(read_at, scope, &id, &device);
+                        device
+                    }
+                };
                 let hours = read_hours(c, device.pk, from, to, limit)?;
                 Ok(HoursHead { access, found: Some((device, hours)) })
             })

@@ -147,3 +147,55 @@ async fn a_window_reads_the_generation_a_key_is_checked_at() {
         assert_eq!(key.access, head.access, "the lookup reads the generation the window does");
     }
 }
+
+/// A raw window's device is kept between requests (per scope, with the
+/// generations it was read at), and every change that could alter it
+/// reaches the next window, however it is made.
+#[tokio::test]
+async fn a_kept_window_device_follows_every_change() {
+    for b in backends().await {
+        let s = &*b.store;
+        let key = s.api_key_auth(&key_digest("k-d1")).await.expect("lookup").expect("known").scope();
+        let alice = sensorhub_store::Scope::Account { account_id: key_account(s).await, key: None };
+        let ask = async |scope, id: &str| {
+            let head = s.window_hours(scope, id, 0, 1 << 40, 26).await.expect("window");
+            head.found.map(|(d, _)| (d.pk, d.sensors.len()))
+        };
+        let d1 = ask(alice, "D1").await.expect("alice sees D1");
+        assert_eq!(d1.1, 2);
+        assert_eq!(ask(key, "D1").await, Some(d1), "the key lists D1");
+        // Kept: the device is not looked up again while nothing moves (its
+        // sensors' table renamed away from another connection).
+        outside(&b, "ALTER TABLE sensors RENAME TO sensors_away").await;
+        assert_eq!(ask(alice, "D1").await, Some(d1), "kept for alice");
+        assert_eq!(ask(key, "D1").await, Some(d1), "kept for the key");
+        outside(&b, "ALTER TABLE sensors_away RENAME TO sensors").await;
+
+        let three = r#"{"devices":[{"device_id":"D1","name":"one","type":"AWS","lat":1,"long":2,"interval_seconds":60,
+            "sensors":[{"sensor_id":"a","name":"A","type":"T","unit":"%"},{"sensor_id":"b","name":"B","type":"T","unit":"."},
+                       {"sensor_id":"c","name":"C","type":"T","unit":"mm"}]}]}"#;
+        apply(s, three).await.expect("a sensor added");
+        assert_eq!(ask(alice, "D1").await, Some((d1.0, 3)), "a sensor added");
+
+        outside(&b, "DELETE FROM api_key_devices").await;
+        assert_eq!(ask(key, "D1").await, None, "the key's list emptied by SQL from another connection");
+        assert_eq!(ask(alice, "D1").await, Some((d1.0, 3)), "the account still sees it");
+        outside(&b, "DELETE FROM account_devices").await;
+        assert_eq!(ask(alice, "D1").await, None, "the account's grant deleted by SQL");
+        apply(s, r#"{"accounts":[{"username":"alice","devices":["D1","D2"]}]}"#).await.expect("shown again");
+        let d2 = ask(alice, "D2").await.expect("alice sees D2");
+        assert_eq!(ask(alice, "D1").await, Some((d1.0, 3)));
+
+        // The two devices' ids swapped by SQL: each id names the other device.
+        outside(&b, "UPDATE devices SET device_id = 'tmp' WHERE device_id = 'D1'").await;
+        outside(&b, "UPDATE devices SET device_id = 'D1' WHERE device_id = 'D2'").await;
+        outside(&b, "UPDATE devices SET device_id = 'D2' WHERE device_id = 'tmp'").await;
+        assert_eq!(ask(alice, "D1").await, Some(d2), "D1 is the other device now");
+        assert_eq!(ask(alice, "D2").await, Some((d1.0, 3)));
+    }
+}
+
+/// The account of the test's keys.
+async fn key_account(s: &dyn Store) -> i64 {
+    s.api_key_auth(&key_digest("k-all")).await.expect("lookup").expect("known").account_id
+}
