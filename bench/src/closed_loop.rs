@@ -28,15 +28,62 @@ where
     Fut: std::future::Future<Output = Result<(), String>> + Send,
 {
     let send = Arc::new(send);
+    clients_for(
+        clients,
+        seconds,
+        requests,
+        first,
+        || (),
+        move |(), k| {
+            let send = send.clone();
+            async move { send(k).await }
+        },
+    )
+    .await
+}
+
+/// As [`load`], with a state per client (its connection, say): `send`
+/// takes the client's state and gives it back with its answer.
+pub async fn load_each<S, F, Fut>(
+    clients: usize,
+    seconds: u64,
+    first: u64,
+    state: impl Fn() -> S,
+    send: F,
+) -> Result<f64, String>
+where
+    S: Send + 'static,
+    F: Fn(S, u64) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<S, String>> + Send,
+{
+    clients_for(clients, seconds, 0, first, state, send).await
+}
+
+/// `clients` sending for `seconds` and until `requests` were sent, each
+/// with its own state; requests/s.
+async fn clients_for<S, F, Fut>(
+    clients: usize,
+    seconds: u64,
+    requests: u64,
+    first: u64,
+    state: impl Fn() -> S,
+    send: F,
+) -> Result<f64, String>
+where
+    S: Send + 'static,
+    F: Fn(S, u64) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<S, String>> + Send,
+{
+    let send = Arc::new(send);
     let next = Arc::new(AtomicU64::new(first));
     let stop = Arc::new(AtomicBool::new(false));
     let started = Instant::now();
     let tasks: Vec<_> = (0..clients)
         .map(|_| {
-            let (next, stop, send) = (next.clone(), stop.clone(), send.clone());
+            let (next, stop, send, mut s) = (next.clone(), stop.clone(), send.clone(), state());
             tokio::spawn(async move {
                 while !stop.load(Ordering::Relaxed) {
-                    send(next.fetch_add(1, Ordering::Relaxed)).await?;
+                    s = send(s, next.fetch_add(1, Ordering::Relaxed)).await?;
                 }
                 Ok::<_, String>(())
             })

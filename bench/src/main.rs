@@ -4,11 +4,13 @@
 mod alarms;
 mod closed_loop;
 mod codecs;
+mod commit_floor;
 mod dashboard;
 mod dataset;
 mod hooks;
 mod hostile;
 mod isolation;
+mod keepalive;
 mod lineproto;
 mod live;
 mod mqtt;
