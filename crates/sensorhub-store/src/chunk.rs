@@ -118,16 +118,14 @@ impl Columns {
         if n == 0 {
             return out;
         }
-        // Each column's decimal form, kept as its values came, for its summary and its coding.
-        let decimals: Vec<Option<&codec::Decimal>> =
-            self.columns.iter().map(|c| (!c.values.is_empty()).then(|| c.decimal.get()).flatten()).collect();
+        // Each column's decimal form, kept as its values came with its
+        // summary and its coding: the column is copied out, not coded again.
         if n >= crate::stats::MIN_READINGS {
-            let columns: Vec<(u8, &[f64], Option<&codec::Decimal>)> = self
+            let columns: Vec<crate::stats::Column<'_>> = self
                 .columns
                 .iter()
-                .zip(&decimals)
-                .filter(|(c, _)| !c.values.is_empty())
-                .map(|(c, d)| (c.idx, &c.values[..], *d))
+                .filter(|c| !c.values.is_empty())
+                .map(|c| (c.idx, &c.values[..], c.decimal.summary()))
                 .collect();
             crate::stats::encode(&columns, &mut out);
         }
@@ -136,7 +134,7 @@ impl Columns {
         encode_times(&self.times, &mut out);
         let mask = self.columns.iter().filter(|c| !c.values.is_empty()).fold(0u64, |m, c| m | 1 << (c.idx & 63));
         codec::write_varint(mask, &mut out);
-        for (c, decimal) in self.columns.iter().zip(&decimals).filter(|(c, _)| !c.values.is_empty()) {
+        for c in self.columns.iter().filter(|c| !c.values.is_empty()) {
             if c.values.len() == n {
                 out.push(0);
             } else {
@@ -147,7 +145,9 @@ impl Columns {
                 }
                 out.extend_from_slice(&bitmap);
             }
-            codec::encode_column_as(&c.values, *decimal, &mut out);
+            if c.decimal.write_column(&mut out).is_none() {
+                codec::encode_column_as(&c.values, None, &mut out);
+            }
         }
         out
     }

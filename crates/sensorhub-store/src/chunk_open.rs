@@ -95,7 +95,11 @@ impl Columns {
     /// Bytes held (by estimate: each value's room with its decimal form),
     /// for a bound on what is kept of hours.
     pub(crate) fn bytes_held(&self) -> usize {
-        let columns: usize = self.columns.iter().map(|c| 16 * c.values.capacity() + c.present.capacity() + 96).sum();
+        let columns: usize = self
+            .columns
+            .iter()
+            .map(|c| 8 * c.values.capacity() + c.decimal.bytes_held() + c.present.capacity() + 96)
+            .sum();
         2 * self.times.capacity() + columns
     }
 }

@@ -18,6 +18,10 @@
 
 use crate::StoredValue;
 
+#[path = "codec_form.rs"]
+mod form;
+pub(crate) use form::{DecimalForm, IntsSummary};
+
 /// Powers of ten that are exact doubles, by exponent.
 const POW10: [f64; 16] = [1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15];
 /// Largest number of decimals a decimal column has.
@@ -150,84 +154,7 @@ fn round_half_away(x: f64) -> Option<i64> {
 /// come: [`DecimalForm`]).
 #[cfg(test)]
 pub(crate) fn decimal_column(values: &[f64]) -> Option<Decimal> {
-    DecimalForm::of(values).form
-}
-
-/// A column's decimal form found value by value, as the values come (the
-/// integers of every value so far at the fewest decimals that hold them
-/// all, or none if some value has no decimal form): an hour that live data
-/// appends to scales only its new values. Each value is scaled once while
-/// the decimals hold, and those before again when a value needs more.
-#[derive(Clone, Debug)]
-pub(crate) struct DecimalForm {
-    form: Option<Decimal>,
-    /// Values taken when the decimals last rose or the form was lost: the
-    /// form of the first `m >= decided` values is this one's first `m`.
-    decided: usize,
-}
-
-impl Default for DecimalForm {
-    fn default() -> Self {
-        Self { form: Some((0, Vec::new())), decided: 0 }
-    }
-}
-
-impl DecimalForm {
-    /// The form of `values`.
-    pub(crate) fn of(values: &[f64]) -> Self {
-        let mut form = Self::default();
-        for i in 0..values.len() {
-            form.push(&values[..=i]);
-        }
-        form
-    }
-
-    /// Takes the last of `values` (every value of the column so far, the
-    /// ones before it already taken) into the form.
-    pub(crate) fn push(&mut self, values: &[f64]) {
-        let Some(((k, ints), (&v, before))) = self.form.as_mut().zip(values.split_last()) else { return };
-        let mut raised = false;
-        let n = loop {
-            if let Some(n) = scaled(v, *k) {
-                break n;
-            }
-            *k += 1;
-            raised = true;
-            if *k > MAX_K {
-                self.form = None;
-                self.decided = values.len();
-                return;
-            }
-        };
-        if raised {
-            self.decided = values.len();
-            for (at, &b) in ints.iter_mut().zip(before) {
-                match scaled(b, *k) {
-                    Some(m) => *at = m,
-                    None => {
-                        self.form = None;
-                        return;
-                    }
-                }
-            }
-        }
-        ints.push(n);
-    }
-
-    /// The form of `values`, the first of those taken: the same form cut
-    /// short when nothing was decided after them, else found again.
-    pub(crate) fn truncate(&mut self, values: &[f64]) {
-        if values.len() < self.decided {
-            *self = Self::of(values);
-        } else if let Some((_, ints)) = &mut self.form {
-            ints.truncate(values.len());
-        }
-    }
-
-    /// The form of the values taken, or `None` if some has none.
-    pub(crate) fn get(&self) -> Option<&Decimal> {
-        self.form.as_ref()
-    }
+    DecimalForm::of(values).get().cloned()
 }
 
 /// Appends a column of values (at least one), finding its decimal form

@@ -167,4 +167,45 @@ proptest! {
             for v in out { prop_assert!(v.to_f64().is_finite()); }
         }
     }
+
+    /// A form kept value by value, cut short anywhere and taken on again,
+    /// codes its column and sums it up exactly as coding its values afresh
+    /// does, at every step: the coding kept as values come is the coding.
+    #[test]
+    fn a_kept_coding_is_the_coding_of_its_values(walk in proptest::collection::vec((-3000i64..3000, 0u8..4), 1..120),
+                                                 cut in any::<proptest::sample::Index>(),
+                                                 odd in any::<proptest::sample::Index>()) {
+        // A walk whose decimals rise now and then (and one value without a
+        // decimal form, somewhere, in half the cases).
+        let mut n = 0i64;
+        let mut values: Vec<f64> = walk.iter().map(|&(step, k)| { n += step; n as f64 / pow10(k) }).collect();
+        let at = odd.index(2 * values.len());
+        if at < values.len() {
+            values[at] = 1.0 / 3.0;
+        }
+        let check = |form: &DecimalForm, values: &[f64]| -> Result<(), TestCaseError> {
+            let mut kept = Vec::new();
+            let mut fresh = Vec::new();
+            match form.write_column(&mut kept) {
+                Some(()) => encode_column_as(values, decimal_column(values).as_ref(), &mut fresh),
+                None => prop_assert!(decimal_column(values).is_none(), "a form lost only when there is none"),
+            }
+            prop_assert_eq!(kept, fresh);
+            let summary = decimal_column(values).and_then(|(k, ints)| IntsSummary::of(&ints).map(|s| (k, s)));
+            prop_assert_eq!(form.summary(), summary);
+            Ok(())
+        };
+        let mut form = DecimalForm::default();
+        for i in 0..values.len() {
+            form.push(&values[..=i]);
+            check(&form, &values[..=i])?;
+        }
+        let m = cut.index(values.len() + 1);
+        form.truncate(&values[..m]);
+        check(&form, &values[..m])?;
+        for i in m..values.len() {
+            form.push(&values[..=i]);
+            check(&form, &values[..=i])?;
+        }
+    }
 }

@@ -20,7 +20,7 @@
 //! With slow-moving decimals a sensor's summary takes 6 to 10 bytes.
 
 use crate::StoredValue;
-use crate::codec::{self, Reader};
+use crate::codec::{self, IntsSummary, Reader};
 
 /// First byte of a stored hour with summaries.
 pub(crate) const FORMAT: u8 = 2;
@@ -61,16 +61,21 @@ pub struct SensorStats {
     pub sum: Sum,
 }
 
+/// A column as [`encode`] sums it up: its sensor idx, its values and, for a
+/// decimal column, its decimals and the summary of its integers.
+pub(crate) type Column<'a> = (u8, &'a [f64], Option<(u8, IntsSummary)>);
+
 /// Appends the summaries of an hour's columns (sensor idx, its values in
-/// time order and their decimal form, [`codec::DecimalForm`]; idx
-/// ascending, each with at least one value).
-pub(crate) fn encode(columns: &[(u8, &[f64], Option<&codec::Decimal>)], out: &mut Vec<u8>) {
+/// time order and, for a decimal column, its decimals and the summary of
+/// its integers, [`codec::DecimalForm::summary`]; idx ascending, each with
+/// at least one value).
+pub(crate) fn encode(columns: &[Column<'_>], out: &mut Vec<u8>) {
     let mut block = Vec::with_capacity(12 * columns.len());
     let mask = columns.iter().fold(0u64, |m, (idx, _, _)| m | 1 << (idx & 63));
     codec::write_varint(mask, &mut block);
     for (_, values, decimal) in columns {
         codec::write_varint(values.len() as u64, &mut block);
-        if !decimal.is_some_and(|(k, ints)| encode_decimals(*k, ints, &mut block)) {
+        if !decimal.is_some_and(|(k, s)| encode_decimals(k, &s, &mut block)) {
             block.push(1);
             let first = values.first().copied().unwrap_or(0.0);
             let last = values.last().copied().unwrap_or(0.0);
@@ -85,16 +90,13 @@ pub(crate) fn encode(columns: &[(u8, &[f64], Option<&codec::Decimal>)], out: &mu
     out.extend_from_slice(&block);
 }
 
-/// Appends the summary of a decimal column (`ints` at `k` decimals);
-/// `false` (nothing written) if the sum does not fit.
-fn encode_decimals(k: u8, ints: &[i64], out: &mut Vec<u8>) -> bool {
-    let (Some(&first), Some(&last)) = (ints.first(), ints.last()) else { return false };
-    let (min, max) = ints.iter().fold((first, first), |(lo, hi), &v| (lo.min(v), hi.max(v)));
-    let sum: i128 = ints.iter().map(|&v| i128::from(v)).sum();
-    let Ok(rest) = i64::try_from(sum - i128::from(first) * ints.len() as i128) else { return false };
+/// Appends the summary of a decimal column (integers summed up in `s`, at
+/// `k` decimals); `false` (nothing written) if the sum does not fit.
+fn encode_decimals(k: u8, s: &IntsSummary, out: &mut Vec<u8>) -> bool {
+    let Ok(rest) = i64::try_from(s.sum - i128::from(s.first) * s.count as i128) else { return false };
     out.push(0);
     out.push(k);
-    for v in [first, min - first, max - first, last - first, rest] {
+    for v in [s.first, s.min - s.first, s.max - s.first, s.last - s.first, rest] {
         codec::write_varint(codec::zigzag(v), out);
     }
     true
