@@ -92,6 +92,15 @@ impl Columns {
         }
     }
 
+    /// Keeps each decimal column's coding in step with its values from now
+    /// on ([`crate::codec::DecimalForm::keep_coding`]): for an hour that
+    /// stays held across writes, so that each encodes only what came since.
+    pub(crate) fn keep_coding(&mut self) {
+        for c in &mut self.columns {
+            c.decimal.keep_coding();
+        }
+    }
+
     /// Bytes held (by estimate: each value's room with its decimal form),
     /// for a bound on what is kept of hours.
     pub(crate) fn bytes_held(&self) -> usize {

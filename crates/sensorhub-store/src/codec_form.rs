@@ -1,8 +1,10 @@
 //! A decimal column kept as its values come ([`DecimalForm`]): its decimal
-//! form, and with it what encoding the column needs of its integers (their
-//! summary, and their differences as varints and bit-packed), so that an
-//! hour that live data appends to encodes its new values, not every value
-//! of the hour again. The bytes are [`super::encode_ints`]'s exactly.
+//! form, and, once asked to keep it ([`DecimalForm::keep_coding`]), what
+//! encoding the column needs of its integers (their summary, and their
+//! differences as varints and bit-packed), so that an hour that live data
+//! appends to encodes its new values, not every value of the hour again.
+//! An hour encoded once (an import) keeps no coding and is coded afresh.
+//! The bytes are [`super::encode_ints`]'s exactly.
 
 use super::{Decimal, MAX_K, scaled, write_varint, zigzag};
 
@@ -17,7 +19,7 @@ pub(crate) struct DecimalForm {
     /// Values taken when the decimals last rose or the form was lost: the
     /// form of the first `m >= decided` values is this one's first `m`.
     decided: usize,
-    /// The form's integers as coded, in step with them.
+    /// The form's integers as coded, in step with them while kept.
     coding: IntsCoding,
 }
 
@@ -69,7 +71,21 @@ impl DecimalForm {
             }
         }
         ints.push(n);
-        self.coding.take(ints);
+        if self.coding.kept {
+            self.coding.take(ints);
+        }
+    }
+
+    /// Keeps the coding of the integers from now on, in step with them as
+    /// they come: built now if it is not (once for a kept hour, and again
+    /// after its decimals rose or it was cut).
+    pub(crate) fn keep_coding(&mut self) {
+        let Some((_, ints)) = &self.form else { return };
+        if !self.coding.kept || self.coding.taken != ints.len() {
+            self.coding.clear();
+            self.coding.take(ints);
+            self.coding.kept = true;
+        }
     }
 
     /// The form of `values`, the first of those taken: the same form cut
@@ -82,7 +98,6 @@ impl DecimalForm {
         {
             ints.truncate(values.len());
             self.coding.clear();
-            self.coding.take(ints);
         }
     }
 
@@ -93,11 +108,12 @@ impl DecimalForm {
     }
 
     /// Appends the column as [`super::encode_column_as`] codes it with this
-    /// form: from the kept coding, without going over the integers again.
-    /// `None` (nothing written) when the values have no decimal form.
+    /// form: from the kept coding without going over the integers again,
+    /// else afresh. `None` (nothing written) when the values have no
+    /// decimal form.
     pub(crate) fn write_column(&self, out: &mut Vec<u8>) -> Option<()> {
         let (k, ints) = self.form.as_ref()?;
-        match self.coding.taken == ints.len() {
+        match self.coding.kept && self.coding.taken == ints.len() {
             true => self.coding.write(*k, out),
             false => super::encode_ints(*k, ints, out),
         }
@@ -109,7 +125,7 @@ impl DecimalForm {
     /// were taken).
     pub(crate) fn summary(&self) -> Option<(u8, IntsSummary)> {
         let (k, ints) = self.form.as_ref()?;
-        match self.coding.taken == ints.len() {
+        match self.coding.kept && self.coding.taken == ints.len() {
             true => (self.coding.taken > 0).then_some((*k, self.coding.summary)),
             false => IntsSummary::of(ints).map(|s| (*k, s)),
         }
@@ -150,6 +166,8 @@ impl IntsSummary {
 /// comes), so that writing the column is choosing one and copying it.
 #[derive(Clone, Debug, Default)]
 struct IntsCoding {
+    /// Whether it is kept in step with the form as integers come.
+    kept: bool,
     /// Integers taken; the coding is in step with the form when this is
     /// the form's count.
     taken: usize,
@@ -167,8 +185,10 @@ struct IntsCoding {
 }
 
 impl IntsCoding {
-    /// Forgets every integer taken (the form's were scaled again or cut).
+    /// Forgets every integer taken (the form's were scaled again or cut),
+    /// until it is kept again.
     fn clear(&mut self) {
+        self.kept = false;
         self.taken = 0;
         self.summary = IntsSummary::default();
         (self.widest, self.width, self.acc, self.bits) = (0, 0, 0, 0);

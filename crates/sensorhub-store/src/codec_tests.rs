@@ -168,9 +168,10 @@ proptest! {
         }
     }
 
-    /// A form kept value by value, cut short anywhere and taken on again,
-    /// codes its column and sums it up exactly as coding its values afresh
-    /// does, at every step: the coding kept as values come is the coding.
+    /// A form whose coding is kept value by value, cut short anywhere and
+    /// taken on again, codes its column and sums it up exactly as coding its
+    /// values afresh does, at every step: the coding kept as values come is
+    /// the coding.
     #[test]
     fn a_kept_coding_is_the_coding_of_its_values(walk in proptest::collection::vec((-3000i64..3000, 0u8..4), 1..120),
                                                  cut in any::<proptest::sample::Index>(),
@@ -195,17 +196,28 @@ proptest! {
             prop_assert_eq!(form.summary(), summary);
             Ok(())
         };
+        // Kept from the start, as a held hour's is: each push appends to
+        // the coding (or, once its decimals rise, leaves it to be built again
+        // at the next keep, as the next write does).
         let mut form = DecimalForm::default();
+        form.keep_coding();
         for i in 0..values.len() {
             form.push(&values[..=i]);
+            check(&form, &values[..=i])?;
+            form.keep_coding();
             check(&form, &values[..=i])?;
         }
         let m = cut.index(values.len() + 1);
         form.truncate(&values[..m]);
         check(&form, &values[..m])?;
+        form.keep_coding();
         for i in m..values.len() {
             form.push(&values[..=i]);
             check(&form, &values[..=i])?;
+            form.keep_coding();
         }
+        // Never kept (an hour encoded once): coded afresh.
+        let once = DecimalForm::of(&values);
+        check(&once, &values)?;
     }
 }

@@ -180,6 +180,10 @@ impl<'k> ReadingWriter<'k> {
             let key = (row.device_pk, row.chunk);
             let before = stored.get(&key).map(Vec::as_slice);
             let mut held = self.kept.hours.take(key, before).ok_or_else(|| decide::malformed(key.0, key.1))?;
+            if self.keep_hours {
+                // Held for the next write: each encodes only what came since.
+                held.keep_coding();
+            }
             let merged = decide::merge_hour(row, &mut held);
             // The row as it will be stored: the merged one, or the one read.
             let written = merged.as_ref().map(|(row, _)| row.data.as_slice()).or(before);
