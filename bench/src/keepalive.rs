@@ -22,6 +22,21 @@ impl Conn {
     /// POSTs `body` to `path` with `headers` (each ending in `\r\n`) and
     /// checks that the answer's status is `want`.
     pub async fn post(&mut self, path: &str, headers: &str, body: &str, want: u16) -> Result<(), String> {
+        let sent = self.send(path, headers, body).await;
+        if sent.is_err() {
+            // Whatever is left on this connection is not to be read as the
+            // next answer.
+            self.stream = None;
+        }
+        let (status, answer) = sent?;
+        if status != want {
+            return Err(format!("{path} answered {status}: {}", String::from_utf8_lossy(&answer)));
+        }
+        Ok(())
+    }
+
+    /// Sends one request and reads its answer: the status and the body.
+    async fn send(&mut self, path: &str, headers: &str, body: &str) -> Result<(u16, Vec<u8>), String> {
         let stream = match &mut self.stream {
             Some(s) => s,
             None => {
@@ -39,10 +54,7 @@ impl Conn {
         if close {
             self.stream = None;
         }
-        if status != want {
-            return Err(format!("{path} answered {status}: {}", String::from_utf8_lossy(&answer)));
-        }
-        Ok(())
+        Ok((status, answer))
     }
 }
 
@@ -64,6 +76,9 @@ async fn read_head(stream: &mut BufReader<TcpStream>) -> Result<(u16, usize, boo
             continue;
         }
         let Some((name, value)) = text.split_once(':') else { continue };
+        if name.eq_ignore_ascii_case("transfer-encoding") {
+            return Err(format!("a {} answer: only answers with a Content-Length are read", value.trim()));
+        }
         if name.eq_ignore_ascii_case("content-length") {
             length = value.trim().parse().map_err(|_| format!("bad Content-Length {value:?}"))?;
         } else if name.eq_ignore_ascii_case("connection") && value.trim().eq_ignore_ascii_case("close") {

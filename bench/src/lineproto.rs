@@ -166,11 +166,6 @@ pub fn run(args: Args) -> Result<(LineProto, PathBuf), String> {
         ))
     };
     let webhook_rps = webhooks(port)?;
-    let headers = webhook_headers.clone();
-    let webhook_per_connection_rps = rt.block_on(load(args.clients, args.seconds, 20_000_000, move |k| {
-        let headers = headers.clone();
-        async move { post(port, "/external/v1/webhook/sensor-data", &headers, &envelope(k), b"200").await }
-    }))?;
     let headers = line_headers.clone();
     let line_single_rps = rt.block_on(load_each(
         args.clients,
@@ -209,6 +204,13 @@ pub fn run(args: Args) -> Result<(LineProto, PathBuf), String> {
             }
         },
     ))?;
+    // Last, so that the line protocol's figures are taken on the database
+    // they always were.
+    let headers = webhook_headers.clone();
+    let webhook_per_connection_rps = rt.block_on(load(args.clients, args.seconds, 20_000_000, move |k| {
+        let headers = headers.clone();
+        async move { post(port, "/external/v1/webhook/sensor-data", &headers, &envelope(k), b"200").await }
+    }))?;
     drop(server);
     let sqlite_commit_floor = crate::commit_floor::sqlite(&dir.join("floor.db"), args.clients, args.seconds)?;
     let mut postgres_commit_floor = None;

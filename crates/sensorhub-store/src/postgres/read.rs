@@ -5,7 +5,7 @@ use super::PgStore;
 use super::latest::sensor;
 use crate::chunk::{self, chunk_of};
 use crate::decide::malformed;
-use crate::sql::access::{self, SCOPE_FILTER, scope_params};
+use crate::sql::access::{self, GENERATIONS, SCOPE_FILTER, scope_params};
 use crate::{
     AccountAuth, ApiKeyAuth, DeviceHandle, Generations, HoursHead, ReadingBatch, Scope, StoreResult, WebhookKeyAuth,
 };
@@ -121,15 +121,15 @@ pub(super) async fn head_hours(
     let stmt = c
         .prepare_cached(&format!(
             "WITH d AS (SELECT d.id FROM devices d WHERE d.device_id = $3 AND {SCOPE_FILTER})
-             (SELECT d.id, s.idx, s.sensor_id, s.name, s.type, s.unit, NULL::bigint AS chunk, NULL::bytea AS data,
-                     NULL::bigint AS devices
+             (SELECT d.id, s.idx, s.sensor_id, s.name, s.type, s.unit, NULL::bigint AS chunk,
+                     NULL::bigint AS devices, NULL::bytea AS data
               FROM d LEFT JOIN sensors s ON s.device_pk = d.id)
              UNION ALL
-             (SELECT d.id, NULL, NULL, NULL, NULL, NULL, r.chunk, r.data, NULL
+             (SELECT d.id, NULL, NULL, NULL, NULL, NULL, r.chunk, NULL, r.data
               FROM d JOIN hours r ON r.device_pk = d.id
               WHERE r.chunk >= $4 AND r.chunk <= $5 ORDER BY r.chunk LIMIT $6)
              UNION ALL
-             SELECT NULL, NULL, NULL, NULL, NULL, NULL, {GENERATIONS_ROW}"
+             SELECT NULL, NULL, NULL, NULL, NULL, NULL, {GENERATIONS}, NULL"
         ))
         .await?;
     let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] = [&account, &key, &device_id, &from, &to, &limit];
@@ -141,17 +141,17 @@ pub(super) async fn head_hours(
     let mut hours: Vec<StoredHour> = Vec::new();
     for r in &rows {
         let Some(id) = r.get::<_, Option<i64>>(0) else {
-            read_at = generations_of(r, 6, 8);
+            read_at = generations_of(r, 6);
             continue;
         };
         pk = Some(id);
         match (r.get::<_, Option<i64>>(6), r.get::<_, Option<i16>>(1)) {
-            (Some(chunk), _) => hours.push(StoredHour { chunk, data: r.get(7) }),
+            (Some(chunk), _) => hours.push(StoredHour { chunk, data: r.get(8) }),
             (None, Some(idx)) => sensors.push((idx, sensor(r, 2))),
             (None, None) => {} // a device without sensors
         }
     }
-    let read_at = read_at.ok_or_else(|| StoreError::Backend("the window statement returned no generations".into()))?;
+    let read_at = read_at.ok_or_else(no_generations)?;
     let Some(pk) = pk else { return Ok((read_at, None)) };
     sensors.sort_unstable_by_key(|(idx, _)| *idx);
     hours.sort_unstable_by_key(|h| h.chunk);
@@ -159,16 +159,15 @@ pub(super) async fn head_hours(
     Ok((read_at, Some((device, hours))))
 }
 
-/// The access generation, an empty `data` and the device generation, as
-/// the last columns of a row. Scalar subqueries: the one-row tables have no
-/// statistics, and as a join the planner would guess millions of rows and
-/// compile the statement (JIT) at every run.
-const GENERATIONS_ROW: &str =
-    "(SELECT generation FROM access_generation), NULL, (SELECT generation FROM device_generation)";
+/// The generations in columns `from` and `from + 1` of `r`
+/// ([`access::GENERATIONS`]), if both are there.
+fn generations_of(r: &tokio_postgres::Row, from: usize) -> Option<Generations> {
+    Some(Generations { access: r.get::<_, Option<i64>>(from)?, devices: r.get::<_, Option<i64>>(from + 1)? })
+}
 
-/// The generations in columns `access` and `devices` of `r`, if both are there.
-fn generations_of(r: &tokio_postgres::Row, access: usize, devices: usize) -> Option<Generations> {
-    Some(Generations { access: r.get::<_, Option<i64>>(access)?, devices: r.get::<_, Option<i64>>(devices)? })
+/// A window's statement that returned no row of generations.
+fn no_generations() -> StoreError {
+    StoreError::Backend("the window statement returned no generations".into())
 }
 
 /// The `limit` stored hours of device `pk` from hour `from` to hour `to`,
@@ -183,10 +182,10 @@ async fn kept_hours(
 ) -> StoreResult<(Generations, Vec<StoredHour>)> {
     static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
         format!(
-            "(SELECT chunk, data, NULL::bigint AS devices FROM hours
+            "(SELECT chunk, NULL::bigint AS devices, data FROM hours
               WHERE device_pk = $1 AND chunk >= $2 AND chunk <= $3 ORDER BY chunk LIMIT $4)
              UNION ALL
-             SELECT {GENERATIONS_ROW}"
+             SELECT {GENERATIONS}, NULL"
         )
     });
     let stmt = c.prepare_cached(&SQL).await?;
@@ -194,12 +193,12 @@ async fn kept_hours(
     let mut read_at = None;
     let mut hours = Vec::with_capacity(rows.len());
     for r in &rows {
-        match r.get::<_, Option<Vec<u8>>>(1) {
+        match r.get::<_, Option<Vec<u8>>>(2) {
             Some(data) => hours.push(StoredHour { chunk: r.get(0), data }),
-            None => read_at = generations_of(r, 0, 2),
+            None => read_at = generations_of(r, 0),
         }
     }
-    let read_at = read_at.ok_or_else(|| StoreError::Backend("the window statement returned no generations".into()))?;
+    let read_at = read_at.ok_or_else(no_generations)?;
     hours.sort_unstable_by_key(|h| h.chunk);
     Ok((read_at, hours))
 }

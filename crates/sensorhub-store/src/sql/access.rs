@@ -86,7 +86,8 @@ pub(crate) async fn webhook_key_auth(c: &impl Sql, digest: &KeyDigest) -> StoreR
 
 /// Two columns: the access and device generations, read in the statement
 /// that reads what they tag.
-const GENERATIONS: &str = "(SELECT generation FROM access_generation), (SELECT generation FROM device_generation)";
+pub(crate) const GENERATIONS: &str =
+    "(SELECT generation FROM access_generation), (SELECT generation FROM device_generation)";
 
 /// The [`GENERATIONS`] at columns `from` and `from + 1` of `r`.
 fn generations(r: &Row, from: usize) -> StoreResult<Generations> {

@@ -117,9 +117,7 @@ impl Pool {
                 None => open_connection(&inner.path, inner.role, inner.synchronous)?,
             };
             let result = f(&mut conn);
-            if let Ok(mut v) = inner.idle.lock() {
-                v.push(conn);
-            }
+            inner.put_back(conn);
             drop(permit);
             result
         })
@@ -141,7 +139,7 @@ impl Pool {
         let idle = self.inner.idle.lock().ok().and_then(|mut v| v.pop());
         let Some(mut conn) = idle else {
             drop(permit);
-            return self.run(f).await;
+            return self.run(move |c| in_read_tx(c, f)).await;
         };
         // Never wait on a lock here: that would stall the runtime. A reader
         // meets one only in rare cases (WAL recovery, an exclusive lock taken
@@ -149,13 +147,26 @@ impl Pool {
         let _ = conn.busy_timeout(Duration::ZERO);
         let result = in_read_tx(&mut conn, &f);
         let _ = conn.busy_timeout(READ_BUSY_TIMEOUT);
-        if let Ok(mut v) = self.inner.idle.lock() {
-            v.push(conn);
-        }
+        self.inner.put_back(conn);
         drop(permit);
         match result {
-            Err(StoreError::Busy(_)) => self.run(f).await,
+            Err(StoreError::Busy(_)) => self.run(move |c| in_read_tx(c, f)).await,
             other => other,
+        }
+    }
+}
+
+impl Inner {
+    /// Returns `conn` to the idle connections, unless a transaction is
+    /// still open on it (one whose end failed): that one is closed, so that
+    /// no later read runs in its old snapshot or pins the WAL.
+    fn put_back(&self, conn: Connection) {
+        if !conn.is_autocommit() {
+            tracing::warn!("a database connection was left in a transaction; closing it");
+            return;
+        }
+        if let Ok(mut v) = self.idle.lock() {
+            v.push(conn);
         }
     }
 }
@@ -163,7 +174,8 @@ impl Pool {
 /// Runs `f` in one read transaction: its statements read one snapshot,
 /// and the WAL's read lock (a lock of the `-shm` file, a system call each
 /// way under a mutex that the process's connections share) is taken once
-/// rather than once for each statement.
+/// rather than once for each statement. A transaction that does not end
+/// is left open for [`Inner::put_back`] to close the connection.
 fn in_read_tx<R>(conn: &mut Connection, f: impl FnOnce(&mut Connection) -> StoreResult<R>) -> StoreResult<R> {
     conn.prepare_cached("BEGIN")?.execute([])?;
     let result = f(conn);
@@ -174,7 +186,9 @@ fn in_read_tx<R>(conn: &mut Connection, f: impl FnOnce(&mut Connection) -> Store
     match conn.prepare_cached("COMMIT").and_then(|mut s| s.execute([])) {
         Ok(_) => result,
         Err(e) => {
-            let _ = conn.execute_batch("ROLLBACK");
+            if conn.execute_batch("ROLLBACK").is_err() {
+                tracing::warn!(error = %e, "a read transaction would not end");
+            }
             result.and(Err(e.into()))
         }
     }

@@ -103,9 +103,8 @@ pub(super) fn read_batch(
 
 /// The access and device generations, as [`crate::access_cache`] tags answers.
 fn generations(c: &Connection) -> StoreResult<Generations> {
-    let mut stmt = c.prepare_cached(
-        "SELECT (SELECT generation FROM access_generation), (SELECT generation FROM device_generation)",
-    )?;
+    static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| format!("SELECT {}", access::GENERATIONS));
+    let mut stmt = c.prepare_cached(&SQL)?;
     Ok(stmt.query_row([], |r| Ok(Generations { access: r.get(0)?, devices: r.get(1)? }))?)
 }
 

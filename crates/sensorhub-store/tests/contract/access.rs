@@ -177,6 +177,12 @@ async fn a_kept_window_device_follows_every_change() {
         apply(s, three).await.expect("a sensor added");
         assert_eq!(ask(alice, "D1").await, Some((d1.0, 3)), "a sensor added");
 
+        assert_eq!(ask(key, "D1").await, Some((d1.0, 3)), "the key's, kept at these generations");
+        let d2_id = "(SELECT id FROM devices WHERE device_id = 'D2')";
+        outside(&b, &format!("UPDATE api_key_devices SET device_pk = {d2_id}")).await;
+        assert_eq!(ask(key, "D1").await, None, "the key's list pointed at another device in place, by SQL");
+        outside(&b, &format!("UPDATE api_key_devices SET device_pk = {}", d2_id.replace("D2", "D1"))).await;
+        assert_eq!(ask(key, "D1").await, Some((d1.0, 3)), "and back");
         outside(&b, "DELETE FROM api_key_devices").await;
         assert_eq!(ask(key, "D1").await, None, "the key's list emptied by SQL from another connection");
         assert_eq!(ask(alice, "D1").await, Some((d1.0, 3)), "the account still sees it");

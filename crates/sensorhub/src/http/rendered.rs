@@ -92,8 +92,10 @@ impl RunBuilder {
 
     /// The run.
     pub fn finish(mut self) -> Run {
-        // The cache counts the rendering's length: hold no more than that.
+        // The cache counts lengths: hold no more than that.
         self.out.shrink_to_fit();
+        self.stored.shrink_to_fit();
+        self.marks.shrink_to_fit();
         Run { marks: self.marks, stored: self.stored, rendered: Bytes::from(self.out) }
     }
 }
@@ -175,7 +177,15 @@ impl RenderedHours {
         let mut lru = self.lru.lock().ok()?;
         let e = lru.map.get(&key).filter(|e| e.shape == *shape)?;
         let n = e.run.matching(hours);
-        (n > 0).then(|| e.run.prefix(n))
+        if n > 0 {
+            return Some(e.run.prefix(n));
+        }
+        // Its first hour was written since: nothing of it will serve again
+        // (and the run rendered in its place may be too large to keep).
+        if let Some(gone) = lru.map.remove(&key) {
+            lru.bytes -= gone.run.cost();
+        }
+        None
     }
 
     /// Keeps `run`, rendered with `shape` from hours of device `device_pk`,
@@ -256,12 +266,15 @@ mod tests {
         assert_eq!(got(&cache, &s, &more), Some((b"ABBC".to_vec(), 3, 3)));
         // An hour written since: the hours before it.
         assert_eq!(got(&cache, &s, &[hour(10, b"a"), hour(11, b"bx"), hour(13, b"c")]), Some((b"A".to_vec(), 1, 1)));
-        // The same bytes split otherwise between hours are other hours.
-        assert_eq!(got(&cache, &s, &[hour(10, b"ab"), hour(11, b"b")]), None);
         // An hour that appeared between two rendered ones (12 was empty then).
         assert_eq!(got(&cache, &s, &[hour(10, b"a"), hour(11, b"bb"), hour(12, b"n")]), Some((b"ABB".to_vec(), 2, 2)));
         // A window that starts inside the run is another key.
         assert_eq!(got(&cache, &s, &hours[1..]), None);
+        // The same bytes split otherwise between hours are other hours: the
+        // first is not the one rendered, so the entry goes, bytes and all.
+        assert!(cache.held() > 0);
+        assert_eq!(got(&cache, &s, &[hour(10, b"ab"), hour(11, b"b")]), None);
+        assert_eq!((cache.held(), got(&cache, &s, &hours)), (0, None));
     }
 
     /// One hour stored as `data`, rendered as `len` bytes.
