@@ -78,7 +78,16 @@ impl StoreError {
             StoreError::Unsupported(s) => StoreError::Unsupported(s.clone()),
             StoreError::Unavailable(s) => StoreError::Unavailable(s.clone()),
             StoreError::Busy(s) => StoreError::Busy(s.clone()),
-            StoreError::Backend(e) => StoreError::Backend(e.to_string().into()),
+            StoreError::Backend(e) => {
+                // With its causes: a PostgreSQL error says only "db error" itself.
+                let mut said = e.to_string();
+                let mut cause = e.source();
+                while let Some(c) = cause {
+                    said = format!("{said}: {c}");
+                    cause = c.source();
+                }
+                StoreError::Backend(said.into())
+            }
         }
     }
 

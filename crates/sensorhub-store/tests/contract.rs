@@ -19,6 +19,8 @@ mod dropped;
 mod hooks;
 #[path = "contract/latest.rs"]
 mod latest;
+#[path = "contract/pg_groups.rs"]
+mod pg_groups;
 #[path = "contract/summaries.rs"]
 mod summaries;
 

@@ -1,7 +1,7 @@
 //! The thread that writes groups of single readings on PostgreSQL: its own
 //! single-threaded runtime and its own connection, driven on that thread.
-//! A group costs about seven round trips; on the server's shared runtime
-//! each one also waited for the connection's task and the writer's to be
+//! A group costs three round trips ([`write::ingest_group`]); on the
+//! server's shared runtime each one also waited for the connection's task and the writer's to be
 //! woken on other worker threads, about half a millisecond each under load
 //! (issue 27). Here the answer wakes the one thread that waits for it.
 
@@ -86,5 +86,5 @@ async fn write_group(
     kept: &crate::write::Kept,
 ) -> StoreResult<Written> {
     let _writer = super::writer_place(writers).await?;
-    write::ingest_group(&mut pool.get().await?, readings, kept).await
+    write::ingest_group(pool.get().await?, readings, kept).await
 }

@@ -4,6 +4,7 @@
 //! shares its decisions (`decide`), so answers are the same byte for
 //! byte. Several sensorhub processes may share one database.
 
+mod ahead;
 mod alarms;
 mod copy;
 mod group_writer;

@@ -9,7 +9,7 @@ use crate::decide::claim;
 use crate::decide::outbox::OutboxRow;
 use crate::delivery::{
     Attempt, ClaimRequest, Claimed, DROPPED_DISABLED, DROPPED_UNSEEN, Delivery, DeliveryRecord, Finished, Replay,
-    SENSOR_DATA, batch_room, failing_changes,
+    batch_room, failing_changes,
 };
 use crate::sql::{outbox, subscriptions};
 use async_trait::async_trait;
@@ -18,38 +18,27 @@ use deadpool_postgres::{Client, GenericClient, Transaction};
 /// The enabled subscriptions to sensor data of enabled accounts that
 /// cover device `pk`, which their account sees: all of its devices, or a
 /// list naming it.
-pub(super) async fn subscriptions_of(tx: &impl GenericClient, pk: i64) -> StoreResult<Vec<String>> {
-    let stmt = tx
-        .prepare_cached(
-            "SELECT s.id FROM subscriptions s JOIN accounts a ON a.id = s.account_id
-             WHERE s.enabled AND NOT a.disabled AND $2 = ANY (string_to_array(s.events, ','))
-               AND EXISTS (SELECT 1 FROM account_devices x WHERE x.account_id = s.account_id AND x.device_pk = $1)
-               AND (s.all_devices
-                    OR EXISTS (SELECT 1 FROM subscription_devices sd WHERE sd.subscription_id = s.id AND sd.device_pk = $1))
-             ORDER BY s.id",
-        )
-        .await?;
-    Ok(tx.query(&stmt, &[&pk, &SENSOR_DATA]).await?.iter().map(|r| r.get(0)).collect())
-}
+pub(super) const SUBSCRIPTIONS_OF: &str = "SELECT s.id FROM subscriptions s JOIN accounts a ON a.id = s.account_id
+     WHERE s.enabled AND NOT a.disabled AND $2 = ANY (string_to_array(s.events, ','))
+       AND EXISTS (SELECT 1 FROM account_devices x WHERE x.account_id = s.account_id AND x.device_pk = $1)
+       AND (s.all_devices
+            OR EXISTS (SELECT 1 FROM subscription_devices sd WHERE sd.subscription_id = s.id AND sd.device_pk = $1))
+     ORDER BY s.id";
 
-/// Writes the deliveries gathered by a transaction of readings, due now,
-/// in one statement.
-pub(super) async fn insert(tx: &impl GenericClient, rows: &[OutboxRow]) -> StoreResult<()> {
+/// The statement that writes the deliveries gathered by a transaction of
+/// readings, due now, with its parameters; `None` for no rows.
+pub(super) fn insert(rows: &[OutboxRow]) -> Option<(&'static str, super::ahead::Params)> {
     if rows.is_empty() {
-        return Ok(());
+        return None;
     }
     let now = jiff::Timestamp::now().as_millisecond();
-    let subs: Vec<&str> = rows.iter().map(|r| r.subscription_id.as_str()).collect();
+    let subs: Vec<String> = rows.iter().map(|r| r.subscription_id.clone()).collect();
     let devices: Vec<i64> = rows.iter().map(|r| r.device_pk).collect();
-    let ids: Vec<&str> = rows.iter().map(|r| r.message_id.as_str()).collect();
-    let bodies: Vec<&str> = rows.iter().map(|r| r.body.as_str()).collect();
-    tx.execute(
-        "INSERT INTO outbox (subscription_id, message_id, body, created_at, next_attempt, device_pk)
-         SELECT s, m, b, $4, $4, d FROM unnest($1::text[], $2::text[], $3::text[], $5::bigint[]) AS t (s, m, b, d)",
-        &[&subs, &ids, &bodies, &now, &devices],
-    )
-    .await?;
-    Ok(())
+    let ids: Vec<String> = rows.iter().map(|r| r.message_id.clone()).collect();
+    let bodies: Vec<String> = rows.iter().map(|r| r.body.clone()).collect();
+    let sql = "INSERT INTO outbox (subscription_id, message_id, body, created_at, next_attempt, device_pk)
+               SELECT s, m, b, $4, $4, d FROM unnest($1::text[], $2::text[], $3::text[], $5::bigint[]) AS t (s, m, b, d)";
+    Some((sql, vec![Box::new(subs), Box::new(ids), Box::new(bodies), Box::new(now), Box::new(devices)]))
 }
 
 pub(super) async fn claim(c: &mut Client, now: i64, lease: i64, req: &ClaimRequest) -> StoreResult<Claimed> {

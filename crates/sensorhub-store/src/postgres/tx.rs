@@ -3,16 +3,19 @@
 //! through a binary `COPY`), so that a step costs few round trips, and
 //! operations sent together travel in one.
 
+use super::ahead::{Params, SendAhead};
 use crate::decide::HourRow;
 use crate::decide::latest::{LatestRow, idx_of, mask_of};
 use crate::decide::outbox::OutboxRow;
+use crate::delivery::SENSOR_DATA;
 use crate::sql::{Param, Row, Sql, Value};
 use crate::write::tx::{Slice, Tx};
 use crate::{ReadingSource, StoreError, StoreResult};
 use bytes::BytesMut;
-use deadpool_postgres::{GenericClient, Transaction};
+use deadpool_postgres::{Client, GenericClient, StatementCache, Transaction};
 use sensorhub_core::model::SensorMeta;
 use std::sync::atomic::{AtomicBool, Ordering};
+use tokio_postgres::Statement;
 use tokio_postgres::binary_copy::BinaryCopyInWriter;
 use tokio_postgres::types::{IsNull, ToSql, Type};
 
@@ -20,17 +23,57 @@ use tokio_postgres::types::{IsNull, ToSql, Type};
 /// staging table; fewer go in one `INSERT` of arrays.
 const STAGE_FROM: usize = 64;
 
+/// A device's hours from one on.
+const HOURS_FROM: &str = "SELECT device_pk, chunk, data FROM hours WHERE device_pk = $1 AND chunk >= $2 ORDER BY chunk";
+
 /// A writing transaction.
 pub(super) struct PgTx<'a> {
-    tx: &'a Transaction<'a>,
+    c: &'a tokio_postgres::Client,
+    /// The connection's prepared statements.
+    cache: &'a StatementCache,
     /// Whether this connection has the staging table of hour rows.
     staged: AtomicBool,
+    /// Where the writes of hours, `latest` and the outbox go ahead, if they do.
+    ahead: Option<&'a dyn SendAhead>,
 }
 
 impl<'a> PgTx<'a> {
-    /// The seam over `tx`.
+    /// The seam over `tx`: each statement waits for its answer.
     pub(super) fn new(tx: &'a Transaction<'a>) -> Self {
-        Self { tx, staged: AtomicBool::new(false) }
+        Self { c: tx.client(), cache: &tx.statement_cache, staged: AtomicBool::new(false), ahead: None }
+    }
+
+    /// The seam over `c`, in a transaction begun by hand, with the writes
+    /// whose answers the step does not use sent through `ahead`
+    /// ([`super::ahead`]): the caller settles it before it commits.
+    pub(super) fn sending_ahead(c: &'a Client, ahead: &'a dyn SendAhead) -> Self {
+        Self { c, cache: &c.statement_cache, staged: AtomicBool::new(false), ahead: Some(ahead) }
+    }
+
+    /// The connection for a statement that waits for its answer: once the
+    /// writes sent ahead have answered (their failure is the one reported).
+    async fn tx(&self) -> StoreResult<&'a tokio_postgres::Client> {
+        if let Some(ahead) = self.ahead {
+            ahead.settle().await?;
+        }
+        Ok(self.c)
+    }
+
+    /// `sql` prepared once per connection (a cached statement asks nothing).
+    async fn prepare(&self, sql: &str) -> StoreResult<Statement> {
+        Ok(self.cache.prepare(self.c, sql).await?)
+    }
+
+    /// Runs the write `sql` with owned `params`, sent ahead where so.
+    async fn write(&self, sql: &str, params: Params) -> StoreResult<()> {
+        let stmt = self.prepare(sql).await?;
+        match self.ahead {
+            Some(ahead) => ahead.send(stmt, params),
+            None => {
+                self.c.execute_raw(&stmt, params).await?;
+                Ok(())
+            }
+        }
     }
 }
 
@@ -93,46 +136,58 @@ pub(super) struct On<'a, C>(pub &'a C);
 impl<C: GenericClient + Sync> Sql for On<'_, C> {
     async fn query(&self, sql: &str, params: &[Param<'_>]) -> StoreResult<Vec<Row>> {
         let stmt = self.0.prepare_cached(sql).await?;
-        let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p as &(dyn ToSql + Sync)).collect();
-        let rows = self.0.query(&stmt, &refs).await?;
-        rows.iter().map(|r| Ok(Row((0..r.len()).map(|i| value(r, i)).collect::<StoreResult<_>>()?))).collect()
+        rows_of(&self.0.query(&stmt, &refs(params)).await?)
     }
 
     async fn execute(&self, sql: &str, params: &[Param<'_>]) -> StoreResult<u64> {
         let stmt = self.0.prepare_cached(sql).await?;
-        let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p as &(dyn ToSql + Sync)).collect();
-        Ok(self.0.execute(&stmt, &refs).await?)
+        Ok(self.0.execute(&stmt, &refs(params)).await?)
     }
 }
 
 impl Sql for PgTx<'_> {
     async fn query(&self, sql: &str, params: &[Param<'_>]) -> StoreResult<Vec<Row>> {
-        On(self.tx).query(sql, params).await
+        let c = self.tx().await?;
+        let stmt = self.prepare(sql).await?;
+        rows_of(&c.query(&stmt, &refs(params)).await?)
     }
 
     async fn execute(&self, sql: &str, params: &[Param<'_>]) -> StoreResult<u64> {
-        On(self.tx).execute(sql, params).await
+        let c = self.tx().await?;
+        let stmt = self.prepare(sql).await?;
+        Ok(c.execute(&stmt, &refs(params)).await?)
     }
+}
+
+/// Parameters as tokio-postgres takes them.
+fn refs<'p>(params: &'p [Param<'_>]) -> Vec<&'p (dyn ToSql + Sync)> {
+    params.iter().map(|p| p as &(dyn ToSql + Sync)).collect()
+}
+
+/// Rows as [`crate::sql`] reads them.
+fn rows_of(rows: &[tokio_postgres::Row]) -> StoreResult<Vec<Row>> {
+    rows.iter().map(|r| Ok(Row((0..r.len()).map(|i| value(r, i)).collect::<StoreResult<_>>()?))).collect()
 }
 
 impl<C: GenericClient + Sync> crate::sql::DeviceHours for On<'_, C> {
     async fn hours_from(&self, pk: i64, first: i64) -> StoreResult<Vec<HourRow>> {
-        let sql = "SELECT device_pk, chunk, data FROM hours WHERE device_pk = $1 AND chunk >= $2 ORDER BY chunk";
-        let stmt = self.0.prepare_cached(sql).await?;
+        let stmt = self.0.prepare_cached(HOURS_FROM).await?;
         Ok(hour_rows(&self.0.query(&stmt, &[&pk, &first]).await?))
     }
 }
 
 impl crate::sql::DeviceHours for PgTx<'_> {
     async fn hours_from(&self, pk: i64, first: i64) -> StoreResult<Vec<HourRow>> {
-        On(self.tx).hours_from(pk, first).await
+        let c = self.tx().await?;
+        let stmt = self.prepare(HOURS_FROM).await?;
+        Ok(hour_rows(&c.query(&stmt, &[&pk, &first]).await?))
     }
 }
 
 /// Sends hour rows through `copy` (a `COPY … FROM STDIN (FORMAT binary)`
 /// of columns device_pk, chunk, data).
-pub(super) async fn copy_hours(tx: &Transaction<'_>, copy: &str, rows: &[HourRow]) -> StoreResult<u64> {
-    let sink = tx.copy_in(copy).await?;
+pub(super) async fn copy_hours(c: &tokio_postgres::Client, copy: &str, rows: &[HourRow]) -> StoreResult<u64> {
+    let sink = c.copy_in(copy).await?;
     let writer = BinaryCopyInWriter::new(sink, &[Type::INT8, Type::INT8, Type::BYTEA]);
     futures_util::pin_mut!(writer);
     for r in rows {
@@ -147,8 +202,9 @@ fn hour_rows(rows: &[tokio_postgres::Row]) -> Vec<HourRow> {
 
 impl Tx for PgTx<'_> {
     async fn device_pk(&self, device_id: &str) -> StoreResult<Option<i64>> {
-        let stmt = self.tx.prepare_cached("SELECT id FROM devices WHERE device_id = $1").await?;
-        Ok(self.tx.query_opt(&stmt, &[&device_id]).await?.map(|r| r.get(0)))
+        let c = self.tx().await?;
+        let stmt = self.prepare("SELECT id FROM devices WHERE device_id = $1").await?;
+        Ok(c.query_opt(&stmt, &[&device_id]).await?.map(|r| r.get(0)))
     }
 
     async fn device_sensors(&self, pk: i64) -> StoreResult<Vec<SensorMeta>> {
@@ -156,29 +212,31 @@ impl Tx for PgTx<'_> {
     }
 
     async fn subscriptions_of(&self, pk: i64) -> StoreResult<Vec<String>> {
-        super::outbox::subscriptions_of(self.tx, pk).await
+        let c = self.tx().await?;
+        let stmt = self.prepare(super::outbox::SUBSCRIPTIONS_OF).await?;
+        Ok(c.query(&stmt, &[&pk, &SENSOR_DATA]).await?.iter().map(|r| r.get(0)).collect())
     }
 
     async fn hours(&self, keys: &[(i64, i64)]) -> StoreResult<Vec<HourRow>> {
+        let c = self.tx().await?;
         if let [(pk, chunk)] = keys {
             // One hour (a group of a station's live readings): a plan made
             // once. With the arrays below the planner plans each bind anew
             // (the arrays' lengths change its estimate): 60 us a group.
             let sql = "SELECT device_pk, chunk, data FROM hours WHERE device_pk = $1 AND chunk = $2";
-            let stmt = self.tx.prepare_cached(sql).await?;
-            return Ok(hour_rows(&self.tx.query(&stmt, &[pk, chunk]).await?));
+            let stmt = self.prepare(sql).await?;
+            return Ok(hour_rows(&c.query(&stmt, &[pk, chunk]).await?));
         }
         let devices: Vec<i64> = keys.iter().map(|k| k.0).collect();
         let chunks: Vec<i64> = keys.iter().map(|k| k.1).collect();
         let stmt = self
-            .tx
-            .prepare_cached(
+            .prepare(
                 "SELECT r.device_pk, r.chunk, r.data FROM hours r
                  JOIN unnest($1::bigint[], $2::bigint[]) AS k(device_pk, chunk)
                    ON r.device_pk = k.device_pk AND r.chunk = k.chunk",
             )
             .await?;
-        Ok(hour_rows(&self.tx.query(&stmt, &[&devices, &chunks]).await?))
+        Ok(hour_rows(&c.query(&stmt, &[&devices, &chunks]).await?))
     }
 
     async fn hours_between(
@@ -196,20 +254,14 @@ impl Tx for PgTx<'_> {
             "SELECT device_pk, chunk, data FROM hours WHERE device_pk = $1 AND chunk BETWEEN $2 AND $3
              ORDER BY chunk LIMIT $4"
         };
-        Ok(hour_rows(&self.tx.query(sql, &[&pk, &first, &last, &(limit as i64)]).await?))
+        Ok(hour_rows(&self.tx().await?.query(sql, &[&pk, &first, &last, &(limit as i64)]).await?))
     }
 
     async fn hours_after(&self, after: Option<(i64, i64)>, limit: usize) -> StoreResult<Vec<HourRow>> {
         let (pk, chunk) = after.unwrap_or((i64::MIN, i64::MIN));
-        let rows = self
-            .tx
-            .query(
-                "SELECT device_pk, chunk, data FROM hours WHERE (device_pk, chunk) > ($1, $2)
-                 ORDER BY device_pk, chunk LIMIT $3",
-                &[&pk, &chunk, &(limit as i64)],
-            )
-            .await?;
-        Ok(hour_rows(&rows))
+        let sql = "SELECT device_pk, chunk, data FROM hours WHERE (device_pk, chunk) > ($1, $2)
+                   ORDER BY device_pk, chunk LIMIT $3";
+        Ok(hour_rows(&self.tx().await?.query(sql, &[&pk, &chunk, &(limit as i64)]).await?))
     }
 
     async fn put_hours(&self, rows: &[HourRow]) -> StoreResult<()> {
@@ -218,44 +270,39 @@ impl Tx for PgTx<'_> {
         }
         if rows.len() < STAGE_FROM {
             // A few hours (a group of webhook or MQTT readings): one
-            // statement. Staging costs a temporary table's TRUNCATE, a new
-            // file each time, which was most of a small group's time.
+            // statement, sent ahead where so. Staging costs a temporary
+            // table's TRUNCATE, a new file each time, which was most of a
+            // small group's time.
             let devices: Vec<i64> = rows.iter().map(|r| r.device_pk).collect();
             let chunks: Vec<i64> = rows.iter().map(|r| r.chunk).collect();
-            let data: Vec<&[u8]> = rows.iter().map(|r| r.data.as_slice()).collect();
-            let stmt = self
-                .tx
-                .prepare_cached(
-                    "INSERT INTO hours (device_pk, chunk, data)
-                     SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bytea[])
-                     ON CONFLICT (device_pk, chunk) DO UPDATE SET data = excluded.data",
-                )
-                .await?;
-            self.tx.execute(&stmt, &[&devices, &chunks, &data]).await?;
-            return Ok(());
+            let data: Vec<Vec<u8>> = rows.iter().map(|r| r.data.clone()).collect();
+            let sql = "INSERT INTO hours (device_pk, chunk, data)
+                       SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bytea[])
+                       ON CONFLICT (device_pk, chunk) DO UPDATE SET data = excluded.data";
+            return self.write(sql, vec![Box::new(devices), Box::new(chunks), Box::new(data)]).await;
         }
+        let c = self.tx().await?;
         if !self.staged.swap(true, Ordering::Relaxed) {
-            self.tx
-                .batch_execute(
-                    "CREATE TEMP TABLE IF NOT EXISTS readings_in (device_pk bigint, chunk bigint, data bytea)
-                     ON COMMIT DELETE ROWS",
-                )
-                .await?;
-        }
-        copy_hours(self.tx, "COPY readings_in (device_pk, chunk, data) FROM STDIN (FORMAT binary)", rows).await?;
-        self.tx
-            .batch_execute(
-                "INSERT INTO hours (device_pk, chunk, data) SELECT device_pk, chunk, data FROM readings_in
-                 ON CONFLICT (device_pk, chunk) DO UPDATE SET data = excluded.data;
-                 TRUNCATE readings_in",
+            c.batch_execute(
+                "CREATE TEMP TABLE IF NOT EXISTS readings_in (device_pk bigint, chunk bigint, data bytea)
+                 ON COMMIT DELETE ROWS",
             )
             .await?;
+        }
+        copy_hours(c, "COPY readings_in (device_pk, chunk, data) FROM STDIN (FORMAT binary)", rows).await?;
+        c.batch_execute(
+            "INSERT INTO hours (device_pk, chunk, data) SELECT device_pk, chunk, data FROM readings_in
+             ON CONFLICT (device_pk, chunk) DO UPDATE SET data = excluded.data;
+             TRUNCATE readings_in",
+        )
+        .await?;
         Ok(())
     }
 
     async fn remove_hours(&self, pk: i64, chunks: &[i64]) -> StoreResult<()> {
         if !chunks.is_empty() {
-            self.tx.execute("DELETE FROM hours WHERE device_pk = $1 AND chunk = ANY($2)", &[&pk, &chunks]).await?;
+            let sql = "DELETE FROM hours WHERE device_pk = $1 AND chunk = ANY($2)";
+            self.tx().await?.execute(sql, &[&pk, &chunks]).await?;
         }
         Ok(())
     }
@@ -268,47 +315,46 @@ impl Tx for PgTx<'_> {
         let idx: Vec<i16> = rows.iter().map(|r| r.idx).collect();
         let seconds: Vec<i64> = rows.iter().map(|r| r.second).collect();
         let values: Vec<i64> = rows.iter().map(|r| r.value).collect();
-        let stmt = self
-            .tx
-            .prepare_cached(
-                "INSERT INTO latest (device_pk, idx, second, value, stored_at)
-                 SELECT d, i, s, v, $5::bigint FROM unnest($1::bigint[], $2::smallint[], $3::bigint[], $4::bigint[])
-                     AS u(d, i, s, v)
-                 ON CONFLICT (device_pk, idx) DO UPDATE
-                 SET second = excluded.second, value = excluded.value, stored_at = excluded.stored_at
-                 WHERE excluded.second >= latest.second",
-            )
-            .await?;
-        self.tx.execute(&stmt, &[&devices, &idx, &seconds, &values, &stored_at]).await?;
-        Ok(())
+        let sql = "INSERT INTO latest (device_pk, idx, second, value, stored_at)
+                   SELECT d, i, s, v, $5::bigint FROM unnest($1::bigint[], $2::smallint[], $3::bigint[], $4::bigint[])
+                       AS u(d, i, s, v)
+                   ON CONFLICT (device_pk, idx) DO UPDATE
+                   SET second = excluded.second, value = excluded.value, stored_at = excluded.stored_at
+                   WHERE excluded.second >= latest.second";
+        let params: Params =
+            vec![Box::new(devices), Box::new(idx), Box::new(seconds), Box::new(values), Box::new(stored_at)];
+        self.write(sql, params).await
     }
 
     async fn latest_within(&self, pk: i64, start: i64, end: i64) -> StoreResult<u64> {
-        let rows = self
-            .tx
-            .query("SELECT idx FROM latest WHERE device_pk = $1 AND second BETWEEN $2 AND $3", &[&pk, &start, &end])
-            .await?;
+        let sql = "SELECT idx FROM latest WHERE device_pk = $1 AND second BETWEEN $2 AND $3";
+        let rows = self.tx().await?.query(sql, &[&pk, &start, &end]).await?;
         Ok(mask_of(rows.iter().map(|r| i64::from(r.get::<_, i16>(0)))))
     }
 
     async fn remove_latest(&self, pk: i64, mask: u64) -> StoreResult<()> {
-        self.tx.execute("DELETE FROM latest WHERE device_pk = $1 AND idx = ANY($2)", &[&pk, &idx_of(mask)]).await?;
+        let sql = "DELETE FROM latest WHERE device_pk = $1 AND idx = ANY($2)";
+        self.tx().await?.execute(sql, &[&pk, &idx_of(mask)]).await?;
         Ok(())
     }
 
     async fn expire_latest(&self, pk: i64, cutoff: i64) -> StoreResult<()> {
-        self.tx.execute("DELETE FROM latest WHERE device_pk = $1 AND second < $2", &[&pk, &cutoff]).await?;
+        let sql = "DELETE FROM latest WHERE device_pk = $1 AND second < $2";
+        self.tx().await?.execute(sql, &[&pk, &cutoff]).await?;
         Ok(())
     }
 
     async fn sensor_masks(&self) -> StoreResult<Vec<(i64, u64)>> {
-        let rows =
-            self.tx.query("SELECT device_pk, bit_or(1::bigint << idx) FROM sensors GROUP BY device_pk", &[]).await?;
+        let sql = "SELECT device_pk, bit_or(1::bigint << idx) FROM sensors GROUP BY device_pk";
+        let rows = self.tx().await?.query(sql, &[]).await?;
         Ok(rows.iter().map(|r| (r.get(0), r.get::<_, i64>(1) as u64)).collect())
     }
 
     async fn insert_outbox(&self, rows: &[OutboxRow]) -> StoreResult<()> {
-        super::outbox::insert(self.tx, rows).await
+        match super::outbox::insert(rows) {
+            Some((sql, params)) => self.write(sql, params).await,
+            None => Ok(()),
+        }
     }
 
     async fn take(&self, mut source: ReadingSource, n: usize) -> StoreResult<(ReadingSource, Slice)> {
@@ -325,27 +371,28 @@ impl Tx for PgTx<'_> {
 
 impl crate::write::migrate::MigrationTx for PgTx<'_> {
     async fn schema_version(&self) -> StoreResult<usize> {
-        self.tx
+        self.tx()
+            .await?
             .batch_execute(
                 "CREATE TABLE IF NOT EXISTS sensorhub_schema
                  (version integer NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())",
             )
             .await?;
-        let row = self.tx.query_one("SELECT coalesce(max(version), 0) FROM sensorhub_schema", &[]).await?;
+        let row = self.tx().await?.query_one("SELECT coalesce(max(version), 0) FROM sensorhub_schema", &[]).await?;
         Ok(usize::try_from(row.get::<_, i32>(0)).unwrap_or(0))
     }
 
     async fn run_migration(&self, sql: &str) -> StoreResult<()> {
-        Ok(self.tx.batch_execute(sql).await?)
+        Ok(self.tx().await?.batch_execute(sql).await?)
     }
 
     async fn set_schema_version(&self, version: usize) -> StoreResult<()> {
         let version = i32::try_from(version).unwrap_or(i32::MAX);
-        self.tx.execute("INSERT INTO sensorhub_schema (version) VALUES ($1)", &[&version]).await?;
+        self.tx().await?.execute("INSERT INTO sensorhub_schema (version) VALUES ($1)", &[&version]).await?;
         Ok(())
     }
 
     async fn has_old_readings(&self) -> StoreResult<bool> {
-        Ok(self.tx.query_one("SELECT to_regclass('readings') IS NOT NULL", &[]).await?.get(0))
+        Ok(self.tx().await?.query_one("SELECT to_regclass('readings') IS NOT NULL", &[]).await?.get(0))
     }
 }

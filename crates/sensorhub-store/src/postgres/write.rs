@@ -7,13 +7,14 @@
 //! 64 go in one `INSERT` of arrays ([`super::tx`]).
 
 use super::PgStore;
+use super::ahead::{Ahead, SendAhead};
 use super::tx::{On, PgTx};
 use crate::alarm::AlarmEvent;
 use crate::delivery::Outbox;
 use crate::sql::{access, retention};
 use crate::write::readings::{self};
 use crate::write::{provision, remove};
-use crate::{ApplyReport, DeleteReport, ImportReport, ReadingSource, StoreResult};
+use crate::{ApplyReport, DeleteReport, ImportReport, ReadingSource, StoreError, StoreResult};
 use async_trait::async_trait;
 use deadpool_postgres::{Client, GenericClient, Transaction};
 use sensorhub_core::model::ReadingInput;
@@ -27,12 +28,15 @@ use sensorhub_core::retention::Retention;
 /// The advisory lock every writing transaction holds ("writes").
 const WRITE_LOCK: i64 = 0x7772_6974_6573;
 
+/// The statement that takes it.
+const LOCK: &str = "SELECT pg_advisory_xact_lock($1)";
+
 /// Begins a writing transaction: waits at most the session's
 /// `lock_timeout` (5 s, [`super::SESSION_OPTIONS`]) for the write lock,
 /// then fails with [`StoreError::Busy`].
 pub(super) async fn begin(c: &mut Client) -> StoreResult<Transaction<'_>> {
     let tx = c.transaction().await?;
-    let lock = tx.prepare_cached("SELECT pg_advisory_xact_lock($1)").await?;
+    let lock = tx.prepare_cached(LOCK).await?;
     tx.execute(&lock, &[&WRITE_LOCK]).await?;
     Ok(tx)
 }
@@ -79,15 +83,49 @@ pub(super) async fn begin_bulk(c: &mut Client) -> StoreResult<Transaction<'_>> {
 /// ([`crate::write::readings::ingest_group`]). An error of the transaction
 /// itself (a lock wait past its limit, a lost connection) is everyone's:
 /// nothing is written then.
+///
+/// Three round trips: `BEGIN` and the write lock go out with the step's
+/// first reads (the devices' generation, their subscriptions), the hours'
+/// read with the writes of `latest` and the outbox, and the hours' write
+/// with the `COMMIT` ([`super::ahead`]). The server runs them in that
+/// order, and a failure in any fails the ones after it. `BEGIN` itself
+/// fails only with the connection: every group ends its transaction (a
+/// `COMMIT`, or a `ROLLBACK`) or the connection is closed, so the next
+/// begins on an idle one.
 pub(super) async fn ingest_group(
-    c: &mut Client,
+    c: Client,
     group: &[ReadingInput],
     kept: &crate::write::Kept,
 ) -> StoreResult<(Vec<StoreResult<()>>, Vec<AlarmEvent>)> {
-    let tx = begin(c).await?;
-    let outcomes = readings::ingest_group(&PgTx::new(&tx), group, kept).await?;
-    tx.commit().await?;
-    Ok(outcomes)
+    let lock = c.prepare_cached(LOCK).await?;
+    let ahead = Ahead::new(&c);
+    let tx = PgTx::sending_ahead(&c, &ahead);
+    let begin = futures_util::future::join(c.batch_execute("BEGIN"), c.execute(&lock, &[&WRITE_LOCK]));
+    // `join` polls `begin` first: its statements are sent first.
+    let ((begun, locked), written) = futures_util::future::join(begin, readings::ingest_group(&tx, group, kept)).await;
+    let mut errors: Vec<StoreError> = [begun.err(), locked.err()].into_iter().flatten().map(StoreError::from).collect();
+    match written {
+        Ok(written) if errors.is_empty() => {
+            let (settled, committed) = futures_util::future::join(ahead.settle(), c.batch_execute("COMMIT")).await;
+            // After a failed write the `COMMIT` rolled back.
+            errors.extend(settled.err().into_iter().chain(committed.err().map(|e| e.into())));
+            match super::ahead::reported(errors) {
+                None => Ok(written),
+                Some(e) => Err(e),
+            }
+        }
+        written => {
+            errors.extend(ahead.settle().await.err().into_iter().chain(written.err()));
+            let rolled_back = c.batch_execute("ROLLBACK").await.is_ok();
+            drop(ahead);
+            if !rolled_back {
+                // Closed rather than pooled in a transaction.
+                drop(deadpool_postgres::Object::take(c));
+            }
+            Err(super::ahead::reported(errors)
+                .unwrap_or_else(|| StoreError::Backend("the group was not written".into())))
+        }
+    }
 }
 
 #[async_trait]
