@@ -28,13 +28,19 @@ async fn latest(store: &dyn Store, device: &str) -> Vec<i64> {
     values.iter().map(|v| v.timestamp).collect()
 }
 
-#[tokio::test]
-async fn a_group_whose_write_fails_reports_that_and_leaves_nothing() {
+/// A store in a database of its own, D1's reading at 60 written: its
+/// statements are prepared and the device kept.
+async fn with_a_first_group() -> (TempDatabase, std::sync::Arc<dyn Store>) {
     let pg = TempDatabase::create(&postgres_url()).await.expect("database");
     let store = sensorhub_store::open(pg.url()).await.expect("open");
     apply(&*store, BASE).await.expect("base");
-    // A first group: the statements are prepared and the device kept.
     store.ingest(reading("D1", 60, &[("a", 1.0)])).await.expect("first");
+    (pg, store)
+}
+
+#[tokio::test]
+async fn a_group_whose_write_fails_reports_that_and_leaves_nothing() {
+    let (pg, store) = with_a_first_group().await;
     let (admin, connection) = session(pg.url()).await;
     admin
         .batch_execute(
@@ -69,10 +75,7 @@ async fn a_group_whose_write_fails_reports_that_and_leaves_nothing() {
 
 #[tokio::test]
 async fn a_group_kept_from_the_write_lock_is_busy_and_the_next_goes_in() {
-    let pg = TempDatabase::create(&postgres_url()).await.expect("database");
-    let store = sensorhub_store::open(pg.url()).await.expect("open");
-    apply(&*store, BASE).await.expect("base");
-    store.ingest(reading("D1", 60, &[("a", 1.0)])).await.expect("first");
+    let (pg, store) = with_a_first_group().await;
     // Another instance's long write holds the lock past a writer's 5 s.
     let (other, connection) = session(pg.url()).await;
     other.execute("SELECT pg_advisory_lock($1)", &[&WRITE_LOCK]).await.expect("lock");
