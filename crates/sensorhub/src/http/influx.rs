@@ -12,9 +12,10 @@
 //! InfluxDB's does, for clients that ask it first (the `influx` CLI).
 
 use super::AppState;
-use super::auth::{WebhookCaller, parse_basic};
+use super::auth::parse_basic;
 use super::error::ApiError;
 use super::ratelimit::Guard;
+use super::webhook_auth::WebhookCaller;
 use axum::body::Body;
 use axum::extract::{FromRequestParts, State};
 use axum::http::request::Parts;

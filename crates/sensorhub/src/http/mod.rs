@@ -26,6 +26,7 @@ mod server;
 pub mod stream;
 pub mod tls;
 pub mod webhook;
+pub mod webhook_auth;
 
 pub use server::serve;
 

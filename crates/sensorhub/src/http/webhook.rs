@@ -5,10 +5,10 @@
 //! an envelope is written as one reading, atomically.
 
 use super::AppState;
-use super::auth::WebhookCaller;
 use super::error::{ApiError, JSON, WebhookError, WebhookReply, success};
 use super::received::Received;
 use super::schema::{ReceivedList, WebhookEnvelope};
+use super::webhook_auth::WebhookCaller;
 use crate::config::server::WebhookMode;
 use crate::ingest::envelope::parse_envelope;
 use axum::body::Body;
