@@ -9,7 +9,7 @@
 //! backend gives the function that writes a group, through the same
 //! reading writer as `import`.
 
-use crate::{StoreError, StoreResult};
+use crate::{Generations, StoreError, StoreResult};
 use sensorhub_core::model::ReadingInput;
 use std::future::Future;
 use tokio::sync::{mpsc, oneshot};
@@ -17,9 +17,20 @@ use tokio::sync::{mpsc, oneshot};
 /// Readings committed in one transaction at most.
 const MAX_GROUP: usize = 512;
 
+/// One reading of a group, and the generations it may be written at.
+#[derive(Debug)]
+pub(crate) struct Single {
+    /// The reading.
+    pub(crate) reading: ReadingInput,
+    /// When set, the reading is written only if the store's generations
+    /// are still these in its transaction; else it is refused with
+    /// [`StoreError::Stale`] ([`crate::store::ReadingWrites::ingest_at`]).
+    pub(crate) at: Option<Generations>,
+}
+
 /// A reading waiting for its transaction, and where its outcome goes.
 struct Job {
-    reading: ReadingInput,
+    single: Single,
     done: oneshot::Sender<StoreResult<()>>,
 }
 
@@ -34,7 +45,7 @@ impl GroupCommit {
     /// nothing of the group was written).
     pub(crate) fn start<F, Fut>(write_group: F) -> Self
     where
-        F: Fn(Vec<ReadingInput>) -> Fut + Send + 'static,
+        F: Fn(Vec<Single>) -> Fut + Send + 'static,
         Fut: Future<Output = StoreResult<Vec<StoreResult<()>>>> + Send,
     {
         let (queue, mut jobs) = mpsc::channel::<Job>(4 * MAX_GROUP);
@@ -47,7 +58,7 @@ impl GroupCommit {
                         Err(_) => break,
                     }
                 }
-                let (readings, answers): (Vec<_>, Vec<_>) = group.into_iter().map(|j| (j.reading, j.done)).unzip();
+                let (readings, answers): (Vec<_>, Vec<_>) = group.into_iter().map(|j| (j.single, j.done)).unzip();
                 match write_group(readings).await {
                     Ok(each) => {
                         for (answer, outcome) in answers.into_iter().zip(each) {
@@ -66,11 +77,12 @@ impl GroupCommit {
         Self { queue }
     }
 
-    /// Stores `reading` in the next group; returns once it is committed.
-    pub(crate) async fn write(&self, reading: ReadingInput) -> StoreResult<()> {
+    /// Stores `reading` in the next group (only at generations `at`, when
+    /// given); returns once it is committed.
+    pub(crate) async fn write(&self, reading: ReadingInput, at: Option<Generations>) -> StoreResult<()> {
         let (done, outcome) = oneshot::channel();
         let gone = || StoreError::Backend("the group committer stopped".into());
-        self.queue.send(Job { reading, done }).await.map_err(|_| gone())?;
+        self.queue.send(Job { single: Single { reading, at }, done }).await.map_err(|_| gone())?;
         outcome.await.map_err(|_| gone())?
     }
 }

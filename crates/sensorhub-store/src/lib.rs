@@ -64,6 +64,12 @@ pub enum StoreError {
     /// The database failed.
     #[error("database error: {0}")]
     Backend(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// A write asked to be made only at generations the store has moved
+    /// past ([`crate::store::ReadingWrites::ingest_at`]): what its caller
+    /// decided from an answer kept at them (a webhook key, a device's
+    /// write permission) must be decided again. Nothing was written.
+    #[error("access or devices changed since the answer this write was decided on")]
+    Stale,
 }
 
 impl StoreError {
@@ -78,6 +84,7 @@ impl StoreError {
             StoreError::Unsupported(s) => StoreError::Unsupported(s.clone()),
             StoreError::Unavailable(s) => StoreError::Unavailable(s.clone()),
             StoreError::Busy(s) => StoreError::Busy(s.clone()),
+            StoreError::Stale => StoreError::Stale,
             StoreError::Backend(e) => {
                 // With its causes: a PostgreSQL error says only "db error" itself.
                 let mut said = e.to_string();

@@ -149,6 +149,14 @@ pub trait ReadingWrites: Send + Sync {
         self.import(Box::new(std::iter::once(Ok(reading))), crate::delivery::Outbox::Deliver).await.map(|_| ())
     }
 
+    /// As [`ReadingWrites::ingest`], only while the store's access and
+    /// device generations are still `at` in the reading's transaction
+    /// (read under the write lock); else nothing is written and the answer
+    /// is [`crate::StoreError::Stale`]. For a caller that decided from
+    /// answers kept at `at` (the webhook's kept key and write permission)
+    /// and decides again when they moved.
+    async fn ingest_at(&self, reading: ReadingInput, at: crate::Generations) -> StoreResult<()>;
+
     /// Stores readings, atomically: all of them or, on the first error,
     /// none. With [`crate::delivery::Outbox::Deliver`], the deliveries they owe to
     /// subscriptions are written in the same transaction.

@@ -17,6 +17,8 @@ mod devices;
 mod dropped;
 #[path = "contract/hooks.rs"]
 mod hooks;
+#[path = "contract/kept_hooks.rs"]
+mod kept_hooks;
 #[path = "contract/latest.rs"]
 mod latest;
 #[path = "contract/pg_groups.rs"]

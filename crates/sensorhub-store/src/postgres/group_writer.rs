@@ -7,9 +7,9 @@
 
 use super::write;
 use crate::alarm::AlarmEvent;
+use crate::group::Single;
 use crate::{StoreError, StoreResult};
 use deadpool_postgres::Pool;
-use sensorhub_core::model::ReadingInput;
 use std::sync::Arc;
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
@@ -18,7 +18,7 @@ use tokio::sync::{Semaphore, mpsc, oneshot};
 type Written = (Vec<StoreResult<()>>, Vec<AlarmEvent>);
 
 /// A group to write, and where its outcome goes.
-type Job = (Vec<ReadingInput>, oneshot::Sender<StoreResult<Written>>);
+type Job = (Vec<Single>, oneshot::Sender<StoreResult<Written>>);
 
 /// The writer thread's queue; the thread stops when the last clone is dropped.
 #[derive(Clone)]
@@ -71,7 +71,7 @@ impl GroupWriter {
     }
 
     /// Writes `readings` in one transaction on the writer thread.
-    pub(super) async fn write(&self, readings: Vec<ReadingInput>) -> StoreResult<Written> {
+    pub(super) async fn write(&self, readings: Vec<Single>) -> StoreResult<Written> {
         let gone = || StoreError::Backend("the PostgreSQL writer thread stopped".into());
         let (done, written) = oneshot::channel();
         self.jobs.send((readings, done)).await.map_err(|_| gone())?;
@@ -82,7 +82,7 @@ impl GroupWriter {
 async fn write_group(
     pool: &Pool,
     writers: &Semaphore,
-    readings: &[ReadingInput],
+    readings: &[Single],
     kept: &crate::write::Kept,
 ) -> StoreResult<Written> {
     let _writer = super::writer_place(writers).await?;

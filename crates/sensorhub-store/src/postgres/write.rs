@@ -94,7 +94,7 @@ pub(super) async fn begin_bulk(c: &mut Client) -> StoreResult<Transaction<'_>> {
 /// begins on an idle one.
 pub(super) async fn ingest_group(
     c: Client,
-    group: &[ReadingInput],
+    group: &[crate::group::Single],
     kept: &crate::write::Kept,
 ) -> StoreResult<(Vec<StoreResult<()>>, Vec<AlarmEvent>)> {
     let lock = c.prepare_cached(LOCK).await?;
@@ -135,7 +135,11 @@ impl crate::store::ReadingWrites for PgStore {
     }
 
     async fn ingest(&self, reading: ReadingInput) -> StoreResult<()> {
-        self.observers.one(reading, |reading| self.group.write(reading)).await
+        self.observers.one(reading, |reading| self.group.write(reading, None)).await
+    }
+
+    async fn ingest_at(&self, reading: ReadingInput, at: crate::Generations) -> StoreResult<()> {
+        self.observers.one(reading, |reading| self.group.write(reading, Some(at))).await
     }
 
     async fn import(&self, source: ReadingSource, outbox: Outbox) -> StoreResult<ImportReport> {

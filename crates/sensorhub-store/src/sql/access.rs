@@ -89,6 +89,13 @@ pub(crate) async fn webhook_key_auth(c: &impl Sql, digest: &KeyDigest) -> StoreR
 pub(crate) const GENERATIONS: &str =
     "(SELECT generation FROM access_generation), (SELECT generation FROM device_generation)";
 
+/// The access and device generations as they stand (in a writing
+/// transaction: as they will be when it commits).
+pub(crate) async fn current_generations(c: &impl Sql) -> StoreResult<Generations> {
+    static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| format!("SELECT {GENERATIONS}"));
+    generations(&c.query_one(&SQL, &[]).await?, 0)
+}
+
 /// The [`GENERATIONS`] at columns `from` and `from + 1` of `r`.
 fn generations(r: &Row, from: usize) -> StoreResult<Generations> {
     Ok(Generations { access: r.get(from)?, devices: r.get(from + 1)? })

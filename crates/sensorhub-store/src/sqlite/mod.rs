@@ -40,6 +40,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/sqlite/0013_write_generation.sql"),
     include_str!("../../migrations/sqlite/0014_outbox_log.sql"),
     include_str!("../../migrations/sqlite/0015_key_list_changed.sql"),
+    include_str!("../../migrations/sqlite/0016_webhook_key_changed.sql"),
 ];
 
 /// Offset added to an hour number in a key, so that every hour since

@@ -30,7 +30,11 @@ impl crate::store::ReadingWrites for SqliteStore {
 
     async fn ingest(&self, reading: ReadingInput) -> StoreResult<()> {
         let _waiting = super::Waiting::enter(&self.ingest_waiting);
-        self.observers.one(reading, |reading| self.group.write(reading)).await
+        self.observers.one(reading, |reading| self.group.write(reading, None)).await
+    }
+
+    async fn ingest_at(&self, reading: ReadingInput, at: crate::Generations) -> StoreResult<()> {
+        self.observers.one(reading, |reading| self.group.write(reading, Some(at))).await
     }
 
     async fn import(&self, source: ReadingSource, outbox: Outbox) -> StoreResult<ImportReport> {

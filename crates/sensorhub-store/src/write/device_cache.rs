@@ -1,6 +1,6 @@
 //! Each device's key and sensors, kept between transactions so that a
 //! transaction writing readings of 2,000 stations reads one row (the
-//! devices' generation) rather than every station with its sensors (a
+//! generations) rather than every station with its sensors (a
 //! fifth of MQTT ingest's time on a 10,000-station fleet).
 //!
 //! The stored rows stay the truth: triggers move `device_generation` on
@@ -9,9 +9,9 @@
 //! device id that names no device is not kept: a publisher inventing ids
 //! cannot crowd the real stations out.
 
-use crate::StoreResult;
 use crate::decide::{DeviceSensors, FastMap};
 use crate::sql::Sql;
+use crate::{Generations, StoreResult};
 use std::sync::Mutex;
 
 /// Bytes the kept devices may take, by [`cost`]'s estimate: about 700
@@ -55,9 +55,15 @@ impl DeviceCache {
 
     /// Devices `ids` (each named once) in the same order, without their
     /// subscriptions: those kept, and the rest read (in a few queries)
-    /// and kept; `None` for an id of no device.
-    pub(crate) async fn load(&self, c: &impl Sql, ids: &[&str]) -> StoreResult<Vec<Option<DeviceSensors>>> {
-        let generation = generation(c).await?;
+    /// and kept; `None` for an id of no device. With the access and
+    /// device generations they were read at.
+    pub(crate) async fn load(
+        &self,
+        c: &impl Sql,
+        ids: &[&str],
+    ) -> StoreResult<(Vec<Option<DeviceSensors>>, Generations)> {
+        let read_at = crate::sql::access::current_generations(c).await?;
+        let generation = read_at.devices;
         let mut out = Vec::with_capacity(ids.len());
         let mut missing = Vec::new();
         {
@@ -76,7 +82,7 @@ impl DeviceCache {
             }
         }
         if missing.is_empty() {
-            return Ok(out);
+            return Ok((out, read_at));
         }
         let names: Vec<&str> = missing.iter().map(|&i| ids[i]).collect();
         let mut found = crate::sql::access::devices_with_sensors(c, &names).await?;
@@ -91,11 +97,6 @@ impl DeviceCache {
             }
             out[i] = Some(device);
         }
-        Ok(out)
+        Ok((out, read_at))
     }
-}
-
-/// The number that moves whenever a device or a sensor changes.
-async fn generation(c: &impl Sql) -> StoreResult<i64> {
-    c.query_one("SELECT generation FROM device_generation", &[]).await?.get(0)
 }

@@ -13,8 +13,9 @@ use crate::decide::latest::Newest;
 use crate::decide::outbox::Deliveries;
 use crate::decide::{self, DeviceSensors, FastMap, Hours};
 use crate::delivery::Outbox;
+use crate::group::Single;
 use crate::sql::alarms;
-use crate::{ImportReport, ReadingSource, StoreError, StoreResult};
+use crate::{Generations, ImportReport, ReadingSource, StoreError, StoreResult};
 use sensorhub_core::model::ReadingInput;
 
 /// Readings taken from an import's source at a time; after each slice a
@@ -43,6 +44,9 @@ pub(crate) struct ReadingWriter<'k> {
     alarms: FastMap<i64, DeviceAlarms>,
     /// The marks the alarms were loaded at.
     marks: Option<Marks>,
+    /// The generations the first devices were read at (under the write
+    /// lock: those the transaction commits at).
+    read_at: Option<Generations>,
     /// When the transaction stores its readings, by the server's clock (seconds).
     now: i64,
     /// Whether the hours written are kept decoded for the next transaction
@@ -65,6 +69,7 @@ impl<'k> ReadingWriter<'k> {
             watching: None,
             alarms: FastMap::default(),
             marks: None,
+            read_at: None,
             now: crate::decide::now(),
             keep_hours: true,
         }
@@ -99,7 +104,7 @@ impl<'k> ReadingWriter<'k> {
         .await;
         // On PostgreSQL one failed statement fails those after it with an
         // echo: report the cause (a timeout is `Busy`) whichever failed first.
-        let (mut found, any_rules) = match (found, any_rules) {
+        let ((mut found, read_at), any_rules) = match (found, any_rules) {
             (Ok(found), Ok(any_rules)) => (found, any_rules),
             (Err(e), any_rules) => {
                 let others = any_rules.err().into_iter().chain(early.into_iter().filter_map(Result::err));
@@ -110,6 +115,7 @@ impl<'k> ReadingWriter<'k> {
         if any_rules.is_some() {
             self.watching = any_rules;
         }
+        self.read_at.get_or_insert(read_at);
         if self.deliveries.wanted() {
             let mut early: FastMap<i64, Vec<String>> = guessed
                 .into_iter()
@@ -257,17 +263,26 @@ pub(crate) async fn import(
 
 /// Stores single readings in one transaction (a group commit); each gets
 /// its own outcome: a refused one is checked before anything of it is
-/// gathered, so the others are stored. Also returns the alarm transitions.
+/// gathered, so the others are stored. A reading to be written only at
+/// given generations is refused with [`StoreError::Stale`] when the
+/// transaction reads others (with the devices, under the write lock: a
+/// change committed before is seen, one after waits for this commit).
+/// Also returns the alarm transitions.
 pub(crate) async fn ingest_group(
     tx: &impl Tx,
-    readings: &[ReadingInput],
+    readings: &[Single],
     kept: &Kept,
 ) -> StoreResult<(Vec<StoreResult<()>>, Vec<AlarmEvent>)> {
     let mut writer = ReadingWriter::new(Outbox::Deliver, kept);
     let mut outcomes = Vec::with_capacity(readings.len());
-    writer.load(tx, readings.iter().map(|r| r.device_id.as_str())).await?;
+    writer.load(tx, readings.iter().map(|r| r.reading.device_id.as_str())).await?;
+    let now = writer.read_at;
     for r in readings {
-        outcomes.push(writer.write(tx, r).await);
+        if r.at.is_some() && r.at != now {
+            outcomes.push(Err(StoreError::Stale));
+            continue;
+        }
+        outcomes.push(writer.write(tx, &r.reading).await);
     }
     let (_, events) = writer.finish(tx).await?;
     Ok((outcomes, events))

@@ -1,14 +1,19 @@
-//! API keys last found valid, each with the scope it gave and the store's
-//! access generation it was found at. A public raw window may go ahead on a
-//! kept answer without looking the key up again only because the store
-//! reads the access generation with the window's device
-//! (`Reads::window_hours`): the answer is served only when that generation
-//! is still the kept one, so a revoked key, a disabled account or a
-//! narrowed key (each moves the generation, by the store's triggers, from
-//! any process) is refused at the next request, as when every request
-//! looked its key up. Anything else (another generation, an error, an
-//! aggregate) looks the key up again. Bounded in entries (about 100 bytes
-//! each); the least recently used goes first.
+//! Keys last found valid, each with what it gave and the store's
+//! generations it was found at: API keys with their scope, webhook keys
+//! with their account. A kept answer is used without looking the key up
+//! again only where the store confirms the generations in the statement
+//! that answers the request. A public raw window: the store reads the
+//! access generation with the window's device (`Reads::window_hours`) and
+//! the answer is served only when it is still the kept one. A webhook
+//! reading (ingest mode): the store writes it only if the access and
+//! device generations in its own transaction are still the kept ones
+//! (`ReadingWrites::ingest_at`), else the key is looked up again. So a
+//! revoked key, a disabled account or a narrowed key (each moves the
+//! access generation, by the store's triggers, from any process) is
+//! refused at the next request, as when every request looked its key up.
+//! Anything else (another generation, an error, an aggregate) looks the
+//! key up again. Bounded in entries (about 100 bytes each); the least
+//! recently used goes first.
 
 use hashlink::LruCache;
 use sensorhub_core::secret::KeyDigest;
@@ -27,31 +32,40 @@ pub struct KeptKey {
     pub access: i64,
 }
 
-/// The cache; shared by every request of a server.
-pub struct KeptKeys {
-    map: Mutex<LruCache<KeyDigest, KeptKey>>,
+/// What a webhook key was found to give, and when.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeptHook {
+    /// The key's account.
+    pub account_id: i64,
+    /// The generations read in the key's lookup.
+    pub generations: sensorhub_store::Generations,
 }
 
-impl std::fmt::Debug for KeptKeys {
+/// The cache of one kind of key; shared by every request of a server.
+pub struct KeptKeys<V = KeptKey> {
+    map: Mutex<LruCache<KeyDigest, V>>,
+}
+
+impl<V> std::fmt::Debug for KeptKeys<V> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let held = self.map.lock().map(|m| m.len()).unwrap_or_default();
         f.debug_struct("KeptKeys").field("held", &held).finish()
     }
 }
 
-impl KeptKeys {
+impl<V: Copy> KeptKeys<V> {
     /// A cache of at most `capacity` keys.
     pub fn new(capacity: usize) -> Self {
         Self { map: Mutex::new(LruCache::new(capacity.max(1))) }
     }
 
     /// The answer kept for `digest`.
-    pub fn get(&self, digest: &KeyDigest) -> Option<KeptKey> {
+    pub fn get(&self, digest: &KeyDigest) -> Option<V> {
         self.map.lock().ok()?.get(digest).copied()
     }
 
     /// Keeps what a lookup of `digest` found (a valid key only).
-    pub fn keep(&self, digest: KeyDigest, kept: KeptKey) {
+    pub fn keep(&self, digest: KeyDigest, kept: V) {
         if let Ok(mut map) = self.map.lock() {
             map.insert(digest, kept);
         }

@@ -95,6 +95,8 @@ pub struct AppState {
     pub rendered: Arc<rendered::RenderedHours>,
     /// API keys last found valid, for public raw windows.
     pub kept_keys: Arc<kept_keys::KeptKeys>,
+    /// Webhook keys last found valid ([`kept_keys`]), for ingest mode.
+    pub kept_hooks: Arc<kept_keys::KeptKeys<kept_keys::KeptHook>>,
 }
 
 impl AppState {
@@ -166,6 +168,7 @@ impl AppState {
             streams: crate::live::slots::StreamSlots::new(options.streams),
             rendered: Arc::new(rendered::RenderedHours::new(rendered::DEFAULT_BUDGET)),
             kept_keys: Arc::new(kept_keys::KeptKeys::new(kept_keys::DEFAULT_KEYS)),
+            kept_hooks: Arc::new(kept_keys::KeptKeys::new(kept_keys::DEFAULT_KEYS)),
         }
     }
 }

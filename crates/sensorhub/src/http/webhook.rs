@@ -10,7 +10,7 @@ use super::received::Received;
 use super::schema::{ReceivedList, WebhookEnvelope};
 use super::webhook_auth::WebhookCaller;
 use crate::config::server::WebhookMode;
-use crate::ingest::envelope::parse_envelope;
+use crate::ingest::envelope::{Envelope, parse_envelope};
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, header};
@@ -65,52 +65,67 @@ pub async fn receive(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, WebhookError> {
-    let result = handle(&state, &caller, &headers, body).await;
+    let result = handle(&state, caller, &headers, body).await;
     state.metrics.webhook(result.is_ok());
     result?;
     let reply = WebhookReply { message: "Data received successfully", detail: None };
     Ok(([(header::CONTENT_TYPE, JSON)], serde_json::to_vec(&reply).unwrap_or_default()).into_response())
 }
 
-async fn handle(state: &AppState, caller: &WebhookCaller, headers: &HeaderMap, body: Body) -> Result<(), ApiError> {
+/// An envelope as it arrived: parsed, and its text (for the received list).
+struct Arrived {
+    envelope: Envelope,
+    text: Box<RawValue>,
+    size: usize,
+}
+
+async fn arrive(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Arrived, ApiError> {
     let bytes = read_body(headers, body, state.webhook.max_body_bytes).await?;
-    let mut envelope = parse_envelope(&bytes).map_err(ApiError::BadRequest)?;
+    let envelope = parse_envelope(&bytes).map_err(ApiError::BadRequest)?;
     // Only the text is kept from here on (for the received list): the parsed
     // JSON is gone, and the body's bytes become that text without a copy.
     let text = String::from_utf8(Vec::from(bytes)).map_err(|_| ApiError::BadRequest("the body is not UTF-8".into()))?;
     let size = text.len();
-    let envelope_text = RawValue::from_string(text).map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    let text = RawValue::from_string(text).map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    Ok(Arrived { envelope, text, size })
+}
+
+/// Handles one envelope. A caller whose key's answer was kept (ingest
+/// mode) is answered only on what the store confirms: its reading is
+/// written at the generations the answer was kept at, and any failure is
+/// decided again as for a key looked up now ([`WebhookCaller::again`]).
+async fn handle(state: &AppState, caller: WebhookCaller, headers: &HeaderMap, body: Body) -> Result<(), ApiError> {
+    let Arrived { mut envelope, text, size } = match arrive(state, headers, body).await {
+        Ok(arrived) => arrived,
+        Err(e) => return Err(caller.refusing(state, e).await),
+    };
     let now = jiff::Timestamp::now();
     let rules = Rules { now, max_future_skew: state.webhook.max_future_skew };
-    if state.webhook.mode == WebhookMode::Ingest {
-        let (device, may_write) = state
-            .store
-            .writable_device(caller.account_id, &envelope.device_id, caller.generations())
-            .await?
-            .ok_or(ApiError::DeviceNotFound)?;
-        if !may_write {
-            return Err(ApiError::WriteForbidden(format!(
-                "this key's account may read device {:?} but not write its readings: it needs to own the device or hold a write grant",
-                envelope.device_id
-            )));
+    let caller = if state.webhook.mode == WebhookMode::Ingest {
+        match store(state, &caller, &envelope, rules).await {
+            Ok(()) => {
+                caller.confirmed(state)?;
+                caller
+            }
+            Err(NotWritten { error, decided: true }) => {
+                let fresh = caller.again(state, error).await?;
+                store(state, &fresh, &envelope, rules).await.map_err(|e| e.error)?;
+                fresh
+            }
+            Err(NotWritten { error, decided: false }) => return Err(caller.refusing(state, error).await),
         }
-        let values = std::mem::take(&mut envelope.values);
-        let reading =
-            ingest::reading(&envelope.device_id, envelope.timestamp, values, &device.sensors, rules, "webhook".into())
-                .map_err(|p| ApiError::BadRequest(p.message))?;
-        state.store.ingest(reading).await?;
-        state.metrics.readings_ingested(1);
     } else {
         let scope = Scope::Account { account_id: caller.account_id, key: None };
         let device = state.store.find_device(scope, &envelope.device_id).await?;
         let sensors = device.as_ref().map(|d| d.sensors.as_slice());
         let problems = ingest::survey(&envelope.device_id, envelope.timestamp, &envelope.values, sensors, rules);
         envelope.warnings.extend(problems.into_iter().map(|p| p.message));
-    }
+        caller
+    };
     let received = Received {
         received_at: format_rfc3339(now.as_second(), jiff::tz::Offset::UTC),
         size,
-        envelope: envelope_text,
+        envelope: text,
         warnings: envelope.warnings,
     };
     let pushed = state.received.push(caller.account_id, received).await;
@@ -124,6 +139,54 @@ async fn handle(state: &AppState, caller: &WebhookCaller, headers: &HeaderMap, b
         return Ok(());
     }
     pushed
+}
+
+/// A reading not written, and whether the answers it was decided on (the
+/// key's account, the device, its write permission and sensors) made it
+/// so: decided again with answers read now, it may be written.
+struct NotWritten {
+    error: ApiError,
+    decided: bool,
+}
+
+impl From<ApiError> for NotWritten {
+    fn from(error: ApiError) -> Self {
+        NotWritten { error, decided: true }
+    }
+}
+
+impl From<sensorhub_store::StoreError> for NotWritten {
+    fn from(e: sensorhub_store::StoreError) -> Self {
+        use sensorhub_store::StoreError::{Invalid, Stale};
+        NotWritten { decided: matches!(e, Stale | Invalid(_)), error: e.into() }
+    }
+}
+
+/// Ingest mode: writes the envelope's reading as `caller` may, at the
+/// generations of its kept answer if it has one.
+async fn store(state: &AppState, caller: &WebhookCaller, envelope: &Envelope, rules: Rules) -> Result<(), NotWritten> {
+    let (device, may_write) = state
+        .store
+        .writable_device(caller.account_id, &envelope.device_id, caller.generations())
+        .await?
+        .ok_or(ApiError::DeviceNotFound)?;
+    if !may_write {
+        return Err(ApiError::WriteForbidden(format!(
+            "this key's account may read device {:?} but not write its readings: it needs to own the device or hold a write grant",
+            envelope.device_id
+        ))
+        .into());
+    }
+    let values = envelope.values.clone();
+    let reading =
+        ingest::reading(&envelope.device_id, envelope.timestamp, values, &device.sensors, rules, "webhook".into())
+            .map_err(|p| ApiError::BadRequest(p.message))?;
+    match caller.kept_at() {
+        Some(at) => state.store.ingest_at(reading, at).await?,
+        None => state.store.ingest(reading).await?,
+    }
+    state.metrics.readings_ingested(1);
+    Ok(())
 }
 
 /// GET /webhook/sensor-data/received: the caller's last accepted envelopes.

@@ -1,23 +1,46 @@
 //! The webhook's caller: a sender of envelopes identified by its
-//! `X-API-KEY` (spec 4.5), also the line protocol's way in.
+//! `X-API-KEY` (spec 4.5), also the line protocol's way in. In webhook
+//! ingest mode a key's answer is kept between requests and confirmed by
+//! the store when it writes the reading ([`super::kept_keys`]).
 
 use super::AppState;
 use super::auth::constant_time_eq;
 use super::error::{ApiError, WebhookError};
-use super::ratelimit::Guard;
+use super::kept_keys::KeptHook;
+use super::ratelimit::{Detached, Guard, Spent};
+use crate::config::server::WebhookMode;
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
-use sensorhub_core::secret::key_digest;
+use sensorhub_core::secret::{KeyDigest, key_digest};
+use sensorhub_store::Generations;
 
 /// A sender of webhook envelopes, identified by `X-API-KEY`.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 pub struct WebhookCaller {
     /// The key's account.
     pub account_id: i64,
     /// The generations read with the key.
-    generations: sensorhub_store::Generations,
+    generations: Generations,
     /// When the key was looked up.
     looked_up: std::time::Instant,
+    /// Set when the answer was kept from an earlier request rather than
+    /// looked up ([`KeptKeys`](super::kept_keys::KeptKeys)): to be
+    /// confirmed by the store.
+    kept: Option<Unconfirmed>,
+}
+
+/// A kept key's request: its quota spent (and allowed) but not answered
+/// yet, and what looking the key up again needs.
+struct Unconfirmed {
+    digest: KeyDigest,
+    guard: Detached,
+    spent: Spent,
+}
+
+impl std::fmt::Debug for Unconfirmed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Unconfirmed").field("spent", &self.spent).finish_non_exhaustive()
+    }
 }
 
 /// How long after its key's lookup a request may still take a device's
@@ -40,12 +63,51 @@ impl FromRequestParts<AppState> for WebhookCaller {
 }
 
 impl WebhookCaller {
-    /// The generations read with the key, while it was looked up less
-    /// than a second (`KEPT_ANSWER_AGE`) ago: a device's write permission kept at
-    /// exactly those is used without asking again
+    /// The generations the answers this request takes (its key's, a
+    /// device's write permission) were read at: those of a kept key (the
+    /// store confirms them when it writes, [`WebhookCaller::kept_at`]), or
+    /// those read with the key while it was looked up less than a second
+    /// (`KEPT_ANSWER_AGE`) ago. A device's write permission kept at exactly
+    /// those is used without asking again
     /// ([`sensorhub_store::Access::writable_device`]).
-    pub fn generations(&self) -> Option<sensorhub_store::Generations> {
-        (self.looked_up.elapsed() < KEPT_ANSWER_AGE).then_some(self.generations)
+    pub fn generations(&self) -> Option<Generations> {
+        (self.kept.is_some() || self.looked_up.elapsed() < KEPT_ANSWER_AGE).then_some(self.generations)
+    }
+
+    /// For a caller whose key's answer was kept, not looked up: the
+    /// generations its reading must be written at
+    /// ([`sensorhub_store::ReadingWrites::ingest_at`]).
+    pub fn kept_at(&self) -> Option<Generations> {
+        self.kept.as_ref().map(|_| self.generations)
+    }
+
+    /// The request succeeded on what was decided for it: a kept key's spent
+    /// quota is recorded for the answer's headers.
+    pub fn confirmed(&self, state: &AppState) -> Result<(), ApiError> {
+        match &self.kept {
+            Some(kept) => kept.guard.attach(state).settle(kept.spent),
+            None => Ok(()),
+        }
+    }
+
+    /// The request failed with `failure`. For a kept key, the key is looked
+    /// up now, as a fresh request's would be: a key refused since answers
+    /// 401 (or 429) whatever the failure was, a valid one gives the caller
+    /// to decide the request again with. For a key looked up by this
+    /// request, `failure` is the answer.
+    pub async fn again(&self, state: &AppState, failure: ApiError) -> Result<WebhookCaller, ApiError> {
+        let Some(kept) = &self.kept else { return Err(failure) };
+        Self::lookup(&kept.guard.attach(state), state, kept.digest, Some(kept.spent)).await
+    }
+
+    /// [`WebhookCaller::again`] for a failure that another decision would
+    /// not change (a body that does not parse): the failure, unless the key
+    /// is refused now.
+    pub async fn refusing(&self, state: &AppState, failure: ApiError) -> ApiError {
+        match &self.kept {
+            Some(_) => self.again(state, ApiError::Unauthorized).await.err().unwrap_or(failure),
+            None => failure,
+        }
     }
 
     async fn authenticate(parts: &mut Parts, state: &AppState) -> Result<Self, WebhookError> {
@@ -55,6 +117,26 @@ impl WebhookCaller {
             (Some(v), None) => v.to_str().ok().map(str::trim).filter(|k| !k.is_empty()),
             _ => None,
         };
+        // A kept answer only where the store confirms it: a reading
+        // written in ingest mode.
+        let confirmed = parts.method == axum::http::Method::POST && state.webhook.mode == WebhookMode::Ingest;
+        if let Some(key) = key.filter(|_| confirmed) {
+            let digest = key_digest(key);
+            if let Some(kept) = state.kept_hooks.get(&digest) {
+                let spent = guard.spend(b"hook", &digest).await;
+                if !spent.allowed() {
+                    // Refused on a kept answer: looked up, so that a revoked key is still a 401.
+                    return Ok(Self::lookup(&guard, state, digest, Some(spent)).await?);
+                }
+                let kept_answer = Unconfirmed { digest, guard: guard.detach(), spent };
+                return Ok(WebhookCaller {
+                    account_id: kept.account_id,
+                    generations: kept.generations,
+                    looked_up: std::time::Instant::now(),
+                    kept: Some(kept_answer),
+                });
+            }
+        }
         Ok(Self::by_key(&guard, state, key).await?)
     }
 
@@ -64,14 +146,31 @@ impl WebhookCaller {
         let Some(key) = key else {
             return Err(guard.failed(ApiError::Unauthorized).await);
         };
-        let digest = key_digest(key);
+        Self::lookup(guard, state, key_digest(key), None).await
+    }
+
+    /// Looks the webhook key of `digest` up, keeping a valid one's answer
+    /// and forgetting a refused one's. `spent` is the key's request quota
+    /// when it was spent already: it answers (with its headers) only for a
+    /// valid key, as if spent now.
+    async fn lookup(
+        guard: &Guard<'_>,
+        state: &AppState,
+        digest: KeyDigest,
+        spent: Option<Spent>,
+    ) -> Result<Self, ApiError> {
         let looked_up = std::time::Instant::now();
         match state.store.webhook_key_auth(&digest).await? {
             Some(k) if constant_time_eq(&k.digest, &digest) && !k.revoked && !k.account_disabled => {
-                guard.caller(b"hook", &digest).await?;
-                Ok(WebhookCaller { account_id: k.account_id, generations: k.generations, looked_up })
+                state.kept_hooks.keep(digest, KeptHook { account_id: k.account_id, generations: k.generations });
+                match spent {
+                    Some(spent) => guard.settle(spent)?,
+                    None => guard.caller(b"hook", &digest).await?,
+                }
+                Ok(WebhookCaller { account_id: k.account_id, generations: k.generations, looked_up, kept: None })
             }
             _ => {
+                state.kept_hooks.forget(&digest);
                 guard.before_verify().await?;
                 Err(guard.failed(ApiError::Unauthorized).await)
             }
@@ -90,6 +189,7 @@ mod tests {
             account_id: 1,
             generations,
             looked_up: std::time::Instant::now().checked_sub(age).expect("the clock has run that long"),
+            kept: None,
         };
         assert_eq!(caller(std::time::Duration::ZERO).generations(), Some(generations));
         assert_eq!(caller(KEPT_ANSWER_AGE).generations(), None, "a slow body: ask again");

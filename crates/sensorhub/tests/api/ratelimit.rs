@@ -4,6 +4,7 @@
 use crate::harness::{ALICE_PASSWORD, Answer, TestApp, assert_error, basic};
 use reqwest::Method;
 use sensorhub::config::serve::ServeSettings;
+use sensorhub::config::server::{WebhookMode, WebhookSettings};
 use sensorhub::limiter::RateLimitSetting;
 use serde_json::json;
 
@@ -70,6 +71,29 @@ on_each_backend! {
         assert_limited(&a, 2);
         assert_eq!(a.text, r#"{"message":"Too Many Requests"}"#);
         assert_eq!(app.webhook(Some("wh-carol-secret"), &body).await.status, 200);
+    }
+}
+
+// In ingest mode a key's answer is kept between readings: its quota and
+// headers are the same.
+on_each_backend! {
+    async fn a_kept_webhook_key_is_limited_as_a_looked_up_one() {
+        let rate_limit: RateLimitSetting = "3/minute".parse().expect("quota");
+        let webhook = WebhookSettings { mode: WebhookMode::Ingest, ..WebhookSettings::default() };
+        let app = TestApp::with(ServeSettings { rate_limit, webhook, ..TestApp::settings() }).await;
+        let body = |minute: u32| {
+            json!({"event": "e", "device_id": "AWLR-001", "timestamp": format!("2026-05-05T00:{minute:02}:00Z"),
+                   "data": {"AWLR1-wl": 100}})
+            .to_string()
+        };
+        for (minute, remaining) in [(1, 2), (2, 1), (3, 0)] {
+            let a = app.webhook(Some("wh-alice-secret"), &body(minute)).await;
+            assert_eq!(a.status, 200, "{}", a.text);
+            assert_eq!(header(&a, "ratelimit-remaining"), Some(remaining), "minute {minute}");
+        }
+        let a = app.webhook(Some("wh-alice-secret"), &body(4)).await;
+        assert_limited(&a, 3);
+        assert_eq!(a.text, r#"{"message":"Too Many Requests"}"#);
     }
 }
 

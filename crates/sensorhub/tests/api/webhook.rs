@@ -304,6 +304,40 @@ on_each_backend! {
     }
 }
 
+// In ingest mode a webhook key's answer is kept between readings and
+// confirmed when the reading is written: a key revoked or its account
+// disabled since is refused at the next request all the same, whatever
+// its body, and nothing of it is written.
+on_each_backend! {
+    async fn a_kept_key_revoked_or_disabled_is_refused_at_the_next_request() {
+        let app = TestApp::with(ingest_app()).await;
+        provision(&app, r#"{"accounts":[{"username":"carol","devices":["AWS-002"],"write":["AWS-002"]}]}"#).await;
+        let temp = |minute: u32| envelope("AWS-002", &format!("2026-06-01T00:{minute:02}:00Z"), json!({"AWS2-temp": 20}));
+        let carol = async |body: String| app.webhook(Some("wh-carol-secret"), &body).await;
+        assert_eq!(carol(temp(1)).await.status, 200);
+        assert_eq!(carol(temp(2)).await.status, 200, "on the kept answer");
+        let key = |revoked: bool| {
+            format!(r#"{{"accounts":[{{"username":"carol","webhook_keys":[{{"key":"wh-carol-secret","revoked":{revoked}}}]}}]}}"#)
+        };
+        provision(&app, &key(true)).await;
+        let a = carol(temp(3)).await;
+        assert_eq!(a.status, 401, "the key revoked");
+        assert_eq!(a.text, r#"{"message":"Unauthorized"}"#);
+        assert_eq!(carol("{".into()).await.status, 401, "a bad body from a revoked key: still 401");
+        provision(&app, &key(false)).await;
+        assert_eq!(carol(temp(4)).await.status, 200, "active again");
+        assert_eq!(carol("{".into()).await.status, 400, "a bad body from a valid key");
+        provision(&app, r#"{"accounts":[{"username":"carol","disabled":true}]}"#).await;
+        assert_eq!(carol(temp(5)).await.status, 401, "the account disabled");
+        provision(&app, r#"{"accounts":[{"username":"carol","disabled":false}]}"#).await;
+        assert_eq!(carol(temp(6)).await.status, 200, "enabled again");
+        let window = "/devices/AWS-002/data?start=2026-06-01T00:00:00Z&end=2026-06-02T00:00:00Z";
+        let minutes: Vec<String> =
+            app.alice(window).await.data().as_array().expect("list").iter().map(|r| r["timestamp"].to_string()).collect();
+        assert_eq!(minutes, ["01", "02", "04", "06"].map(|m| format!("\"2026-06-01T00:{m}:00Z\"")), "nothing refused was written");
+    }
+}
+
 on_each_backend! {
     async fn readings_from_the_future_are_refused() {
         let app = TestApp::with(ingest_app()).await;
