@@ -31,11 +31,17 @@ const WRITE_LOCK: i64 = 0x7772_6974_6573;
 /// The statement that takes it.
 const LOCK: &str = "SELECT pg_advisory_xact_lock($1)";
 
+/// Writing transactions read what was committed before each statement,
+/// whatever the database's or role's default: the statements after the
+/// lock see every change committed before it was granted (a key revoked
+/// while a group waited for the lock refuses its kept readings).
+const READ_COMMITTED: tokio_postgres::IsolationLevel = tokio_postgres::IsolationLevel::ReadCommitted;
+
 /// Begins a writing transaction: waits at most the session's
 /// `lock_timeout` (5 s, [`super::SESSION_OPTIONS`]) for the write lock,
 /// then fails with [`StoreError::Busy`].
 pub(super) async fn begin(c: &mut Client) -> StoreResult<Transaction<'_>> {
-    let tx = c.transaction().await?;
+    let tx = c.build_transaction().isolation_level(READ_COMMITTED).start().await?;
     let lock = tx.prepare_cached(LOCK).await?;
     tx.execute(&lock, &[&WRITE_LOCK]).await?;
     Ok(tx)
@@ -100,7 +106,8 @@ pub(super) async fn ingest_group(
     let lock = c.prepare_cached(LOCK).await?;
     let ahead = Ahead::new(&c);
     let tx = PgTx::sending_ahead(&c, &ahead);
-    let begin = futures_util::future::join(c.batch_execute("BEGIN"), c.execute(&lock, &[&WRITE_LOCK]));
+    let begun = c.batch_execute("BEGIN ISOLATION LEVEL READ COMMITTED");
+    let begin = futures_util::future::join(begun, c.execute(&lock, &[&WRITE_LOCK]));
     // `join` polls `begin` first: its statements are sent first.
     let ((begun, locked), written) = futures_util::future::join(begin, readings::ingest_group(&tx, group, kept)).await;
     let mut errors: Vec<StoreError> = [begun.err(), locked.err()].into_iter().flatten().map(StoreError::from).collect();

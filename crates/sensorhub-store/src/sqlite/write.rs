@@ -18,6 +18,15 @@ use crate::{AccountSummary, ApiKeySummary, IMPORT_COMMIT_EVERY, PartialImport, R
 
 use sensorhub_core::retention::Retention;
 
+impl SqliteStore {
+    /// One reading, in the next group, counted as waiting for the writer
+    /// meanwhile ([`crate::store::ReadingWrites::ingest_waiting`]).
+    async fn single(&self, reading: ReadingInput, at: Option<crate::Generations>) -> StoreResult<()> {
+        let _waiting = super::Waiting::enter(&self.ingest_waiting);
+        self.observers.one(reading, |reading| self.group.write(reading, at)).await
+    }
+}
+
 #[async_trait]
 impl crate::store::ReadingWrites for SqliteStore {
     fn observe(&self, observer: std::sync::Arc<dyn crate::observe::AfterCommit>) {
@@ -29,12 +38,11 @@ impl crate::store::ReadingWrites for SqliteStore {
     }
 
     async fn ingest(&self, reading: ReadingInput) -> StoreResult<()> {
-        let _waiting = super::Waiting::enter(&self.ingest_waiting);
-        self.observers.one(reading, |reading| self.group.write(reading, None)).await
+        self.single(reading, None).await
     }
 
     async fn ingest_at(&self, reading: ReadingInput, at: crate::Generations) -> StoreResult<()> {
-        self.observers.one(reading, |reading| self.group.write(reading, Some(at))).await
+        self.single(reading, Some(at)).await
     }
 
     async fn import(&self, source: ReadingSource, outbox: Outbox) -> StoreResult<ImportReport> {

@@ -59,10 +59,26 @@ async fn a_reading_at_kept_generations_is_refused_once_they_moved() {
 
         // Made by SQL, from outside the store: the triggers move them all the same.
         let zero = if b.pg.is_some() { "decode(repeat('00', 32), 'hex')" } else { "zeroblob(32)" };
+        // SQLite's REPLACE fires no update or delete trigger; PostgreSQL's upsert fires the update's.
+        let (replace, conflict) = match b.pg {
+            Some(_) => (
+                "INSERT INTO webhook_keys (id, digest, prefix, account_id, revoked, created_at)
+                         SELECT id, digest, prefix, account_id,",
+                " , created_at FROM webhook_keys
+                         ON CONFLICT (id) DO UPDATE SET revoked = EXCLUDED.revoked",
+            ),
+            None => (
+                "INSERT OR REPLACE INTO webhook_keys (id, digest, prefix, account_id, revoked, created_at)
+                      SELECT id, digest, prefix, account_id,",
+                ", created_at FROM webhook_keys",
+            ),
+        };
         let by_sql = [
             ("the key revoked by SQL", "UPDATE webhook_keys SET revoked = TRUE".to_owned()),
             ("the key restored by SQL", "UPDATE webhook_keys SET revoked = FALSE".into()),
             ("a sensor renamed by SQL", "UPDATE sensors SET name = 'renamed' WHERE sensor_id = 'b'".into()),
+            ("the key replaced by a revoked one by SQL", format!("{replace} TRUE{conflict}")),
+            ("the key restored again by SQL", "UPDATE webhook_keys SET revoked = FALSE".into()),
             ("the key's digest changed by SQL", format!("UPDATE webhook_keys SET digest = {zero}")),
             ("the key removed by SQL", "DELETE FROM webhook_keys".into()),
         ];

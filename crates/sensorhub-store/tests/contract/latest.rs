@@ -152,7 +152,7 @@ async fn the_migration_fills_the_index_from_stored_hours() {
          DROP TRIGGER access_key_device_removed; DROP TRIGGER access_device_removed;
          DROP TRIGGER access_device_owner_changed; DROP TRIGGER access_grant_changed; DROP TRIGGER access_grant_added;
          DROP TRIGGER access_key_device_changed; DROP TRIGGER access_webhook_key_changed;
-         DROP TRIGGER access_webhook_key_removed;
+         DROP TRIGGER access_webhook_key_removed; DROP TRIGGER access_webhook_key_added; DROP TRIGGER access_key_added;
          PRAGMA user_version = 4",
     )
     .expect("back to version 4");

@@ -86,14 +86,30 @@ on_each_backend! {
                    "data": {"AWLR1-wl": 100}})
             .to_string()
         };
-        for (minute, remaining) in [(1, 2), (2, 1), (3, 0)] {
+        let apply = async |text: &str| {
+            let mut doc: sensorhub_core::provision::Provision =
+                sensorhub_core::provision::parse_json(text).expect("document parses");
+            let readings = doc.check().expect("document is valid");
+            app.store.apply(doc, readings).await.expect("document applies");
+        };
+        for (minute, remaining) in [(1, 2), (2, 1)] {
             let a = app.webhook(Some("wh-alice-secret"), &body(minute)).await;
             assert_eq!(a.status, 200, "{}", a.text);
             assert_eq!(header(&a, "ratelimit-remaining"), Some(remaining), "minute {minute}");
         }
+        // A grant to another account moves the generations: the kept answer
+        // is found stale and the key looked up again, within one request's quota.
+        apply(r#"{"accounts":[{"username":"carol","devices":["AWLR-001"]}]}"#).await;
+        let a = app.webhook(Some("wh-alice-secret"), &body(3)).await;
+        assert_eq!(a.status, 200, "{}", a.text);
+        assert_eq!(header(&a, "ratelimit-remaining"), Some(0), "decided again, charged once");
         let a = app.webhook(Some("wh-alice-secret"), &body(4)).await;
         assert_limited(&a, 3);
         assert_eq!(a.text, r#"{"message":"Too Many Requests"}"#);
+        // Over its quota on a kept answer, a key revoked since is a 401, as on a lookup.
+        apply(r#"{"accounts":[{"username":"alice","webhook_keys":[{"key":"wh-alice-secret","revoked":true}]}]}"#).await;
+        let a = app.webhook(Some("wh-alice-secret"), &body(5)).await;
+        assert_eq!(a.status, 401, "{}", a.text);
     }
 }
 
