@@ -65,7 +65,7 @@ pub async fn launch(
     let metrics = state.metrics.clone();
     if let Some(mqtt) = settings.mqtt.clone() {
         let installation = store.installation_id().await?;
-        state.mqtt = Some(crate::ingest::mqtt::spawn(mqtt, &installation, store.clone(), metrics.clone())?);
+        state = state.with_mqtt(crate::ingest::mqtt::spawn(mqtt, &installation, store.clone(), metrics.clone())?);
     }
     start_deliveries(&settings, &store, &state).await?;
     if settings.demo && crate::demo::is_demo(&store).await {

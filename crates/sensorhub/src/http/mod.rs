@@ -50,9 +50,25 @@ use std::time::Duration;
 /// A limiter the state holds; `None` when limits are off.
 type SharedLimiter = Option<Arc<dyn Limiter>>;
 
-/// What every handler can reach.
+/// What every handler can reach ([`Shared`]), behind one `Arc`: each
+/// request's extractors clone the state, and a clone is then one count
+/// rather than some twenty fields (with the proxies' list and the
+/// settings' strings allocated again), which was 3-4 % of the server's CPU
+/// a webhook reading (perf, issue 27).
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<Shared>);
+
+impl std::ops::Deref for AppState {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+/// What the state holds.
+#[derive(Clone)]
+pub struct Shared {
     /// The database; every reading it stores is published to `live`.
     pub store: Arc<dyn Store>,
     /// Readings as they are stored, for live streams.
@@ -145,7 +161,7 @@ impl AppState {
         live.start();
         store.observe(Arc::new(crate::live::Publisher(live.clone())));
         let access = crate::live::access::watch(store.clone());
-        Self {
+        Self(Arc::new(Shared {
             store,
             live,
             rules: options.rules.clone(),
@@ -169,7 +185,14 @@ impl AppState {
             rendered: Arc::new(rendered::RenderedHours::new(rendered::DEFAULT_BUDGET)),
             kept_keys: Arc::new(kept_keys::KeptKeys::new(kept_keys::DEFAULT_KEYS)),
             kept_hooks: Arc::new(kept_keys::KeptKeys::new(kept_keys::DEFAULT_KEYS)),
-        }
+        }))
+    }
+
+    /// The state with the MQTT link's status (clones made before keep none).
+    pub fn with_mqtt(self, status: Arc<crate::ingest::mqtt::MqttStatus>) -> Self {
+        let mut shared = Arc::unwrap_or_clone(self.0);
+        shared.mqtt = Some(status);
+        Self(Arc::new(shared))
     }
 }
 
