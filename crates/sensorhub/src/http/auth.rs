@@ -176,16 +176,12 @@ async fn check_key(
     match state.store.api_key_auth(&digest).await? {
         Some(key) if !key.revoked && !key.account_disabled => {
             state.kept_keys.keep(digest, KeptKey { scope: key.scope(), access: key.access });
-            match spent {
-                Some(spent) => guard.settle(spent)?,
-                None => guard.caller(b"key", &digest).await?,
-            }
+            guard.admit(b"key", &digest, spent).await?;
             Ok(Caller { scope: key.scope(), credential: Credential::Key(digest) })
         }
         _ => {
             state.kept_keys.forget(&digest);
-            guard.before_verify().await?;
-            Err(guard.failed(ApiError::Forbidden).await)
+            Err(guard.refused(ApiError::Forbidden).await)
         }
     }
 }

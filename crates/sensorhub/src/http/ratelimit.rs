@@ -137,6 +137,16 @@ impl<'a> Guard<'a> {
         Err(ApiError::TooManyRequests)
     }
 
+    /// A key that is unknown or refused (free to check): 429 when the
+    /// address is already over its quota ([`Guard::before_verify`]), else
+    /// `err`, spending the quota ([`Guard::failed`]).
+    pub async fn refused(&self, err: ApiError) -> ApiError {
+        match self.before_verify().await {
+            Err(over) => over,
+            Ok(()) => self.failed(err).await,
+        }
+    }
+
     /// A failed authentication: spends the address's quota and answers
     /// `err`, or 429 once the address is over.
     pub async fn failed(&self, err: ApiError) -> ApiError {
@@ -203,6 +213,15 @@ impl<'a> Guard<'a> {
     pub async fn caller(&self, kind: &[u8], id: &[u8]) -> Result<(), ApiError> {
         let spent = self.spend(kind, id).await;
         self.settle(spent)
+    }
+
+    /// A caller found valid: its request's answer from the quota `spent`
+    /// already (a kept answer's), else spent now as [`Guard::caller`].
+    pub async fn admit(&self, kind: &[u8], id: &[u8], spent: Option<Spent>) -> Result<(), ApiError> {
+        match spent {
+            Some(spent) => self.settle(spent),
+            None => self.caller(kind, id).await,
+        }
     }
 
     /// Spends one request of `caller`'s quota, answering nothing yet: the

@@ -163,16 +163,12 @@ impl WebhookCaller {
         match state.store.webhook_key_auth(&digest).await? {
             Some(k) if constant_time_eq(&k.digest, &digest) && !k.revoked && !k.account_disabled => {
                 state.kept_hooks.keep(digest, KeptHook { account_id: k.account_id, generations: k.generations });
-                match spent {
-                    Some(spent) => guard.settle(spent)?,
-                    None => guard.caller(b"hook", &digest).await?,
-                }
+                guard.admit(b"hook", &digest, spent).await?;
                 Ok(WebhookCaller { account_id: k.account_id, generations: k.generations, looked_up, kept: None })
             }
             _ => {
                 state.kept_hooks.forget(&digest);
-                guard.before_verify().await?;
-                Err(guard.failed(ApiError::Unauthorized).await)
+                Err(guard.refused(ApiError::Unauthorized).await)
             }
         }
     }
