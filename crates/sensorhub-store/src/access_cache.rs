@@ -145,7 +145,7 @@ impl WriteTargets {
 type ScopeKey = (Option<i64>, Option<i64>);
 
 fn scope_key(scope: Scope) -> ScopeKey {
-    crate::sql::access::scope_params(scope)
+    scope.params()
 }
 
 /// A store's kept visible devices, by scope and device id: the device a

@@ -17,6 +17,17 @@ pub enum Scope {
     },
 }
 
+impl Scope {
+    /// The scope as its two query parameters, and as a map key: the
+    /// account (none for all devices) and the scoped key, if any.
+    pub(crate) fn params(self) -> (Option<i64>, Option<i64>) {
+        match self {
+            Scope::All => (None, None),
+            Scope::Account { account_id, key } => (Some(account_id), key),
+        }
+    }
+}
+
 /// What HTTP Basic needs to check a login.
 #[derive(Debug, Clone)]
 pub struct AccountAuth {

@@ -4,7 +4,7 @@
 
 use crate::decide::latest::entry;
 use crate::decide::sensors_by_idx;
-use crate::sql::access::{SCOPE_FILTER, scope_params};
+use crate::sql::access::SCOPE_FILTER;
 use crate::{DeviceHandle, LatestValue, Scope, StoreResult};
 use deadpool_postgres::GenericClient;
 use sensorhub_core::model::SensorMeta;
@@ -21,7 +21,7 @@ pub(super) async fn read(
     scope: Scope,
     device_id: &str,
 ) -> StoreResult<Option<(DeviceHandle, Vec<LatestValue>)>> {
-    let (account, key) = scope_params(scope);
+    let (account, key) = scope.params();
     let stmt = c
         .prepare_cached(&format!(
             "WITH d AS (SELECT d.id FROM devices d WHERE d.device_id = $3 AND {SCOPE_FILTER})

@@ -5,7 +5,7 @@ use super::PgStore;
 use super::latest::sensor;
 use crate::chunk::{self, chunk_of};
 use crate::decide::malformed;
-use crate::sql::access::{self, GENERATIONS, SCOPE_FILTER, scope_params};
+use crate::sql::access::{self, GENERATIONS, SCOPE_FILTER};
 use crate::{
     AccountAuth, ApiKeyAuth, DeviceHandle, Generations, HoursHead, ReadingBatch, Scope, StoreResult, WebhookKeyAuth,
 };
@@ -21,7 +21,7 @@ use std::sync::Arc;
 use sensorhub_core::time::TimeRange;
 
 pub(super) async fn list_devices(c: &impl GenericClient, scope: Scope) -> StoreResult<Vec<Device>> {
-    let (account, key) = scope_params(scope);
+    let (account, key) = scope.params();
     let stmt = c
         .prepare_cached(&format!(
             "SELECT s.device_pk, s.sensor_id, s.name, s.type, s.unit FROM sensors s JOIN devices d ON d.id = s.device_pk
@@ -117,7 +117,7 @@ pub(super) async fn head_hours(
     to: i64,
     limit: i64,
 ) -> StoreResult<(Generations, Option<(DeviceHandle, Vec<StoredHour>)>)> {
-    let (account, key) = scope_params(scope);
+    let (account, key) = scope.params();
     let stmt = c
         .prepare_cached(&format!(
             "WITH d AS (SELECT d.id FROM devices d WHERE d.device_id = $3 AND {SCOPE_FILTER})

@@ -15,7 +15,8 @@ use sensorhub_core::model::SensorMeta;
 use sensorhub_core::secret::KeyDigest;
 
 /// The `WHERE` clause selecting the devices `d` of a scope, with
-/// parameters `$1` (account, or NULL for all) and `$2` (scoped key or NULL).
+/// parameters `$1` (account, or NULL for all) and `$2` (scoped key or NULL):
+/// [`Scope::params`](crate::Scope::params).
 /// Each device is looked up by primary key (`EXISTS`): `d.id IN (SELECT …)`
 /// made SQLite list every device of the account for each query, so finding
 /// one station cost as much as the account's fleet (80 % of a webhook
@@ -24,14 +25,6 @@ pub(crate) const SCOPE_FILTER: &str = "(CAST($1 AS bigint) IS NULL
          OR EXISTS (SELECT 1 FROM account_devices scope_a WHERE scope_a.account_id = $1 AND scope_a.device_pk = d.id))
      AND (CAST($2 AS bigint) IS NULL
          OR EXISTS (SELECT 1 FROM api_key_devices scope_k WHERE scope_k.key_id = $2 AND scope_k.device_pk = d.id))";
-
-/// The parameters of [`SCOPE_FILTER`].
-pub(crate) fn scope_params(scope: Scope) -> (Option<i64>, Option<i64>) {
-    match scope {
-        Scope::All => (None, None),
-        Scope::Account { account_id, key } => (Some(account_id), key),
-    }
-}
 
 /// A sensor from columns `from..from + 4` of `r` (id, name, type, unit).
 pub(crate) fn sensor(r: &Row, from: usize) -> StoreResult<SensorMeta> {
@@ -128,7 +121,7 @@ pub(crate) async fn writable_device(
              WHERE d.device_id = $3 AND {SCOPE_FILTER} ORDER BY s.idx"
         )
     });
-    let (account, key) = scope_params(Scope::Account { account_id, key: None });
+    let (account, key) = Scope::Account { account_id, key: None }.params();
     let rows = c.query(&SQL, &[account.into(), key.into(), device_id.into()]).await?;
     let Some(first) = rows.first() else { return Ok(None) };
     let may_write: bool = first.get(6)?;
@@ -179,7 +172,7 @@ pub(crate) async fn devices_with_sensors(
 
 /// The device `device_id` visible in `scope`, with its sensors, in one query.
 pub(crate) async fn find_device(c: &impl Sql, scope: Scope, device_id: &str) -> StoreResult<Option<DeviceHandle>> {
-    let (account, key) = scope_params(scope);
+    let (account, key) = scope.params();
     let sql = format!(
         "SELECT d.id, s.idx, s.sensor_id, s.name, s.type, s.unit
          FROM devices d LEFT JOIN sensors s ON s.device_pk = d.id

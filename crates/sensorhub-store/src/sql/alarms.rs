@@ -3,7 +3,7 @@
 //! subscriptions that want alarm events, the rules rewritten, and the
 //! reads of the API and the silence watch.
 
-use super::access::{SCOPE_FILTER, scope_params};
+use super::access::SCOPE_FILTER;
 use super::by_keys::ByKeys as ByDevices;
 use super::{Param, Sql};
 use crate::alarm::AlarmEvent;
@@ -296,7 +296,7 @@ pub(crate) async fn rules(c: &impl Sql, device_id: Option<&str>) -> StoreResult<
 
 /// The devices visible in `scope` with an active alarm (number, id).
 pub(crate) async fn active_devices(c: &impl Sql, scope: Scope) -> StoreResult<Vec<(i64, String)>> {
-    let (account, key) = scope_params(scope);
+    let (account, key) = scope.params();
     let sql = format!(
         "SELECT d.id, d.device_id FROM alarm_states s JOIN devices d ON d.id = s.device_pk
          WHERE s.active > 0 AND {SCOPE_FILTER} ORDER BY d.id"

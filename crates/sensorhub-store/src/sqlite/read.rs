@@ -5,7 +5,7 @@ use super::pool::Pool;
 use super::tx::on;
 use super::{hour_key, key_chunk};
 use crate::chunk::{self, chunk_of};
-use crate::sql::access::{self, SCOPE_FILTER, scope_params};
+use crate::sql::access::{self, SCOPE_FILTER};
 use crate::sql::sqlite_placeholders;
 use crate::{
     AccountAuth, ApiKeyAuth, DeviceHandle, Generations, HoursHead, ReadingBatch, ReadingStream, Scope, StoreResult,
@@ -21,7 +21,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 pub(super) fn list_devices(c: &Connection, scope: Scope) -> StoreResult<Vec<Device>> {
-    let (account, key) = scope_params(scope);
+    let (account, key) = scope.params();
     let mut sensors: HashMap<i64, Vec<SensorMeta>> = HashMap::new();
     let mut stmt = c.prepare_cached(&sqlite_placeholders(&format!(
         "SELECT s.device_pk, s.sensor_id, s.name, s.type, s.unit FROM sensors s JOIN devices d ON d.id = s.device_pk
