@@ -8,14 +8,25 @@
 //! sensor) is refused alone: the others of its group are stored. The
 //! backend gives the function that writes a group, through the same
 //! reading writer as `import`.
+//!
+//! The committer is a thread of its own with a single-threaded runtime,
+//! where the backend's writer runs: a reading's request wakes it, and its
+//! commit wakes the request. On the server's shared runtime a group also
+//! went to a committer task and, on SQLite, to a blocking thread and back
+//! (bench/RESULTS.md, the twentieth step).
 
+use crate::alarm::AlarmEvent;
+use crate::observe::Observers;
 use crate::{Generations, StoreError, StoreResult};
 use sensorhub_core::model::ReadingInput;
-use std::future::Future;
+use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
 
 /// Readings committed in one transaction at most.
 const MAX_GROUP: usize = 512;
+
+/// Groups whose alarm transitions the observers have not heard of yet.
+const TELLING: usize = 16;
 
 /// One reading of a group, and the generations it may be written at.
 #[derive(Debug)]
@@ -28,53 +39,95 @@ pub(crate) struct Single {
     pub(crate) at: Option<Generations>,
 }
 
+/// What a written group gives back: each reading's outcome, and the alarm
+/// transitions recorded.
+pub(crate) type Written = (Vec<StoreResult<()>>, Vec<AlarmEvent>);
+
+/// Where each reading's outcome goes.
+type Answers = Vec<oneshot::Sender<StoreResult<()>>>;
+
 /// A reading waiting for its transaction, and where its outcome goes.
 struct Job {
     single: Single,
     done: oneshot::Sender<StoreResult<()>>,
 }
 
-/// The committer's queue; the committer stops when this is dropped.
+/// The committer's queue; the committer's thread stops when this is dropped.
 pub(crate) struct GroupCommit {
     queue: mpsc::Sender<Job>,
 }
 
 impl GroupCommit {
-    /// Starts the committer. `write_group` stores readings in one
+    /// Starts the committer's thread, named `name`. `setup` runs on it
+    /// first (what it builds, a connection's task say, lives on the
+    /// thread's runtime) and gives the writer: it stores readings in one
     /// transaction and gives each its outcome, or fails as a whole (then
-    /// nothing of the group was written).
-    pub(crate) fn start<F, Fut>(write_group: F) -> Self
+    /// nothing of the group was written). Alarm transitions are told to
+    /// `observers` before the readings of their group are answered, in
+    /// the order of the groups, on the caller's runtime (an observer may
+    /// start tasks there).
+    pub(crate) fn start<W>(
+        name: &str,
+        observers: Arc<Observers>,
+        setup: impl FnOnce() -> StoreResult<W> + Send + 'static,
+    ) -> StoreResult<Self>
     where
-        F: Fn(Vec<Single>) -> Fut + Send + 'static,
-        Fut: Future<Output = StoreResult<Vec<StoreResult<()>>>> + Send,
+        W: AsyncFn(&[Single]) -> StoreResult<Written> + 'static,
     {
         let (queue, mut jobs) = mpsc::channel::<Job>(4 * MAX_GROUP);
-        tokio::spawn(async move {
-            while let Some(first) = jobs.recv().await {
-                let mut group = vec![first];
-                while group.len() < MAX_GROUP {
-                    match jobs.try_recv() {
-                        Ok(job) => group.push(job),
-                        Err(_) => break,
-                    }
-                }
-                let (readings, answers): (Vec<_>, Vec<_>) = group.into_iter().map(|j| (j.single, j.done)).unzip();
-                match write_group(readings).await {
-                    Ok(each) => {
-                        for (answer, outcome) in answers.into_iter().zip(each) {
-                            let _ = answer.send(outcome);
-                        }
-                    }
-                    // Nothing of the group was written: each reading gets the cause.
+        let (tell, told) = mpsc::channel(TELLING);
+        tokio::spawn(teller(told, observers));
+        // The runtime is built on the thread: one dropped in the caller's
+        // async context (had the thread not started) would panic.
+        let (started, built) = std::sync::mpsc::sync_channel(1);
+        std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || {
+                let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                    Ok(runtime) => runtime,
                     Err(e) => {
-                        for answer in answers {
-                            let _ = answer.send(Err(e.duplicate()));
+                        let _ = started.send(Err(e));
+                        return;
+                    }
+                };
+                let _ = started.send(Ok(()));
+                runtime.block_on(async move {
+                    let write = setup();
+                    while let Some(first) = jobs.recv().await {
+                        let mut group = vec![first];
+                        while group.len() < MAX_GROUP {
+                            match jobs.try_recv() {
+                                Ok(job) => group.push(job),
+                                Err(_) => break,
+                            }
+                        }
+                        let (readings, answers): (Vec<_>, Answers) =
+                            group.into_iter().map(|j| (j.single, j.done)).unzip();
+                        let written = match &write {
+                            Ok(write) => write(&readings).await,
+                            Err(e) => Err(e.duplicate()),
+                        };
+                        match written {
+                            Ok((each, events)) if events.is_empty() => answer(answers, each),
+                            // The teller answers once the observers heard.
+                            Ok((each, events)) => {
+                                let _ = tell.send((events, answers, each)).await;
+                            }
+                            // Nothing of the group was written: each reading gets the cause.
+                            Err(e) => {
+                                for answer in answers {
+                                    let _ = answer.send(Err(e.duplicate()));
+                                }
+                            }
                         }
                     }
-                }
-            }
-        });
-        Self { queue }
+                });
+            })
+            .map_err(|e| StoreError::Backend(Box::new(e)))?;
+        // Waits only for the thread to build its runtime.
+        let built = built.recv().map_err(|_| StoreError::Backend("the group committer did not start".into()))?;
+        built.map_err(|e| StoreError::Backend(Box::new(e)))?;
+        Ok(Self { queue })
     }
 
     /// Stores `reading` in the next group (only at generations `at`, when
@@ -84,5 +137,21 @@ impl GroupCommit {
         let gone = || StoreError::Backend("the group committer stopped".into());
         self.queue.send(Job { single: Single { reading, at }, done }).await.map_err(|_| gone())?;
         outcome.await.map_err(|_| gone())?
+    }
+}
+
+/// Gives each reading of a group its outcome.
+fn answer(answers: Answers, each: Vec<StoreResult<()>>) {
+    for (answer, outcome) in answers.into_iter().zip(each) {
+        let _ = answer.send(outcome);
+    }
+}
+
+/// Tells the observers of each group's alarm transitions, in order, and
+/// then answers the group's readings.
+async fn teller(mut told: mpsc::Receiver<(Vec<AlarmEvent>, Answers, Vec<StoreResult<()>>)>, observers: Arc<Observers>) {
+    while let Some((events, answers, each)) = told.recv().await {
+        observers.alarms(&events).await;
+        answer(answers, each);
     }
 }

@@ -142,15 +142,13 @@ impl SqliteStore {
         let reads = Pool::new(path, READ_POOL_SIZE, Role::Read, sync);
         let observers = std::sync::Arc::new(crate::observe::Observers::default());
         let kept = std::sync::Arc::new(Kept::default());
-        let shared = (writes.clone(), observers.clone(), kept.clone());
-        let group = crate::group::GroupCommit::start(move |readings| {
-            let (writes, observers, kept) = shared.clone();
-            async move {
-                let written =
-                    writes.run(move |c| tx::in_tx(c, async |tx| ingest_group(tx, &readings, &kept).await)).await?;
-                Ok(observers.after(written).await)
-            }
-        });
+        let (group_writes, group_kept) = (writes.clone(), kept.clone());
+        let group = crate::group::GroupCommit::start("sensorhub-sqlite-group", observers.clone(), move || {
+            Ok(async move |readings: &[crate::group::Single]| {
+                let kept = &group_kept;
+                group_writes.run_here(|c| tx::in_tx(c, async |tx| ingest_group(tx, readings, kept).await)).await
+            })
+        })?;
         Ok(Self {
             reads,
             writes,

@@ -1,5 +1,6 @@
 //! The SQLite backend's connections: a pool for reads and one for writes,
-//! each connection used on a blocking thread, so that a write waiting for
+//! each connection used on a blocking thread (or the group committer's
+//! own, [`Pool::run_here`]), so that a write waiting for
 //! the database's single write lock (held by another process's import, say)
 //! never holds a reader's place. Writes wait a bounded time ([`WRITE_WAIT`])
 //! for their turn and then fail with [`StoreError::Busy`].
@@ -123,6 +124,21 @@ impl Pool {
         })
         .await
         .map_err(|e| StoreError::Backend(Box::new(e)))?
+    }
+
+    /// Runs `f` with a connection right on the calling thread, which may
+    /// block: for a thread of the store's own that does nothing else (the
+    /// group committer, [`crate::group`]).
+    pub(crate) async fn run_here<R>(&self, f: impl FnOnce(&mut Connection) -> StoreResult<R>) -> StoreResult<R> {
+        let _permit = self.permit().await?;
+        let idle = self.inner.idle.lock().ok().and_then(|mut v| v.pop());
+        let mut conn = match idle {
+            Some(c) => c,
+            None => open_connection(&self.inner.path, self.inner.role, self.inner.synchronous)?,
+        };
+        let result = f(&mut conn);
+        self.inner.put_back(conn);
+        result
     }
 
     /// Runs a short read (an indexed lookup, or one bounded batch) with an

@@ -379,3 +379,60 @@ async fn one_transaction_moves_the_rules_of_every_station_it_writes() {
         assert_eq!(raised, even);
     }
 }
+
+/// Hears of alarm transitions slowly, as an observer that publishes them
+/// to another server would.
+#[derive(Default)]
+struct SlowListener(std::sync::Mutex<Vec<(String, TransitionKind, Option<String>)>>);
+
+#[async_trait::async_trait]
+impl sensorhub_store::observe::AfterCommit for SlowListener {
+    async fn committed(&self, _readings: &[sensorhub_core::model::ReadingInput], _left_out: usize) {}
+
+    async fn alarms(&self, events: &[sensorhub_store::alarm::AlarmEvent]) {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        let mut heard = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        heard.extend(events.iter().map(|e| (e.rule.clone(), e.transition, e.level.clone())));
+    }
+}
+
+#[tokio::test]
+async fn a_reading_is_answered_once_its_transitions_are_told_in_order() {
+    use TransitionKind::*;
+    for b in backends().await {
+        let s = &*b.store;
+        apply(s, &katulampa(5.0)).await.expect("apply");
+        let listener = Arc::new(SlowListener::default());
+        s.observe(listener.clone());
+        let heard = || listener.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        let start = now() - 1800;
+        let steps = [
+            (61.0, vec![t("siaga", Raised, Some("Siaga 4"))]),
+            (50.0, vec![t("siaga", Raised, Some("Siaga 4")), t("siaga", Cleared, None)]),
+            (
+                95.0,
+                vec![
+                    t("siaga", Raised, Some("Siaga 4")),
+                    t("siaga", Cleared, None),
+                    t("siaga", Raised, Some("Siaga 3")),
+                ],
+            ),
+        ];
+        for (i, (value, told)) in steps.into_iter().enumerate() {
+            // Single readings go through the group committer.
+            s.ingest(reading("D1", start + i as i64 * 60, &[("a", value)])).await.expect("ingest");
+            assert_eq!(heard(), told, "the observer heard before the answer, in order");
+        }
+        // Readings of many writers at once: their transitions are told in the order recorded.
+        let mut writers = Vec::new();
+        for (w, value) in [170.0, 215.0, 158.0, 40.0].into_iter().enumerate() {
+            let store: Arc<dyn Store> = b.store.clone();
+            let second = start + 600 + w as i64 * 60;
+            writers.push(tokio::spawn(async move { store.ingest(reading("D1", second, &[("a", value)])).await }));
+        }
+        for w in writers {
+            w.await.expect("join").expect("ingest");
+        }
+        assert_eq!(heard(), transitions(s).await, "every transition recorded was told, in the order recorded");
+    }
+}
