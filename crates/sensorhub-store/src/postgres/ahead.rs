@@ -5,7 +5,7 @@
 //! they were sent, and once one has failed every later one fails (its
 //! transaction is aborted; a `COMMIT` then rolls back), so nothing is
 //! written that would not have been, and the first failure is the one
-//! reported ([`reported`]). A group of webhook readings so costs three
+//! reported ([`reported`]). A group of webhook readings so costs two
 //! round trips, not six (issue 27).
 
 use crate::{StoreError, StoreResult};

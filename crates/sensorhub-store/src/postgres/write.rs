@@ -90,10 +90,11 @@ pub(super) async fn begin_bulk(c: &mut Client) -> StoreResult<Transaction<'_>> {
 /// itself (a lock wait past its limit, a lost connection) is everyone's:
 /// nothing is written then.
 ///
-/// Three round trips: `BEGIN` and the write lock go out with the step's
-/// first reads (the devices' generation, their subscriptions), the hours'
-/// read with the writes of `latest` and the outbox, and the hours' write
-/// with the `COMMIT` ([`super::ahead`]). The server runs them in that
+/// Two round trips: `BEGIN` and the write lock go out with the step's
+/// first reads (the devices' generation, their subscriptions, and the
+/// hours of the devices kept, read ahead), and the writes of the hours,
+/// `latest` and the outbox with the `COMMIT` ([`super::ahead`]); a group
+/// whose devices were not kept reads their hours in a round trip between. The server runs them in that
 /// order, and a failure in any fails the ones after it. `BEGIN` itself
 /// fails only with the connection: every group ends its transaction (a
 /// `COMMIT`, or a `ROLLBACK`) or the connection is closed, so the next

@@ -9,6 +9,7 @@ use super::alarm_cache::Marks;
 use super::device_alarms::DeviceAlarms;
 use super::tx::Tx;
 use crate::alarm::AlarmEvent;
+use crate::chunk::chunk_of;
 use crate::decide::latest::Newest;
 use crate::decide::outbox::Deliveries;
 use crate::decide::{self, DeviceSensors, FastMap, Hours};
@@ -47,6 +48,12 @@ pub(crate) struct ReadingWriter<'k> {
     /// The generations the first devices were read at (under the write
     /// lock: those the transaction commits at).
     read_at: Option<Generations>,
+    /// Hours guessed before the devices are looked up, to be read with
+    /// them ([`Self::guess_hours`]).
+    hours_guessed: Vec<(i64, i64)>,
+    /// Stored hours read with the devices, by key (`None`: none stored),
+    /// each taken by the first flush of its key.
+    hours_ahead: FastMap<(i64, i64), Option<Vec<u8>>>,
     /// When the transaction stores its readings, by the server's clock (seconds).
     now: i64,
     /// Whether the hours written are kept decoded for the next transaction
@@ -70,6 +77,8 @@ impl<'k> ReadingWriter<'k> {
             alarms: FastMap::default(),
             marks: None,
             read_at: None,
+            hours_guessed: Vec::new(),
+            hours_ahead: FastMap::default(),
             now: crate::decide::now(),
             keep_hours: true,
         }
@@ -82,7 +91,8 @@ impl<'k> ReadingWriter<'k> {
     /// each other are sent together: on PostgreSQL they share a round trip.
     /// The subscriptions of a device kept between transactions are asked
     /// with its lookup, by the key it was kept with, and used when the
-    /// lookup returns that key (the rest are asked after it).
+    /// lookup returns that key (the rest are asked after it); so are the
+    /// hours guessed ([`Self::guess_hours`]).
     async fn load<'a>(&mut self, tx: &impl Tx, ids: impl IntoIterator<Item = &'a str>) -> StoreResult<()> {
         let mut missing: Vec<&str> = ids.into_iter().filter(|id| !self.devices.contains_key(*id)).collect();
         if missing.is_empty() {
@@ -96,10 +106,14 @@ impl<'k> ReadingWriter<'k> {
         } else {
             Vec::new()
         };
-        let (found, any_rules, early) = futures_util::future::join3(
-            self.kept.devices.load(tx, &missing),
-            async { if ask_rules { alarms::any_rules(tx).await.map(Some) } else { Ok(None) } },
-            futures_util::future::join_all(guessed.iter().map(|&pk| tx.subscriptions_of(pk))),
+        let hours_guessed = std::mem::take(&mut self.hours_guessed);
+        let ((found, any_rules, early), ahead) = futures_util::future::join(
+            futures_util::future::join3(
+                self.kept.devices.load(tx, &missing),
+                async { if ask_rules { alarms::any_rules(tx).await.map(Some) } else { Ok(None) } },
+                futures_util::future::join_all(guessed.iter().map(|&pk| tx.subscriptions_of(pk))),
+            ),
+            async { if hours_guessed.is_empty() { Ok(Vec::new()) } else { tx.hours(&hours_guessed).await } },
         )
         .await;
         // On PostgreSQL one failed statement fails those after it with an
@@ -108,10 +122,24 @@ impl<'k> ReadingWriter<'k> {
             (Ok(found), Ok(any_rules)) => (found, any_rules),
             (Err(e), any_rules) => {
                 let others = any_rules.err().into_iter().chain(early.into_iter().filter_map(Result::err));
+                return Err(StoreError::cause(e, others.chain(ahead.err())));
+            }
+            (Ok(_), Err(e)) => {
+                let others = early.into_iter().filter_map(Result::err).chain(ahead.err());
                 return Err(StoreError::cause(e, others));
             }
-            (Ok(_), Err(e)) => return Err(StoreError::cause(e, early.into_iter().filter_map(Result::err))),
         };
+        let ahead = match ahead {
+            Ok(rows) => rows,
+            // Sent after the subscriptions: their failure comes first.
+            Err(e) => {
+                let mut errors = early.into_iter().filter_map(Result::err).chain([e]);
+                let first = errors.next().unwrap_or_else(|| StoreError::Backend("no error".into()));
+                return Err(StoreError::cause(first, errors));
+            }
+        };
+        self.hours_ahead.extend(hours_guessed.into_iter().map(|key| (key, None)));
+        self.hours_ahead.extend(ahead.into_iter().map(|r| ((r.device_pk, r.chunk), Some(r.data))));
         if any_rules.is_some() {
             self.watching = any_rules;
         }
@@ -145,6 +173,21 @@ impl<'k> ReadingWriter<'k> {
         Ok(())
     }
 
+    /// Guesses the hours that `readings` (device, second) will write, by
+    /// the keys their devices were kept with, for [`Self::load`] to read
+    /// with the devices: on PostgreSQL a group of single readings then
+    /// reads nothing after its devices. A row is used by its key, read in
+    /// this transaction before the transaction writes any, so it is the
+    /// stored row even when a guess was wrong (then it is read for nothing).
+    fn guess_hours<'a>(&mut self, readings: impl IntoIterator<Item = (&'a str, i64)>) {
+        let devices = &self.kept.devices;
+        let mut keys: Vec<(i64, i64)> =
+            readings.into_iter().filter_map(|(id, ts)| Some((devices.guessed_pk(id)?, chunk_of(ts)))).collect();
+        keys.sort_unstable();
+        keys.dedup();
+        self.hours_guessed = keys;
+    }
+
     /// Checks one reading and adds it to the hour being gathered, and to
     /// the deliveries it owes; a refused reading adds nothing.
     pub(crate) async fn write(&mut self, tx: &impl Tx, r: &ReadingInput) -> StoreResult<()> {
@@ -171,16 +214,27 @@ impl<'k> ReadingWriter<'k> {
         super::alarms::write_all(tx, devices, self.now, &self.kept.alarms, marks).await
     }
 
-    /// Merges every gathered hour with its stored row (read together) and
-    /// writes the rows that change.
+    /// Merges every gathered hour with its stored row (read together, but
+    /// for those read ahead) and writes the rows that change.
     async fn flush(&mut self, tx: &impl Tx) -> StoreResult<()> {
         if self.hours.is_empty() {
             return Ok(());
         }
         let rows = self.hours.take();
-        let keys: Vec<(i64, i64)> = rows.iter().map(|r| (r.device_pk, r.chunk)).collect();
-        let stored: FastMap<(i64, i64), Vec<u8>> =
-            tx.hours(&keys).await?.into_iter().map(|r| ((r.device_pk, r.chunk), r.data)).collect();
+        let mut stored: FastMap<(i64, i64), Vec<u8>> = FastMap::default();
+        let mut unread = Vec::new();
+        for key in rows.iter().map(|r| (r.device_pk, r.chunk)) {
+            match self.hours_ahead.remove(&key) {
+                Some(Some(data)) => {
+                    stored.insert(key, data);
+                }
+                Some(None) => {}
+                None => unread.push(key),
+            }
+        }
+        if !unread.is_empty() {
+            stored.extend(tx.hours(&unread).await?.into_iter().map(|r| ((r.device_pk, r.chunk), r.data)));
+        }
         let mut changed = Vec::with_capacity(rows.len());
         for row in rows {
             let key = (row.device_pk, row.chunk);
@@ -275,6 +329,7 @@ pub(crate) async fn ingest_group(
 ) -> StoreResult<(Vec<StoreResult<()>>, Vec<AlarmEvent>)> {
     let mut writer = ReadingWriter::new(Outbox::Deliver, kept);
     let mut outcomes = Vec::with_capacity(readings.len());
+    writer.guess_hours(readings.iter().map(|r| (r.reading.device_id.as_str(), r.reading.timestamp)));
     writer.load(tx, readings.iter().map(|r| r.reading.device_id.as_str())).await?;
     let now = writer.read_at;
     for r in readings {
