@@ -13,7 +13,10 @@
 //! where the backend's writer runs: a reading's request wakes it, and its
 //! commit wakes the request. On the server's shared runtime a group also
 //! went to a committer task and, on SQLite, to a blocking thread and back
-//! (bench/RESULTS.md, the twentieth step).
+//! (bench/RESULTS.md, the twentieth step). Where a group costs round
+//! trips, the committer waits a little to fill it ([`fill`]).
+
+mod fill;
 
 use crate::alarm::AlarmEvent;
 use crate::observe::Observers;
@@ -65,9 +68,11 @@ impl GroupCommit {
     /// nothing of the group was written). Alarm transitions are told to
     /// `observers` before the readings of their group are answered, in
     /// the order of the groups, on the caller's runtime (an observer may
-    /// start tasks there).
+    /// start tasks there). With `fill`, the committer waits a little for
+    /// each group to fill ([`fill`]).
     pub(crate) fn start<W>(
         name: &str,
+        fill: bool,
         observers: Arc<Observers>,
         setup: impl FnOnce() -> StoreResult<W> + Send + 'static,
     ) -> StoreResult<Self>
@@ -93,20 +98,18 @@ impl GroupCommit {
                 let _ = started.send(Ok(()));
                 runtime.block_on(async move {
                     let write = setup();
-                    while let Some(first) = jobs.recv().await {
-                        let mut group = vec![first];
-                        while group.len() < MAX_GROUP {
-                            match jobs.try_recv() {
-                                Ok(job) => group.push(job),
-                                Err(_) => break,
-                            }
-                        }
+                    let mut filling = fill.then(fill::Filling::default);
+                    while let Some(group) = next_group(&mut jobs, filling.as_ref()).await {
                         let (readings, answers): (Vec<_>, Answers) =
                             group.into_iter().map(|j| (j.single, j.done)).unzip();
+                        let started = std::time::Instant::now();
                         let written = match &write {
                             Ok(write) => write(&readings).await,
                             Err(e) => Err(e.duplicate()),
                         };
+                        if let Some(filling) = &mut filling {
+                            filling.written(readings.len(), started.elapsed(), jobs.len());
+                        }
                         match written {
                             Ok((each, events)) if events.is_empty() => answer(answers, each),
                             // The teller answers once the observers heard.
@@ -137,6 +140,31 @@ impl GroupCommit {
         let gone = || StoreError::Backend("the group committer stopped".into());
         self.queue.send(Job { single: Single { reading, at }, done }).await.map_err(|_| gone())?;
         outcome.await.map_err(|_| gone())?
+    }
+}
+
+/// The next group: the first reading to come and every one waiting then
+/// (up to [`MAX_GROUP`]); with `filling`, also those that come while the
+/// group is short of its goal. `None` once the queue is closed.
+async fn next_group(jobs: &mut mpsc::Receiver<Job>, filling: Option<&fill::Filling>) -> Option<Vec<Job>> {
+    let first = jobs.recv().await?;
+    let goal = filling.map(|f| f.goal(std::time::Instant::now()));
+    let mut group = vec![first];
+    loop {
+        while group.len() < MAX_GROUP {
+            match jobs.try_recv() {
+                Ok(job) => group.push(job),
+                Err(_) => break,
+            }
+        }
+        match goal {
+            Some((target, until)) if group.len() < target.min(MAX_GROUP) && std::time::Instant::now() < until => {
+                // On the committer's own thread, between groups: nothing
+                // else of its runtime waits on it.
+                std::thread::sleep(fill::POLL);
+            }
+            _ => return Some(group),
+        }
     }
 }
 

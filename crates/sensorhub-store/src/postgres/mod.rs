@@ -177,7 +177,7 @@ impl PgStore {
         // writer's to be woken on other worker threads, about half a
         // millisecond each under load (issue 27).
         let (own, group_writers, group_kept) = (config.clone(), writers.clone(), kept.clone());
-        let group = crate::group::GroupCommit::start("sensorhub-pg-group", observers.clone(), move || {
+        let group = crate::group::GroupCommit::start("sensorhub-pg-group", true, observers.clone(), move || {
             let pool = build(&own, 1, 30)?;
             Ok(async move |readings: &[crate::group::Single]| {
                 let _writer = writer_place(&group_writers).await?;

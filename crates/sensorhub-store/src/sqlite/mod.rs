@@ -143,7 +143,7 @@ impl SqliteStore {
         let observers = std::sync::Arc::new(crate::observe::Observers::default());
         let kept = std::sync::Arc::new(Kept::default());
         let (group_writes, group_kept) = (writes.clone(), kept.clone());
-        let group = crate::group::GroupCommit::start("sensorhub-sqlite-group", observers.clone(), move || {
+        let group = crate::group::GroupCommit::start("sensorhub-sqlite-group", false, observers.clone(), move || {
             Ok(async move |readings: &[crate::group::Single]| {
                 let kept = &group_kept;
                 group_writes.run_here(|c| tx::in_tx(c, async |tx| ingest_group(tx, readings, kept).await)).await
