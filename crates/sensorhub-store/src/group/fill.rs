@@ -8,14 +8,15 @@
 //! for the other half's write and then its own), so a group of 4 pays the
 //! whole cost of a write. Readings that came while a group was written
 //! tell that halves take turns; waiting for the half just answered, whose
-//! next readings are on their way, writes the 8 together: a client then waits
-//! for one write and its trip instead of two writes. That pays only while
-//! the trip is shorter than the write, so the wait is at most the recent
-//! writes' mean time (and never above 2 ms); a lone writer (groups of one) never waits, and a
-//! target that no longer comes (a client gone) decays with the groups
-//! written without it. On SQLite a group's write is short beside a
-//! request's trip, and filling measured slower (bench/RESULTS.md, the
-//! twentieth step): its committer takes what is there.
+//! next readings are on their way, writes the 8 together: a client then
+//! waits for one write and its trip instead of two writes. That pays only
+//! while the trip is shorter than the write, so the wait is at most the
+//! recent writes' mean time (and never above 2 ms); a lone writer (groups
+//! of one) never waits, and a target that no longer comes (a client gone)
+//! decays with the groups written without it. On SQLite a group's write
+//! is short beside a request's trip, and filling measured slower
+//! (bench/RESULTS.md, the twentieth step): its committer takes what is
+//! there.
 
 use std::time::{Duration, Instant};
 
