@@ -73,6 +73,20 @@ pub struct Hooks {
     pub ingest_none_after_rps: f64,
     /// `ingest_three_rps / ingest_none_after_rps`.
     pub ratio_after: f64,
+    /// The server's CPU time a request without subscriptions, us
+    /// (`/proc/PID/stat`; less noisy than a rate on a shared machine).
+    pub cpu_us_none: f64,
+    /// The same with three subscriptions, writing their outbox only.
+    pub cpu_us_outbox: f64,
+    /// The same while delivering: the deliveries' work counts too.
+    pub cpu_us_delivering: f64,
+    /// Bytes the server wrote to storage a request without subscriptions
+    /// (`write_bytes` of `/proc/PID/io`).
+    pub disk_bytes_none: f64,
+    /// The same with three subscriptions, writing their outbox only.
+    pub disk_bytes_outbox: f64,
+    /// The same while delivering.
+    pub disk_bytes_delivering: f64,
     /// Deliveries the drained backlog held.
     pub backlog: u64,
     /// Time to drain it, s.
@@ -154,9 +168,18 @@ pub fn run(args: Args) -> Result<(Hooks, PathBuf), String> {
         Server::start(&mut cmd, port)
     };
 
+    // The load's rate, and the server's CPU and bytes written a request.
+    let measured = |server: &Server, first: u64| -> Result<(f64, Cost), String> {
+        let (cpu, written, started) = (server.cpu_seconds(), server.written_bytes(), Instant::now());
+        let rps = rt.block_on(load(args.clients, args.seconds, first, move |k| ingest(port, k)))?;
+        let requests = (rps * started.elapsed().as_secs_f64()).max(1.0);
+        let cpu_us = (server.cpu_seconds() - cpu) * 1e6 / requests;
+        Ok((rps, Cost { cpu_us, disk_bytes: (server.written_bytes() - written) / requests }))
+    };
+
     // Ingest without subscriptions, then with three delivering.
     let server = serve(true)?;
-    let ingest_none_rps = rt.block_on(load(args.clients, args.seconds, 0, move |k| ingest(port, k)))?;
+    let (ingest_none_rps, none) = measured(&server, 0)?;
     let batch_max = args.batch.to_string();
     let mut add = vec!["subscription", "add", "--account", dataset::BENCH_USER.0, "--url", &url, "--allow-http"];
     if args.batch > 0 {
@@ -169,16 +192,12 @@ pub fn run(args: Args) -> Result<(Hooks, PathBuf), String> {
     }
     drop(server);
     let server = serve(false)?;
-    let ingest_three_outbox_rps = rt.block_on(load(args.clients, args.seconds, 1_000_000, move |k| ingest(port, k)))?;
+    let (ingest_three_outbox_rps, outbox_only) = measured(&server, 1_000_000)?;
     drop(server);
     let server = serve(true)?;
-    let (ingest_three_rps, delivered_meanwhile) = rt.block_on(async {
-        let before = delivered.load(Ordering::Relaxed);
-        let started = Instant::now();
-        let rps = load(args.clients, args.seconds, 2_000_000, move |k| ingest(port, k)).await?;
-        let per_s = (delivered.load(Ordering::Relaxed) - before) as f64 / started.elapsed().as_secs_f64();
-        Ok::<_, String>((rps, per_s))
-    })?;
+    let (before, started) = (delivered.load(Ordering::Relaxed), Instant::now());
+    let (ingest_three_rps, delivering) = measured(&server, 2_000_000)?;
+    let delivered_meanwhile = (delivered.load(Ordering::Relaxed) - before) as f64 / started.elapsed().as_secs_f64();
     drop(server);
 
     // A backlog for one fresh subscription, written while nobody delivers,
@@ -191,7 +210,7 @@ pub fn run(args: Args) -> Result<(Hooks, PathBuf), String> {
     // grew: the phases ran in one order, and this shows how far the first
     // figure drifted from the state the others ran in.
     let server = serve(true)?;
-    let ingest_none_after_rps = rt.block_on(load(args.clients, args.seconds, 3_000_000, move |k| ingest(port, k)))?;
+    let (ingest_none_after_rps, _) = measured(&server, 3_000_000)?;
     drop(server);
     sensorhub(&bin, &db, &add)?;
     let file = dir.join("backlog.ndjson");
@@ -233,6 +252,12 @@ pub fn run(args: Args) -> Result<(Hooks, PathBuf), String> {
         deliveries_while_ingesting_per_s: delivered_meanwhile,
         ingest_none_after_rps,
         ratio_after: ingest_three_rps / ingest_none_after_rps.max(1e-9),
+        cpu_us_none: none.cpu_us,
+        cpu_us_outbox: outbox_only.cpu_us,
+        cpu_us_delivering: delivering.cpu_us,
+        disk_bytes_none: none.disk_bytes,
+        disk_bytes_outbox: outbox_only.disk_bytes,
+        disk_bytes_delivering: delivering.disk_bytes,
         backlog,
         drain_s,
         deliveries_per_s: backlog as f64 / drain_s,
@@ -245,6 +270,14 @@ pub fn run(args: Args) -> Result<(Hooks, PathBuf), String> {
     let json = serde_json::to_string_pretty(&hooks).map_err(|e| e.to_string())?;
     std::fs::write(&path, json).map_err(|e| e.to_string())?;
     Ok((hooks, path))
+}
+
+/// What the server spent on one request of a phase.
+struct Cost {
+    /// CPU time (user and system), us.
+    cpu_us: f64,
+    /// Bytes written to storage.
+    disk_bytes: f64,
 }
 
 /// The deliveries pending in the SQLite database `db`.
@@ -263,6 +296,8 @@ pub fn report(h: &Hooks) -> String {
          (ratio {:.2}), {:.0} req/s while delivering on the same cores (ratio {:.2}; target >= 0.9; \
          {:.0} deliveries/s meanwhile); {:.0} req/s without subscriptions again after them (ratio while \
          delivering against it {:.2})\n\
+         server a request (none / outbox only / delivering, the deliveries' work included): CPU {:.0} / {:.0} / \
+         {:.0} us, written to disk {:.0} / {:.0} / {:.0} bytes\n\
          backlog of {} deliveries drained in {:.1} s: {:.0} deliveries/s ({} per endpoint at once{})",
         h.ingest_none_rps,
         h.ingest_three_outbox_rps,
@@ -272,6 +307,12 @@ pub fn report(h: &Hooks) -> String {
         h.deliveries_while_ingesting_per_s,
         h.ingest_none_after_rps,
         h.ratio_after,
+        h.cpu_us_none,
+        h.cpu_us_outbox,
+        h.cpu_us_delivering,
+        h.disk_bytes_none,
+        h.disk_bytes_outbox,
+        h.disk_bytes_delivering,
         h.backlog,
         h.drain_s,
         h.deliveries_per_s,

@@ -328,6 +328,14 @@ impl Server {
         (ticks(11) + ticks(12)) / 100.0
     }
 
+    /// The bytes the server has caused to be written to storage so far
+    /// (`write_bytes` of `/proc/PID/io`: file pages it dirtied, the WAL's
+    /// and the database's; not its sockets).
+    pub(crate) fn written_bytes(&self) -> f64 {
+        let io = fs::read_to_string(format!("/proc/{}/io", self.child.id())).unwrap_or_default();
+        io.lines().find_map(|l| l.strip_prefix("write_bytes:")?.trim().parse::<f64>().ok()).unwrap_or(0.0)
+    }
+
     /// Resets the peak RSS (VmHWM) so that the next reading is this scenario's.
     pub(crate) fn reset_peak(&self) {
         let _ = fs::write(format!("/proc/{}/clear_refs", self.child.id()), "5");
