@@ -7,7 +7,6 @@
 use super::DeviceSensors;
 use crate::delivery::Outbox;
 use sensorhub_core::model::ReadingInput;
-use sensorhub_core::secret::generate_key;
 use std::fmt::Write as _;
 
 /// One delivery owed, as the transaction writes it.
@@ -15,7 +14,10 @@ pub(crate) struct OutboxRow {
     pub subscription_id: String,
     /// The reading's device (a claim checks the account still sees it).
     pub device_pk: i64,
-    pub message_id: String,
+    /// The id every attempt of the delivery carries when it must be this
+    /// one (an alarm transition's); `None` for a random one, made where the
+    /// row is stored ([`id_bytes`], [`id_text`]).
+    pub message_id: Option<String>,
     pub body: String,
 }
 
@@ -23,18 +25,13 @@ pub(crate) struct OutboxRow {
 #[derive(Default)]
 pub(crate) struct Deliveries {
     pub outbox: Outbox,
-    /// Per subscription, a random prefix and a counter: message ids are
-    /// the two, so that a large write costs one call to the random
-    /// generator per subscription, and no receiver learns from its ids how
-    /// many readings went to others.
-    ids: super::FastMap<String, (String, u64)>,
     pub rows: Vec<OutboxRow>,
 }
 
 impl Deliveries {
     /// Nothing gathered yet.
     pub(crate) fn new(outbox: Outbox) -> Self {
-        Self { outbox, ids: super::FastMap::default(), rows: Vec::new() }
+        Self { outbox, rows: Vec::new() }
     }
 
     /// Whether subscriptions need looking up for the devices written.
@@ -44,33 +41,43 @@ impl Deliveries {
 
     /// Gathers reading `r` of `device` (already checked) for each
     /// subscription that covers the device.
-    pub(crate) fn add(&mut self, device: &DeviceSensors, r: &ReadingInput) -> crate::StoreResult<()> {
+    pub(crate) fn add(&mut self, device: &DeviceSensors, r: &ReadingInput) {
         if device.subscriptions.is_empty() {
-            return Ok(());
+            return;
         }
         let body = envelope(device, r);
         for sub in &device.subscriptions {
-            let message_id = self.next_id(sub)?;
             self.rows.push(OutboxRow {
                 subscription_id: sub.clone(),
                 device_pk: device.pk,
-                message_id,
+                message_id: None,
                 body: body.clone(),
             });
         }
-        Ok(())
     }
+}
 
-    fn next_id(&mut self, subscription: &str) -> crate::StoreResult<String> {
-        if let Some((prefix, count)) = self.ids.get_mut(subscription) {
-            *count += 1;
-            return Ok(format!("{prefix}_{count}"));
-        }
-        let prefix = generate_key("msg_").map_err(|e| crate::StoreError::Backend(e.to_string().into()))?;
-        let id = format!("{prefix}_1");
-        self.ids.insert(subscription.to_owned(), (prefix, 1));
-        Ok(id)
+/// The random bytes behind a delivery's message id.
+pub(crate) const ID_BYTES: usize = 16;
+
+/// Random bytes for `count` message ids, [`ID_BYTES`] each, in one call to
+/// the generator: an id is random for each delivery, so no receiver learns
+/// from its ids how many readings went to others, or that others exist.
+pub(crate) fn id_bytes(count: usize) -> crate::StoreResult<Vec<u8>> {
+    let mut bytes = vec![0; count * ID_BYTES];
+    sensorhub_core::secret::fill_random(&mut bytes).map_err(|e| crate::StoreError::Backend(e.to_string().into()))?;
+    Ok(bytes)
+}
+
+/// The message id of one delivery's random bytes: `msg_` and the bytes in
+/// lowercase hex (SQLite's log makes the same text in SQL when it spreads).
+pub(crate) fn id_text(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(4 + 2 * bytes.len());
+    out.push_str("msg_");
+    for b in bytes {
+        let _ = write!(out, "{b:02x}");
     }
+    out
 }
 
 /// The sensor-data envelope of reading `r` of `device` (spec 2.6, the

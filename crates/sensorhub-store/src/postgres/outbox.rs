@@ -6,7 +6,7 @@
 use super::PgStore;
 use crate::StoreResult;
 use crate::decide::claim;
-use crate::decide::outbox::OutboxRow;
+use crate::decide::outbox::{ID_BYTES, OutboxRow, id_bytes, id_text};
 use crate::delivery::{
     Attempt, ClaimRequest, Claimed, DROPPED_DISABLED, DROPPED_UNSEEN, Delivery, DeliveryRecord, Finished, Replay,
     batch_room, failing_changes,
@@ -27,18 +27,23 @@ pub(super) const SUBSCRIPTIONS_OF: &str = "SELECT s.id FROM subscriptions s JOIN
 
 /// The statement that writes the deliveries gathered by a transaction of
 /// readings, due now, with its parameters; `None` for no rows.
-pub(super) fn insert(rows: &[OutboxRow]) -> Option<(&'static str, super::ahead::Params)> {
+pub(super) fn insert(rows: &[OutboxRow]) -> StoreResult<Option<(&'static str, super::ahead::Params)>> {
     if rows.is_empty() {
-        return None;
+        return Ok(None);
     }
     let now = jiff::Timestamp::now().as_millisecond();
     let subs: Vec<String> = rows.iter().map(|r| r.subscription_id.clone()).collect();
     let devices: Vec<i64> = rows.iter().map(|r| r.device_pk).collect();
-    let ids: Vec<String> = rows.iter().map(|r| r.message_id.clone()).collect();
+    let random = id_bytes(rows.len())?;
+    let ids: Vec<String> = rows
+        .iter()
+        .zip(random.chunks_exact(ID_BYTES))
+        .map(|(r, bytes)| r.message_id.clone().unwrap_or_else(|| id_text(bytes)))
+        .collect();
     let bodies: Vec<String> = rows.iter().map(|r| r.body.clone()).collect();
     let sql = "INSERT INTO outbox (subscription_id, message_id, body, created_at, next_attempt, device_pk)
                SELECT s, m, b, $4, $4, d FROM unnest($1::text[], $2::text[], $3::text[], $5::bigint[]) AS t (s, m, b, d)";
-    Some((sql, vec![Box::new(subs), Box::new(ids), Box::new(bodies), Box::new(now), Box::new(devices)]))
+    Ok(Some((sql, vec![Box::new(subs), Box::new(ids), Box::new(bodies), Box::new(now), Box::new(devices)])))
 }
 
 pub(super) async fn claim(c: &mut Client, now: i64, lease: i64, req: &ClaimRequest) -> StoreResult<Claimed> {

@@ -351,7 +351,7 @@ impl Tx for PgTx<'_> {
     }
 
     async fn insert_outbox(&self, rows: &[OutboxRow]) -> StoreResult<()> {
-        match super::outbox::insert(rows) {
+        match super::outbox::insert(rows)? {
             Some((sql, params)) => self.write(sql, params).await,
             None => Ok(()),
         }

@@ -41,6 +41,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/sqlite/0014_outbox_log.sql"),
     include_str!("../../migrations/sqlite/0015_key_list_changed.sql"),
     include_str!("../../migrations/sqlite/0016_webhook_key_changed.sql"),
+    include_str!("../../migrations/sqlite/0017_outbox_owed.sql"),
 ];
 
 /// Offset added to an hour number in a key, so that every hour since
@@ -275,6 +276,41 @@ mod tests {
         assert_eq!(synchronous(&full).await, (2i64, 2i64), "FULL on every connection");
         let normal = SqliteStore::open(dir.path().join("n.db").to_str().expect("utf-8"), Durability::Normal).await;
         assert_eq!(synchronous(&normal.expect("open")).await, (1, 1), "NORMAL when asked");
+    }
+
+    #[tokio::test]
+    async fn a_version_16_outbox_log_is_spread_by_the_upgrade_with_its_message_ids() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("v16.db");
+        let conn = rusqlite::Connection::open(&path).expect("open");
+        for sql in &MIGRATIONS[..16] {
+            conn.execute_batch(sql).expect("migration");
+        }
+        conn.execute_batch(
+            r#"PRAGMA user_version = 16;
+             INSERT INTO accounts (id, username, password_hash, created_at) VALUES (1, 'a', 'x', 0);
+             INSERT INTO devices (id, device_id, name, type, lat, long, interval_seconds) VALUES (7, 'D', 'n', 'T', 0, 0, 60);
+             INSERT INTO subscriptions (id, account_id, url, all_devices, events, secret, created_at, enabled)
+             VALUES ('sub_a', 1, 'http://a', 1, 'sensor-data', x'00', 0, 1);
+             INSERT INTO outbox_log (device_pk, n, cum, created_at, owed, body)
+             VALUES (7, 2, 2, 5, '[["sub_a","msg_old_1"],["sub_gone","msg_old_2"]]', '{"b":1}');"#,
+        )
+        .expect("rows");
+        drop(conn);
+        let store = SqliteStore::open(path.to_str().expect("utf-8"), Durability::Full).await.expect("upgrade");
+        drop(store);
+        let conn = rusqlite::Connection::open(&path).expect("open");
+        let moved: Vec<(String, String, String, i64)> = conn
+            .prepare("SELECT subscription_id, message_id, body, next_attempt FROM outbox")
+            .expect("sql")
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+            .expect("sql")
+            .map(|r| r.expect("row"))
+            .collect();
+        assert_eq!(moved, [("sub_a".into(), "msg_old_1".into(), r#"{"b":1}"#.into(), 5)], "owed once, id kept");
+        let left: i64 = conn.query_row("SELECT count(*) FROM outbox_log", [], |r| r.get(0)).expect("count");
+        assert_eq!(left, 0);
+        conn.execute("INSERT INTO outbox_owed (subs) VALUES ('[]')", []).expect("the new shape is in");
     }
 
     #[tokio::test]

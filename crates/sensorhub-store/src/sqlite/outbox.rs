@@ -231,6 +231,7 @@ impl crate::store::Deliveries for SqliteStore {
             .run(move |c| {
                 in_tx(c, async |tx| {
                     outbox_log::spread_every(tx.0)?;
+                    outbox_log::prune_owed(tx.0)?;
                     subscriptions::remove(tx, &id).await
                 })
             })
@@ -273,6 +274,15 @@ impl crate::store::Deliveries for SqliteStore {
     }
 
     async fn prune_failed_deliveries(&self, before: i64) -> StoreResult<u64> {
-        self.writes.run(move |c| in_tx(c, async |tx| outbox::prune_failed(tx, before).await)).await
+        // The subscription lists no log row names go too (a device's list
+        // changes when subscriptions are added or change what they cover).
+        self.writes
+            .run(move |c| {
+                in_tx(c, async |tx| {
+                    outbox_log::prune_owed(tx.0)?;
+                    outbox::prune_failed(tx, before).await
+                })
+            })
+            .await
     }
 }

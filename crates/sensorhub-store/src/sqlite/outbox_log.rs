@@ -21,7 +21,7 @@
 //! the log from `outbox`; a retry now due may go before a fresh delivery
 //! still in the log.
 
-use crate::decide::outbox::OutboxRow;
+use crate::decide::outbox::{ID_BYTES, OutboxRow, id_bytes};
 use crate::{StoreError, StoreResult};
 use rusqlite::{Connection, OptionalExtension, params};
 
@@ -33,9 +33,12 @@ pub(super) const FEED_BUDGET: usize = 16_384;
 
 /// Writes the deliveries gathered by a transaction, due now: one log row
 /// per run of rows with the same device and body (a reading's, or an
-/// alarm event's, one row for each subscription it owes). `n` is the
-/// row's deliveries and `cum` the log's running total up to it, so the
-/// backlog is two lookups.
+/// alarm event's, one row for each subscription it owes). The row names
+/// the run's subscriptions by a list kept once in `outbox_owed`, carries
+/// [`ID_BYTES`] random bytes a delivery for the message ids [`spread`]
+/// makes of them, and the ids that must be kept (`ids`, an alarm's) if
+/// any. `n` is the row's deliveries and `cum` the log's running total up
+/// to it, so the backlog is two lookups.
 pub(super) fn write(tx: &Connection, rows: &[OutboxRow]) -> StoreResult<()> {
     if rows.is_empty() {
         return Ok(());
@@ -46,28 +49,63 @@ pub(super) fn write(tx: &Connection, rows: &[OutboxRow]) -> StoreResult<()> {
         .query_row([], |r| r.get(0))
         .optional()?
         .unwrap_or(0);
+    let random = id_bytes(rows.len())?;
     let mut stmt = tx.prepare_cached(
-        "INSERT INTO outbox_log (device_pk, n, cum, created_at, owed, body) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        "INSERT INTO outbox_log (device_pk, n, cum, created_at, owed, nonce, ids, body)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
     )?;
+    let mut owed: Option<(String, i64)> = None;
     let mut start = 0;
     while start < rows.len() {
         let first = &rows[start];
-        let run = rows[start..].iter().take_while(|r| r.device_pk == first.device_pk && r.body == first.body).count();
-        let owed: Vec<[&str; 2]> =
-            rows[start..start + run].iter().map(|r| [r.subscription_id.as_str(), r.message_id.as_str()]).collect();
-        let owed = serde_json::to_string(&owed).map_err(|e| StoreError::Backend(e.into()))?;
-        let n = run as i64;
-        cum += n;
-        stmt.execute(params![first.device_pk, n, cum, now, owed, first.body])?;
-        start += run;
+        let run = &rows[start..];
+        let run = &run[..run.iter().take_while(|r| r.device_pk == first.device_pk && r.body == first.body).count()];
+        let subs = serde_json::to_string(&run.iter().map(|r| r.subscription_id.as_str()).collect::<Vec<_>>());
+        let subs = subs.map_err(|e| StoreError::Backend(e.into()))?;
+        let set = match owed {
+            Some((ref known, id)) if *known == subs => id,
+            _ => {
+                let id = owed_list(tx, &subs)?;
+                owed = Some((subs, id));
+                id
+            }
+        };
+        let ids = match run.iter().any(|r| r.message_id.is_some()) {
+            true => Some(
+                serde_json::to_string(&run.iter().map(|r| r.message_id.as_deref()).collect::<Vec<_>>())
+                    .map_err(|e| StoreError::Backend(e.into()))?,
+            ),
+            false => None,
+        };
+        let nonce = &random[start * ID_BYTES..(start + run.len()) * ID_BYTES];
+        cum += run.len() as i64;
+        stmt.execute(params![first.device_pk, run.len() as i64, cum, now, set, nonce, ids, first.body])?;
+        start += run.len();
     }
     Ok(())
+}
+
+/// The id of subscription list `subs` (a JSON array) in `outbox_owed`,
+/// added if new. A device's readings owe the same list until a
+/// subscription is added, removed, or changes what it covers.
+fn owed_list(tx: &Connection, subs: &str) -> StoreResult<i64> {
+    let found = tx.prepare_cached("SELECT id FROM outbox_owed WHERE subs = ?1")?.query_row([subs], |r| r.get(0));
+    if let Some(id) = found.optional()? {
+        return Ok(id);
+    }
+    Ok(tx.prepare_cached("INSERT INTO outbox_owed (subs) VALUES (?1) RETURNING id")?.query_row([subs], |r| r.get(0))?)
+}
+
+/// Removes the subscription lists no log row names any more.
+pub(super) fn prune_owed(tx: &Connection) -> StoreResult<usize> {
+    Ok(tx.execute("DELETE FROM outbox_owed WHERE id NOT IN (SELECT owed FROM outbox_log)", [])?)
 }
 
 /// Moves up to `limit` of the oldest log rows (none after id `upto`, if
 /// given) into `outbox`: one row per subscription that still exists (a
 /// removed one's were spread before it went), in the order they were
-/// written. Returns how many it moved.
+/// written, each with the id it must keep or `msg_` and its random bytes
+/// in hex. Returns how many it moved.
 pub(super) fn spread(tx: &Connection, limit: usize, upto: Option<i64>) -> StoreResult<usize> {
     if limit == 0 {
         return Ok(0);
@@ -82,10 +120,12 @@ pub(super) fn spread(tx: &Connection, limit: usize, upto: Option<i64>) -> StoreR
     let Some(bound) = bound else { return Ok(0) };
     tx.prepare_cached(
         "INSERT INTO outbox (subscription_id, device_pk, message_id, body, created_at, next_attempt)
-         SELECT json_extract(j.value, '$[0]'), l.device_pk, json_extract(j.value, '$[1]'), l.body, l.created_at,
-                l.created_at
-         FROM outbox_log l, json_each(l.owed) j
-         WHERE l.id <= ?1 AND EXISTS (SELECT 1 FROM subscriptions s WHERE s.id = json_extract(j.value, '$[0]'))
+         SELECT j.value, l.device_pk,
+                coalesce(json_extract(l.ids, '$[' || j.key || ']'),
+                         'msg_' || lower(hex(substr(l.nonce, j.key * 16 + 1, 16)))),
+                l.body, l.created_at, l.created_at
+         FROM outbox_log l JOIN outbox_owed w ON w.id = l.owed, json_each(w.subs) j
+         WHERE l.id <= ?1 AND EXISTS (SELECT 1 FROM subscriptions s WHERE s.id = j.value)
          ORDER BY l.id",
     )?
     .execute([bound])?;
@@ -189,8 +229,14 @@ mod tests {
     use super::*;
     use crate::sqlite::{Durability, SqliteStore};
 
+    /// A delivery whose message id must be `msg` (an alarm's).
     fn row(sub: &str, msg: &str, pk: i64, body: &str) -> OutboxRow {
-        OutboxRow { subscription_id: sub.into(), device_pk: pk, message_id: msg.into(), body: body.into() }
+        OutboxRow { subscription_id: sub.into(), device_pk: pk, message_id: Some(msg.into()), body: body.into() }
+    }
+
+    /// A reading's delivery: its message id is made when it is spread.
+    fn reading(sub: &str, pk: i64, body: &str) -> OutboxRow {
+        OutboxRow { subscription_id: sub.into(), device_pk: pk, message_id: None, body: body.into() }
     }
 
     fn outbox(c: &Connection) -> Vec<(String, String, i64, String)> {
@@ -258,6 +304,49 @@ mod tests {
             .map(|r| r.expect("row"))
             .collect();
         assert!(due.iter().all(|(created, next)| created == next && *created > 0), "due when written: {due:?}");
+    }
+
+    #[tokio::test]
+    async fn a_readings_log_row_names_a_shared_list_and_its_deliveries_get_random_ids_when_spread() {
+        let dir = tempfile::tempdir().expect("dir");
+        let mut c = database(&dir).await;
+        let tx = c.transaction().expect("tx");
+        let owed = |body: &str| [reading("sub_a", 7, body), reading("sub_b", 7, body)];
+        write(&tx, &owed("one").into_iter().chain(owed("two")).collect::<Vec<_>>()).expect("write");
+        write(&tx, &owed("three")).expect("write");
+        write(&tx, &[reading("sub_b", 7, "four")]).expect("write");
+        assert_eq!(count(&tx, "SELECT count(*) FROM outbox_log"), 4);
+        assert_eq!(count(&tx, "SELECT count(*) FROM outbox_owed"), 2, "one row a list, across transactions");
+        let (bytes, ids) = (
+            count(&tx, "SELECT sum(length(nonce)) FROM outbox_log"),
+            count(&tx, "SELECT count(*) FROM outbox_log WHERE ids IS NOT NULL"),
+        );
+        assert_eq!((bytes, ids), (7 * ID_BYTES as i64, 0), "16 random bytes a delivery, no ids spelled out");
+        let nonce: Vec<u8> = tx.query_row("SELECT nonce FROM outbox_log ORDER BY id", [], |r| r.get(0)).expect("nonce");
+        spread_every(&tx).expect("spread");
+        let spread = outbox(&tx);
+        let order: Vec<_> = spread.iter().map(|(s, _, _, b)| (s.as_str(), b.as_str())).collect();
+        assert_eq!(
+            order,
+            [
+                ("sub_a", "one"),
+                ("sub_b", "one"),
+                ("sub_a", "two"),
+                ("sub_b", "two"),
+                ("sub_a", "three"),
+                ("sub_b", "three"),
+                ("sub_b", "four")
+            ]
+        );
+        let ids: std::collections::HashSet<_> = spread.iter().map(|(_, m, _, _)| m.clone()).collect();
+        assert_eq!(ids.len(), 7, "every delivery its own id");
+        assert!(ids.iter().all(|m| m.len() == 36 && m.starts_with("msg_")), "{ids:?}");
+        let first =
+            [crate::decide::outbox::id_text(&nonce[..ID_BYTES]), crate::decide::outbox::id_text(&nonce[ID_BYTES..])];
+        assert_eq!([spread[0].1.clone(), spread[1].1.clone()], first, "the SQL's hex is the Rust text of the bytes");
+        assert_eq!(prune_owed(&tx).expect("prune"), 2, "no log row names them any more");
+        write(&tx, &owed("five")).expect("write");
+        assert_eq!(prune_owed(&tx).expect("prune"), 0, "a list a row names stays");
     }
 
     fn count(c: &Connection, sql: &str) -> i64 {

@@ -59,7 +59,7 @@ pub(crate) async fn record(tx: &impl Tx, moved: Moved, now: i64, subscribed: boo
         // Built only when some subscription takes it.
         let body = if subscriptions.is_empty() { String::new() } else { super::alarm_envelope::envelope(&event) };
         for sub in &subscriptions {
-            let message_id = super::alarm_envelope::message_id(sub, id);
+            let message_id = Some(super::alarm_envelope::message_id(sub, id));
             outbox.push(OutboxRow { subscription_id: sub.clone(), device_pk: pk, message_id, body: body.clone() });
         }
         events.push(event);

@@ -195,7 +195,7 @@ impl<'k> ReadingWriter<'k> {
         let device =
             self.devices.get(&r.device_id).and_then(Option::as_ref).ok_or_else(|| decide::unknown_device(r))?;
         let (pk, pairs) = (device.pk, device.values(r)?);
-        self.deliveries.add(device, r)?;
+        self.deliveries.add(device, r);
         if let Some(alarms) = self.alarms.get_mut(&pk) {
             alarms.on_reading(r.timestamp, &pairs, device, self.now);
         }

@@ -121,22 +121,24 @@ async fn a_claim_gives_an_endpoint_no_more_than_its_share() {
 }
 
 #[tokio::test]
-async fn each_subscription_numbers_its_own_message_ids() {
+async fn every_delivery_of_a_reading_has_its_own_random_message_id() {
     for b in backends().await {
         let s = &*b.store;
         s.add_subscription(subscription("sub_1", "https://a.example/h", None)).await.expect("add");
         s.add_subscription(subscription("sub_2", "https://b.example/h", None)).await.expect("add");
         store_readings(s, T, 3).await;
-        let mut prefixes = BTreeSet::new();
+        store_readings(s, T + 3, 3).await;
+        let mut all = BTreeSet::new();
         for sub in ["sub_1", "sub_2"] {
             let ids: Vec<_> = s.deliveries(sub, false).await.expect("list").into_iter().map(|d| d.message_id).collect();
-            let split: Vec<_> = ids.iter().filter_map(|id| id.rsplit_once('_')).collect();
-            let counters: Vec<_> = split.iter().map(|(_, n)| *n).collect();
-            assert_eq!(counters, ["1", "2", "3"], "{sub}: {ids:?}");
-            let mine: BTreeSet<_> = split.iter().map(|(p, _)| (*p).to_owned()).collect();
-            assert_eq!(mine.len(), 1, "{sub}: one prefix per write");
-            prefixes.extend(mine);
+            assert_eq!(ids.len(), 6, "{sub}: {ids:?}");
+            for id in ids {
+                let hex = id.strip_prefix("msg_").unwrap_or_default();
+                let random = hex.len() == 32 && hex.bytes().all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c));
+                assert!(random, "msg_ and 128 random bits in lowercase hex, no counter: {id}");
+                all.insert(id);
+            }
         }
-        assert_eq!(prefixes.len(), 2, "no two subscriptions share a prefix");
+        assert_eq!(all.len(), 12, "no two deliveries share an id, within a write or across them");
     }
 }
