@@ -80,8 +80,9 @@ pub struct Hooks {
     pub cpu_us_outbox: f64,
     /// The same while delivering: the deliveries' work counts too.
     pub cpu_us_delivering: f64,
-    /// Bytes the server wrote to storage a request without subscriptions
-    /// (`write_bytes` of `/proc/PID/io`).
+    /// Bytes of file pages the server dirtied a request without
+    /// subscriptions (`write_bytes` of `/proc/PID/io`: the WAL's and the
+    /// database's pages, counted when dirtied).
     pub disk_bytes_none: f64,
     /// The same with three subscriptions, writing their outbox only.
     pub disk_bytes_outbox: f64,
@@ -168,13 +169,13 @@ pub fn run(args: Args) -> Result<(Hooks, PathBuf), String> {
         Server::start(&mut cmd, port)
     };
 
-    // The load's rate, and the server's CPU and bytes written a request.
+    // The load's rate, and the server's CPU and bytes of file pages dirtied a request.
     let measured = |server: &Server, first: u64| -> Result<(f64, Cost), String> {
-        let (cpu, written, started) = (server.cpu_seconds(), server.written_bytes(), Instant::now());
+        let (cpu, written, started) = (server.cpu_seconds(), server.written_bytes()?, Instant::now());
         let rps = rt.block_on(load(args.clients, args.seconds, first, move |k| ingest(port, k)))?;
         let requests = (rps * started.elapsed().as_secs_f64()).max(1.0);
         let cpu_us = (server.cpu_seconds() - cpu) * 1e6 / requests;
-        Ok((rps, Cost { cpu_us, disk_bytes: (server.written_bytes() - written) / requests }))
+        Ok((rps, Cost { cpu_us, disk_bytes: (server.written_bytes()? - written) / requests }))
     };
 
     // Ingest without subscriptions, then with three delivering.
@@ -276,7 +277,7 @@ pub fn run(args: Args) -> Result<(Hooks, PathBuf), String> {
 struct Cost {
     /// CPU time (user and system), us.
     cpu_us: f64,
-    /// Bytes written to storage.
+    /// Bytes of file pages dirtied (`write_bytes`).
     disk_bytes: f64,
 }
 
@@ -297,7 +298,7 @@ pub fn report(h: &Hooks) -> String {
          {:.0} deliveries/s meanwhile); {:.0} req/s without subscriptions again after them (ratio while \
          delivering against it {:.2})\n\
          server a request (none / outbox only / delivering, the deliveries' work included): CPU {:.0} / {:.0} / \
-         {:.0} us, written to disk {:.0} / {:.0} / {:.0} bytes\n\
+         {:.0} us, file pages dirtied {:.0} / {:.0} / {:.0} bytes\n\
          backlog of {} deliveries drained in {:.1} s: {:.0} deliveries/s ({} per endpoint at once{})",
         h.ingest_none_rps,
         h.ingest_three_outbox_rps,

@@ -331,9 +331,12 @@ impl Server {
     /// The bytes the server has caused to be written to storage so far
     /// (`write_bytes` of `/proc/PID/io`: file pages it dirtied, the WAL's
     /// and the database's; not its sockets).
-    pub(crate) fn written_bytes(&self) -> f64 {
-        let io = fs::read_to_string(format!("/proc/{}/io", self.child.id())).unwrap_or_default();
-        io.lines().find_map(|l| l.strip_prefix("write_bytes:")?.trim().parse::<f64>().ok()).unwrap_or(0.0)
+    pub(crate) fn written_bytes(&self) -> Result<f64, String> {
+        let path = format!("/proc/{}/io", self.child.id());
+        let io = fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))?;
+        io.lines()
+            .find_map(|l| l.strip_prefix("write_bytes:")?.trim().parse::<f64>().ok())
+            .ok_or_else(|| format!("{path}: no write_bytes"))
     }
 
     /// Resets the peak RSS (VmHWM) so that the next reading is this scenario's.

@@ -54,7 +54,8 @@ pub(super) fn write(tx: &Connection, rows: &[OutboxRow]) -> StoreResult<()> {
         "INSERT INTO outbox_log (device_pk, n, cum, created_at, owed, nonce, ids, body)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
     )?;
-    let mut owed: Option<(String, i64)> = None;
+    // The lists this write named: a group interleaves a few devices.
+    let mut lists: Vec<(String, i64)> = Vec::new();
     let mut start = 0;
     while start < rows.len() {
         let first = &rows[start];
@@ -62,11 +63,11 @@ pub(super) fn write(tx: &Connection, rows: &[OutboxRow]) -> StoreResult<()> {
         let run = &run[..run.iter().take_while(|r| r.device_pk == first.device_pk && r.body == first.body).count()];
         let subs = serde_json::to_string(&run.iter().map(|r| r.subscription_id.as_str()).collect::<Vec<_>>());
         let subs = subs.map_err(|e| StoreError::Backend(e.into()))?;
-        let set = match owed {
-            Some((ref known, id)) if *known == subs => id,
-            _ => {
+        let set = match lists.iter().find(|(known, _)| *known == subs) {
+            Some((_, id)) => *id,
+            None => {
                 let id = owed_list(tx, &subs)?;
-                owed = Some((subs, id));
+                lists.push((subs, id));
                 id
             }
         };
@@ -96,8 +97,20 @@ fn owed_list(tx: &Connection, subs: &str) -> StoreResult<i64> {
     Ok(tx.prepare_cached("INSERT INTO outbox_owed (subs) VALUES (?1) RETURNING id")?.query_row([subs], |r| r.get(0))?)
 }
 
-/// Removes the subscription lists no log row names any more.
+/// The most log rows [`prune_owed`] reads: past them it leaves the lists
+/// for a later pass (a few short rows each), rather than hold the one
+/// writer for a read of a long backlog.
+const PRUNE_LOG_ROWS: i64 = 10_000;
+
+/// Removes the subscription lists no log row names any more, unless the
+/// log holds more than [`PRUNE_LOG_ROWS`] rows; returns how many went.
 pub(super) fn prune_owed(tx: &Connection) -> StoreResult<usize> {
+    let rows: i64 = tx
+        .prepare_cached("SELECT count(*) FROM (SELECT 1 FROM outbox_log LIMIT ?1)")?
+        .query_row([PRUNE_LOG_ROWS + 1], |r| r.get(0))?;
+    if rows > PRUNE_LOG_ROWS {
+        return Ok(0);
+    }
     Ok(tx.execute("DELETE FROM outbox_owed WHERE id NOT IN (SELECT owed FROM outbox_log)", [])?)
 }
 
