@@ -21,6 +21,7 @@ use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
+use std::time::Instant;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -64,6 +65,11 @@ pub struct LineProto {
     /// Webhook POSTs of one reading (4 values), readings/s, each client on
     /// a keep-alive connection.
     pub webhook_rps: f64,
+    /// The server's CPU time a reading of that load, us (`/proc/PID/stat`).
+    pub webhook_cpu_us: f64,
+    /// Bytes of file pages the server dirtied a reading of that load (the
+    /// WAL's and the database's; `write_bytes` of `/proc/PID/io`).
+    pub webhook_disk_bytes: f64,
     /// The same with a new connection per reading (HTTP/1.0), readings/s.
     pub webhook_per_connection_rps: f64,
     /// Line-protocol POSTs of one point (4 fields), points/s.
@@ -165,7 +171,11 @@ pub fn run(args: Args) -> Result<(LineProto, PathBuf), String> {
             },
         ))
     };
+    let (cpu, written, started) = (server.cpu_seconds(), server.written_bytes()?, Instant::now());
     let webhook_rps = webhooks(port)?;
+    let readings = (webhook_rps * started.elapsed().as_secs_f64()).max(1.0);
+    let webhook_cpu_us = (server.cpu_seconds() - cpu) * 1e6 / readings;
+    let webhook_disk_bytes = (server.written_bytes()? - written) / readings;
     let headers = line_headers.clone();
     let line_single_rps = rt.block_on(load_each(
         args.clients,
@@ -236,6 +246,8 @@ pub fn run(args: Args) -> Result<(LineProto, PathBuf), String> {
     };
     let result = LineProto {
         webhook_rps,
+        webhook_cpu_us,
+        webhook_disk_bytes,
         webhook_per_connection_rps,
         postgres_webhook_rps,
         sqlite_commit_floor,
@@ -293,11 +305,13 @@ pub fn report(r: &LineProto) -> String {
         )
     });
     format!(
-        "ingest of station readings ({} values each, {} clients, keep-alive): webhook {:.0} readings/s ({:.0} values/s; target 16,000; {:.0} with a connection per reading), SQLite's durable-commit floor {:.0}/s ({:.2} of it); line protocol one point per request {:.0} points/s ({:.0} values/s, {:.2}x the webhook); line protocol {} points per request {:.0} points/s ({:.0} values/s){postgres}",
+        "ingest of station readings ({} values each, {} clients, keep-alive): webhook {:.0} readings/s ({:.0} values/s; target 16,000; the server's CPU {:.0} us and {:.0} bytes of file pages dirtied a reading; {:.0} with a connection per reading), SQLite's durable-commit floor {:.0}/s ({:.2} of it); line protocol one point per request {:.0} points/s ({:.0} values/s, {:.2}x the webhook); line protocol {} points per request {:.0} points/s ({:.0} values/s){postgres}",
         r.values_per_reading,
         r.clients,
         r.webhook_rps,
         r.webhook_rps * v,
+        r.webhook_cpu_us,
+        r.webhook_disk_bytes,
         r.webhook_per_connection_rps,
         r.sqlite_commit_floor,
         r.webhook_rps / r.sqlite_commit_floor.max(1e-9),

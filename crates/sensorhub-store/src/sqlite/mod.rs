@@ -42,6 +42,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/sqlite/0015_key_list_changed.sql"),
     include_str!("../../migrations/sqlite/0016_webhook_key_changed.sql"),
     include_str!("../../migrations/sqlite/0017_outbox_owed.sql"),
+    include_str!("../../migrations/sqlite/0018_hours_pad.sql"),
 ];
 
 /// Offset added to an hour number in a key, so that every hour since
@@ -311,6 +312,42 @@ mod tests {
         let left: i64 = conn.query_row("SELECT count(*) FROM outbox_log", [], |r| r.get(0)).expect("count");
         assert_eq!(left, 0);
         conn.execute("INSERT INTO outbox_owed (subs) VALUES ('[]')", []).expect("the new shape is in");
+    }
+
+    #[tokio::test]
+    async fn an_open_hour_past_a_page_keeps_its_size_while_it_grows_and_loses_its_room_when_the_next_begins() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("pad.db");
+        drop(SqliteStore::open(path.to_str().expect("utf-8"), Durability::Full).await.expect("create"));
+        let c = rusqlite::Connection::open(&path).expect("open");
+        let now = 500_000;
+        let put_as = |open: bool, chunk: i64, len: usize| {
+            let row = crate::decide::HourRow { device_pk: 7, chunk, data: vec![1; len] };
+            tx::put_hours(&c, &[row], open).expect("put");
+        };
+        let put = |chunk: i64, len: usize| put_as(true, chunk, len);
+        let sizes = |chunk: i64| -> (i64, Option<i64>) {
+            c.query_row("SELECT length(data), length(pad) FROM hours WHERE key = ?1", [hour_key(7, chunk)], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .expect("row")
+        };
+        put(now, 100);
+        assert_eq!(sizes(now), (100, None), "a row that fits in a page has no room");
+        put(now, 5_000);
+        assert_eq!(sizes(now), (5_000, Some(1_144)), "room up to the next 2 KB");
+        put(now, 5_100);
+        assert_eq!(sizes(now), (5_100, Some(1_044)), "the same size while it grows");
+        put(now, 6_200);
+        assert_eq!(sizes(now), (6_200, Some(1_992)), "past it, the next step");
+        put_as(false, now - 3, 9_000);
+        assert_eq!(sizes(now - 3), (9_000, None), "history (an import, a removal) is stored as it is");
+        put(now + 1, 4_500);
+        assert_eq!(sizes(now), (6_200, None), "the next hour began: the room goes");
+        assert_eq!(sizes(now + 1), (4_500, Some(1_644)));
+        let data: Vec<u8> =
+            c.query_row("SELECT data FROM hours WHERE key = ?1", [hour_key(7, now)], |r| r.get(0)).expect("data");
+        assert_eq!(data, vec![1; 6_200], "readers read the hour's bytes alone");
     }
 
     #[tokio::test]

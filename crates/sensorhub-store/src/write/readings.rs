@@ -256,7 +256,11 @@ impl<'k> ReadingWriter<'k> {
             }
         }
         if !changed.is_empty() {
-            tx.put_hours(&changed).await?;
+            if self.keep_hours {
+                tx.put_open_hours(&changed).await?;
+            } else {
+                tx.put_hours(&changed).await?;
+            }
         }
         Ok(())
     }

@@ -109,6 +109,14 @@ pub(crate) trait Tx: crate::sql::DeviceHours {
     /// Writes whole hour rows, replacing the stored ones.
     async fn put_hours(&self, rows: &[HourRow]) -> StoreResult<()>;
 
+    /// [`Tx::put_hours`] for live writes, whose hours are likely written
+    /// again soon with a few readings more: a backend may store them so
+    /// that the next such write costs less (SQLite reserves room at a
+    /// row's end, `sqlite/tx.rs`).
+    async fn put_open_hours(&self, rows: &[HourRow]) -> StoreResult<()> {
+        self.put_hours(rows).await
+    }
+
     /// Removes device `pk`'s stored hours `chunks`.
     async fn remove_hours(&self, pk: i64, chunks: &[i64]) -> StoreResult<()>;
 

@@ -142,7 +142,8 @@ async fn the_migration_fills_the_index_from_stored_hours() {
     let conn = rusqlite::Connection::open(&path).expect("open file");
     conn.execute_batch(
         "DROP TABLE alarm_events; DROP TABLE alarm_states; DROP TABLE alarm_rules; DROP TABLE alarm_generation;
-         DROP TABLE outbox; DROP TABLE outbox_log; DROP TABLE outbox_owed; DROP TABLE subscription_devices; DROP TABLE subscriptions; DROP TABLE latest;
+         DROP TABLE outbox; DROP TABLE outbox_log; DROP TABLE outbox_owed; ALTER TABLE hours DROP COLUMN pad;
+         DROP TABLE subscription_devices; DROP TABLE subscriptions; DROP TABLE latest;
          DROP TABLE access_generation; DROP TABLE installation; DROP TABLE device_generation;
          DROP TRIGGER device_generation_device_added; DROP TRIGGER device_generation_device_changed;
          DROP TRIGGER device_generation_device_removed; DROP TRIGGER device_generation_sensor_added;

@@ -1,0 +1,11 @@
+-- sensorhub schema, version 18 (SQLite only): room reserved at the end of
+-- an open hour's row. A row that grows is written whole to a new chain of
+-- overflow pages: a station reporting once a second has an hour of about
+-- 22 KB, and each group of its readings wrote about 13 pages through the
+-- WAL. A row that keeps its size is overwritten in place, and only the
+-- pages whose bytes changed are written. A live write (not an import of
+-- history) gives its hour's row, once it no longer fits in one page, zero
+-- bytes in `pad` so that the row's size stays the same while the hour
+-- fills, and takes them from the device's hour before (`sqlite/tx.rs`).
+-- Readers never read `pad`.
+ALTER TABLE hours ADD COLUMN pad BLOB;
