@@ -11,7 +11,7 @@
 
 use crate::closed_loop::load;
 use crate::dataset;
-use crate::run::Server;
+use crate::run::{Server, cpu_seconds_of};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -80,6 +80,18 @@ pub struct Hooks {
     pub cpu_us_outbox: f64,
     /// The same while delivering: the deliveries' work counts too.
     pub cpu_us_delivering: f64,
+    /// The server's CPU time a delivery made while ingesting, us: what the
+    /// requests of that phase cost above those of the outbox-only phase,
+    /// over the deliveries made meanwhile.
+    pub cpu_us_a_delivery: f64,
+    /// The cores the server used (CPU seconds a second) without
+    /// subscriptions and while delivering.
+    pub server_cores_none: f64,
+    pub server_cores_delivering: f64,
+    /// The cores the bench itself used meanwhile (its load clients, and
+    /// the receiver of the deliveries), from `/proc/self/stat`.
+    pub bench_cores_none: f64,
+    pub bench_cores_delivering: f64,
     /// Bytes of file pages the server dirtied a request without
     /// subscriptions (`write_bytes` of `/proc/PID/io`: the WAL's and the
     /// database's pages, counted when dirtied).
@@ -169,13 +181,24 @@ pub fn run(args: Args) -> Result<(Hooks, PathBuf), String> {
         Server::start(&mut cmd, port)
     };
 
-    // The load's rate, and the server's CPU and bytes of file pages dirtied a request.
+    // The load's rate, the server's CPU and bytes of file pages dirtied a
+    // request, and the cores the server and the bench used.
     let measured = |server: &Server, first: u64| -> Result<(f64, Cost), String> {
         let (cpu, written, started) = (server.cpu_seconds(), server.written_bytes()?, Instant::now());
+        let own = cpu_seconds_of("/proc/self/stat");
         let rps = rt.block_on(load(args.clients, args.seconds, first, move |k| ingest(port, k)))?;
-        let requests = (rps * started.elapsed().as_secs_f64()).max(1.0);
-        let cpu_us = (server.cpu_seconds() - cpu) * 1e6 / requests;
-        Ok((rps, Cost { cpu_us, disk_bytes: (server.written_bytes()? - written) / requests }))
+        let wall = started.elapsed().as_secs_f64();
+        let requests = (rps * wall).max(1.0);
+        let server_cpu = server.cpu_seconds() - cpu;
+        Ok((
+            rps,
+            Cost {
+                cpu_us: server_cpu * 1e6 / requests,
+                disk_bytes: (server.written_bytes()? - written) / requests,
+                server_cores: server_cpu / wall.max(1e-9),
+                bench_cores: (cpu_seconds_of("/proc/self/stat") - own) / wall.max(1e-9),
+            },
+        ))
     };
 
     // Ingest without subscriptions, then with three delivering.
@@ -256,6 +279,11 @@ pub fn run(args: Args) -> Result<(Hooks, PathBuf), String> {
         cpu_us_none: none.cpu_us,
         cpu_us_outbox: outbox_only.cpu_us,
         cpu_us_delivering: delivering.cpu_us,
+        cpu_us_a_delivery: (delivering.cpu_us - outbox_only.cpu_us) * ingest_three_rps / delivered_meanwhile.max(1.0),
+        server_cores_none: none.server_cores,
+        server_cores_delivering: delivering.server_cores,
+        bench_cores_none: none.bench_cores,
+        bench_cores_delivering: delivering.bench_cores,
         disk_bytes_none: none.disk_bytes,
         disk_bytes_outbox: outbox_only.disk_bytes,
         disk_bytes_delivering: delivering.disk_bytes,
@@ -279,6 +307,9 @@ struct Cost {
     cpu_us: f64,
     /// Bytes of file pages dirtied (`write_bytes`).
     disk_bytes: f64,
+    /// CPU seconds a second: the server's, and the bench's own.
+    server_cores: f64,
+    bench_cores: f64,
 }
 
 /// The deliveries pending in the SQLite database `db`.
@@ -298,7 +329,9 @@ pub fn report(h: &Hooks) -> String {
          {:.0} deliveries/s meanwhile); {:.0} req/s without subscriptions again after them (ratio while \
          delivering against it {:.2})\n\
          server a request (none / outbox only / delivering, the deliveries' work included): CPU {:.0} / {:.0} / \
-         {:.0} us, file pages dirtied {:.0} / {:.0} / {:.0} bytes\n\
+         {:.0} us, file pages dirtied {:.0} / {:.0} / {:.0} bytes; CPU a delivery made while ingesting {:.0} us\n\
+         cores used without subscriptions / while delivering: server {:.2} / {:.2}, the bench's clients and \
+         receiver {:.2} / {:.2}\n\
          backlog of {} deliveries drained in {:.1} s: {:.0} deliveries/s ({} per endpoint at once{})",
         h.ingest_none_rps,
         h.ingest_three_outbox_rps,
@@ -314,6 +347,11 @@ pub fn report(h: &Hooks) -> String {
         h.disk_bytes_none,
         h.disk_bytes_outbox,
         h.disk_bytes_delivering,
+        h.cpu_us_a_delivery,
+        h.server_cores_none,
+        h.server_cores_delivering,
+        h.bench_cores_none,
+        h.bench_cores_delivering,
         h.backlog,
         h.drain_s,
         h.deliveries_per_s,

@@ -320,12 +320,7 @@ impl Server {
 
     /// The CPU time the server has used so far (user and system), seconds.
     pub(crate) fn cpu_seconds(&self) -> f64 {
-        let stat = fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default();
-        // The fields after the command's name, which may hold spaces.
-        let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
-        let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
-        // utime and stime, in clock ticks (100 a second on Linux).
-        (ticks(11) + ticks(12)) / 100.0
+        cpu_seconds_of(&format!("/proc/{}/stat", self.child.id()))
     }
 
     /// The bytes the server has caused to be written to storage so far
@@ -787,4 +782,15 @@ pub fn table(r: &Results) -> String {
         t += &format!("{mark} {:<34} {:>12.3}  (target {})\n", target.name, target.value, target.limit);
     }
     t
+}
+
+/// The CPU time (user and system, seconds) of the process whose `stat` is
+/// at `path` (`/proc/self/stat`: the bench's own); 0 when it cannot be read.
+pub(crate) fn cpu_seconds_of(path: &str) -> f64 {
+    let stat = fs::read_to_string(path).unwrap_or_default();
+    // The fields after the command's name, which may hold spaces.
+    let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
+    // utime and stime, in clock ticks (100 a second on Linux).
+    (ticks(11) + ticks(12)) / 100.0
 }
