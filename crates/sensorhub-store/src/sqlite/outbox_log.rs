@@ -78,7 +78,11 @@ pub(super) fn write(tx: &Connection, rows: &[OutboxRow]) -> StoreResult<()> {
             ),
             false => None,
         };
-        let nonce = &random[start * ID_BYTES..(start + run.len()) * ID_BYTES];
+        // A run whose every id is fixed (an alarm's) makes none from random bytes.
+        let nonce: &[u8] = match run.iter().all(|r| r.message_id.is_some()) {
+            true => &[],
+            false => &random[start * ID_BYTES..(start + run.len()) * ID_BYTES],
+        };
         cum += run.len() as i64;
         stmt.execute(params![first.device_pk, run.len() as i64, cum, now, set, nonce, ids, first.body])?;
         start += run.len();
@@ -296,6 +300,8 @@ mod tests {
         write(&tx, &rows).expect("write");
         let logged: i64 = tx.query_row("SELECT count(*) FROM outbox_log", [], |r| r.get(0)).expect("count");
         assert_eq!(logged, 3, "a run of one device and body is one row; another device is another");
+        let random: i64 = tx.query_row("SELECT sum(length(nonce)) FROM outbox_log", [], |r| r.get(0)).expect("sum");
+        assert_eq!(random, 0, "fixed message ids: no random bytes stored");
         assert_eq!(backlog(&tx).expect("backlog"), 5, "the log counts all it owes");
         assert_eq!(spread(&tx, 1, None).expect("spread"), 1, "one log row at most");
         let one = |s: &str, m: &str, pk, b: &str| (s.to_owned(), m.to_owned(), pk, b.to_owned());
