@@ -17,6 +17,9 @@
 //! trips, the committer waits a little to fill it ([`fill`]).
 
 mod fill;
+mod gather;
+
+pub(crate) use gather::Gather;
 
 use crate::alarm::AlarmEvent;
 use crate::observe::Observers;
@@ -63,8 +66,9 @@ pub(crate) struct GroupCommit {
 impl GroupCommit {
     /// Starts the committer's thread, named `name`. `setup` runs on it
     /// first (what it builds, a connection's task say, lives on the
-    /// thread's runtime) and gives the writer: it stores readings in one
-    /// transaction and gives each its outcome, or fails as a whole (then
+    /// thread's runtime) and gives the writer: it takes a group's readings
+    /// from a [`Gather`] as they come, stores them in one transaction and
+    /// gives each its outcome, in the order taken, or fails as a whole (then
     /// nothing of the group was written). Alarm transitions are told to
     /// `observers` before the readings of their group are answered, in
     /// the order of the groups, on the caller's runtime (an observer may
@@ -77,7 +81,7 @@ impl GroupCommit {
         setup: impl FnOnce() -> StoreResult<W> + Send + 'static,
     ) -> StoreResult<Self>
     where
-        W: AsyncFn(&[Single]) -> StoreResult<Written> + 'static,
+        W: AsyncFn(&mut Gather<'_>) -> StoreResult<Written> + 'static,
     {
         let (queue, mut jobs) = mpsc::channel::<Job>(4 * MAX_GROUP);
         let (tell, told) = mpsc::channel(TELLING);
@@ -99,16 +103,17 @@ impl GroupCommit {
                 runtime.block_on(async move {
                     let write = setup();
                     let mut filling = fill.then(fill::Filling::default);
-                    while let Some(group) = next_group(&mut jobs, filling.as_ref()).await {
-                        let (readings, answers): (Vec<_>, Answers) =
-                            group.into_iter().map(|j| (j.single, j.done)).unzip();
+                    while let Some(first) = jobs.recv().await {
+                        let goal = filling.as_ref().map(|f| f.goal(std::time::Instant::now()));
+                        let mut gather = Gather::new(&mut jobs, first, goal);
                         let started = std::time::Instant::now();
                         let written = match &write {
-                            Ok(write) => write(&readings).await,
+                            Ok(write) => write(&mut gather).await,
                             Err(e) => Err(e.duplicate()),
                         };
+                        let (answers, waited) = gather.finish();
                         if let Some(filling) = &mut filling {
-                            filling.written(readings.len(), started.elapsed(), jobs.len());
+                            filling.written(answers.len(), started.elapsed().saturating_sub(waited), jobs.len());
                         }
                         match written {
                             Ok((each, events)) if events.is_empty() => answer(answers, each),
@@ -140,31 +145,6 @@ impl GroupCommit {
         let gone = || StoreError::Backend("the group committer stopped".into());
         self.queue.send(Job { single: Single { reading, at }, done }).await.map_err(|_| gone())?;
         outcome.await.map_err(|_| gone())?
-    }
-}
-
-/// The next group: the first reading to come and every one waiting then
-/// (up to [`MAX_GROUP`]); with `filling`, also those that come while the
-/// group is short of its goal. `None` once the queue is closed.
-async fn next_group(jobs: &mut mpsc::Receiver<Job>, filling: Option<&fill::Filling>) -> Option<Vec<Job>> {
-    let first = jobs.recv().await?;
-    let goal = filling.map(|f| f.goal(std::time::Instant::now()));
-    let mut group = vec![first];
-    loop {
-        while group.len() < MAX_GROUP {
-            match jobs.try_recv() {
-                Ok(job) => group.push(job),
-                Err(_) => break,
-            }
-        }
-        match goal {
-            Some((target, until)) if group.len() < target.min(MAX_GROUP) && std::time::Instant::now() < until => {
-                // On the committer's own thread, between groups: nothing
-                // else of its runtime waits on it.
-                std::thread::sleep(fill::POLL);
-            }
-            _ => return Some(group),
-        }
     }
 }
 

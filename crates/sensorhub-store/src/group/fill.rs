@@ -17,16 +17,17 @@
 //! is short beside a request's trip, and filling measured slower
 //! (bench/RESULTS.md, the twentieth step): its committer takes what is
 //! there.
+//!
+//! The writer begins its transaction with the readings already there and
+//! takes the rest once the group has filled ([`super::gather`]): the wait
+//! overlaps the first round trip. It is a timer of the committer's
+//! runtime, which rounds a deadline up to its millisecond; readings that
+//! come end it at once.
 
 use std::time::{Duration, Instant};
 
 /// Groups whose size sets the next target.
 const WINDOW: usize = 32;
-
-/// How long the committer sleeps between looks at its queue while it
-/// fills (the thread's own runtime drives nothing else then: a group's
-/// connection is idle between groups).
-pub(super) const POLL: Duration = Duration::from_micros(40);
 
 /// The longest wait, whatever the writes took.
 const MOST: Duration = Duration::from_millis(2);

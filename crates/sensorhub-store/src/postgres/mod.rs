@@ -179,9 +179,9 @@ impl PgStore {
         let (own, group_writers, group_kept) = (config.clone(), writers.clone(), kept.clone());
         let group = crate::group::GroupCommit::start("sensorhub-pg-group", true, observers.clone(), move || {
             let pool = build(&own, 1, 30)?;
-            Ok(async move |readings: &[crate::group::Single]| {
+            Ok(async move |group: &mut crate::group::Gather<'_>| {
                 let _writer = writer_place(&group_writers).await?;
-                write::ingest_group(pool.get().await?, readings, &group_kept).await
+                write::ingest_group(pool.get().await?, group, &group_kept).await
             })
         })?;
         let write_targets = Default::default();

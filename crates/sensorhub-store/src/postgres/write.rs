@@ -92,16 +92,18 @@ pub(super) async fn begin_bulk(c: &mut Client) -> StoreResult<Transaction<'_>> {
 ///
 /// Two round trips: `BEGIN` and the write lock go out with the step's
 /// first reads (the devices' generation, their subscriptions, and the
-/// hours of the devices kept, read ahead), and the writes of the hours,
-/// `latest` and the outbox with the `COMMIT` ([`super::ahead`]); a group
-/// whose devices were not kept reads their hours in a round trip between. The server runs them in that
+/// hours of the devices kept, read ahead) as soon as the group's first
+/// readings are there, while the group fills; and the writes of the
+/// hours, `latest` and the outbox with the `COMMIT` ([`super::ahead`]).
+/// Readings of devices or hours the first reads did not cover cost a
+/// round trip between. The server runs them in that
 /// order, and a failure in any fails the ones after it. `BEGIN` itself
 /// fails only with the connection: every group ends its transaction (a
 /// `COMMIT`, or a `ROLLBACK`) or the connection is closed, so the next
 /// begins on an idle one.
 pub(super) async fn ingest_group(
     c: Client,
-    group: &[crate::group::Single],
+    group: &mut crate::group::Gather<'_>,
     kept: &crate::write::Kept,
 ) -> StoreResult<(Vec<StoreResult<()>>, Vec<AlarmEvent>)> {
     let lock = c.prepare_cached(LOCK).await?;
@@ -110,7 +112,9 @@ pub(super) async fn ingest_group(
     let begun = c.batch_execute("BEGIN ISOLATION LEVEL READ COMMITTED");
     let begin = futures_util::future::join(begun, c.execute(&lock, &[&WRITE_LOCK]));
     // `join` polls `begin` first: its statements are sent first.
-    let ((begun, locked), written) = futures_util::future::join(begin, readings::ingest_group(&tx, group, kept)).await;
+    let first = group.first();
+    let written = readings::ingest_group(&tx, first, group.rest(), kept);
+    let ((begun, locked), written) = futures_util::future::join(begin, written).await;
     let mut errors: Vec<StoreError> = [begun.err(), locked.err()].into_iter().flatten().map(StoreError::from).collect();
     match written {
         Ok(written) if errors.is_empty() => {

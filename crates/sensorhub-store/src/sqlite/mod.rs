@@ -146,9 +146,12 @@ impl SqliteStore {
         let kept = std::sync::Arc::new(Kept::default());
         let (group_writes, group_kept) = (writes.clone(), kept.clone());
         let group = crate::group::GroupCommit::start("sensorhub-sqlite-group", false, observers.clone(), move || {
-            Ok(async move |readings: &[crate::group::Single]| {
-                let kept = &group_kept;
-                group_writes.run_here(|c| tx::in_tx(c, async |tx| ingest_group(tx, readings, kept).await)).await
+            Ok(async move |group: &mut crate::group::Gather<'_>| {
+                let (kept, mut readings) = (&group_kept, group.first());
+                // Without filling this is what came meanwhile: no wait.
+                readings.extend(group.rest().await);
+                let none = std::future::ready(Vec::new());
+                group_writes.run_here(|c| tx::in_tx(c, async |tx| ingest_group(tx, readings, none, kept).await)).await
             })
         })?;
         Ok(Self {
@@ -312,6 +315,62 @@ mod tests {
         let left: i64 = conn.query_row("SELECT count(*) FROM outbox_log", [], |r| r.get(0)).expect("count");
         assert_eq!(left, 0);
         conn.execute("INSERT INTO outbox_owed (subs) VALUES ('[]')", []).expect("the new shape is in");
+    }
+
+    #[tokio::test]
+    async fn a_group_writes_the_readings_that_came_after_its_first_reads_and_answers_each_in_order() {
+        use crate::group::Single;
+        use futures_util::StreamExt;
+        use sensorhub_core::model::{Origin, ReadingInput, ValueInput};
+        let dir = tempfile::tempdir().expect("dir");
+        let store = SqliteStore::open(dir.path().join("g.db").to_str().expect("utf-8"), Durability::Full).await;
+        let store = store.expect("open");
+        let doc = r#"{"devices": [
+            {"device_id": "D1", "name": "one", "type": "AWS", "lat": 1, "long": 2, "interval_seconds": 60,
+             "sensors": [{"sensor_id": "a", "name": "A", "type": "T", "unit": "%"}]},
+            {"device_id": "D2", "name": "two", "type": "AWLR", "lat": 1, "long": 2, "interval_seconds": 60,
+             "sensors": [{"sensor_id": "a", "name": "A", "type": "T", "unit": "cm"}]}]}"#;
+        let mut doc: sensorhub_core::provision::Provision = sensorhub_core::provision::parse_json(doc).expect("doc");
+        let readings = doc.check().expect("valid");
+        store.apply(doc, readings).await.expect("apply");
+        let single = |device: &str, ts: i64, sensor: &str, at| {
+            let values = vec![ValueInput { sensor_id: sensor.into(), value: ts as f64, unit: None }];
+            let reading =
+                ReadingInput { device_id: device.into(), timestamp: ts, values, origin: Origin::Item("t".into()) };
+            Single { reading, at }
+        };
+        // D1 and its hour are kept: the first reads read that hour ahead.
+        store.ingest(single("D1", 60, "a", None).reading).await.expect("kept");
+        let stale = crate::Generations { access: -1, devices: -1 };
+        let first = vec![single("D1", 120, "a", None)];
+        let rest = vec![
+            single("D2", 180, "a", None),        // a device the first reads did not look up
+            single("D1", 7_260, "a", None),      // an hour they did not read
+            single("D1", 240, "zz", None),       // refused alone
+            single("D1", 300, "a", Some(stale)), // written only at generations that are not these
+            single("D1", 360, "a", None),
+        ];
+        let kept = &store.kept;
+        let (each, events) = store
+            .writes
+            .run_here(|c| tx::in_tx(c, async |tx| ingest_group(tx, first, async { rest }, kept).await))
+            .await
+            .expect("written");
+        assert!(events.is_empty());
+        let each: Vec<String> =
+            each.iter().map(|o| o.as_ref().map_or_else(|e| e.to_string(), |()| "ok".into())).collect();
+        assert_eq!(each[..3], ["ok", "ok", "ok"]);
+        assert!(each[3].contains("unknown sensor"), "{each:?}");
+        assert_eq!(each[4], crate::StoreError::Stale.to_string());
+        assert_eq!(each[5], "ok");
+        let seconds = async |device: &str| -> Vec<i64> {
+            let handle = store.find_device(Scope::All, device).await.expect("find").expect("exists");
+            let range = sensorhub_core::time::TimeRange { start: 0, end: 100_000 };
+            let batches: Vec<_> = store.read_readings(&handle, range).map(|b| b.expect("batch")).collect().await;
+            batches.into_iter().flat_map(|b| b.timestamps).collect()
+        };
+        assert_eq!(seconds("D1").await, [60, 120, 360, 7_260]);
+        assert_eq!(seconds("D2").await, [180]);
     }
 
     #[tokio::test]

@@ -96,6 +96,8 @@ impl<'k> ReadingWriter<'k> {
     async fn load<'a>(&mut self, tx: &impl Tx, ids: impl IntoIterator<Item = &'a str>) -> StoreResult<()> {
         let mut missing: Vec<&str> = ids.into_iter().filter(|id| !self.devices.contains_key(*id)).collect();
         if missing.is_empty() {
+            // The guesses, if any, are read where they are needed ([`Self::flush`]).
+            self.hours_guessed.clear();
             return Ok(());
         }
         missing.sort_unstable();
@@ -183,6 +185,8 @@ impl<'k> ReadingWriter<'k> {
         let devices = &self.kept.devices;
         let mut keys: Vec<(i64, i64)> =
             readings.into_iter().filter_map(|(id, ts)| Some((devices.guessed_pk(id)?, chunk_of(ts)))).collect();
+        // Those read already (with a group's first readings) are not read again.
+        keys.retain(|key| !self.hours_ahead.contains_key(key));
         keys.sort_unstable();
         keys.dedup();
         self.hours_guessed = keys;
@@ -278,6 +282,11 @@ impl<'k> ReadingWriter<'k> {
     }
 }
 
+/// The (device, second) of each reading of `readings`.
+fn keys(readings: &[Single]) -> impl Iterator<Item = (&str, i64)> {
+    readings.iter().map(|r| (r.reading.device_id.as_str(), r.reading.timestamp))
+}
+
 /// What one transaction of an import did: its report, the rest of the
 /// source when there may be more, and the alarm transitions it recorded.
 pub(crate) type Imported = (ImportReport, Option<ReadingSource>, Vec<AlarmEvent>);
@@ -320,23 +329,34 @@ pub(crate) async fn import(
 }
 
 /// Stores single readings in one transaction (a group commit); each gets
-/// its own outcome: a refused one is checked before anything of it is
-/// gathered, so the others are stored. A reading to be written only at
-/// given generations is refused with [`StoreError::Stale`] when the
-/// transaction reads others (with the devices, under the write lock: a
-/// change committed before is seen, one after waits for this commit).
-/// Also returns the alarm transitions.
+/// its own outcome, in the order `first` and then `rest`: a refused one is
+/// checked before anything of it is gathered, so the others are stored.
+/// The devices and hours of `first` are read while `rest` comes (the
+/// group fills, [`crate::group::Gather`]); those of `rest` not read yet
+/// after. A reading to be written only at given generations is refused
+/// with [`StoreError::Stale`] when the transaction reads others (with the
+/// devices, under the write lock: a change committed before is seen, one
+/// after waits for this commit). Also returns the alarm transitions.
 pub(crate) async fn ingest_group(
     tx: &impl Tx,
-    readings: &[Single],
+    first: Vec<Single>,
+    rest: impl Future<Output = Vec<Single>>,
     kept: &Kept,
 ) -> StoreResult<(Vec<StoreResult<()>>, Vec<AlarmEvent>)> {
     let mut writer = ReadingWriter::new(Outbox::Deliver, kept);
-    let mut outcomes = Vec::with_capacity(readings.len());
-    writer.guess_hours(readings.iter().map(|r| (r.reading.device_id.as_str(), r.reading.timestamp)));
-    writer.load(tx, readings.iter().map(|r| r.reading.device_id.as_str())).await?;
+    writer.guess_hours(keys(&first));
+    let ids = first.iter().map(|r| r.reading.device_id.as_str());
+    let (loaded, rest) = futures_util::future::join(writer.load(tx, ids), rest).await;
+    loaded?;
+    if !rest.is_empty() {
+        writer.guess_hours(keys(&rest));
+        writer.load(tx, rest.iter().map(|r| r.reading.device_id.as_str())).await?;
+    }
+    let mut readings = first;
+    readings.extend(rest);
     let now = writer.read_at;
-    for r in readings {
+    let mut outcomes = Vec::with_capacity(readings.len());
+    for r in &readings {
         if r.at.is_some() && r.at != now {
             outcomes.push(Err(StoreError::Stale));
             continue;
