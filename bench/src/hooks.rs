@@ -7,12 +7,16 @@
 //! phases), and how fast a backlog of `--backlog` deliveries
 //! (written by `sensorhub import --deliver` while no instance delivers)
 //! drains once a server with the key starts: deliveries/s. With `--batch N`
-//! the subscriptions batch up to N readings per POST.
+//! the subscriptions batch up to N readings per POST. With `--database
+//! postgres://...` every phase runs on a fresh database on that PostgreSQL
+//! server instead of a SQLite file (the bytes of file pages dirtied are then
+//! the server's own, not the database's).
 
 use crate::closed_loop::load;
 use crate::dataset;
 use crate::run::{Server, cpu_seconds_of};
 use serde::Serialize;
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
@@ -49,6 +53,9 @@ pub struct Args {
     /// Subscriptions batch up to this many readings per POST (`--batch-max`; 0: one per POST)
     #[arg(long, default_value_t = 0)]
     batch: u32,
+    /// Run on a fresh database on this PostgreSQL server (a URL whose user may create databases)
+    #[arg(long)]
+    database: Option<String>,
 }
 
 /// What the scenario measured.
@@ -110,10 +117,12 @@ pub struct Hooks {
     pub concurrency: usize,
     /// Readings per batched POST at most (0: one per POST).
     pub batch: u32,
+    /// `"sqlite"` or `"postgres"`.
+    pub backend: &'static str,
 }
 
 /// Runs `sensorhub ARGS --database DB` and returns its stdout.
-pub(crate) fn sensorhub(exe: &Path, db: &Path, args: &[&str]) -> Result<String, String> {
+pub(crate) fn sensorhub(exe: &Path, db: impl AsRef<OsStr>, args: &[&str]) -> Result<String, String> {
     let out = Command::new(exe)
         .args(args)
         .arg("--database")
@@ -159,12 +168,20 @@ pub fn run(args: Args) -> Result<(Hooks, PathBuf), String> {
     let dir = args.data.join("hooks");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-    let db = dir.join("hooks.db");
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
+    let temp = match &args.database {
+        Some(url) => Some(rt.block_on(sensorhub_testing::TempDatabase::create(url)).map_err(|e| e.to_string())?),
+        None => None,
+    };
+    let db = match &temp {
+        Some(temp) => temp.url().to_owned(),
+        None => dir.join("hooks.db").to_str().ok_or("non-UTF-8 data path")?.to_owned(),
+    };
+    let db = db.as_str();
     let provision = dir.join("provision.json");
     let stations = dataset::stations(dataset::SMALL, 42);
     std::fs::write(&provision, dataset::provision(&stations).to_string()).map_err(|e| e.to_string())?;
-    sensorhub(&bin, &db, &["apply", provision.to_str().ok_or("path")?])?;
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
+    sensorhub(&bin, db, &["apply", provision.to_str().ok_or("path")?])?;
     let (url, delivered) = rt.block_on(receiver())?;
     let port = args.port;
     let concurrency = args.concurrency.to_string();
@@ -172,8 +189,7 @@ pub fn run(args: Args) -> Result<(Hooks, PathBuf), String> {
         let mut cmd = Command::new(&bin);
         cmd.args(["serve", "--rate-limit", "off", "--webhook-mode", "ingest", "--webhook-allow-private"])
             .args(["--webhook-concurrency", &concurrency, "--listen", &format!("127.0.0.1:{port}")])
-            .arg("--database")
-            .arg(&db)
+            .args(["--database", db])
             .env("SENSORHUB_LOG", "warn");
         if with_key {
             cmd.env("SENSORHUB_SECRET_KEY", SECRET_KEY);
@@ -211,7 +227,7 @@ pub fn run(args: Args) -> Result<(Hooks, PathBuf), String> {
     }
     let mut ids = Vec::new();
     for _ in 0..3 {
-        let added = sensorhub(&bin, &db, &add)?;
+        let added = sensorhub(&bin, db, &add)?;
         ids.extend(added.split_whitespace().find(|w| w.starts_with("sub_")).map(str::to_owned));
     }
     drop(server);
@@ -228,7 +244,7 @@ pub fn run(args: Args) -> Result<(Hooks, PathBuf), String> {
     // then drained. (Removing the others drops what they still owed,
     // deliveries leased by the stopped server among them.)
     for id in &ids {
-        sensorhub(&bin, &db, &["subscription", "remove", id])?;
+        sensorhub(&bin, db, &["subscription", "remove", id])?;
     }
     // Ingest without subscriptions once more, on the database the phases
     // grew: the phases ran in one order, and this shows how far the first
@@ -236,7 +252,7 @@ pub fn run(args: Args) -> Result<(Hooks, PathBuf), String> {
     let server = serve(true)?;
     let (ingest_none_after_rps, _) = measured(&server, 3_000_000)?;
     drop(server);
-    sensorhub(&bin, &db, &add)?;
+    sensorhub(&bin, db, &add)?;
     let file = dir.join("backlog.ndjson");
     let mut lines = String::new();
     for k in 0..args.backlog {
@@ -248,8 +264,8 @@ pub fn run(args: Args) -> Result<(Hooks, PathBuf), String> {
     }
     std::fs::write(&file, lines).map_err(|e| e.to_string())?;
     let before = delivered.load(Ordering::Relaxed);
-    sensorhub(&bin, &db, &["import", "--deliver", file.to_str().ok_or("path")?])?;
-    let backlog = outbox_backlog(&db)?;
+    sensorhub(&bin, db, &["import", "--deliver", file.to_str().ok_or("path")?])?;
+    let backlog = outbox_backlog(db)?;
     let started = Instant::now();
     let server = serve(true)?;
     let drained = rt.block_on(async {
@@ -292,10 +308,12 @@ pub fn run(args: Args) -> Result<(Hooks, PathBuf), String> {
         deliveries_per_s: backlog as f64 / drain_s,
         concurrency: args.concurrency,
         batch: args.batch,
+        backend: if temp.is_some() { "postgres" } else { "sqlite" },
     };
     std::fs::create_dir_all(&args.out).map_err(|e| e.to_string())?;
     let date = jiff::Timestamp::now().strftime("%Y-%m-%dT%H%M%SZ").to_string();
-    let path = args.out.join(format!("{date}-hooks.json"));
+    let suffix = if temp.is_some() { "-postgres" } else { "" };
+    let path = args.out.join(format!("{date}-hooks{suffix}.json"));
     let json = serde_json::to_string_pretty(&hooks).map_err(|e| e.to_string())?;
     std::fs::write(&path, json).map_err(|e| e.to_string())?;
     Ok((hooks, path))
@@ -312,11 +330,11 @@ struct Cost {
     bench_cores: f64,
 }
 
-/// The deliveries pending in the SQLite database `db`.
-fn outbox_backlog(db: &Path) -> Result<u64, String> {
+/// The deliveries pending in the database `db` (a SQLite file or a URL).
+fn outbox_backlog(db: &str) -> Result<u64, String> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
     rt.block_on(async {
-        let store = sensorhub_store::open(db.to_str().ok_or("path")?).await.map_err(|e| e.to_string())?;
+        let store = sensorhub_store::open(db).await.map_err(|e| e.to_string())?;
         store.outbox_backlog().await.map_err(|e| e.to_string())
     })
 }
@@ -324,7 +342,7 @@ fn outbox_backlog(db: &Path) -> Result<u64, String> {
 /// The figures as lines of text.
 pub fn report(h: &Hooks) -> String {
     format!(
-        "webhook ingest: {:.0} req/s without subscriptions; with 3: {:.0} req/s writing their outbox only \
+        "webhook ingest ({}): {:.0} req/s without subscriptions; with 3: {:.0} req/s writing their outbox only \
          (ratio {:.2}), {:.0} req/s while delivering on the same cores (ratio {:.2}; target >= 0.9; \
          {:.0} deliveries/s meanwhile); {:.0} req/s without subscriptions again after them (ratio while \
          delivering against it {:.2})\n\
@@ -333,6 +351,7 @@ pub fn report(h: &Hooks) -> String {
          cores used without subscriptions / while delivering: server {:.2} / {:.2}, the bench's clients and \
          receiver {:.2} / {:.2}\n\
          backlog of {} deliveries drained in {:.1} s: {:.0} deliveries/s ({} per endpoint at once{})",
+        h.backend,
         h.ingest_none_rps,
         h.ingest_three_outbox_rps,
         h.outbox_ratio,

@@ -6,8 +6,11 @@
 //! 1,000 points across the fleet's water-level stations (Telegraf's
 //! default batch), each client on a keep-alive connection of its own; and
 //! the webhook once more with a new connection per reading (the figure
-//! earlier runs recorded). Reported: readings/s and values/s of each. With
-//! `--database postgres://...` the webhook's load runs once more against a
+//! earlier runs recorded), and last the webhook across the fleet: each
+//! POST one reading of the next water-level station, so that a group
+//! commit holds many stations' readings, as a real fleet's do. Reported:
+//! readings/s and values/s of each. With `--database postgres://...` the
+//! webhook's two loads (one station, the fleet) run once more against a
 //! fresh database on that PostgreSQL server (issue 27 asks 8,000 readings/s
 //! there and 16,000 on SQLite); `--database-delay-us N` puts a relay
 //! between the two that passes each chunk on N us after it arrived (a database on
@@ -80,9 +83,21 @@ pub struct LineProto {
     pub batch: usize,
     /// Values per reading or point.
     pub values_per_reading: usize,
+    /// Webhook POSTs of one reading each, round the fleet's water-level
+    /// stations (a group commit holds many stations' readings), readings/s,
+    /// on keep-alive connections.
+    pub webhook_fleet_rps: f64,
+    /// The water-level stations the fleet's load goes round.
+    pub fleet_stations: usize,
+    /// The server's CPU time a reading of the fleet's load, us.
+    pub webhook_fleet_cpu_us: f64,
+    /// Bytes of file pages the server dirtied a reading of the fleet's load.
+    pub webhook_fleet_disk_bytes: f64,
     /// Webhook POSTs of one reading against PostgreSQL, readings/s (with
     /// `--database`), on keep-alive connections.
     pub postgres_webhook_rps: Option<f64>,
+    /// The fleet's webhook load against PostgreSQL (with `--database`).
+    pub postgres_webhook_fleet_rps: Option<f64>,
     /// The durable-commit floor on SQLite ([`crate::commit_floor`]): rows
     /// acknowledged a second with as many clients waiting, on the same disk.
     pub sqlite_commit_floor: f64,
@@ -118,6 +133,19 @@ fn envelope(k: u64) -> String {
     format!(
         r#"{{"event":"sensor-data","device_id":"{}","timestamp":"{ts}","data":{{"REF-batt":{},"REF-sig":{},"REF-wl":{},"REF-alert":{}}}}}"#,
         dataset::REF_DEVICE,
+        noisy(k, 90.0),
+        noisy(k, -80.0),
+        noisy(k, 120.0),
+        k % 4
+    )
+}
+
+/// Reading `k` of station `device` (sensor prefix `prefix`) at `second`
+/// as the webhook's envelope.
+fn station_envelope(device: &str, prefix: &str, k: u64, second: i64) -> String {
+    let ts = jiff::Timestamp::from_second(second).map_or_else(|_| String::new(), |t| t.to_string());
+    format!(
+        r#"{{"event":"sensor-data","device_id":"{device}","timestamp":"{ts}","data":{{"{prefix}-batt":{},"{prefix}-sig":{},"{prefix}-wl":{},"{prefix}-alert":{}}}}}"#,
         noisy(k, 90.0),
         noisy(k, -80.0),
         noisy(k, 120.0),
@@ -166,6 +194,26 @@ pub fn run(args: Args) -> Result<(LineProto, PathBuf), String> {
                 let headers = headers.clone();
                 async move {
                     conn.post("/external/v1/webhook/sensor-data", &headers, &envelope(k), 200).await?;
+                    Ok(conn)
+                }
+            },
+        ))
+    };
+    // Reading `k` goes to station `k mod n`, each station one a minute.
+    let fleet = |port: u16| {
+        let (headers, awlr) = (webhook_headers.clone(), awlr.clone());
+        rt.block_on(load_each(
+            args.clients,
+            args.seconds,
+            0,
+            move || Conn::new(port),
+            move |mut conn, k| {
+                let (headers, awlr) = (headers.clone(), awlr.clone());
+                async move {
+                    let (device, prefix) = &awlr[(k % awlr.len() as u64) as usize];
+                    let second = 1_710_000_000 + (k / awlr.len() as u64) as i64 * 60;
+                    let body = station_envelope(device, prefix, k, second);
+                    conn.post("/external/v1/webhook/sensor-data", &headers, &body, 200).await?;
                     Ok(conn)
                 }
             },
@@ -221,9 +269,14 @@ pub fn run(args: Args) -> Result<(LineProto, PathBuf), String> {
         let headers = headers.clone();
         async move { post(port, "/external/v1/webhook/sensor-data", &headers, &envelope(k), b"200").await }
     }))?;
+    let (cpu, written, started) = (server.cpu_seconds(), server.written_bytes()?, Instant::now());
+    let webhook_fleet_rps = fleet(port)?;
+    let readings = (webhook_fleet_rps * started.elapsed().as_secs_f64()).max(1.0);
+    let webhook_fleet_cpu_us = (server.cpu_seconds() - cpu) * 1e6 / readings;
+    let webhook_fleet_disk_bytes = (server.written_bytes()? - written) / readings;
     drop(server);
     let sqlite_commit_floor = crate::commit_floor::sqlite(&dir.join("floor.db"), args.clients, args.seconds)?;
-    let mut postgres_commit_floor = None;
+    let (mut postgres_commit_floor, mut postgres_webhook_fleet_rps) = (None, None);
     let postgres_webhook_rps = match &args.database {
         Some(url) => {
             let temp = rt.block_on(sensorhub_testing::TempDatabase::create(url)).map_err(|e| e.to_string())?;
@@ -237,6 +290,7 @@ pub fn run(args: Args) -> Result<(LineProto, PathBuf), String> {
             };
             let server = serve(&bin, &provision, &database, port + 1)?;
             let rps = webhooks(port + 1)?;
+            postgres_webhook_fleet_rps = Some(fleet(port + 1)?);
             drop(server);
             postgres_commit_floor =
                 Some(rt.block_on(crate::commit_floor::postgres(&database, args.clients, args.seconds))?);
@@ -249,7 +303,12 @@ pub fn run(args: Args) -> Result<(LineProto, PathBuf), String> {
         webhook_cpu_us,
         webhook_disk_bytes,
         webhook_per_connection_rps,
+        webhook_fleet_rps,
+        fleet_stations: awlr.len(),
+        webhook_fleet_cpu_us,
+        webhook_fleet_disk_bytes,
         postgres_webhook_rps,
+        postgres_webhook_fleet_rps,
         sqlite_commit_floor,
         postgres_commit_floor,
         clients: args.clients,
@@ -298,14 +357,16 @@ pub fn report(r: &LineProto) -> String {
     let v = r.values_per_reading as f64;
     let postgres = r.postgres_webhook_rps.map_or_else(String::new, |rps| {
         let floor = r.postgres_commit_floor.unwrap_or(f64::NAN);
+        let fleet = r.postgres_webhook_fleet_rps.unwrap_or(f64::NAN);
         format!(
-            "; webhook on PostgreSQL {rps:.0} readings/s ({:.2}x SQLite; target 8,000), its durable-commit floor {floor:.0}/s ({:.2} of it)",
+            "; webhook on PostgreSQL {rps:.0} readings/s ({:.2}x SQLite; target 8,000), its durable-commit floor {floor:.0}/s ({:.2} of it), round the fleet {fleet:.0} readings/s ({:.2} of the floor)",
             rps / r.webhook_rps.max(1e-9),
-            rps / floor
+            rps / floor,
+            fleet / floor
         )
     });
     format!(
-        "ingest of station readings ({} values each, {} clients, keep-alive): webhook {:.0} readings/s ({:.0} values/s; target 16,000; the server's CPU {:.0} us and {:.0} bytes of file pages dirtied a reading; {:.0} with a connection per reading), SQLite's durable-commit floor {:.0}/s ({:.2} of it); line protocol one point per request {:.0} points/s ({:.0} values/s, {:.2}x the webhook); line protocol {} points per request {:.0} points/s ({:.0} values/s){postgres}",
+        "ingest of station readings ({} values each, {} clients, keep-alive): webhook {:.0} readings/s ({:.0} values/s; target 16,000; the server's CPU {:.0} us and {:.0} bytes of file pages dirtied a reading; {:.0} with a connection per reading; {:.0} round the fleet's {} water-level stations, the server's CPU {:.0} us and {:.0} bytes dirtied a reading), SQLite's durable-commit floor {:.0}/s ({:.2} of it); line protocol one point per request {:.0} points/s ({:.0} values/s, {:.2}x the webhook); line protocol {} points per request {:.0} points/s ({:.0} values/s){postgres}",
         r.values_per_reading,
         r.clients,
         r.webhook_rps,
@@ -313,6 +374,10 @@ pub fn report(r: &LineProto) -> String {
         r.webhook_cpu_us,
         r.webhook_disk_bytes,
         r.webhook_per_connection_rps,
+        r.webhook_fleet_rps,
+        r.fleet_stations,
+        r.webhook_fleet_cpu_us,
+        r.webhook_fleet_disk_bytes,
         r.sqlite_commit_floor,
         r.webhook_rps / r.sqlite_commit_floor.max(1e-9),
         r.line_single_rps,
