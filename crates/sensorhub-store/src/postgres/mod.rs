@@ -37,6 +37,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/postgres/0013_write_generation.sql"),
     include_str!("../../migrations/postgres/0014_key_list_changed.sql"),
     include_str!("../../migrations/postgres/0015_webhook_key_changed.sql"),
+    include_str!("../../migrations/postgres/0016_outbox_due_order.sql"),
 ];
 
 /// Connections per process unless the URL says otherwise (`pool_max_size=N`).
