@@ -129,15 +129,7 @@ async fn post(port: u16, path: &str, headers: &str, body: &str, want: &[u8]) -> 
 
 /// The reference station's reading `k` as the webhook's envelope.
 fn envelope(k: u64) -> String {
-    let ts = jiff::Timestamp::from_second(1_700_000_000 + k as i64).map_or_else(|_| String::new(), |t| t.to_string());
-    format!(
-        r#"{{"event":"sensor-data","device_id":"{}","timestamp":"{ts}","data":{{"REF-batt":{},"REF-sig":{},"REF-wl":{},"REF-alert":{}}}}}"#,
-        dataset::REF_DEVICE,
-        noisy(k, 90.0),
-        noisy(k, -80.0),
-        noisy(k, 120.0),
-        k % 4
-    )
+    station_envelope(dataset::REF_DEVICE, "REF", k, 1_700_000_000 + k as i64)
 }
 
 /// Reading `k` of station `device` (sensor prefix `prefix`) at `second`
@@ -183,47 +175,38 @@ pub fn run(args: Args) -> Result<(LineProto, PathBuf), String> {
     let webhook_headers = format!("Content-Type: application/json\r\nX-API-KEY: {}\r\n", dataset::BENCH_WEBHOOK_KEY);
     let line_headers = format!("Authorization: Token {}\r\n", dataset::BENCH_WEBHOOK_KEY);
     let write = "/api/v2/write?org=bench&bucket=bench&precision=s";
-    let webhooks = |port: u16| {
+    // Webhook POSTs of reading `body(k)`, each client on its keep-alive
+    // connection: readings/s, and the server's CPU time (us) and bytes of
+    // file pages dirtied a reading.
+    type Body = Arc<dyn Fn(u64) -> String + Send + Sync>;
+    let webhooks = |server: &Server, port: u16, body: Body| -> Result<(f64, f64, f64), String> {
         let headers = webhook_headers.clone();
-        rt.block_on(load_each(
+        let (cpu, written, started) = (server.cpu_seconds(), server.written_bytes()?, Instant::now());
+        let rps = rt.block_on(load_each(
             args.clients,
             args.seconds,
             0,
             move || Conn::new(port),
             move |mut conn, k| {
-                let headers = headers.clone();
+                let (headers, body) = (headers.clone(), body(k));
                 async move {
-                    conn.post("/external/v1/webhook/sensor-data", &headers, &envelope(k), 200).await?;
-                    Ok(conn)
-                }
-            },
-        ))
-    };
-    // Reading `k` goes to station `k mod n`, each station one a minute.
-    let fleet = |port: u16| {
-        let (headers, awlr) = (webhook_headers.clone(), awlr.clone());
-        rt.block_on(load_each(
-            args.clients,
-            args.seconds,
-            0,
-            move || Conn::new(port),
-            move |mut conn, k| {
-                let (headers, awlr) = (headers.clone(), awlr.clone());
-                async move {
-                    let (device, prefix) = &awlr[(k % awlr.len() as u64) as usize];
-                    let second = 1_710_000_000 + (k / awlr.len() as u64) as i64 * 60;
-                    let body = station_envelope(device, prefix, k, second);
                     conn.post("/external/v1/webhook/sensor-data", &headers, &body, 200).await?;
                     Ok(conn)
                 }
             },
-        ))
+        ))?;
+        let readings = (rps * started.elapsed().as_secs_f64()).max(1.0);
+        let cpu_us = (server.cpu_seconds() - cpu) * 1e6 / readings;
+        Ok((rps, cpu_us, (server.written_bytes()? - written) / readings))
     };
-    let (cpu, written, started) = (server.cpu_seconds(), server.written_bytes()?, Instant::now());
-    let webhook_rps = webhooks(port)?;
-    let readings = (webhook_rps * started.elapsed().as_secs_f64()).max(1.0);
-    let webhook_cpu_us = (server.cpu_seconds() - cpu) * 1e6 / readings;
-    let webhook_disk_bytes = (server.written_bytes()? - written) / readings;
+    let one_station: Body = Arc::new(envelope);
+    // Reading `k` goes to station `k mod n`, each station one a minute.
+    let stations = awlr.clone();
+    let fleet: Body = Arc::new(move |k| {
+        let (device, prefix) = &stations[(k % stations.len() as u64) as usize];
+        station_envelope(device, prefix, k, 1_710_000_000 + (k / stations.len() as u64) as i64 * 60)
+    });
+    let (webhook_rps, webhook_cpu_us, webhook_disk_bytes) = webhooks(&server, port, one_station.clone())?;
     let headers = line_headers.clone();
     let line_single_rps = rt.block_on(load_each(
         args.clients,
@@ -269,11 +252,7 @@ pub fn run(args: Args) -> Result<(LineProto, PathBuf), String> {
         let headers = headers.clone();
         async move { post(port, "/external/v1/webhook/sensor-data", &headers, &envelope(k), b"200").await }
     }))?;
-    let (cpu, written, started) = (server.cpu_seconds(), server.written_bytes()?, Instant::now());
-    let webhook_fleet_rps = fleet(port)?;
-    let readings = (webhook_fleet_rps * started.elapsed().as_secs_f64()).max(1.0);
-    let webhook_fleet_cpu_us = (server.cpu_seconds() - cpu) * 1e6 / readings;
-    let webhook_fleet_disk_bytes = (server.written_bytes()? - written) / readings;
+    let (webhook_fleet_rps, webhook_fleet_cpu_us, webhook_fleet_disk_bytes) = webhooks(&server, port, fleet.clone())?;
     drop(server);
     let sqlite_commit_floor = crate::commit_floor::sqlite(&dir.join("floor.db"), args.clients, args.seconds)?;
     let (mut postgres_commit_floor, mut postgres_webhook_fleet_rps) = (None, None);
@@ -289,8 +268,8 @@ pub fn run(args: Args) -> Result<(LineProto, PathBuf), String> {
                 }
             };
             let server = serve(&bin, &provision, &database, port + 1)?;
-            let rps = webhooks(port + 1)?;
-            postgres_webhook_fleet_rps = Some(fleet(port + 1)?);
+            let (rps, _, _) = webhooks(&server, port + 1, one_station)?;
+            postgres_webhook_fleet_rps = Some(webhooks(&server, port + 1, fleet)?.0);
             drop(server);
             postgres_commit_floor =
                 Some(rt.block_on(crate::commit_floor::postgres(&database, args.clients, args.seconds))?);
