@@ -9,6 +9,7 @@ mod alarms;
 mod copy;
 mod latest;
 mod outbox;
+mod outbox_log;
 mod read;
 mod tx;
 mod upgrade;
@@ -38,6 +39,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/postgres/0014_key_list_changed.sql"),
     include_str!("../../migrations/postgres/0015_webhook_key_changed.sql"),
     include_str!("../../migrations/postgres/0016_outbox_due_order.sql"),
+    include_str!("../../migrations/postgres/0017_outbox_log.sql"),
 ];
 
 /// Connections per process unless the URL says otherwise (`pool_max_size=N`).

@@ -4,9 +4,9 @@
 //! takes the write lock that readings' writes hold.
 
 use super::PgStore;
+use super::outbox_log::{self, Others};
 use crate::StoreResult;
 use crate::decide::claim;
-use crate::decide::outbox::{ID_BYTES, OutboxRow, id_bytes, id_text};
 use crate::delivery::{
     Attempt, ClaimRequest, Claimed, DROPPED_DISABLED, DROPPED_UNSEEN, Delivery, DeliveryRecord, Finished, Replay,
     batch_room, failing_changes,
@@ -25,27 +25,6 @@ pub(super) const SUBSCRIPTIONS_OF: &str = "SELECT s.id FROM subscriptions s JOIN
             OR EXISTS (SELECT 1 FROM subscription_devices sd WHERE sd.subscription_id = s.id AND sd.device_pk = $1))
      ORDER BY s.id";
 
-/// The statement that writes the deliveries gathered by a transaction of
-/// readings, due now, with its parameters; `None` for no rows.
-pub(super) fn insert(rows: &[OutboxRow]) -> StoreResult<Option<(&'static str, super::ahead::Params)>> {
-    if rows.is_empty() {
-        return Ok(None);
-    }
-    let now = jiff::Timestamp::now().as_millisecond();
-    let subs: Vec<String> = rows.iter().map(|r| r.subscription_id.clone()).collect();
-    let devices: Vec<i64> = rows.iter().map(|r| r.device_pk).collect();
-    let random = id_bytes(rows.len())?;
-    let ids: Vec<String> = rows
-        .iter()
-        .zip(random.chunks_exact(ID_BYTES))
-        .map(|(r, bytes)| r.message_id.clone().unwrap_or_else(|| id_text(bytes)))
-        .collect();
-    let bodies: Vec<String> = rows.iter().map(|r| r.body.clone()).collect();
-    let sql = "INSERT INTO outbox (subscription_id, message_id, body, created_at, next_attempt, device_pk)
-               SELECT s, m, b, $4, $4, d FROM unnest($1::text[], $2::text[], $3::text[], $5::bigint[]) AS t (s, m, b, d)";
-    Ok(Some((sql, vec![Box::new(subs), Box::new(ids), Box::new(bodies), Box::new(now), Box::new(devices)])))
-}
-
 pub(super) async fn claim(c: &mut Client, now: i64, lease: i64, req: &ClaimRequest) -> StoreResult<Claimed> {
     let tx = unsynced(c).await?;
     let urls: Vec<(String, String)> = tx
@@ -55,18 +34,58 @@ pub(super) async fn claim(c: &mut Client, now: i64, lease: i64, req: &ClaimReque
         .map(|r| (r.get(0), r.get(1)))
         .collect();
     let excluded = claim::excluded(req, &urls);
-    let found = candidates(&tx, now, claim::window(req.limit), None, &excluded.subscriptions).await?;
+    let mut budget = outbox_log::FEED_BUDGET;
+    let window = claim::window(req.limit);
+    let (found, mut unfed) = fed(&tx, now, window, None, &excluded.subscriptions, &mut budget).await?;
     let picked = claim::pick(found, req, &excluded);
     let mut deliveries = lease_rows(&tx, &picked.take, now + lease).await?;
     let mut dropped = drop_rows(&tx, &picked.drop).await?;
     for (sub, room) in batch_room(&deliveries) {
-        let found = candidates(&tx, now, room, Some(&sub), &[]).await?;
+        let (found, short) = fed(&tx, now, room, Some(&sub), &[], &mut budget).await?;
+        unfed |= short;
         let more = claim::pick(found, &ClaimRequest::up_to(room), &claim::Excluded::default());
         deliveries.extend(lease_rows(&tx, &more.take, now + lease).await?);
         dropped += drop_rows(&tx, &more.drop).await?;
     }
     tx.commit().await?;
-    Ok(Claimed { deliveries, waiting: picked.waiting, more: picked.more, dropped, again: false })
+    // The log may hold more than this claim spread.
+    Ok(Claimed { deliveries, waiting: picked.waiting, more: picked.more || unfed, dropped, again: unfed })
+}
+
+/// A claim's candidates ([`candidates`]), the log spread into `outbox`
+/// first as far as they need: until `limit` are found or the log holds no
+/// more this claim may move, moving at most `budget` log rows (what it
+/// moves is taken from it). Deliveries owed faster than they are made wait
+/// in the log. Returns the candidates and whether the budget ran out first.
+async fn fed(
+    tx: &Transaction<'_>,
+    now: i64,
+    limit: usize,
+    only: Option<&str>,
+    skip: &[String],
+    budget: &mut usize,
+) -> StoreResult<(Vec<claim::Candidate>, bool)> {
+    let mut found = candidates(tx, now, limit, only, skip).await?;
+    while found.len() < limit {
+        if *budget == 0 {
+            return Ok((found, true));
+        }
+        // Each log row owes at least one delivery. Enough for the claims
+        // after this one too: a claim that spreads makes two more round
+        // trips (the spread, the candidates again), and one that takes a
+        // few deliveries at a time would otherwise spread at each claim.
+        let chunk = (2 * limit - found.len()).clamp(64, outbox_log::SPREAD_ROWS).min(*budget);
+        let moved = outbox_log::spread(tx.client(), chunk, None, Others::Skip).await?;
+        *budget -= moved;
+        if moved == 0 {
+            break;
+        }
+        found = candidates(tx, now, limit, only, skip).await?;
+        if moved < chunk {
+            break;
+        }
+    }
+    Ok((found, false))
 }
 
 /// A transaction whose commit is not waited onto the disk
@@ -76,10 +95,13 @@ pub(super) async fn claim(c: &mut Client, now: i64, lease: i64, req: &ClaimReque
 /// candidates come in the order of the index `outbox_due` (schema 16),
 /// which the planner would otherwise trade for reading and sorting every
 /// due row when the table's statistics are stale (a backlog that has just
-/// grown looks small): tens of milliseconds a claim at 20,000 owed.
+/// grown looks small): tens of milliseconds a claim at 20,000 owed. JIT
+/// compilation is off in it too: a sort the statement cannot do without
+/// (the log's spread orders the deliveries it makes) is then costed past
+/// `jit_above_cost`, and compiling it took 150 ms a spread.
 async fn unsynced(c: &mut Client) -> StoreResult<Transaction<'_>> {
     let tx = c.transaction().await?;
-    tx.batch_execute("SET LOCAL synchronous_commit = off; SET LOCAL enable_sort = off").await?;
+    tx.batch_execute("SET LOCAL synchronous_commit = off; SET LOCAL enable_sort = off; SET LOCAL jit = off").await?;
     Ok(tx)
 }
 
@@ -239,6 +261,23 @@ impl<'a> Outcomes<'a> {
     }
 }
 
+impl PgStore {
+    /// Spreads the log as it stands now into `outbox`, a bounded unsynced
+    /// transaction a turn (rows written meanwhile stay in the log).
+    async fn spread_log(&self) -> StoreResult<()> {
+        let mut c = self.pool.get().await?;
+        let Some(upto) = outbox_log::newest(&**c).await? else { return Ok(()) };
+        loop {
+            let tx = unsynced(&mut c).await?;
+            let moved = outbox_log::spread(tx.client(), outbox_log::SPREAD_ROWS, Some(upto), Others::Wait).await?;
+            tx.commit().await?;
+            if moved < outbox_log::SPREAD_ROWS {
+                return Ok(());
+            }
+        }
+    }
+}
+
 #[async_trait]
 impl crate::store::Deliveries for PgStore {
     async fn add_subscription(&self, sub: crate::delivery::NewSubscription) -> StoreResult<()> {
@@ -250,7 +289,16 @@ impl crate::store::Deliveries for PgStore {
     }
 
     async fn remove_subscription(&self, id: &str) -> StoreResult<()> {
-        self.in_tx(async |tx| subscriptions::remove(tx, id).await).await
+        // What the subscription is owed goes with it: the log is spread
+        // first, in turns, and what came since in the removal's own transaction.
+        self.spread_log().await?;
+        self.in_tx(async |tx| {
+            let c = tx.settled().await?;
+            while outbox_log::spread(c, outbox_log::SPREAD_ROWS, None, Others::Wait).await? == outbox_log::SPREAD_ROWS {
+            }
+            subscriptions::remove(tx, id).await
+        })
+        .await
     }
 
     async fn replace_subscription_secret(&self, id: &str, sealed_secret: Vec<u8>) -> StoreResult<()> {
@@ -270,6 +318,8 @@ impl crate::store::Deliveries for PgStore {
     }
 
     async fn deliveries(&self, id: &str, failed_only: bool) -> StoreResult<Vec<DeliveryRecord>> {
+        // Every delivery owed when asked is listed from `outbox`.
+        self.spread_log().await?;
         self.on(async |c| outbox::list(c, id, failed_only).await).await
     }
 
@@ -278,7 +328,7 @@ impl crate::store::Deliveries for PgStore {
     }
 
     async fn outbox_backlog(&self) -> StoreResult<u64> {
-        self.on(async |c| outbox::backlog(c).await).await
+        outbox_log::backlog(&**self.pool.get().await?).await
     }
 
     async fn prune_failed_deliveries(&self, before: i64) -> StoreResult<u64> {
@@ -324,5 +374,27 @@ mod tests {
             assert!(plan.contains("using outbox_due on outbox"), "{plan}");
             assert!(!plan.contains("Sort"), "a claim reads every due row to sort them: {plan}");
         }
+    }
+
+    #[tokio::test]
+    async fn a_claims_spread_of_the_log_walks_its_index_and_compiles_nothing() {
+        let url = std::env::var("SENSORHUB_TEST_POSTGRES")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
+        let pg = sensorhub_testing::TempDatabase::create(&url).await.expect("a PostgreSQL test database");
+        let store = PgStore::open_with(pg.url(), crate::OpenOptions::default()).await.expect("open");
+        let mut c = store.pool.get().await.expect("connection");
+        c.batch_execute(
+            "INSERT INTO outbox_log (device_pk, created_at, subs, nonce, body)
+             SELECT 1, 0, ARRAY['sub_a', 'sub_b', 'sub_c'], '\\x00', repeat('x', 300) FROM generate_series(1, 20000)",
+        )
+        .await
+        .expect("log");
+        let tx = unsynced(&mut c).await.expect("transaction");
+        let plan = tx.query(&format!("EXPLAIN {}", outbox_log::SPREAD_SKIPPING), &[&64_i64, &None::<i64>]).await;
+        let plan = plan.expect("explain").iter().map(|r| r.get::<_, String>(0)).collect::<Vec<_>>().join("\n");
+        assert!(plan.contains("Index Scan using outbox_log_pkey"), "{plan}");
+        // The sort a spread needs is costed past `jit_above_cost` with sorts
+        // off: compiling it took 150 ms a spread.
+        assert!(!plan.contains("JIT"), "a spread is compiled: {plan}");
     }
 }

@@ -59,6 +59,12 @@ impl<'a> PgTx<'a> {
         Ok(self.c)
     }
 
+    /// The connection, for a step of this backend's own (its statements
+    /// wait for their answers).
+    pub(super) async fn settled(&self) -> StoreResult<&'a tokio_postgres::Client> {
+        self.tx().await
+    }
+
     /// `sql` prepared once per connection (a cached statement asks nothing).
     async fn prepare(&self, sql: &str) -> StoreResult<Statement> {
         Ok(self.cache.prepare(self.c, sql).await?)
@@ -351,7 +357,7 @@ impl Tx for PgTx<'_> {
     }
 
     async fn insert_outbox(&self, rows: &[OutboxRow]) -> StoreResult<()> {
-        match super::outbox::insert(rows)? {
+        match super::outbox_log::insert(rows)? {
             Some((sql, params)) => self.write(sql, params).await,
             None => Ok(()),
         }

@@ -1,7 +1,8 @@
 //! The outbox as the admin commands see it, written once for both
-//! backends: a subscription's deliveries listed and replayed, the backlog
-//! counted, old failures pruned. Claims and outcomes, where each backend
-//! batches in its own way, stay with the backends.
+//! backends: a subscription's deliveries listed and replayed, old failures
+//! pruned. Claims, outcomes and the backlog (each backend's outbox log
+//! counts), where each backend batches in its own way, stay with the
+//! backends.
 
 use super::Sql;
 use crate::delivery::{DeliveryRecord, Replay, no_such_subscription};
@@ -54,11 +55,6 @@ pub(crate) async fn replay(c: &impl Sql, id: &str, which: Replay, now: i64) -> S
         return Err(StoreError::NotFound(format!("subscription {id:?} has no delivery {row}")));
     }
     Ok(n)
-}
-
-/// Deliveries pending, over all subscriptions.
-pub(crate) async fn backlog(c: &impl Sql) -> StoreResult<u64> {
-    c.query_one("SELECT count(*) FROM outbox WHERE state = 'pending'", &[]).await?.get(0)
 }
 
 /// Removes failed and dropped deliveries whose reading was stored before `before` (ms).

@@ -173,7 +173,7 @@ async fn the_migration_fills_the_index_from_stored_hours() {
         .batch_execute(
             "DROP TABLE alarm_events, alarm_states, alarm_rules, alarm_generation;
              DROP FUNCTION sensorhub_alarm_rules_changed();
-             DROP TABLE outbox, subscription_devices, subscriptions, latest, access_generation, installation;
+             DROP TABLE outbox, outbox_log, subscription_devices, subscriptions, latest, access_generation, installation;
              DROP FUNCTION sensorhub_access_changed() CASCADE;
              DROP TABLE device_generation; DROP FUNCTION sensorhub_devices_changed() CASCADE;
              DELETE FROM sensorhub_schema WHERE version >= 5",
