@@ -384,8 +384,9 @@ mod tests {
         let store = PgStore::open_with(pg.url(), crate::OpenOptions::default()).await.expect("open");
         let mut c = store.pool.get().await.expect("connection");
         c.batch_execute(
-            "INSERT INTO outbox_log (device_pk, created_at, subs, nonce, body)
-             SELECT 1, 0, ARRAY['sub_a', 'sub_b', 'sub_c'], '\\x00', repeat('x', 300) FROM generate_series(1, 20000)",
+            "INSERT INTO outbox_log (device_pk, created_at, subs, n, cum, nonce, body)
+             SELECT 1, 0, ARRAY['sub_a', 'sub_b', 'sub_c'], 3, 3 * g, '\\x00', repeat('x', 300)
+             FROM generate_series(1, 20000) g",
         )
         .await
         .expect("log");
