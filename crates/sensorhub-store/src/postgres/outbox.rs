@@ -340,31 +340,39 @@ impl crate::store::Deliveries for PgStore {
 mod tests {
     use super::*;
 
-    /// The plan of a claim's candidates in a claim's transaction, on a
-    /// new database whose outbox has just grown to 20,000 due deliveries
-    /// (its statistics, never gathered, make it look small).
-    async fn candidates_plan(only: Option<&str>) -> String {
+    /// A new database filled by `fill`, open.
+    async fn filled(fill: &str) -> (sensorhub_testing::TempDatabase, PgStore) {
         let url = std::env::var("SENSORHUB_TEST_POSTGRES")
             .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
         let pg = sensorhub_testing::TempDatabase::create(&url).await.expect("a PostgreSQL test database");
         let store = PgStore::open_with(pg.url(), crate::OpenOptions::default()).await.expect("open");
+        store.pool.get().await.expect("connection").batch_execute(fill).await.expect("fill");
+        (pg, store)
+    }
+
+    /// The plan of `sql` with `params` in a claim's transaction.
+    async fn plan_in_claim(
+        store: &PgStore,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> String {
         let mut c = store.pool.get().await.expect("connection");
-        c.batch_execute(
+        let tx = unsynced(&mut c).await.expect("transaction");
+        let rows = tx.query(&format!("EXPLAIN {sql}"), params).await.expect("explain");
+        rows.iter().map(|r| r.get::<_, String>(0)).collect::<Vec<_>>().join("\n")
+    }
+
+    /// The plan of a claim's candidates in a claim's transaction, on a
+    /// new database whose outbox has just grown to 20,000 due deliveries
+    /// (its statistics, never gathered, make it look small).
+    async fn candidates_plan(only: Option<&str>) -> String {
+        let (_pg, store) = filled(
             "INSERT INTO outbox (subscription_id, message_id, body, created_at, next_attempt)
              SELECT 'sub_' || (g % 3), 'msg_' || g, repeat('x', 300), 0, 0 FROM generate_series(1, 20000) g",
         )
-        .await
-        .expect("backlog");
-        let tx = unsynced(&mut c).await.expect("transaction");
+        .await;
         let skip: Vec<String> = Vec::new();
-        let rows = tx
-            .query(
-                &format!("EXPLAIN {CANDIDATES}"),
-                &[&1_i64, &64_i64, &only, &skip, &DROPPED_DISABLED, &DROPPED_UNSEEN],
-            )
-            .await
-            .expect("explain");
-        rows.iter().map(|r| r.get::<_, String>(0)).collect::<Vec<_>>().join("\n")
+        plan_in_claim(&store, CANDIDATES, &[&1_i64, &64_i64, &only, &skip, &DROPPED_DISABLED, &DROPPED_UNSEEN]).await
     }
 
     #[tokio::test]
@@ -378,21 +386,13 @@ mod tests {
 
     #[tokio::test]
     async fn a_claims_spread_of_the_log_walks_its_index_and_compiles_nothing() {
-        let url = std::env::var("SENSORHUB_TEST_POSTGRES")
-            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
-        let pg = sensorhub_testing::TempDatabase::create(&url).await.expect("a PostgreSQL test database");
-        let store = PgStore::open_with(pg.url(), crate::OpenOptions::default()).await.expect("open");
-        let mut c = store.pool.get().await.expect("connection");
-        c.batch_execute(
+        let (_pg, store) = filled(
             "INSERT INTO outbox_log (device_pk, created_at, subs, n, cum, nonce, body)
              SELECT 1, 0, ARRAY['sub_a', 'sub_b', 'sub_c'], 3, 3 * g, '\\x00', repeat('x', 300)
              FROM generate_series(1, 20000) g",
         )
-        .await
-        .expect("log");
-        let tx = unsynced(&mut c).await.expect("transaction");
-        let plan = tx.query(&format!("EXPLAIN {}", outbox_log::SPREAD_SKIPPING), &[&64_i64, &None::<i64>]).await;
-        let plan = plan.expect("explain").iter().map(|r| r.get::<_, String>(0)).collect::<Vec<_>>().join("\n");
+        .await;
+        let plan = plan_in_claim(&store, outbox_log::SPREAD_SKIPPING, &[&64_i64, &None::<i64>]).await;
         assert!(plan.contains("Index Scan using outbox_log_pkey"), "{plan}");
         // The sort a spread needs is costed past `jit_above_cost` with sorts
         // off: compiling it took 150 ms a spread.
