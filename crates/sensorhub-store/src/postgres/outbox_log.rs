@@ -220,6 +220,9 @@ mod tests {
         (pg, store)
     }
 
+    /// A log row's subscriptions, bytes of nonce, fixed ids and body.
+    type LogRow = (Vec<String>, i32, Option<Vec<String>>, String);
+
     fn row(sub: &str, msg: Option<&str>, pk: i64, body: &str) -> OutboxRow {
         OutboxRow { subscription_id: sub.into(), device_pk: pk, message_id: msg.map(Into::into), body: body.into() }
     }
@@ -248,8 +251,7 @@ mod tests {
         .await;
         let log = c.query("SELECT subs, octet_length(nonce), ids, body, nonce FROM outbox_log ORDER BY id", &[]).await;
         let log = log.expect("log");
-        let shape: Vec<(Vec<String>, i32, Option<Vec<String>>, String)> =
-            log.iter().map(|r| (r.get(0), r.get(1), r.get(2), r.get(3))).collect();
+        let shape: Vec<LogRow> = log.iter().map(|r| (r.get(0), r.get(1), r.get(2), r.get(3))).collect();
         let owned = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         assert_eq!(
             shape,
@@ -282,7 +284,7 @@ mod tests {
             "a removed subscription is owed nothing; each delivery keeps its bytes' id or its fixed one"
         );
         assert_eq!(backlog(&**c).await.expect("backlog"), 5);
-        assert_eq!(newest(&**c).await.expect("newest").is_some(), true);
+        assert!(newest(&**c).await.expect("newest").is_some());
         assert_eq!(spread(&**c, 10, None, Others::Wait).await.expect("spread"), 1);
         assert_eq!(newest(&**c).await.expect("newest"), None, "the log is empty once spread");
         assert_eq!(backlog(&**c).await.expect("backlog"), 5);
