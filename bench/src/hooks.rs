@@ -6,7 +6,11 @@
 //! once more after those phases (the drift of the run's fixed order of
 //! phases), and how fast a backlog of `--backlog` deliveries
 //! (written by `sensorhub import --deliver` while no instance delivers)
-//! drains once a server with the key starts: deliveries/s. With `--batch N`
+//! drains once a server with the key starts: deliveries/s; then the same
+//! backlog again, owed to a healthy endpoint and to one that takes
+//! connections and never answers, behind `--hole` deliveries owed to that
+//! one alone (an endpoint down for a day): the healthy one's deliveries/s
+//! while the other holds its share of the slots. With `--batch N`
 //! the subscriptions batch up to N readings per POST. With `--database
 //! postgres://...` every phase runs on a fresh database on that PostgreSQL
 //! server instead of a SQLite file (the bytes of file pages dirtied are then
@@ -38,6 +42,10 @@ pub struct Args {
     /// Deliveries in the backlog that is drained
     #[arg(long, default_value_t = 100_000)]
     backlog: u64,
+    /// Deliveries owed to an endpoint that never answers, ahead of a second
+    /// backlog owed to it and to a healthy endpoint (0: no such phase)
+    #[arg(long, default_value_t = 100_000)]
+    hole: u64,
     /// Deliveries in flight per endpoint (serve --webhook-concurrency)
     #[arg(long, default_value_t = 4)]
     concurrency: usize,
@@ -113,6 +121,13 @@ pub struct Hooks {
     pub drain_s: f64,
     /// Deliveries per second while draining.
     pub deliveries_per_s: f64,
+    /// Deliveries owed to an endpoint that takes connections and never
+    /// answers, written before the healthy endpoint's backlog.
+    pub hole: u64,
+    /// The healthy endpoint's backlog (`--backlog`, owed to the hole too)
+    /// drained behind them, deliveries/s: what a dead endpoint's backlog
+    /// costs every other subscription.
+    pub deliveries_behind_hole_per_s: f64,
     /// Deliveries in flight per endpoint.
     pub concurrency: usize,
     /// Readings per batched POST at most (0: one per POST).
@@ -154,6 +169,65 @@ async fn receiver() -> Result<(String, Arc<AtomicU64>), String> {
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     tokio::spawn(async move { axum::serve(listener, app).await });
     Ok((format!("http://{addr}/hook"), count))
+}
+
+/// The arguments of `subscription add` for endpoint `url`, batching up to
+/// `batch_max` readings a POST if given.
+fn add_args<'a>(url: &'a str, batch_max: Option<&'a str>) -> Vec<&'a str> {
+    let mut add = vec!["subscription", "add", "--account", dataset::BENCH_USER.0, "--url", url, "--allow-http"];
+    if let Some(n) = batch_max {
+        add.extend(["--batch", "--batch-max", n]);
+    }
+    add
+}
+
+/// Starts an endpoint that takes connections and never answers (a partner
+/// down behind a load balancer that still accepts); returns its URL.
+async fn black_hole() -> Result<String, String> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.map_err(|e| e.to_string())?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((conn, _)) = listener.accept().await {
+            held.push(conn);
+        }
+    });
+    Ok(format!("http://{addr}/hook"))
+}
+
+/// Writes `n` readings of the reference station, a second apart from
+/// `from`, as NDJSON for `sensorhub import`.
+fn readings_file(path: &Path, from: i64, n: u64) -> Result<(), String> {
+    let mut lines = String::new();
+    for k in 0..n {
+        let ts = jiff::Timestamp::from_second(from + k as i64).map_err(|e| e.to_string())?;
+        lines.push_str(&format!(
+            "{{\"device_id\":\"{}\",\"timestamp\":\"{ts}\",\"sensors\":[{{\"id\":\"REF-wl\",\"value\":{k}}}]}}\n",
+            dataset::REF_DEVICE
+        ));
+    }
+    std::fs::write(path, lines).map_err(|e| e.to_string())
+}
+
+/// Waits until `count` has grown by `n` from `before` (at most 30
+/// minutes); returns the seconds it took from `started`.
+fn drained(
+    rt: &tokio::runtime::Runtime,
+    count: &AtomicU64,
+    before: u64,
+    n: u64,
+    started: Instant,
+) -> Result<f64, String> {
+    rt.block_on(async {
+        let deadline = Instant::now() + Duration::from_secs(1800);
+        while count.load(Ordering::Relaxed) - before < n {
+            if Instant::now() > deadline {
+                return Err(format!("a backlog of {n} did not drain in 30 minutes"));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(started.elapsed().as_secs_f64())
+    })
 }
 
 /// Sends one webhook POST of reading `k` of the reference station.
@@ -221,10 +295,8 @@ pub fn run(args: Args) -> Result<(Hooks, PathBuf), String> {
     let server = serve(true)?;
     let (ingest_none_rps, none) = measured(&server, 0)?;
     let batch_max = args.batch.to_string();
-    let mut add = vec!["subscription", "add", "--account", dataset::BENCH_USER.0, "--url", &url, "--allow-http"];
-    if args.batch > 0 {
-        add.extend(["--batch", "--batch-max", &batch_max]);
-    }
+    let batch_max = (args.batch > 0).then_some(batch_max.as_str());
+    let add = add_args(&url, batch_max);
     let mut ids = Vec::new();
     for _ in 0..3 {
         let added = sensorhub(&bin, db, &add)?;
@@ -252,36 +324,38 @@ pub fn run(args: Args) -> Result<(Hooks, PathBuf), String> {
     let server = serve(true)?;
     let (ingest_none_after_rps, _) = measured(&server, 3_000_000)?;
     drop(server);
-    sensorhub(&bin, db, &add)?;
+    let added = sensorhub(&bin, db, &add)?;
+    let drained_sub = added.split_whitespace().find(|w| w.starts_with("sub_")).map(str::to_owned);
     let file = dir.join("backlog.ndjson");
-    let mut lines = String::new();
-    for k in 0..args.backlog {
-        let ts = jiff::Timestamp::from_second(1_750_000_000 + k as i64).map_err(|e| e.to_string())?;
-        lines.push_str(&format!(
-            "{{\"device_id\":\"{}\",\"timestamp\":\"{ts}\",\"sensors\":[{{\"id\":\"REF-wl\",\"value\":{k}}}]}}\n",
-            dataset::REF_DEVICE
-        ));
-    }
-    std::fs::write(&file, lines).map_err(|e| e.to_string())?;
+    readings_file(&file, 1_750_000_000, args.backlog)?;
     let before = delivered.load(Ordering::Relaxed);
     sensorhub(&bin, db, &["import", "--deliver", file.to_str().ok_or("path")?])?;
     let backlog = outbox_backlog(db)?;
     let started = Instant::now();
     let server = serve(true)?;
-    let drained = rt.block_on(async {
-        let deadline = Instant::now() + Duration::from_secs(1800);
-        while delivered.load(Ordering::Relaxed) - before < backlog {
-            if Instant::now() > deadline {
-                return false;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        true
-    });
-    let drain_s = started.elapsed().as_secs_f64();
+    let drain_s = drained(&rt, &delivered, before, backlog, started)?;
     drop(server);
-    if !drained {
-        return Err(format!("the backlog of {backlog} did not drain in 30 minutes"));
+
+    // Behind a black hole: its backlog first, then the same backlog as
+    // above owed to it and to a healthy endpoint, drained while the hole
+    // holds its share of the slots (each attempt there waits out its limit).
+    let mut deliveries_behind_hole_per_s = 0.0;
+    if args.hole > 0 {
+        if let Some(id) = &drained_sub {
+            sensorhub(&bin, db, &["subscription", "remove", id])?;
+        }
+        let hole = rt.block_on(black_hole())?;
+        sensorhub(&bin, db, &add_args(&hole, batch_max))?;
+        let file = dir.join("hole.ndjson");
+        readings_file(&file, 1_760_000_000, args.hole)?;
+        sensorhub(&bin, db, &["import", "--deliver", file.to_str().ok_or("path")?])?;
+        sensorhub(&bin, db, &add)?;
+        readings_file(&file, 1_770_000_000, args.backlog)?;
+        sensorhub(&bin, db, &["import", "--deliver", file.to_str().ok_or("path")?])?;
+        let (before, started) = (delivered.load(Ordering::Relaxed), Instant::now());
+        let server = serve(true)?;
+        deliveries_behind_hole_per_s = args.backlog as f64 / drained(&rt, &delivered, before, args.backlog, started)?;
+        drop(server);
     }
     let hooks = Hooks {
         ingest_none_rps,
@@ -306,6 +380,8 @@ pub fn run(args: Args) -> Result<(Hooks, PathBuf), String> {
         backlog,
         drain_s,
         deliveries_per_s: backlog as f64 / drain_s,
+        hole: args.hole,
+        deliveries_behind_hole_per_s,
         concurrency: args.concurrency,
         batch: args.batch,
         backend: if temp.is_some() { "postgres" } else { "sqlite" },
@@ -350,7 +426,8 @@ pub fn report(h: &Hooks) -> String {
          {:.0} us, file pages dirtied {:.0} / {:.0} / {:.0} bytes; CPU a delivery made while ingesting {:.0} us\n\
          cores used without subscriptions / while delivering: server {:.2} / {:.2}, the bench's clients and \
          receiver {:.2} / {:.2}\n\
-         backlog of {} deliveries drained in {:.1} s: {:.0} deliveries/s ({} per endpoint at once{})",
+         backlog of {} deliveries drained in {:.1} s: {:.0} deliveries/s ({} per endpoint at once{}); \
+         the same behind {} owed to an endpoint that never answers: {:.0} deliveries/s",
         h.backend,
         h.ingest_none_rps,
         h.ingest_three_outbox_rps,
@@ -375,6 +452,8 @@ pub fn report(h: &Hooks) -> String {
         h.drain_s,
         h.deliveries_per_s,
         h.concurrency,
-        if h.batch > 0 { format!(", batches of up to {}", h.batch) } else { String::new() }
+        if h.batch > 0 { format!(", batches of up to {}", h.batch) } else { String::new() },
+        h.hole,
+        h.deliveries_behind_hole_per_s
     )
 }
