@@ -27,13 +27,13 @@ pub(super) const SUBSCRIPTIONS_OF: &str = "SELECT s.id FROM subscriptions s JOIN
 
 pub(super) async fn claim(c: &mut Client, now: i64, lease: i64, req: &ClaimRequest) -> StoreResult<Claimed> {
     let tx = unsynced(c).await?;
-    let urls: Vec<(String, String)> = tx
-        .query("SELECT id, url FROM subscriptions WHERE enabled", &[])
+    let subs: Vec<(String, String, bool)> = tx
+        .query("SELECT id, url, enabled FROM subscriptions ORDER BY id", &[])
         .await?
         .iter()
-        .map(|r| (r.get(0), r.get(1)))
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
         .collect();
-    let excluded = claim::excluded(req, &urls);
+    let excluded = claim::excluded(req, &subs);
     let mut budget = outbox_log::FEED_BUDGET;
     let window = claim::window(req.limit);
     let (found, mut unfed) = fed(&tx, now, window, None, &excluded.subscriptions, &mut budget).await?;
@@ -121,9 +121,34 @@ const CANDIDATES: &str = "SELECT o.id, s.url,
     ORDER BY o.next_attempt, o.id LIMIT $2
     FOR UPDATE OF o SKIP LOCKED";
 
+/// [`CANDIDATES`] read subscription by subscription (schema 18's
+/// `outbox_pending`): each enabled one's (`$3` only, `$4` none of these)
+/// first `$2` due rows, merged oldest first. The walk of [`CANDIDATES`]
+/// steps over every due row of the subscriptions it leaves out, at every
+/// claim: 51-55 ms behind 100,000 owed to an endpoint at its share, 0.8-1.8
+/// ms this way (`EXPLAIN ANALYZE`). Ordered by the merged rows' own columns
+/// so that no plan can walk `outbox_due` instead (sorts are off in the
+/// claim's transaction); the outer row is locked, and its state checked
+/// again, only for the rows taken.
+const CANDIDATES_EACH: &str = "SELECT o.id, s.url,
+        CASE WHEN a.disabled THEN $5
+             WHEN o.device_pk IS NULL OR NOT EXISTS
+                  (SELECT 1 FROM account_devices x WHERE x.account_id = a.id AND x.device_pk = o.device_pk)
+             THEN $6 END
+    FROM subscriptions s JOIN accounts a ON a.id = s.account_id
+    CROSS JOIN LATERAL (SELECT d.id, d.next_attempt FROM outbox d
+        WHERE d.subscription_id = s.id AND d.state = 'pending' AND d.next_attempt <= $1
+        ORDER BY d.next_attempt, d.id LIMIT $2) c
+    JOIN outbox o ON o.id = c.id
+    WHERE s.enabled AND ($3::text IS NULL OR s.id = $3) AND s.id <> ALL ($4::text[])
+      AND o.state = 'pending' AND o.next_attempt <= $1
+    ORDER BY c.next_attempt, c.id LIMIT $2
+    FOR UPDATE OF o SKIP LOCKED";
+
 /// Up to `limit` due rows (of subscription `only`, if given; none of
 /// `skip`), oldest first, each with why it may no longer go; locked, and
-/// skipping rows another claimer holds.
+/// skipping rows another claimer holds. One walk of the due order when
+/// neither narrows it, else each subscription's rows apart.
 async fn candidates(
     c: &impl GenericClient,
     now: i64,
@@ -131,7 +156,8 @@ async fn candidates(
     only: Option<&str>,
     skip: &[String],
 ) -> StoreResult<Vec<claim::Candidate>> {
-    let rows = c.query(CANDIDATES, &[&now, &(limit as i64), &only, &skip, &DROPPED_DISABLED, &DROPPED_UNSEEN]).await?;
+    let sql = if only.is_none() && skip.is_empty() { CANDIDATES } else { CANDIDATES_EACH };
+    let rows = c.query(sql, &[&now, &(limit as i64), &only, &skip, &DROPPED_DISABLED, &DROPPED_UNSEEN]).await?;
     Ok(rows.iter().map(|r| claim::Candidate { id: r.get(0), url: r.get(1), refused: r.get(2) }).collect())
 }
 
@@ -362,25 +388,34 @@ mod tests {
         rows.iter().map(|r| r.get::<_, String>(0)).collect::<Vec<_>>().join("\n")
     }
 
-    /// The plan of a claim's candidates in a claim's transaction, on a
-    /// new database whose outbox has just grown to 20,000 due deliveries
-    /// (its statistics, never gathered, make it look small).
-    async fn candidates_plan(only: Option<&str>) -> String {
+    /// The plan of a claim's candidates (`sql`, of `only` or none of
+    /// `skip`) in a claim's transaction, on a new database whose outbox
+    /// has just grown to 20,000 due deliveries (its statistics, never
+    /// gathered, make it look small).
+    async fn candidates_plan(sql: &str, only: Option<&str>, skip: &[&str]) -> String {
         let (_pg, store) = filled(
             "INSERT INTO outbox (subscription_id, message_id, body, created_at, next_attempt)
              SELECT 'sub_' || (g % 3), 'msg_' || g, repeat('x', 300), 0, 0 FROM generate_series(1, 20000) g",
         )
         .await;
-        let skip: Vec<String> = Vec::new();
-        plan_in_claim(&store, CANDIDATES, &[&1_i64, &64_i64, &only, &skip, &DROPPED_DISABLED, &DROPPED_UNSEEN]).await
+        let skip: Vec<String> = skip.iter().map(|s| (*s).to_owned()).collect();
+        plan_in_claim(&store, sql, &[&1_i64, &64_i64, &only, &skip, &DROPPED_DISABLED, &DROPPED_UNSEEN]).await
     }
 
     #[tokio::test]
     async fn a_claim_reads_due_deliveries_in_the_index_order_and_sorts_nothing() {
-        for only in [None, Some("sub_x")] {
-            let plan = candidates_plan(only).await;
-            assert!(plan.contains("using outbox_due on outbox"), "{plan}");
-            assert!(!plan.contains("Sort"), "a claim reads every due row to sort them: {plan}");
+        let plan = candidates_plan(CANDIDATES, None, &[]).await;
+        assert!(plan.contains("using outbox_due on outbox"), "{plan}");
+        assert!(!plan.contains("Sort"), "a claim reads every due row to sort them: {plan}");
+    }
+
+    #[tokio::test]
+    async fn a_claim_that_leaves_subscriptions_out_reads_each_others_rows_apart() {
+        for (only, skip) in [(None, &["sub_0"][..]), (Some("sub_1"), &[][..])] {
+            let plan = candidates_plan(CANDIDATES_EACH, only, skip).await;
+            assert!(plan.contains("using outbox_pending on outbox"), "{plan}");
+            // A walk of the due order would step over every row left out.
+            assert!(!plan.contains("outbox_due"), "{plan}");
         }
     }
 

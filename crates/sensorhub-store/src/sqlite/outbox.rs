@@ -5,35 +5,36 @@
 use super::SqliteStore;
 use super::outbox_log;
 use super::tx::{begin, in_tx, on};
+use crate::StoreResult;
 use crate::decide::claim;
 use crate::delivery::{
     Attempt, ClaimRequest, Claimed, DROPPED_DISABLED, DROPPED_UNSEEN, Delivery, DeliveryRecord, Finished, Replay,
     batch_room, failing_changes,
 };
 use crate::sql::{outbox, subscriptions};
-use crate::{StoreError, StoreResult};
 use async_trait::async_trait;
 use rusqlite::{Connection, params};
 
 pub(super) fn claim(c: &mut Connection, now: i64, lease: i64, req: &ClaimRequest) -> StoreResult<Claimed> {
     unsynced(c, |c| {
         let tx = begin(c)?;
-        let urls = subscription_urls(&tx)?;
-        let excluded = claim::excluded(req, &urls);
-        let skip = serde_json::to_string(&excluded.subscriptions).map_err(|e| StoreError::Backend(e.into()))?;
+        let subs = subscriptions(&tx)?;
+        let excluded = claim::excluded(req, &subs);
+        let among = excluded.each().then_some(excluded.rest.as_slice());
         let window = claim::window(req.limit);
         let mut budget = outbox_log::FEED_BUDGET;
-        let mut unfed = outbox_log::feed(&tx, now, window, None, &skip, &mut budget)?;
+        let mut unfed = outbox_log::feed(&tx, now, window, among, &mut budget)?;
         let mut picker = claim::Picker::new(req, &excluded);
-        let looked = offer_due(&tx, now, window, None, &skip, &mut picker)?;
+        let looked = offer_due(&tx, now, window, among, &mut picker)?;
         let picked = picker.finish(looked);
         let mut deliveries = lease_rows(&tx, &picked.take, now + lease)?;
         let mut dropped = drop_rows(&tx, &picked.drop)?;
         for (sub, room) in batch_room(&deliveries) {
-            unfed |= outbox_log::feed(&tx, now, room, Some(&sub), "[]", &mut budget)?;
+            let only = [sub];
+            unfed |= outbox_log::feed(&tx, now, room, Some(&only), &mut budget)?;
             let top_up = ClaimRequest::up_to(room);
             let mut picker = claim::Picker::new(&top_up, &claim::Excluded::default());
-            let looked = offer_due(&tx, now, room, Some(&sub), "[]", &mut picker)?;
+            let looked = offer_due(&tx, now, room, Some(&only), &mut picker)?;
             let more = picker.finish(looked);
             deliveries.extend(lease_rows(&tx, &more.take, now + lease)?);
             dropped += drop_rows(&tx, &more.drop)?;
@@ -45,41 +46,77 @@ pub(super) fn claim(c: &mut Connection, now: i64, lease: i64, req: &ClaimRequest
     })
 }
 
-/// Every enabled subscription's id and URL (for the per-endpoint share).
-fn subscription_urls(tx: &Connection) -> StoreResult<Vec<(String, String)>> {
-    let mut stmt = tx.prepare_cached("SELECT id, url FROM subscriptions WHERE enabled = 1")?;
-    let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<_, _>>()?;
+/// Every subscription's id, URL and whether it is enabled (for the
+/// per-endpoint share, and the ones a claim leaves out).
+fn subscriptions(tx: &Connection) -> StoreResult<Vec<(String, String, bool)>> {
+    let mut stmt = tx.prepare_cached("SELECT id, url, enabled FROM subscriptions ORDER BY id")?;
+    let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?.collect::<Result<_, _>>()?;
     Ok(rows)
 }
 
-/// Offers `picker` up to `limit` due rows (of subscription `only`, if
-/// given; none of the JSON list `skip`), oldest first, each with why it
-/// may no longer go, until it has what it takes; returns how many it read.
+/// A due row as `offer_due`'s statements read it: its id, the subscription's
+/// URL, why it may no longer go; then `next_attempt`, the merge's order.
+macro_rules! due_sql {
+    ($from:literal, $and:literal) => {
+        concat!(
+            "SELECT o.id, s.url,
+                    CASE WHEN a.disabled = 1 THEN ?3
+                         WHEN o.device_pk IS NULL OR NOT EXISTS
+                              (SELECT 1 FROM account_devices x WHERE x.account_id = a.id AND x.device_pk = o.device_pk)
+                         THEN ?4 END,
+                    o.next_attempt
+             FROM outbox o ",
+            $from,
+            " JOIN subscriptions s ON s.id = o.subscription_id JOIN accounts a ON a.id = s.account_id
+             WHERE o.state = 'pending' AND o.next_attempt <= ?1 AND s.enabled = 1 ",
+            $and,
+            " ORDER BY o.next_attempt, o.id LIMIT ?2"
+        )
+    };
+}
+
+/// Offers `picker` up to `limit` due rows (of the subscriptions `among`,
+/// if given), oldest first, each with why it may no longer go, until it
+/// has what it takes; returns how many it read. Every subscription's in
+/// one walk of `outbox_due`, or each of `among`'s first `limit` apart
+/// (`outbox_pending`), merged: a claim that leaves subscriptions out would
+/// otherwise walk past every due row of theirs, with the writer held.
 fn offer_due(
     tx: &Connection,
     now: i64,
     limit: usize,
-    only: Option<&str>,
-    skip: &str,
+    among: Option<&[String]>,
     picker: &mut claim::Picker<'_>,
 ) -> StoreResult<usize> {
-    let mut stmt = tx.prepare_cached(
-        "SELECT o.id, s.url,
-                CASE WHEN a.disabled = 1 THEN ?5
-                     WHEN o.device_pk IS NULL OR NOT EXISTS
-                          (SELECT 1 FROM account_devices x WHERE x.account_id = a.id AND x.device_pk = o.device_pk)
-                     THEN ?6 END
-         FROM outbox o JOIN subscriptions s ON s.id = o.subscription_id JOIN accounts a ON a.id = s.account_id
-         WHERE o.state = 'pending' AND o.next_attempt <= ?1 AND s.enabled = 1
-           AND (?3 IS NULL OR o.subscription_id = ?3)
-           AND o.subscription_id NOT IN (SELECT value FROM json_each(?4))
-         ORDER BY o.next_attempt, o.id LIMIT ?2",
-    )?;
-    let mut rows = stmt.query(params![now, limit as i64, only, skip, DROPPED_DISABLED, DROPPED_UNSEEN])?;
+    let row = |r: &rusqlite::Row<'_>| -> rusqlite::Result<((i64, i64), claim::Candidate)> {
+        Ok(((r.get(3)?, r.get(0)?), claim::Candidate { id: r.get(0)?, url: r.get(1)?, refused: r.get(2)? }))
+    };
+    let Some(subs) = among else {
+        // Read as the picker takes them: it may stop early.
+        let mut stmt = tx.prepare_cached(due_sql!("", ""))?;
+        let rows = stmt.query_map(params![now, limit as i64, DROPPED_DISABLED, DROPPED_UNSEEN], row)?;
+        return offer(picker, rows.map(|r| r.map(|(_, c)| c)));
+    };
+    let mut stmt = tx.prepare_cached(due_sql!("INDEXED BY outbox_pending", "AND o.subscription_id = ?5"))?;
+    let mut due = Vec::new();
+    for sub in subs {
+        let rows = stmt.query_map(params![now, limit as i64, DROPPED_DISABLED, DROPPED_UNSEEN, sub], row)?;
+        due.extend(rows.collect::<Result<Vec<_>, _>>()?);
+    }
+    due.sort_unstable_by_key(|(order, _)| *order);
+    offer(picker, due.into_iter().take(limit).map(|(_, c)| Ok(c)))
+}
+
+/// Offers `picker` `rows` in order until it has what it takes; returns how
+/// many it read.
+fn offer(
+    picker: &mut claim::Picker<'_>,
+    rows: impl Iterator<Item = rusqlite::Result<claim::Candidate>>,
+) -> StoreResult<usize> {
     let mut looked = 0;
-    while let Some(r) = rows.next()? {
+    for candidate in rows {
         looked += 1;
-        if !picker.offer(claim::Candidate { id: r.get(0)?, url: r.get(1)?, refused: r.get(2)? }) {
+        if !picker.offer(candidate?) {
             break;
         }
     }

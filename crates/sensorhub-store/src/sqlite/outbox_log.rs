@@ -151,9 +151,8 @@ pub(super) fn spread(tx: &Connection, limit: usize, upto: Option<i64>) -> StoreR
 }
 
 /// The deliveries a claim may take at `?1` among `outbox`'s pending rows
-/// (at most `?2`; of subscription `?3`, if not NULL; of none in the JSON
-/// list `?4`, the endpoints at their share): `offer_due`'s conditions,
-/// less the rows it would drop. `$from` and `$and` pick the rows looked at.
+/// (at most `?2`): `offer_due`'s conditions, less the rows it would drop.
+/// `$from` and `$and` pick the rows looked at (with `?3` and `?4`).
 macro_rules! ready_sql {
     ($from:literal, $and:literal) => {
         concat!(
@@ -162,43 +161,45 @@ macro_rules! ready_sql {
             " JOIN subscriptions s ON s.id = o.subscription_id JOIN accounts a ON a.id = s.account_id
              WHERE o.state = 'pending' AND o.next_attempt <= ?1 AND s.enabled = 1 AND a.disabled = 0 ",
             $and,
-            " AND (?3 IS NULL OR o.subscription_id = ?3)
-               AND o.subscription_id NOT IN (SELECT value FROM json_each(?4))
-               AND EXISTS (SELECT 1 FROM account_devices x WHERE x.account_id = a.id AND x.device_pk = o.device_pk)
+            " AND EXISTS (SELECT 1 FROM account_devices x WHERE x.account_id = a.id AND x.device_pk = o.device_pk)
              LIMIT ?2)"
         )
     };
 }
 
 /// Spreads the log as far as a claim needs: until `outbox` holds `window`
-/// deliveries the claim may take at `now` (of subscription `only`, if
-/// given; of none in the JSON list `skip`, the endpoints at their share)
-/// or the log is empty, moving at most `budget` rows (what it moves is
-/// taken from it). Deliveries owed faster than they can be made wait in
-/// the log, appended, rather than be moved to the table and its index on
-/// every claim; an endpoint at its share, or rows the claim would drop,
-/// do not hold back other deliveries behind them in the log, since they do
-/// not count. Returns whether the budget ran out first (the log may hold
-/// more the claim could take).
+/// deliveries the claim may take at `now` (of the subscriptions `among`,
+/// if given, each counted apart by the index `outbox_pending`: the claim
+/// leaves the others out, endpoints at their share and disabled ones) or
+/// the log is empty, moving at most `budget` rows (what it moves is taken
+/// from it). Deliveries owed faster than they can be made wait in the log,
+/// appended, rather than be moved to the table and its index on every
+/// claim; an endpoint at its share, or rows the claim would drop, do not
+/// hold back other deliveries behind them in the log, since they do not
+/// count. Returns whether the budget ran out first (the log may hold more
+/// the claim could take).
 pub(super) fn feed(
     tx: &Connection,
     now: i64,
     window: usize,
-    only: Option<&str>,
-    skip: &str,
+    among: Option<&[String]>,
     budget: &mut usize,
 ) -> StoreResult<bool> {
-    let count = |sql: &str, limit: usize, after: Option<i64>| -> StoreResult<usize> {
-        let mut stmt = tx.prepare_cached(sql)?;
-        let n: i64 = match after {
-            None => stmt.query_row(params![now, limit as i64, only, skip], |r| r.get(0))?,
-            Some(id) => stmt.query_row(params![now, limit as i64, only, skip, id], |r| r.get(0))?,
-        };
-        Ok(usize::try_from(n).unwrap_or(0))
+    let mut ready = match among {
+        None => ready(tx, ready_sql!("", ""), params![now, window as i64])?,
+        Some(subs) => {
+            let mut ready = 0;
+            for sub in subs {
+                if ready == window {
+                    break;
+                }
+                let sql = ready_sql!("INDEXED BY outbox_pending", "AND o.subscription_id = ?3");
+                ready += self::ready(tx, sql, params![now, (window - ready) as i64, sub])?;
+            }
+            ready
+        }
     };
-    // Once through the due rows; then only the rows each chunk added (by
-    // rowid, not by the due index, which would step over all of them again).
-    let mut ready = count(ready_sql!("", ""), window, None)?;
+    let among = among.map(|subs| serde_json::Value::from(subs).to_string());
     while ready < window {
         if *budget == 0 {
             return Ok(true);
@@ -208,12 +209,24 @@ pub(super) fn feed(
         let before: i64 = tx.prepare_cached("SELECT coalesce(max(id), 0) FROM outbox")?.query_row([], |r| r.get(0))?;
         let moved = spread(tx, chunk, None)?;
         *budget -= moved;
-        ready += count(ready_sql!("NOT INDEXED", "AND o.id > ?5"), window - ready, Some(before))?;
+        // Only the rows this chunk added (by rowid, not by an index, which
+        // would step over the due rows again).
+        let sql = ready_sql!(
+            "NOT INDEXED",
+            "AND o.id > ?4 AND (?3 IS NULL OR o.subscription_id IN (SELECT value FROM json_each(?3)))"
+        );
+        ready += self::ready(tx, sql, params![now, (window - ready) as i64, among, before])?;
         if moved < chunk {
             break;
         }
     }
     Ok(false)
+}
+
+/// The count of [`ready_sql!`] statement `sql` with `params`.
+fn ready(tx: &Connection, sql: &str, params: impl rusqlite::Params) -> StoreResult<usize> {
+    let n: i64 = tx.prepare_cached(sql)?.query_row(params, |r| r.get(0))?;
+    Ok(usize::try_from(n).unwrap_or(0))
 }
 
 /// Spreads the whole log within transaction `tx`.
@@ -372,10 +385,14 @@ mod tests {
         c.query_row(sql, [], |r| r.get(0)).expect("count")
     }
 
-    /// `feed` with a claim's whole budget.
-    fn fed(tx: &Connection, now: i64, window: usize, only: Option<&str>, skip: &str) -> bool {
+    /// `feed` with a claim's whole budget, of every subscription or of `among`.
+    fn fed(tx: &Connection, now: i64, window: usize, among: Option<&[&str]>) -> bool {
         let mut budget = FEED_BUDGET;
-        feed(tx, now, window, only, skip, &mut budget).expect("feed")
+        feed(tx, now, window, strings(among).as_deref(), &mut budget).expect("feed")
+    }
+
+    fn strings(among: Option<&[&str]>) -> Option<Vec<String>> {
+        among.map(|subs| subs.iter().map(|s| (*s).to_owned()).collect())
     }
 
     #[tokio::test]
@@ -394,11 +411,11 @@ mod tests {
         assert_eq!(backlog(&tx).expect("backlog"), 304, "103 wait in outbox, 201 in the log");
         let now = jiff::Timestamp::now().as_millisecond() + 1000;
         let sub_a = "SELECT count(*) FROM outbox WHERE subscription_id = 'sub_a'";
-        assert!(!fed(&tx, now, 4, None, "[]"), "rows a claim would not take or would drop do not count");
+        assert!(!fed(&tx, now, 4, None), "rows a claim would not take or would drop do not count");
         assert_eq!(count(&tx, sub_a), 64, "one chunk is enough");
-        assert!(!fed(&tx, now, 4, None, "[]"));
+        assert!(!fed(&tx, now, 4, None));
         assert_eq!(count(&tx, sub_a), 64, "four are ready: nothing more moves");
-        assert!(!fed(&tx, now - 2000, 4, Some("sub_b"), "[]"), "none due before it was written");
+        assert!(!fed(&tx, now - 2000, 4, Some(&["sub_b"])), "none due before it was written");
         assert_eq!(count(&tx, "SELECT count(*) FROM outbox_log"), 0, "so the log is spread looking for them");
         assert_eq!(count(&tx, "SELECT count(*) FROM outbox WHERE subscription_id = 'sub_b' AND device_pk = 7"), 1);
         assert_eq!(backlog(&tx).expect("backlog"), 304, "moved, not counted twice");
@@ -407,11 +424,14 @@ mod tests {
         write(&tx, &many).expect("write");
         write(&tx, &[row("sub_b", "b1", 7, "after many")]).expect("write");
         let mut budget = 10_000;
-        assert!(feed(&tx, now, 4, None, r#"["sub_a"]"#, &mut budget).expect("feed"), "at its share, not counted");
+        assert!(
+            feed(&tx, now, 4, strings(Some(&["sub_b"])).as_deref(), &mut budget).expect("feed"),
+            "at its share, not counted"
+        );
         assert_eq!(budget, 0, "the budget is spent exactly");
         let left = count(&tx, "SELECT count(*) FROM outbox_log");
         assert_eq!(left, 7_001, "a claim moves at most its budget");
-        assert!(!fed(&tx, now, 4, None, r#"["sub_a"]"#), "the next claim reaches sub_b's");
+        assert!(!fed(&tx, now, 4, Some(&["sub_b"])), "the next claim reaches sub_b's");
         assert_eq!(count(&tx, "SELECT count(*) FROM outbox WHERE subscription_id = 'sub_b' AND device_pk = 7"), 2);
         assert_eq!(backlog(&tx).expect("backlog"), 304 + 17_001);
     }

@@ -121,6 +121,46 @@ async fn a_claim_gives_an_endpoint_no_more_than_its_share() {
 }
 
 #[tokio::test]
+async fn a_claim_past_an_endpoint_at_its_share_and_a_disabled_subscription_takes_the_others_oldest_first() {
+    for b in backends().await {
+        let s = &*b.store;
+        let add = |id: &'static str, url: &'static str| s.add_subscription(subscription(id, url, None));
+        add("sub_hole", "https://hole.example:8443/h").await.expect("add");
+        add("sub_off", "https://off.example/h").await.expect("add");
+        // The hole's and the disabled subscription's deliveries come first
+        // in the due order; the claim reads each other subscription's rows
+        // apart and merges them.
+        store_readings(s, T, 3).await;
+        s.set_subscription_enabled("sub_off", false).await.expect("disable");
+        add("sub_a", "https://a.example/h").await.expect("add");
+        add("sub_b", "https://b.example/h").await.expect("add");
+        store_readings(s, T + 600, 3).await;
+
+        let req = ClaimRequest { limit: 8, slots: 16, held: [("https://hole.example:8443".to_owned(), 8)].into() };
+        let claimed = s.claim_deliveries(later(), 30_000, &req).await.expect("claim");
+        let order: Vec<_> = claimed
+            .deliveries
+            .iter()
+            .map(|d| {
+                let body: serde_json::Value = serde_json::from_str(&d.body).expect("JSON");
+                (d.subscription_id.as_str(), body["timestamp"].as_str().unwrap_or_default().to_owned())
+            })
+            .collect();
+        let at = |i: i64| jiff::Timestamp::from_second(T + 600 + 60 * i).expect("time").to_string();
+        let want: Vec<_> = (0..3).flat_map(|i| [("sub_a", at(i)), ("sub_b", at(i))]).collect();
+        assert_eq!(order, want, "the two subscriptions with room, merged oldest first");
+        assert_eq!(claimed.dropped, 0, "nothing is dropped for being left out");
+        assert_eq!(claimed.waiting, ["https://hole.example:8443"]);
+
+        s.set_subscription_enabled("sub_off", true).await.expect("enable");
+        let claimed = s.claim_deliveries(later(), 30_000, &ClaimRequest::up_to(8)).await.expect("claim");
+        let subs: Vec<_> = claimed.deliveries.iter().map(|d| d.subscription_id.as_str()).collect();
+        let want = ["sub_hole", "sub_off", "sub_hole", "sub_off", "sub_hole", "sub_off", "sub_hole", "sub_hole"];
+        assert_eq!(subs, want, "re-enabled, its deliveries go in their turn");
+    }
+}
+
+#[tokio::test]
 async fn every_delivery_of_a_reading_has_its_own_random_message_id() {
     for b in backends().await {
         let s = &*b.store;

@@ -1,0 +1,11 @@
+-- sensorhub schema, version 18 (issue 27): each subscription's due
+-- deliveries indexed in the order a claim takes them.
+--
+-- A claim that leaves subscriptions out (an endpoint holding its share of
+-- the worker's slots, say one that never answers; a disabled
+-- subscription) walked `outbox_due` past every due delivery of theirs, at
+-- every claim: 51-55 ms a claim behind 100,000 owed to one endpoint, so
+-- one dead endpoint's backlog slowed every other subscription's
+-- deliveries. Such a claim now reads each remaining subscription's first
+-- due rows from this index and merges them (0.8-1.8 ms).
+CREATE INDEX outbox_pending ON outbox (subscription_id, next_attempt, id) WHERE state = 'pending';

@@ -1,0 +1,12 @@
+-- sensorhub schema, version 19 (issue 27): each subscription's due
+-- deliveries indexed in the order a claim takes them (SQLite appends the
+-- rowid, `id`, to every index).
+--
+-- A claim that leaves subscriptions out (an endpoint holding its share of
+-- the worker's slots, say one that never answers; a disabled
+-- subscription) walked `outbox_due` past every due delivery of theirs, at
+-- every claim and with the writer held: 49-53 ms a claim behind 100,000
+-- owed to one endpoint, so one dead endpoint's backlog stalled ingest and
+-- every other subscription's deliveries. Such a claim now reads each
+-- remaining subscription's first due rows from this index and merges them.
+CREATE INDEX outbox_pending ON outbox (subscription_id, next_attempt) WHERE state = 'pending';
