@@ -147,6 +147,12 @@ impl<'a> Picker<'a> {
         }
         if self.picked.take.len() >= self.req.limit || self.skipped >= SKIP_AT_MOST {
             self.picked.more = true;
+            // Its endpoint has due rows left too (for want of the worker's
+            // slots, or of looking further): the worker claims again once
+            // it is down to half its share. Left out of `waiting`, beside an
+            // endpoint at its share that never answers, the next claim
+            // waited for the next look (half a second): 64 deliveries a look.
+            self.waiting.insert(endpoint(&c.url).to_owned());
             return false;
         }
         let e = endpoint(&c.url);
@@ -231,6 +237,17 @@ mod tests {
         let p = pick(rows, &r, &excluded(&r, &[("s".into(), HOLE.into(), true)]));
         assert_eq!(p.take, (50..60).collect::<Vec<_>>(), "all of the healthy endpoint's rows");
         assert_eq!(p.waiting, ["https://hole.example"]);
+    }
+
+    #[test]
+    fn an_endpoint_left_at_the_claims_limit_waits_for_room_too() {
+        let rows: Vec<_> = (0..10).map(|i| cand(i, GOOD)).collect();
+        let r = req(4, 128, &[("https://hole.example", 64)]);
+        let p = pick(rows.clone(), &r, &excluded(&r, &[("s".into(), HOLE.into(), true)]));
+        assert_eq!(p.take, [0, 1, 2, 3]);
+        assert_eq!(p.waiting, ["https://good.example:8443", "https://hole.example"]);
+        let p = pick(rows[..4].to_vec(), &r, &Excluded::default());
+        assert_eq!((p.take.len(), p.waiting.len()), (4, 0), "nothing left: nothing waits");
     }
 
     #[test]
