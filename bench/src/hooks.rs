@@ -10,7 +10,9 @@
 //! backlog again, owed to a healthy endpoint and to one that takes
 //! connections and never answers, behind `--hole` deliveries owed to that
 //! one alone (an endpoint down for a day): the healthy one's deliveries/s
-//! while the other holds its share of the slots. With `--batch N`
+//! while the other holds its share of the slots (with
+//! `--hole-subscriptions N`, the healthy endpoint's backlog spread over N
+//! subscriptions, each owed every one of `--backlog / N` readings). With `--batch N`
 //! the subscriptions batch up to N readings per POST. With `--database
 //! postgres://...` every phase runs on a fresh database on that PostgreSQL
 //! server instead of a SQLite file (the bytes of file pages dirtied are then
@@ -46,6 +48,10 @@ pub struct Args {
     /// backlog owed to it and to a healthy endpoint (0: no such phase)
     #[arg(long, default_value_t = 100_000)]
     hole: u64,
+    /// Subscriptions of the healthy endpoint behind the hole: the second
+    /// backlog's readings (`--backlog` over this many) are owed to each
+    #[arg(long, default_value_t = 1)]
+    hole_subscriptions: u64,
     /// Deliveries in flight per endpoint (serve --webhook-concurrency)
     #[arg(long, default_value_t = 4)]
     concurrency: usize,
@@ -128,6 +134,8 @@ pub struct Hooks {
     /// drained behind them, deliveries/s: what a dead endpoint's backlog
     /// costs every other subscription.
     pub deliveries_behind_hole_per_s: f64,
+    /// The healthy endpoint's subscriptions in that phase.
+    pub hole_subscriptions: u64,
     /// Deliveries in flight per endpoint.
     pub concurrency: usize,
     /// Readings per batched POST at most (0: one per POST).
@@ -349,12 +357,17 @@ pub fn run(args: Args) -> Result<(Hooks, PathBuf), String> {
         let file = dir.join("hole.ndjson");
         readings_file(&file, 1_760_000_000, args.hole)?;
         sensorhub(&bin, db, &["import", "--deliver", file.to_str().ok_or("path")?])?;
-        sensorhub(&bin, db, &add)?;
-        readings_file(&file, 1_770_000_000, args.backlog)?;
+        let subs = args.hole_subscriptions.max(1);
+        for _ in 0..subs {
+            sensorhub(&bin, db, &add)?;
+        }
+        let owed = (args.backlog / subs).max(1);
+        readings_file(&file, 1_770_000_000, owed)?;
         sensorhub(&bin, db, &["import", "--deliver", file.to_str().ok_or("path")?])?;
         let (before, started) = (delivered.load(Ordering::Relaxed), Instant::now());
         let server = serve(true)?;
-        deliveries_behind_hole_per_s = args.backlog as f64 / drained(&rt, &delivered, before, args.backlog, started)?;
+        let owed = owed * subs;
+        deliveries_behind_hole_per_s = owed as f64 / drained(&rt, &delivered, before, owed, started)?;
         drop(server);
     }
     let hooks = Hooks {
@@ -382,6 +395,7 @@ pub fn run(args: Args) -> Result<(Hooks, PathBuf), String> {
         deliveries_per_s: backlog as f64 / drain_s,
         hole: args.hole,
         deliveries_behind_hole_per_s,
+        hole_subscriptions: args.hole_subscriptions.max(1),
         concurrency: args.concurrency,
         batch: args.batch,
         backend: if temp.is_some() { "postgres" } else { "sqlite" },
@@ -427,7 +441,8 @@ pub fn report(h: &Hooks) -> String {
          cores used without subscriptions / while delivering: server {:.2} / {:.2}, the bench's clients and \
          receiver {:.2} / {:.2}\n\
          backlog of {} deliveries drained in {:.1} s: {:.0} deliveries/s ({} per endpoint at once{}); \
-         the same behind {} owed to an endpoint that never answers: {:.0} deliveries/s",
+         the same behind {} owed to an endpoint that never answers ({} subscription(s) of the healthy one): \
+         {:.0} deliveries/s",
         h.backend,
         h.ingest_none_rps,
         h.ingest_three_outbox_rps,
@@ -454,6 +469,7 @@ pub fn report(h: &Hooks) -> String {
         h.concurrency,
         if h.batch > 0 { format!(", batches of up to {}", h.batch) } else { String::new() },
         h.hole,
+        h.hole_subscriptions,
         h.deliveries_behind_hole_per_s
     )
 }

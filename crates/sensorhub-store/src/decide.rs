@@ -7,6 +7,7 @@
 pub(crate) mod claim;
 mod hours;
 pub(crate) mod latest;
+pub(crate) mod merge;
 pub(crate) mod outbox;
 mod provision;
 pub(crate) mod subscriptions;

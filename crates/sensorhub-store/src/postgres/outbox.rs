@@ -6,7 +6,7 @@
 use super::PgStore;
 use super::outbox_log::{self, Others};
 use crate::StoreResult;
-use crate::decide::claim;
+use crate::decide::{claim, merge};
 use crate::delivery::{
     Attempt, ClaimRequest, Claimed, DROPPED_DISABLED, DROPPED_UNSEEN, Delivery, DeliveryRecord, Finished, Replay,
     batch_room, failing_changes,
@@ -36,20 +36,22 @@ pub(super) async fn claim(c: &mut Client, now: i64, lease: i64, req: &ClaimReque
     let excluded = claim::excluded(req, &subs);
     let mut budget = outbox_log::FEED_BUDGET;
     let window = claim::window(req.limit);
-    let (found, mut unfed) = fed(&tx, now, window, None, &excluded.subscriptions, &mut budget).await?;
-    let picked = claim::pick(found, req, &excluded);
+    let among = excluded.each().then_some(excluded.rest.as_slice());
+    let (found, mut unfed) = fed(&tx, now, window, among, &mut budget).await?;
+    let picked = claim::pick(found.rows, req, &excluded);
     let mut deliveries = lease_rows(&tx, &picked.take, now + lease).await?;
     let mut dropped = drop_rows(&tx, &picked.drop).await?;
     for (sub, room) in batch_room(&deliveries) {
-        let (found, short) = fed(&tx, now, room, Some(&sub), &[], &mut budget).await?;
+        let (found, short) = fed(&tx, now, room, Some(&[sub]), &mut budget).await?;
         unfed |= short;
-        let more = claim::pick(found, &ClaimRequest::up_to(room), &claim::Excluded::default());
+        let more = claim::pick(found.rows, &ClaimRequest::up_to(room), &claim::Excluded::default());
         deliveries.extend(lease_rows(&tx, &more.take, now + lease).await?);
         dropped += drop_rows(&tx, &more.drop).await?;
     }
     tx.commit().await?;
     // The log may hold more than this claim spread.
-    Ok(Claimed { deliveries, waiting: picked.waiting, more: picked.more || unfed, dropped, again: unfed })
+    let more = picked.more || found.cut || unfed;
+    Ok(Claimed { deliveries, waiting: picked.waiting, more, dropped, again: unfed })
 }
 
 /// A claim's candidates ([`candidates`]), the log spread into `outbox`
@@ -61,12 +63,11 @@ async fn fed(
     tx: &Transaction<'_>,
     now: i64,
     limit: usize,
-    only: Option<&str>,
-    skip: &[String],
+    among: Option<&[String]>,
     budget: &mut usize,
-) -> StoreResult<(Vec<claim::Candidate>, bool)> {
-    let mut found = candidates(tx, now, limit, only, skip).await?;
-    while found.len() < limit {
+) -> StoreResult<(Found, bool)> {
+    let mut found = candidates(tx, now, limit, among).await?;
+    while found.read < limit && !found.cut {
         if *budget == 0 {
             return Ok((found, true));
         }
@@ -74,13 +75,13 @@ async fn fed(
         // after this one too: a claim that spreads makes two more round
         // trips (the spread, the candidates again), and one that takes a
         // few deliveries at a time would otherwise spread at each claim.
-        let chunk = (2 * limit - found.len()).clamp(64, outbox_log::SPREAD_ROWS).min(*budget);
+        let chunk = (2 * limit - found.read).clamp(64, outbox_log::SPREAD_ROWS).min(*budget);
         let moved = outbox_log::spread(tx.client(), chunk, None, Others::Skip).await?;
         *budget -= moved;
         if moved == 0 {
             break;
         }
-        found = candidates(tx, now, limit, only, skip).await?;
+        found = candidates(tx, now, limit, among).await?;
         if moved < chunk {
             break;
         }
@@ -105,60 +106,81 @@ async fn unsynced(c: &mut Client) -> StoreResult<Transaction<'_>> {
     Ok(tx)
 }
 
-/// Due rows, oldest first (`$1` now, `$2` how many at most, `$3` only
-/// this subscription's if not null, `$4` none of these subscriptions'),
-/// each with why it may no longer go (`$5`, `$6`); locked, and skipping
-/// rows another claimer holds.
+/// Due rows, oldest first (`$1` now, `$2` how many at most), each with
+/// why it may no longer go (`$3`, `$4`); locked, and skipping rows another
+/// claimer holds.
 const CANDIDATES: &str = "SELECT o.id, s.url,
-        CASE WHEN a.disabled THEN $5
+        CASE WHEN a.disabled THEN $3
              WHEN o.device_pk IS NULL OR NOT EXISTS
                   (SELECT 1 FROM account_devices x WHERE x.account_id = a.id AND x.device_pk = o.device_pk)
-             THEN $6 END
+             THEN $4 END
     FROM outbox o JOIN subscriptions s ON s.id = o.subscription_id JOIN accounts a ON a.id = s.account_id
     WHERE o.state = 'pending' AND o.next_attempt <= $1 AND s.enabled
-      AND ($3::text IS NULL OR o.subscription_id = $3)
-      AND o.subscription_id <> ALL ($4::text[])
     ORDER BY o.next_attempt, o.id LIMIT $2
     FOR UPDATE OF o SKIP LOCKED";
 
 /// [`CANDIDATES`] read subscription by subscription (schema 18's
-/// `outbox_pending`): each enabled one's (`$3` only, `$4` none of these)
-/// first `$2` due rows, merged oldest first. The walk of [`CANDIDATES`]
-/// steps over every due row of the subscriptions it leaves out, at every
-/// claim: 51-55 ms behind 100,000 owed to an endpoint at its share, 0.8-1.8
-/// ms this way (`EXPLAIN ANALYZE`). Ordered by the merged rows' own columns
-/// so that no plan can walk `outbox_due` instead (sorts are off in the
-/// claim's transaction); the outer row is locked, and its state checked
-/// again, only for the rows taken.
+/// `outbox_pending`): each enabled one of `$5`'s first `$6` due rows (a
+/// page, [`merge::Pages`]), merged oldest first, with the subscription and
+/// `next_attempt` of each. The walk of [`CANDIDATES`] steps over every due
+/// row of the subscriptions it leaves out, at every claim: 51-55 ms behind
+/// 100,000 owed to an endpoint at its share, 0.8-1.8 ms this way (`EXPLAIN
+/// ANALYZE`). Ordered by the merged rows' own columns so that no plan can
+/// walk `outbox_due` instead (sorts are off in the claim's transaction);
+/// the outer row is locked, and its state checked again, only for the
+/// rows taken.
 const CANDIDATES_EACH: &str = "SELECT o.id, s.url,
-        CASE WHEN a.disabled THEN $5
+        CASE WHEN a.disabled THEN $3
              WHEN o.device_pk IS NULL OR NOT EXISTS
                   (SELECT 1 FROM account_devices x WHERE x.account_id = a.id AND x.device_pk = o.device_pk)
-             THEN $6 END
+             THEN $4 END,
+        s.id, c.next_attempt
     FROM subscriptions s JOIN accounts a ON a.id = s.account_id
     CROSS JOIN LATERAL (SELECT d.id, d.next_attempt FROM outbox d
         WHERE d.subscription_id = s.id AND d.state = 'pending' AND d.next_attempt <= $1
-        ORDER BY d.next_attempt, d.id LIMIT $2) c
+        ORDER BY d.next_attempt, d.id LIMIT $6) c
     JOIN outbox o ON o.id = c.id
-    WHERE s.enabled AND ($3::text IS NULL OR s.id = $3) AND s.id <> ALL ($4::text[])
+    WHERE s.enabled AND s.id = ANY ($5::text[])
       AND o.state = 'pending' AND o.next_attempt <= $1
     ORDER BY c.next_attempt, c.id LIMIT $2
     FOR UPDATE OF o SKIP LOCKED";
 
-/// Up to `limit` due rows (of subscription `only`, if given; none of
-/// `skip`), oldest first, each with why it may no longer go; locked, and
-/// skipping rows another claimer holds. One walk of the due order when
-/// neither narrows it, else each subscription's rows apart.
-async fn candidates(
-    c: &impl GenericClient,
-    now: i64,
-    limit: usize,
-    only: Option<&str>,
-    skip: &[String],
-) -> StoreResult<Vec<claim::Candidate>> {
-    let sql = if only.is_none() && skip.is_empty() { CANDIDATES } else { CANDIDATES_EACH };
-    let rows = c.query(sql, &[&now, &(limit as i64), &only, &skip, &DROPPED_DISABLED, &DROPPED_UNSEEN]).await?;
-    Ok(rows.iter().map(|r| claim::Candidate { id: r.get(0), url: r.get(1), refused: r.get(2) }).collect())
+/// A claim's candidates, as [`candidates`] read them.
+struct Found {
+    /// The rows the claim may take, oldest first.
+    rows: Vec<claim::Candidate>,
+    /// How many rows the statement read (more than `rows` if cut).
+    read: usize,
+    /// Whether rows were left unread, or read and left, for want of a
+    /// second page ([`merge::Pages`]): more may be due than were read.
+    cut: bool,
+}
+
+/// Up to `limit` due rows (of the subscriptions `among` only, if given),
+/// oldest first, each with why it may no longer go; locked, and skipping
+/// rows another claimer holds. One walk of the due order when `among` is
+/// not given, else a page of each subscription's rows, merged up to the
+/// first full page's end.
+async fn candidates(c: &impl GenericClient, now: i64, limit: usize, among: Option<&[String]>) -> StoreResult<Found> {
+    let candidate = |r: &tokio_postgres::Row| claim::Candidate { id: r.get(0), url: r.get(1), refused: r.get(2) };
+    let Some(subs) = among else {
+        let rows = c.query(CANDIDATES, &[&now, &(limit as i64), &DROPPED_DISABLED, &DROPPED_UNSEEN]).await?;
+        return Ok(Found { read: rows.len(), rows: rows.iter().map(candidate).collect(), cut: false });
+    };
+    let mut pages = merge::Pages::new(subs, limit);
+    let page = pages.page() as i64;
+    let rows =
+        c.query(CANDIDATES_EACH, &[&now, &(limit as i64), &DROPPED_DISABLED, &DROPPED_UNSEEN, &subs, &page]).await?;
+    let mut of: std::collections::HashMap<&str, Vec<(merge::Key, claim::Candidate)>> = Default::default();
+    for r in &rows {
+        of.entry(r.get(3)).or_default().push(((r.get(4), r.get(0)), candidate(r)));
+    }
+    // One page of each, at once: whatever was not read waits for the next claim.
+    for (sub, _) in pages.next_reads() {
+        pages.add(sub, of.remove(sub).unwrap_or_default());
+    }
+    let ready = pages.ready();
+    Ok(Found { read: rows.len(), cut: pages.more(), rows: ready })
 }
 
 /// Marks rows dropped, each with its reason.
@@ -388,31 +410,34 @@ mod tests {
         rows.iter().map(|r| r.get::<_, String>(0)).collect::<Vec<_>>().join("\n")
     }
 
-    /// The plan of a claim's candidates (`sql`, of `only` or none of
-    /// `skip`) in a claim's transaction, on a new database whose outbox
-    /// has just grown to 20,000 due deliveries (its statistics, never
-    /// gathered, make it look small).
-    async fn candidates_plan(sql: &str, only: Option<&str>, skip: &[&str]) -> String {
+    /// The plan of a claim's candidates (all of them, or of subscriptions
+    /// `among` a page at a time) in a claim's transaction, on a new
+    /// database whose outbox has just grown to 20,000 due deliveries (its
+    /// statistics, never gathered, make it look small).
+    async fn candidates_plan(among: Option<&[&str]>) -> String {
         let (_pg, store) = filled(
             "INSERT INTO outbox (subscription_id, message_id, body, created_at, next_attempt)
              SELECT 'sub_' || (g % 3), 'msg_' || g, repeat('x', 300), 0, 0 FROM generate_series(1, 20000) g",
         )
         .await;
-        let skip: Vec<String> = skip.iter().map(|s| (*s).to_owned()).collect();
-        plan_in_claim(&store, sql, &[&1_i64, &64_i64, &only, &skip, &DROPPED_DISABLED, &DROPPED_UNSEEN]).await
+        let fixed: [&(dyn tokio_postgres::types::ToSql + Sync); 4] =
+            [&1_i64, &64_i64, &DROPPED_DISABLED, &DROPPED_UNSEEN];
+        let Some(among) = among else { return plan_in_claim(&store, CANDIDATES, &fixed).await };
+        let among: Vec<String> = among.iter().map(|s| (*s).to_owned()).collect();
+        plan_in_claim(&store, CANDIDATES_EACH, &[fixed[0], fixed[1], fixed[2], fixed[3], &among, &8_i64]).await
     }
 
     #[tokio::test]
     async fn a_claim_reads_due_deliveries_in_the_index_order_and_sorts_nothing() {
-        let plan = candidates_plan(CANDIDATES, None, &[]).await;
+        let plan = candidates_plan(None).await;
         assert!(plan.contains("using outbox_due on outbox"), "{plan}");
         assert!(!plan.contains("Sort"), "a claim reads every due row to sort them: {plan}");
     }
 
     #[tokio::test]
     async fn a_claim_that_leaves_subscriptions_out_reads_each_others_rows_apart() {
-        for (only, skip) in [(None, &["sub_0"][..]), (Some("sub_1"), &[][..])] {
-            let plan = candidates_plan(CANDIDATES_EACH, only, skip).await;
+        for among in [&["sub_1", "sub_2"][..], &["sub_1"][..]] {
+            let plan = candidates_plan(Some(among)).await;
             assert!(plan.contains("using outbox_pending on outbox"), "{plan}");
             // A walk of the due order would step over every row left out.
             assert!(!plan.contains("outbox_due"), "{plan}");

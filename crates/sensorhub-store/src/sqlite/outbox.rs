@@ -6,7 +6,7 @@ use super::SqliteStore;
 use super::outbox_log;
 use super::tx::{begin, in_tx, on};
 use crate::StoreResult;
-use crate::decide::claim;
+use crate::decide::{claim, merge};
 use crate::delivery::{
     Attempt, ClaimRequest, Claimed, DROPPED_DISABLED, DROPPED_UNSEEN, Delivery, DeliveryRecord, Finished, Replay,
     batch_room, failing_changes,
@@ -78,8 +78,8 @@ macro_rules! due_sql {
 /// Offers `picker` up to `limit` due rows (of the subscriptions `among`,
 /// if given), oldest first, each with why it may no longer go, until it
 /// has what it takes; returns how many it read. Every subscription's in
-/// one walk of `outbox_due`, or each of `among`'s first `limit` apart
-/// (`outbox_pending`), merged: a claim that leaves subscriptions out would
+/// one walk of `outbox_due`, or each of `among`'s apart (`outbox_pending`),
+/// a page at a time, merged: a claim that leaves subscriptions out would
 /// otherwise walk past every due row of theirs, with the writer held.
 fn offer_due(
     tx: &Connection,
@@ -88,39 +88,87 @@ fn offer_due(
     among: Option<&[String]>,
     picker: &mut claim::Picker<'_>,
 ) -> StoreResult<usize> {
-    let row = |r: &rusqlite::Row<'_>| -> rusqlite::Result<((i64, i64), claim::Candidate)> {
-        Ok(((r.get(3)?, r.get(0)?), claim::Candidate { id: r.get(0)?, url: r.get(1)?, refused: r.get(2)? }))
-    };
     let Some(subs) = among else {
         // Read as the picker takes them: it may stop early.
         let mut stmt = tx.prepare_cached(due_sql!("", ""))?;
-        let rows = stmt.query_map(params![now, limit as i64, DROPPED_DISABLED, DROPPED_UNSEEN], row)?;
-        return offer(picker, rows.map(|r| r.map(|(_, c)| c)));
+        let rows = stmt.query_map(params![now, limit as i64, DROPPED_DISABLED, DROPPED_UNSEEN], due_row)?;
+        return Ok(offer(picker, limit, rows.map(|r| r.map(|(_, c)| c)))?.0);
     };
-    let mut stmt = tx.prepare_cached(due_sql!("INDEXED BY outbox_pending", "AND o.subscription_id = ?5"))?;
-    let mut due = Vec::new();
-    for sub in subs {
-        let rows = stmt.query_map(params![now, limit as i64, DROPPED_DISABLED, DROPPED_UNSEEN, sub], row)?;
-        due.extend(rows.collect::<Result<Vec<_>, _>>()?);
-    }
-    due.sort_unstable_by_key(|(order, _)| *order);
-    offer(picker, due.into_iter().take(limit).map(|(_, c)| Ok(c)))
-}
-
-/// Offers `picker` `rows` in order until it has what it takes; returns how
-/// many it read.
-fn offer(
-    picker: &mut claim::Picker<'_>,
-    rows: impl Iterator<Item = rusqlite::Result<claim::Candidate>>,
-) -> StoreResult<usize> {
+    let mut pages = merge::Pages::new(subs, limit);
     let mut looked = 0;
-    for candidate in rows {
-        looked += 1;
-        if !picker.offer(candidate?) {
-            break;
+    loop {
+        let reads = pages.next_reads();
+        if reads.is_empty() {
+            return Ok(looked);
+        }
+        for (sub, after) in reads {
+            let page = due_page(tx, now, pages.page(), sub, after)?;
+            pages.add(sub, page);
+        }
+        let (n, open) = offer(picker, limit - looked, pages.ready().into_iter().map(Ok))?;
+        looked += n;
+        if !open || looked >= limit {
+            return Ok(looked);
         }
     }
-    Ok(looked)
+}
+
+/// A row of [`due_sql!`]: its place in the due order, and the candidate.
+fn due_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<(merge::Key, claim::Candidate)> {
+    Ok(((r.get(3)?, r.get(0)?), claim::Candidate { id: r.get(0)?, url: r.get(1)?, refused: r.get(2)? }))
+}
+
+/// Up to `n` due rows of subscription `sub`, oldest first, after the one
+/// at `after` if given. Rows due at the same time as that one are read by
+/// their id apart: SQLite seeks `outbox_pending` on `rowid` only after an
+/// equality on `next_attempt` (a row value over both scans every row due
+/// at that time, and an import's rows are all due at one time).
+fn due_page(
+    tx: &Connection,
+    now: i64,
+    n: usize,
+    sub: &str,
+    after: Option<merge::Key>,
+) -> StoreResult<Vec<(merge::Key, claim::Candidate)>> {
+    let fixed = params![now, n as i64, DROPPED_DISABLED, DROPPED_UNSEEN, sub];
+    let Some((at, id)) = after else {
+        let mut stmt = tx.prepare_cached(due_sql!("INDEXED BY outbox_pending", "AND o.subscription_id = ?5"))?;
+        return Ok(stmt.query_map(fixed, due_row)?.collect::<Result<_, _>>()?);
+    };
+    let mut same = tx.prepare_cached(due_sql!(
+        "INDEXED BY outbox_pending",
+        "AND o.subscription_id = ?5 AND o.next_attempt = ?6 AND o.id > ?7"
+    ))?;
+    let mut rows: Vec<_> = same
+        .query_map(params![now, n as i64, DROPPED_DISABLED, DROPPED_UNSEEN, sub, at, id], due_row)?
+        .collect::<Result<_, _>>()?;
+    if rows.len() < n {
+        let mut later = tx.prepare_cached(due_sql!(
+            "INDEXED BY outbox_pending",
+            "AND o.subscription_id = ?5 AND o.next_attempt > ?6"
+        ))?;
+        let left = (n - rows.len()) as i64;
+        let more = later.query_map(params![now, left, DROPPED_DISABLED, DROPPED_UNSEEN, sub, at], due_row)?;
+        rows.extend(more.collect::<Result<Vec<_>, _>>()?);
+    }
+    Ok(rows)
+}
+
+/// Offers `picker` `rows` in order until it has what it takes, or `most`
+/// have been read; returns how many it read and whether it would take more.
+fn offer(
+    picker: &mut claim::Picker<'_>,
+    most: usize,
+    rows: impl Iterator<Item = rusqlite::Result<claim::Candidate>>,
+) -> StoreResult<(usize, bool)> {
+    let mut looked = 0;
+    for candidate in rows.take(most) {
+        looked += 1;
+        if !picker.offer(candidate?) {
+            return Ok((looked, false));
+        }
+    }
+    Ok((looked, true))
 }
 
 /// Marks rows dropped, each with its reason.

@@ -182,3 +182,43 @@ async fn every_delivery_of_a_reading_has_its_own_random_message_id() {
         assert_eq!(all.len(), 12, "no two deliveries share an id, within a write or across them");
     }
 }
+
+#[tokio::test]
+async fn claims_past_an_endpoint_at_its_share_take_many_subscriptions_rows_in_the_due_order() {
+    for b in backends().await {
+        let s = &*b.store;
+        let add = |id: String, url: String| s.add_subscription(subscription(&id, &url, None));
+        add("sub_hole".into(), "https://hole.example:8443/h".into()).await.expect("add");
+        add("sub_a".into(), "https://a.example/h".into()).await.expect("add");
+        // sub_a's first 30 deliveries are due before any of eleven others'
+        // 5: a claim reads a page of each of the twelve (16 rows of the 192
+        // it looks at), so sub_a's first page ends before the others' rows
+        // begin, and its other rows are read before any of theirs is given.
+        store_readings(s, T, 30).await;
+        for i in 0..11 {
+            add(format!("sub_{i:02}"), format!("https://e{i}.example/h")).await.expect("add");
+        }
+        store_readings(s, T + 3600, 5).await;
+
+        let req = ClaimRequest { limit: 64, slots: 128, held: [("https://hole.example:8443".to_owned(), 64)].into() };
+        let mut taken = Vec::new();
+        for _ in 0..10 {
+            let claimed = s.claim_deliveries(later(), 30_000, &req).await.expect("claim");
+            if claimed.deliveries.is_empty() {
+                assert!(!claimed.more || claimed.waiting == ["https://hole.example:8443"], "{claimed:?}");
+                break;
+            }
+            for d in claimed.deliveries {
+                let body: serde_json::Value = serde_json::from_str(&d.body).expect("JSON");
+                let at = body["timestamp"].as_str().unwrap_or_default().to_owned();
+                taken.push((d.subscription_id, at.parse::<jiff::Timestamp>().expect("time").as_second()));
+            }
+        }
+        assert_eq!(taken.len(), 35 + 11 * 5, "every delivery once, none of the hole's");
+        let a: Vec<i64> = taken[..30].iter().filter(|(sub, _)| sub == "sub_a").map(|(_, t)| *t).collect();
+        assert_eq!(a, (0..30).map(|i| T + 60 * i).collect::<Vec<_>>(), "sub_a's first, oldest first");
+        assert!(taken.windows(2).all(|w| w[0].1 <= w[1].1), "the due order across claims: {taken:?}");
+        let others: BTreeSet<&str> = taken[30..].iter().map(|(sub, _)| sub.as_str()).collect();
+        assert_eq!(others.len(), 12, "sub_a's last and the eleven others: {others:?}");
+    }
+}
