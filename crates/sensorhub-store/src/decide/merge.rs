@@ -70,9 +70,10 @@ impl<'s> Pages<'s> {
         self.held.drain(keep..).rev().map(|(_, c)| c).collect()
     }
 
-    /// Whether rows may be due that were not read (a page was full).
+    /// Whether rows may be due that were not read (a page was full); not
+    /// whether a first page is still to be read.
     pub(crate) fn more(&self) -> bool {
-        !self.next.is_empty()
+        self.next.iter().any(|(_, last)| last.is_some())
     }
 }
 
@@ -102,6 +103,7 @@ mod tests {
         let subs = ["a".to_owned(), "b".to_owned()];
         let mut pages = Pages::new(&subs, 16);
         assert_eq!(pages.page(), 8);
+        assert!(!pages.more(), "nothing read yet is nothing left unread");
         let reads = pages.next_reads();
         assert_eq!(reads, [("a", None), ("b", None)]);
         // a: 8 rows (a full page) at times 1..=8; b: 3 rows at 2, 5, 20.
