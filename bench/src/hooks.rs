@@ -18,8 +18,9 @@
 //! server instead of a SQLite file (the bytes of file pages dirtied are then
 //! the server's own, not the database's).
 
-use crate::closed_loop::load;
+use crate::closed_loop::{load, load_each};
 use crate::dataset;
+use crate::keepalive::Conn;
 use crate::run::{Server, cpu_seconds_of};
 use serde::Serialize;
 use std::ffi::OsStr;
@@ -38,9 +39,14 @@ pub struct Args {
     /// Seconds of webhook ingest load per measurement
     #[arg(long, default_value_t = 10)]
     seconds: u64,
-    /// Clients posting at once
-    #[arg(long, default_value_t = 16)]
-    clients: usize,
+    /// Clients posting at once (default 8, issue 27's webhook load; 16
+    /// with --per-request, issue 15's)
+    #[arg(long)]
+    clients: Option<usize>,
+    /// Each client opens a connection per reading (HTTP/1.0), as this
+    /// bench did before issue 27's shape (8 keep-alive connections)
+    #[arg(long)]
+    per_request: bool,
     /// Deliveries in the backlog that is drained
     #[arg(long, default_value_t = 100_000)]
     backlog: u64,
@@ -140,6 +146,10 @@ pub struct Hooks {
     pub concurrency: usize,
     /// Readings per batched POST at most (0: one per POST).
     pub batch: u32,
+    /// Clients of the ingest load.
+    pub clients: usize,
+    /// `"keep-alive"` (each client on its connection) or `"per-request"`.
+    pub connection: &'static str,
     /// `"sqlite"` or `"postgres"`.
     pub backend: &'static str,
 }
@@ -238,9 +248,29 @@ fn drained(
     })
 }
 
-/// Sends one webhook POST of reading `k` of the reference station.
-async fn ingest(port: u16, k: u64) -> Result<(), String> {
-    crate::live::post_reading(port, 1_700_000_000 + k as i64, k).await
+/// `clients` posting readings of the reference station (from reading
+/// `first`, a second apart) for `seconds`, each on its keep-alive
+/// connection or on a connection per reading: readings/s.
+async fn ingest_load(port: u16, clients: usize, per_request: bool, seconds: u64, first: u64) -> Result<f64, String> {
+    let second = |k: u64| 1_700_000_000 + k as i64;
+    if per_request {
+        return load(clients, seconds, first, move |k| crate::live::post_reading(port, second(k), k)).await;
+    }
+    let headers = format!("Content-Type: application/json\r\nX-API-KEY: {}\r\n", dataset::BENCH_WEBHOOK_KEY);
+    load_each(
+        clients,
+        seconds,
+        first,
+        move || Conn::new(port),
+        move |mut conn, k| {
+            let (headers, body) = (headers.clone(), crate::live::reading_envelope(second(k), k));
+            async move {
+                conn.post("/external/v1/webhook/sensor-data", &headers, &body?, 200).await?;
+                Ok(conn)
+            }
+        },
+    )
+    .await
 }
 
 /// Runs the scenario and writes its figures.
@@ -266,6 +296,8 @@ pub fn run(args: Args) -> Result<(Hooks, PathBuf), String> {
     sensorhub(&bin, db, &["apply", provision.to_str().ok_or("path")?])?;
     let (url, delivered) = rt.block_on(receiver())?;
     let port = args.port;
+    let per_request = args.per_request;
+    let clients = args.clients.unwrap_or(if per_request { 16 } else { 8 });
     let concurrency = args.concurrency.to_string();
     let serve = |with_key: bool| -> Result<Server, String> {
         let mut cmd = Command::new(&bin);
@@ -284,7 +316,7 @@ pub fn run(args: Args) -> Result<(Hooks, PathBuf), String> {
     let measured = |server: &Server, first: u64| -> Result<(f64, Cost), String> {
         let (cpu, written, started) = (server.cpu_seconds(), server.written_bytes()?, Instant::now());
         let own = cpu_seconds_of("/proc/self/stat");
-        let rps = rt.block_on(load(args.clients, args.seconds, first, move |k| ingest(port, k)))?;
+        let rps = rt.block_on(ingest_load(port, clients, per_request, args.seconds, first))?;
         let wall = started.elapsed().as_secs_f64();
         let requests = (rps * wall).max(1.0);
         let server_cpu = server.cpu_seconds() - cpu;
@@ -398,6 +430,8 @@ pub fn run(args: Args) -> Result<(Hooks, PathBuf), String> {
         hole_subscriptions: args.hole_subscriptions.max(1),
         concurrency: args.concurrency,
         batch: args.batch,
+        clients,
+        connection: if per_request { "per-request" } else { "keep-alive" },
         backend: if temp.is_some() { "postgres" } else { "sqlite" },
     };
     std::fs::create_dir_all(&args.out).map_err(|e| e.to_string())?;
@@ -432,7 +466,7 @@ fn outbox_backlog(db: &str) -> Result<u64, String> {
 /// The figures as lines of text.
 pub fn report(h: &Hooks) -> String {
     format!(
-        "webhook ingest ({}): {:.0} req/s without subscriptions; with 3: {:.0} req/s writing their outbox only \
+        "webhook ingest ({}, {} clients, {}): {:.0} req/s without subscriptions; with 3: {:.0} req/s writing their outbox only \
          (ratio {:.2}), {:.0} req/s while delivering on the same cores (ratio {:.2}; target >= 0.9; \
          {:.0} deliveries/s meanwhile); {:.0} req/s without subscriptions again after them (ratio while \
          delivering against it {:.2})\n\
@@ -444,6 +478,8 @@ pub fn report(h: &Hooks) -> String {
          the same behind {} owed to an endpoint that never answers ({} subscription(s) of the healthy one): \
          {:.0} deliveries/s",
         h.backend,
+        h.clients,
+        h.connection,
         h.ingest_none_rps,
         h.ingest_three_outbox_rps,
         h.outbox_ratio,

@@ -128,11 +128,7 @@ async fn ingest(port: u16, k: u64) -> Result<(), String> {
 /// Sends one webhook POST of the reference station's water level `value`
 /// at `second` and waits for its answer (also the webhook bench's load).
 pub(crate) async fn post_reading(port: u16, second: i64, value: u64) -> Result<(), String> {
-    let ts = jiff::Timestamp::from_second(second).map_err(|e| e.to_string())?;
-    let body = format!(
-        r#"{{"event":"sensor-data","device_id":"{}","timestamp":"{ts}","data":{{"REF-wl":{value}}}}}"#,
-        dataset::REF_DEVICE
-    );
+    let body = reading_envelope(second, value)?;
     let mut s = TcpStream::connect(("127.0.0.1", port)).await.map_err(|e| e.to_string())?;
     let request = format!(
         "POST /external/v1/webhook/sensor-data HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
@@ -147,6 +143,15 @@ pub(crate) async fn post_reading(port: u16, second: i64, value: u64) -> Result<(
         return Err(format!("ingest refused: {}", String::from_utf8_lossy(&answer)));
     }
     Ok(())
+}
+
+/// The webhook envelope of the reference station's water level `value` at `second`.
+pub(crate) fn reading_envelope(second: i64, value: u64) -> Result<String, String> {
+    let ts = jiff::Timestamp::from_second(second).map_err(|e| e.to_string())?;
+    Ok(format!(
+        r#"{{"event":"sensor-data","device_id":"{}","timestamp":"{ts}","data":{{"REF-wl":{value}}}}}"#,
+        dataset::REF_DEVICE
+    ))
 }
 
 /// The number of open streams the server reports.
