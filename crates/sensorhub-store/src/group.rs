@@ -18,8 +18,10 @@
 
 mod fill;
 mod gather;
+mod waiting;
 
 pub(crate) use gather::Gather;
+pub(crate) use waiting::IngestWaiting;
 
 use crate::alarm::AlarmEvent;
 use crate::observe::Observers;

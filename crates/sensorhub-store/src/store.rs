@@ -133,11 +133,12 @@ pub trait ReadingWrites: Send + Sync {
     /// ([`crate::observe`]).
     fn observe(&self, observer: std::sync::Arc<dyn crate::observe::AfterCommit>);
 
-    /// Writes of readings (webhook ingest, MQTT batches) waiting for the
-    /// store's one writer or being written: while it is above 0,
-    /// background writers (the delivery worker's bookkeeping) may give
-    /// them the writer first. A counter read, no query. 0 where writers do
-    /// not queue behind one another (PostgreSQL).
+    /// Writes of readings (webhook ingest, MQTT batches, imports) waiting
+    /// for the store's writer (SQLite's one connection, PostgreSQL's group
+    /// committer) or being written: while it is above 0, background
+    /// writers (the delivery worker's bookkeeping) may give them the
+    /// database first. A counter read, no query; each instance counts its
+    /// own.
     fn ingest_waiting(&self) -> usize {
         0
     }

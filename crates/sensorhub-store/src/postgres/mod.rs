@@ -108,6 +108,8 @@ pub struct PgStore {
     writers: std::sync::Arc<tokio::sync::Semaphore>,
     /// Single readings, committed in groups.
     group: crate::group::GroupCommit,
+    /// Writes of readings under way (see [`crate::store::ReadingWrites::ingest_waiting`]).
+    ingest_waiting: crate::group::IngestWaiting,
     /// Told of committed readings.
     observers: std::sync::Arc<crate::observe::Observers>,
     /// The devices and their alarm rules and states, kept between write transactions.
@@ -190,7 +192,9 @@ impl PgStore {
         })?;
         let write_targets = Default::default();
         let visible = Default::default();
-        let store = Self { pool, ping: build(&config, 1, 5)?, writers, group, observers, kept, write_targets, visible };
+        let ping = build(&config, 1, 5)?;
+        let ingest_waiting = Default::default();
+        let store = Self { pool, ping, writers, group, ingest_waiting, observers, kept, write_targets, visible };
         store.migrate(open).await?;
         Ok(store)
     }

@@ -146,15 +146,22 @@ impl crate::store::ReadingWrites for PgStore {
         self.observers.add(observer);
     }
 
+    fn ingest_waiting(&self) -> usize {
+        self.ingest_waiting.now()
+    }
+
     async fn ingest(&self, reading: ReadingInput) -> StoreResult<()> {
+        let _waiting = self.ingest_waiting.enter();
         self.observers.one(reading, |reading| self.group.write(reading, None)).await
     }
 
     async fn ingest_at(&self, reading: ReadingInput, at: crate::Generations) -> StoreResult<()> {
+        let _waiting = self.ingest_waiting.enter();
         self.observers.one(reading, |reading| self.group.write(reading, Some(at))).await
     }
 
     async fn import(&self, source: ReadingSource, outbox: Outbox) -> StoreResult<ImportReport> {
+        let _waiting = self.ingest_waiting.enter();
         let import = |source| async move {
             let (report, _, events) =
                 self.in_bulk_tx(async |tx| readings::import(tx, source, None, outbox, &self.kept).await).await?;
@@ -164,6 +171,7 @@ impl crate::store::ReadingWrites for PgStore {
     }
 
     async fn import_batched(&self, source: ReadingSource, outbox: Outbox) -> Result<ImportReport, PartialImport> {
+        let _waiting = self.ingest_waiting.enter();
         let steps = |source| {
             crate::import_in_steps(source, |source| async move {
                 let limit = Some(IMPORT_COMMIT_EVERY);

@@ -21,7 +21,6 @@ use async_trait::async_trait;
 use pool::{Pool, Role};
 use std::path::Path;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Migrations in order; `PRAGMA user_version` records how many ran.
 const MIGRATIONS: &[&str] = &[
@@ -110,7 +109,7 @@ pub struct SqliteStore {
     /// Single readings, committed in groups.
     group: crate::group::GroupCommit,
     /// Writes of readings under way (see [`Store::ingest_waiting`]).
-    ingest_waiting: AtomicUsize,
+    ingest_waiting: crate::group::IngestWaiting,
     /// Told of committed readings.
     observers: std::sync::Arc<crate::observe::Observers>,
     /// The devices and their alarm rules and states, kept between write transactions.
@@ -160,7 +159,7 @@ impl SqliteStore {
             writes,
             ping: Mutex::new(None),
             group,
-            ingest_waiting: AtomicUsize::new(0),
+            ingest_waiting: Default::default(),
             observers,
             kept,
             write_targets: Default::default(),
@@ -182,23 +181,6 @@ impl SqliteStore {
             *slot = None;
         }
         Ok(result?)
-    }
-}
-
-/// Counts one write of readings in [`SqliteStore::ingest_waiting`] from
-/// its call until it returns (or its future is dropped).
-struct Waiting<'a>(&'a AtomicUsize);
-
-impl<'a> Waiting<'a> {
-    fn enter(count: &'a AtomicUsize) -> Self {
-        count.fetch_add(1, Ordering::Relaxed);
-        Self(count)
-    }
-}
-
-impl Drop for Waiting<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

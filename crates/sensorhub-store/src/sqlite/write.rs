@@ -22,7 +22,7 @@ impl SqliteStore {
     /// One reading, in the next group, counted as waiting for the writer
     /// meanwhile ([`crate::store::ReadingWrites::ingest_waiting`]).
     async fn single(&self, reading: ReadingInput, at: Option<crate::Generations>) -> StoreResult<()> {
-        let _waiting = super::Waiting::enter(&self.ingest_waiting);
+        let _waiting = self.ingest_waiting.enter();
         self.observers.one(reading, |reading| self.group.write(reading, at)).await
     }
 }
@@ -34,7 +34,7 @@ impl crate::store::ReadingWrites for SqliteStore {
     }
 
     fn ingest_waiting(&self) -> usize {
-        self.ingest_waiting.load(std::sync::atomic::Ordering::Relaxed)
+        self.ingest_waiting.now()
     }
 
     async fn ingest(&self, reading: ReadingInput) -> StoreResult<()> {
@@ -46,7 +46,7 @@ impl crate::store::ReadingWrites for SqliteStore {
     }
 
     async fn import(&self, source: ReadingSource, outbox: Outbox) -> StoreResult<ImportReport> {
-        let _waiting = super::Waiting::enter(&self.ingest_waiting);
+        let _waiting = self.ingest_waiting.enter();
         let import = |source| async move {
             let kept = self.kept.clone();
             let (report, _, events) = self
@@ -59,7 +59,7 @@ impl crate::store::ReadingWrites for SqliteStore {
     }
 
     async fn import_batched(&self, source: ReadingSource, outbox: Outbox) -> Result<ImportReport, PartialImport> {
-        let _waiting = super::Waiting::enter(&self.ingest_waiting);
+        let _waiting = self.ingest_waiting.enter();
         let steps = |source| {
             crate::import_in_steps(source, |source| async move {
                 let (limit, kept) = (Some(IMPORT_COMMIT_EVERY), self.kept.clone());

@@ -64,7 +64,7 @@ pub struct DeliveryFlags {
     /// Deliveries in flight to one endpoint at once [default: 4]
     #[arg(long, env = "SENSORHUB_WEBHOOK_CONCURRENCY")]
     pub webhook_concurrency: Option<usize>,
-    /// Percent of its time the delivery worker may hold back its database writes while readings wait for SQLite's one writer (0: never) [default: 90]
+    /// Percent of its time the delivery worker may hold back its database writes while readings wait to be written (0: never) [default: 90]
     #[arg(long, env = "SENSORHUB_WEBHOOK_INGEST_FIRST", value_parser = clap::value_parser!(u8).range(0..=99))]
     pub webhook_ingest_first: Option<u8>,
 }

@@ -1,8 +1,9 @@
 //! Ingest first: the delivery worker's bookkeeping (its claims and its
 //! outcome records, both write transactions) waits while readings wait for
-//! the store's one writer (SQLite; [`sensorhub_store::ReadingWrites::ingest_waiting`]
-//! is always 0 on PostgreSQL, whose writers do not queue behind one
-//! another). Waiting is bounded, so a saturating ingest still leaves
+//! the store's writer or are being written
+//! ([`sensorhub_store::ReadingWrites::ingest_waiting`]: SQLite's one writer,
+//! or PostgreSQL's group committer, whose groups the claims' rows slow on
+//! shared cores). Waiting is bounded, so a saturating ingest still leaves
 //! deliveries a share: each waiter holds a budget that fills at a share of
 //! the time that passes (`--webhook-ingest-first`, 90 %), up to
 //! [`YIELD_BURST`], and waiting spends it. Over time the worker yields at
