@@ -4,7 +4,8 @@
 //! subscription and with 3 active ones (delivering meanwhile), their ratio
 //! (target ≥ 0.9, issue 27; 0.8 in issue 15), ingest with no subscription
 //! once more after those phases (the drift of the run's fixed order of
-//! phases), and how fast a backlog of `--backlog` deliveries
+//! phases), whether deliveries keep up with readings paced at a share of
+//! that rate (`--paced-share`), and how fast a backlog of `--backlog` deliveries
 //! (written by `sensorhub import --deliver` while no instance delivers)
 //! drains once a server with the key starts: deliveries/s; then the same
 //! backlog again, owed to a healthy endpoint and to one that takes
@@ -70,6 +71,9 @@ pub struct Args {
     /// Loopback port of the server
     #[arg(long, default_value_t = 18440)]
     port: u16,
+    /// The paced phase's rate, as a share of ingest alone's (0: no such phase)
+    #[arg(long, default_value_t = 0.1)]
+    paced_share: f64,
     /// Subscriptions batch up to this many readings per POST (`--batch-max`; 0: one per POST)
     #[arg(long, default_value_t = 0)]
     batch: u32,
@@ -127,6 +131,15 @@ pub struct Hooks {
     pub disk_bytes_outbox: f64,
     /// The same while delivering.
     pub disk_bytes_delivering: f64,
+    /// Webhook ingest paced at `--paced-share` of ingest alone (a load the
+    /// machine is not short of), with 3 subscriptions delivering from
+    /// none owed: readings/s sent.
+    pub paced_rps: f64,
+    /// The share of the deliveries those readings owed that were made
+    /// while they came (the rest within `paced_catch_up_s` after).
+    pub paced_delivered_share: f64,
+    /// Seconds from the paced load's end until every delivery it owed was made.
+    pub paced_catch_up_s: f64,
     /// Deliveries the drained backlog held.
     pub backlog: u64,
     /// Time to drain it, s.
@@ -252,25 +265,30 @@ fn drained(
 /// `first`, a second apart) for `seconds`, each on its keep-alive
 /// connection or on a connection per reading: readings/s.
 async fn ingest_load(port: u16, clients: usize, per_request: bool, seconds: u64, first: u64) -> Result<f64, String> {
-    let second = |k: u64| 1_700_000_000 + k as i64;
     if per_request {
-        return load(clients, seconds, first, move |k| crate::live::post_reading(port, second(k), k)).await;
+        return load(clients, seconds, first, move |k| crate::live::post_reading(port, 1_700_000_000 + k as i64, k))
+            .await;
     }
-    let headers = format!("Content-Type: application/json\r\nX-API-KEY: {}\r\n", dataset::BENCH_WEBHOOK_KEY);
-    load_each(
-        clients,
-        seconds,
-        first,
-        move || Conn::new(port),
-        move |mut conn, k| {
-            let (headers, body) = (headers.clone(), crate::live::reading_envelope(second(k), k));
-            async move {
-                conn.post("/external/v1/webhook/sensor-data", &headers, &body?, 200).await?;
-                Ok(conn)
-            }
-        },
-    )
-    .await
+    load_each(clients, seconds, first, move || Conn::new(port), post_on(webhook_headers())).await
+}
+
+/// The keep-alive client's POST of reading `k`.
+fn post_on(headers: Arc<str>) -> impl Fn(Conn, u64) -> PostOn + Send + Sync + 'static {
+    move |mut conn, k| {
+        let (headers, body) = (headers.clone(), crate::live::reading_envelope(1_700_000_000 + k as i64, k));
+        Box::pin(async move {
+            conn.post("/external/v1/webhook/sensor-data", &headers, &body?, 200).await?;
+            Ok(conn)
+        })
+    }
+}
+
+/// One POST of [`post_on`] under way.
+type PostOn = std::pin::Pin<Box<dyn std::future::Future<Output = Result<Conn, String>> + Send>>;
+
+/// The webhook's headers.
+fn webhook_headers() -> Arc<str> {
+    format!("Content-Type: application/json\r\nX-API-KEY: {}\r\n", dataset::BENCH_WEBHOOK_KEY).into()
 }
 
 /// Runs the scenario and writes its figures.
@@ -364,6 +382,40 @@ pub fn run(args: Args) -> Result<(Hooks, PathBuf), String> {
     let server = serve(true)?;
     let (ingest_none_after_rps, _) = measured(&server, 3_000_000)?;
     drop(server);
+
+    // Paced: a tenth of what ingest alone took, with three fresh
+    // subscriptions delivering (none owed before): whether deliveries keep
+    // up with a load the machine is not short of, holding back for
+    // readings as they do.
+    let (mut paced_rps, mut paced_delivered_share, mut paced_catch_up_s) = (0.0, 0.0, 0.0);
+    if args.paced_share > 0.0 {
+        let mut paced_ids = Vec::new();
+        for _ in 0..3 {
+            let added = sensorhub(&bin, db, &add)?;
+            paced_ids.extend(added.split_whitespace().find(|w| w.starts_with("sub_")).map(str::to_owned));
+        }
+        let server = serve(true)?;
+        let (rate, seconds) = (args.paced_share * ingest_none_rps, args.seconds as f64);
+        let (before, started) = (delivered.load(Ordering::Relaxed), Instant::now());
+        let sent = rt.block_on(crate::paced::paced(
+            clients,
+            rate,
+            seconds,
+            4_000_000,
+            move || Conn::new(port),
+            post_on(webhook_headers()),
+        ))?;
+        let took = started.elapsed().as_secs_f64();
+        let owed = sent * paced_ids.len() as u64;
+        paced_rps = sent as f64 / took;
+        paced_delivered_share = (delivered.load(Ordering::Relaxed) - before) as f64 / owed.max(1) as f64;
+        let ended = Instant::now();
+        paced_catch_up_s = drained(&rt, &delivered, before, owed, ended)?;
+        drop(server);
+        for id in &paced_ids {
+            sensorhub(&bin, db, &["subscription", "remove", id])?;
+        }
+    }
     let added = sensorhub(&bin, db, &add)?;
     let drained_sub = added.split_whitespace().find(|w| w.starts_with("sub_")).map(str::to_owned);
     let file = dir.join("backlog.ndjson");
@@ -422,6 +474,9 @@ pub fn run(args: Args) -> Result<(Hooks, PathBuf), String> {
         disk_bytes_none: none.disk_bytes,
         disk_bytes_outbox: outbox_only.disk_bytes,
         disk_bytes_delivering: delivering.disk_bytes,
+        paced_rps,
+        paced_delivered_share,
+        paced_catch_up_s,
         backlog,
         drain_s,
         deliveries_per_s: backlog as f64 / drain_s,
@@ -474,6 +529,8 @@ pub fn report(h: &Hooks) -> String {
          {:.0} us, file pages dirtied {:.0} / {:.0} / {:.0} bytes; CPU a delivery made while ingesting {:.0} us\n\
          cores used without subscriptions / while delivering: server {:.2} / {:.2}, the bench's clients and \
          receiver {:.2} / {:.2}\n\
+         paced at {:.0} readings/s with 3 subscriptions: {:.2} of their deliveries made meanwhile, all {:.2} s \
+         after the load\n\
          backlog of {} deliveries drained in {:.1} s: {:.0} deliveries/s ({} per endpoint at once{}); \
          the same behind {} owed to an endpoint that never answers ({} subscription(s) of the healthy one): \
          {:.0} deliveries/s",
@@ -499,6 +556,9 @@ pub fn report(h: &Hooks) -> String {
         h.server_cores_delivering,
         h.bench_cores_none,
         h.bench_cores_delivering,
+        h.paced_rps,
+        h.paced_delivered_share,
+        h.paced_catch_up_s,
         h.backlog,
         h.drain_s,
         h.deliveries_per_s,

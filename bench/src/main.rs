@@ -15,6 +15,7 @@ mod lineproto;
 mod live;
 mod mqtt;
 mod mqtt_flood;
+mod paced;
 mod peer;
 mod profiles;
 mod relay;
