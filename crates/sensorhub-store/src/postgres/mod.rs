@@ -41,6 +41,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/postgres/0016_outbox_due_order.sql"),
     include_str!("../../migrations/postgres/0017_outbox_log.sql"),
     include_str!("../../migrations/postgres/0018_outbox_pending.sql"),
+    include_str!("../../migrations/postgres/0019_outbox_subscription_dropped.sql"),
 ];
 
 /// Connections per process unless the URL says otherwise (`pool_max_size=N`).

@@ -1,0 +1,13 @@
+-- sensorhub schema, version 19 (issue 27): the index `outbox_subscription`
+-- dropped, as SQLite's schema 14 did.
+--
+-- No claim reads it: claims read `outbox_due` and `outbox_pending`. Every
+-- delivery a claim moves from the log, leases and deletes kept it up to
+-- date: one index entry of four at the move and again at the lease (whose
+-- new row version takes new entries in every index), 10 % of the WAL a
+-- delivery writes (1,581 -> 1,417 bytes) and 13 % of a claim's time
+-- (bench/RESULTS.md, the thirtieth step); on two shared cores that WAL is
+-- what the readings' durable commits then flush. Only the admin commands
+-- read the outbox by subscription (`subscription deliveries`, `replay`,
+-- `remove`): they scan it, as on SQLite.
+DROP INDEX outbox_subscription;
