@@ -21,6 +21,7 @@ mod profiles;
 mod relay;
 mod run;
 mod soak;
+mod soak_load;
 mod stats;
 mod tls;
 mod wrk;

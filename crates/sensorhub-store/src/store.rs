@@ -29,6 +29,10 @@ pub trait Health: Send + Sync {
     /// The state of the connection pool.
     fn pool_status(&self) -> PoolStatus;
 
+    /// Bytes the store keeps in memory between transactions: the hours it
+    /// wrote last, decoded (by the estimate that bounds them, 16 MiB).
+    fn kept_bytes(&self) -> usize;
+
     /// This installation's random id (32 hex digits), made with the schema.
     async fn installation_id(&self) -> StoreResult<String>;
 

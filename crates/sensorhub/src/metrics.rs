@@ -44,6 +44,20 @@ struct StateLabels {
     state: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CacheLabels {
+    cache: &'static str,
+}
+
+/// What the bounded in-memory caches hold now, in bytes (docs/storage.md).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CacheBytes {
+    /// Whole hours of raw windows as last rendered (at most 24 MiB).
+    pub rendered_hours: usize,
+    /// The hours the store wrote last, decoded, by estimate (at most 16 MiB).
+    pub kept_hours: usize,
+}
+
 fn latency_histogram() -> Histogram {
     // 0.25 ms to ~8 s.
     Histogram::new(exponential_buckets(0.000_25, 2.0, 16))
@@ -59,6 +73,7 @@ pub struct Metrics {
     readings_served: Counter,
     readings_ingested: Counter,
     pool: Family<StateLabels, Gauge>,
+    caches: Family<CacheLabels, Gauge>,
     redis_unavailable: Family<OutcomeLabels, Counter>,
     connections: Gauge,
     connections_closed: Family<ReasonLabels, Counter>,
@@ -218,6 +233,12 @@ impl Default for Metrics {
         registry.register("readings_served", "Readings sent in readings responses", readings_served.clone());
         registry.register("readings_ingested", "Readings stored through the webhook", readings_ingested.clone());
         registry.register("db_pool_connections", "Database pool connections by state", pool.clone());
+        let caches = Family::<CacheLabels, Gauge>::default();
+        registry.register(
+            "memory_cache_bytes",
+            "Bytes held by the bounded in-memory caches (rendered_hours: at most 24 MiB; kept_hours: at most 16 MiB, by estimate)",
+            caches.clone(),
+        );
         registry.register(
             "redis_unavailable",
             "Operations done without Redis because it did not answer: served (request not rate-limited), \
@@ -294,6 +315,7 @@ impl Default for Metrics {
             readings_served,
             readings_ingested,
             pool,
+            caches,
             redis_unavailable,
             connections,
             connections_closed,
@@ -441,12 +463,17 @@ impl Metrics {
         self.live.linked.set(i64::from(linked));
     }
 
-    /// The OpenMetrics text, with the pool's state as of now.
-    pub fn render(&self, pool: PoolStatus) -> String {
+    /// The OpenMetrics text, with the pool's state and the caches' sizes as of now.
+    pub fn render(&self, pool: PoolStatus, caches: CacheBytes) -> String {
         let gauge = |state| self.pool.get_or_create(&StateLabels { state }).clone();
         gauge("max").set(pool.max as i64);
         gauge("in_use").set(pool.in_use as i64);
         gauge("idle").set(pool.idle as i64);
+        let cache = |cache, bytes: usize| {
+            self.caches.get_or_create(&CacheLabels { cache }).set(i64::try_from(bytes).unwrap_or(i64::MAX));
+        };
+        cache("rendered_hours", caches.rendered_hours);
+        cache("kept_hours", caches.kept_hours);
         let mut out = String::new();
         if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &self.registry) {
             tracing::error!(error = %e, "cannot encode metrics");
@@ -466,7 +493,7 @@ mod tests {
         m.rate_limited("basic");
         m.webhook(true);
         m.readings_served(3);
-        let text = m.render(PoolStatus { max: 8, in_use: 1, idle: 2 });
+        let text = m.render(PoolStatus { max: 8, in_use: 1, idle: 2 }, CacheBytes { rendered_hours: 5, kept_hours: 7 });
         for needle in [
             "sensorhub_http_requests_total{method=\"GET\",route=\"/external/v1/devices\",status=\"200\"} 1",
             "sensorhub_http_request_duration_seconds_bucket",
@@ -474,6 +501,8 @@ mod tests {
             "sensorhub_webhook_envelopes_total{outcome=\"accepted\"} 1",
             "sensorhub_readings_served_total 3",
             "sensorhub_db_pool_connections{state=\"max\"} 8",
+            "sensorhub_memory_cache_bytes{cache=\"rendered_hours\"} 5",
+            "sensorhub_memory_cache_bytes{cache=\"kept_hours\"} 7",
         ] {
             assert!(text.contains(needle), "{needle} missing from {text}");
         }

@@ -238,6 +238,10 @@ impl crate::store::Health for PgStore {
         PoolStatus { max: s.max_size, in_use: s.size.saturating_sub(s.available), idle: s.available }
     }
 
+    fn kept_bytes(&self) -> usize {
+        self.kept.hours.held()
+    }
+
     async fn installation_id(&self) -> StoreResult<String> {
         self.on(async |c| access::installation_id(c).await).await
     }

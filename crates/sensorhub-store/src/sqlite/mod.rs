@@ -205,6 +205,10 @@ impl crate::store::Health for SqliteStore {
         PoolStatus { max: r.max + w.max, in_use: r.in_use + w.in_use, idle: r.idle + w.idle }
     }
 
+    fn kept_bytes(&self) -> usize {
+        self.kept.hours.held()
+    }
+
     async fn installation_id(&self) -> StoreResult<String> {
         self.reads.run_short(|c| tx::on(c, async |c| access::installation_id(c).await)).await
     }

@@ -90,6 +90,11 @@ impl HourCache {
         k.hours.insert(key, Hour { stored: stored.to_vec(), columns, cost });
     }
 
+    /// The bytes kept now, by the same estimate that bounds them ([`MAX_BYTES`]).
+    pub(crate) fn held(&self) -> usize {
+        self.lock().held
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Kept> {
         self.kept.lock().unwrap_or_else(|e| e.into_inner())
     }

@@ -85,6 +85,8 @@ pub async fn metrics_here(
             return Err(ApiError::TokenRequired);
         }
     }
-    let text = state.metrics.render(state.store.pool_status());
+    let caches =
+        crate::metrics::CacheBytes { rendered_hours: state.rendered.held(), kept_hours: state.store.kept_bytes() };
+    let text = state.metrics.render(state.store.pool_status(), caches);
     Ok(([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], text).into_response())
 }

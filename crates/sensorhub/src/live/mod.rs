@@ -410,11 +410,11 @@ mod tests {
         let mut late = hub.subscribe("A", None);
         hub.close();
         assert!(matches!(late.next().await, Next::Closed));
-        let text = metrics.render(sensorhub_store::PoolStatus { max: 1, in_use: 0, idle: 1 });
+        let text = metrics.render(sensorhub_store::PoolStatus { max: 1, in_use: 0, idle: 1 }, Default::default());
         assert!(text.contains("sensorhub_live_streams_cut_total 1"), "{text}");
         assert!(text.contains("sensorhub_live_streams 2"), "{text}");
         drop((slow, late));
-        let text = metrics.render(sensorhub_store::PoolStatus { max: 1, in_use: 0, idle: 1 });
+        let text = metrics.render(sensorhub_store::PoolStatus { max: 1, in_use: 0, idle: 1 }, Default::default());
         assert!(text.contains("sensorhub_live_streams 0"), "{text}");
     }
 }

@@ -43,6 +43,38 @@ on_each_backend! {
     }
 }
 
+/// The value of the metric line that starts with `series` in `text`.
+fn gauge(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{series} missing from:\n{text}"))
+}
+
+on_each_backend! {
+    async fn metrics_show_what_the_bounded_caches_hold() {
+        let options = sensorhub::config::serve::ServeSettings {
+            webhook: sensorhub::config::server::WebhookSettings {
+                mode: sensorhub::config::server::WebhookMode::Ingest,
+                ..Default::default()
+            },
+            ..TestApp::settings()
+        };
+        let app = TestApp::with(options).await;
+        let metrics = || async { app.request(Method::GET, &format!("{}/metrics", app.root()), &[], None).await.text };
+        let (rendered, kept) = (r#"sensorhub_memory_cache_bytes{cache="rendered_hours"}"#, r#"sensorhub_memory_cache_bytes{cache="kept_hours"}"#);
+        let before = metrics().await;
+        assert_eq!((gauge(&before, rendered), gauge(&before, kept)), (0.0, 0.0));
+        // A window of whole hours is kept rendered; a written hour is kept decoded.
+        assert_eq!(app.alice("/devices/AWLR-001/data?start=2026-05-05T00:00:00Z&end=2026-05-05T01:59:59Z").await.status, 200);
+        let reading = json!({"event": "sensor-data", "device_id": "AWLR-001", "timestamp": "2026-05-05T03:00:00Z",
+                             "data": {"AWLR1-batt": 90.0}});
+        assert_eq!(app.webhook(Some("wh-alice-secret"), &reading.to_string()).await.status, 200);
+        let after = metrics().await;
+        assert!(gauge(&after, rendered) > 0.0, "{after}");
+        assert!(gauge(&after, kept) > 0.0, "{after}");
+    }
+}
+
 on_each_backend! {
     async fn the_openapi_document_lists_every_endpoint() {
         let app = TestApp::start().await;

@@ -191,7 +191,11 @@ mod tests {
         assert_eq!(tx.try_send(message(QoS::AtMostOnce, 1000)), Err(NotQueued::Full), "held while being written");
         drop(batch);
         assert_eq!(tx.try_send(message(QoS::AtMostOnce, 1000)), Ok(()));
-        assert!(metrics.render(Default::default()).contains(&format!("sensorhub_mqtt_queue_bytes {}", 2 * cost(1000))));
+        assert!(
+            metrics
+                .render(Default::default(), Default::default())
+                .contains(&format!("sensorhub_mqtt_queue_bytes {}", 2 * cost(1000)))
+        );
     }
 
     #[tokio::test]
