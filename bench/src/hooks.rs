@@ -16,8 +16,9 @@
 //! subscriptions, each owed every one of `--backlog / N` readings). With `--batch N`
 //! the subscriptions batch up to N readings per POST. With `--database
 //! postgres://...` every phase runs on a fresh database on that PostgreSQL
-//! server instead of a SQLite file (the bytes of file pages dirtied are then
-//! the server's own, not the database's).
+//! server instead of a SQLite file, and what a request writes is counted in
+//! bytes of the cluster's WAL (`pg_current_wal_insert_lsn()`) rather than in
+//! the server's file pages dirtied (it has none there).
 
 use crate::closed_loop::{load, load_each};
 use crate::dataset;
@@ -115,6 +116,8 @@ pub struct Hooks {
     /// requests of that phase cost above those of the outbox-only phase,
     /// over the deliveries made meanwhile.
     pub cpu_us_a_delivery: f64,
+    /// The same of what the server wrote (`disk_bytes_*`), bytes a delivery.
+    pub disk_bytes_a_delivery: f64,
     /// The cores the server used (CPU seconds a second) without
     /// subscriptions and while delivering.
     pub server_cores_none: f64,
@@ -125,7 +128,8 @@ pub struct Hooks {
     pub bench_cores_delivering: f64,
     /// Bytes of file pages the server dirtied a request without
     /// subscriptions (`write_bytes` of `/proc/PID/io`: the WAL's and the
-    /// database's pages, counted when dirtied).
+    /// database's pages, counted when dirtied); on PostgreSQL, bytes of WAL
+    /// the cluster wrote (the bench's own statements are few).
     pub disk_bytes_none: f64,
     /// The same with three subscriptions, writing their outbox only.
     pub disk_bytes_outbox: f64,
@@ -146,6 +150,9 @@ pub struct Hooks {
     pub drain_s: f64,
     /// Deliveries per second while draining.
     pub deliveries_per_s: f64,
+    /// What the server wrote while draining (`disk_bytes_*`), bytes a
+    /// delivery: the worker's own writes, with no ingest beside them.
+    pub drain_bytes_a_delivery: f64,
     /// Deliveries owed to an endpoint that takes connections and never
     /// answers, written before the healthy endpoint's backlog.
     pub hole: u64,
@@ -331,8 +338,12 @@ pub fn run(args: Args) -> Result<(Hooks, PathBuf), String> {
 
     // The load's rate, the server's CPU and bytes of file pages dirtied a
     // request, and the cores the server and the bench used.
+    let written = |server: &Server| match &temp {
+        Some(pg) => rt.block_on(wal_bytes(pg.url())),
+        None => server.written_bytes(),
+    };
     let measured = |server: &Server, first: u64| -> Result<(f64, Cost), String> {
-        let (cpu, written, started) = (server.cpu_seconds(), server.written_bytes()?, Instant::now());
+        let (cpu, before, started) = (server.cpu_seconds(), written(server)?, Instant::now());
         let own = cpu_seconds_of("/proc/self/stat");
         let rps = rt.block_on(ingest_load(port, clients, per_request, args.seconds, first))?;
         let wall = started.elapsed().as_secs_f64();
@@ -342,7 +353,7 @@ pub fn run(args: Args) -> Result<(Hooks, PathBuf), String> {
             rps,
             Cost {
                 cpu_us: server_cpu * 1e6 / requests,
-                disk_bytes: (server.written_bytes()? - written) / requests,
+                disk_bytes: (written(server)? - before) / requests,
                 server_cores: server_cpu / wall.max(1e-9),
                 bench_cores: (cpu_seconds_of("/proc/self/stat") - own) / wall.max(1e-9),
             },
@@ -425,7 +436,9 @@ pub fn run(args: Args) -> Result<(Hooks, PathBuf), String> {
     let backlog = outbox_backlog(db)?;
     let started = Instant::now();
     let server = serve(true)?;
+    let at_start = written(&server)?;
     let drain_s = drained(&rt, &delivered, before, backlog, started)?;
+    let drain_bytes_a_delivery = (written(&server)? - at_start) / backlog.max(1) as f64;
     drop(server);
 
     // Behind a black hole: its backlog first, then the same backlog as
@@ -467,6 +480,8 @@ pub fn run(args: Args) -> Result<(Hooks, PathBuf), String> {
         cpu_us_outbox: outbox_only.cpu_us,
         cpu_us_delivering: delivering.cpu_us,
         cpu_us_a_delivery: (delivering.cpu_us - outbox_only.cpu_us) * ingest_three_rps / delivered_meanwhile.max(1.0),
+        disk_bytes_a_delivery: (delivering.disk_bytes - outbox_only.disk_bytes) * ingest_three_rps
+            / delivered_meanwhile.max(1.0),
         server_cores_none: none.server_cores,
         server_cores_delivering: delivering.server_cores,
         bench_cores_none: none.bench_cores,
@@ -480,6 +495,7 @@ pub fn run(args: Args) -> Result<(Hooks, PathBuf), String> {
         backlog,
         drain_s,
         deliveries_per_s: backlog as f64 / drain_s,
+        drain_bytes_a_delivery,
         hole: args.hole,
         deliveries_behind_hole_per_s,
         hole_subscriptions: args.hole_subscriptions.max(1),
@@ -502,11 +518,22 @@ pub fn run(args: Args) -> Result<(Hooks, PathBuf), String> {
 struct Cost {
     /// CPU time (user and system), us.
     cpu_us: f64,
-    /// Bytes of file pages dirtied (`write_bytes`).
+    /// Bytes of file pages dirtied (`write_bytes`), or of WAL on PostgreSQL.
     disk_bytes: f64,
     /// CPU seconds a second: the server's, and the bench's own.
     server_cores: f64,
     bench_cores: f64,
+}
+
+/// The bytes of WAL the PostgreSQL cluster of `url` has written so far.
+async fn wal_bytes(url: &str) -> Result<f64, String> {
+    let (c, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.map_err(|e| e.to_string())?;
+    let conn = tokio::spawn(conn);
+    let sql = "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::float8";
+    let bytes = c.query_one(sql, &[]).await.map_err(|e| e.to_string())?.get(0);
+    drop(c);
+    let _ = conn.await;
+    Ok(bytes)
 }
 
 /// The deliveries pending in the database `db` (a SQLite file or a URL).
@@ -526,12 +553,12 @@ pub fn report(h: &Hooks) -> String {
          {:.0} deliveries/s meanwhile); {:.0} req/s without subscriptions again after them (ratio while \
          delivering against it {:.2})\n\
          server a request (none / outbox only / delivering, the deliveries' work included): CPU {:.0} / {:.0} / \
-         {:.0} us, file pages dirtied {:.0} / {:.0} / {:.0} bytes; CPU a delivery made while ingesting {:.0} us\n\
+         {:.0} us, {} {:.0} / {:.0} / {:.0} bytes; a delivery made while ingesting: CPU {:.0} us, {:.0} bytes\n\
          cores used without subscriptions / while delivering: server {:.2} / {:.2}, the bench's clients and \
          receiver {:.2} / {:.2}\n\
          paced at {:.0} readings/s with 3 subscriptions: {:.2} of their deliveries made meanwhile, all {:.2} s \
          after the load\n\
-         backlog of {} deliveries drained in {:.1} s: {:.0} deliveries/s ({} per endpoint at once{}); \
+         backlog of {} deliveries drained in {:.1} s: {:.0} deliveries/s ({} per endpoint at once{}), {:.0} bytes written a delivery; \
          the same behind {} owed to an endpoint that never answers ({} subscription(s) of the healthy one): \
          {:.0} deliveries/s",
         h.backend,
@@ -548,10 +575,12 @@ pub fn report(h: &Hooks) -> String {
         h.cpu_us_none,
         h.cpu_us_outbox,
         h.cpu_us_delivering,
+        if h.backend == "sqlite" { "file pages dirtied" } else { "WAL written" },
         h.disk_bytes_none,
         h.disk_bytes_outbox,
         h.disk_bytes_delivering,
         h.cpu_us_a_delivery,
+        h.disk_bytes_a_delivery,
         h.server_cores_none,
         h.server_cores_delivering,
         h.bench_cores_none,
@@ -564,6 +593,7 @@ pub fn report(h: &Hooks) -> String {
         h.deliveries_per_s,
         h.concurrency,
         if h.batch > 0 { format!(", batches of up to {}", h.batch) } else { String::new() },
+        h.drain_bytes_a_delivery,
         h.hole,
         h.hole_subscriptions,
         h.deliveries_behind_hole_per_s

@@ -1,9 +1,9 @@
 //! The outbox's log on PostgreSQL (schema 17), as on SQLite
 //! (`sqlite/outbox_log.rs`): a transaction of readings appends one row per
-//! reading (its body once, the subscriptions it owes, the random bytes of
-//! their message ids), and claims spread those rows into `outbox`, one row
-//! per delivery, in their own unsynced transactions, as far as each claim
-//! needs.
+//! reading (its body once, the subscriptions it owes by their numbers, the
+//! random bytes of their message ids), and claims spread those rows into
+//! `outbox`, one row per delivery, in their own unsynced transactions, as
+//! far as each claim needs.
 //!
 //! Why: a reading's commit waits for the disk, and one `outbox` row per
 //! subscription, each with the body and three index entries, was what a
@@ -30,7 +30,8 @@ pub(super) const FEED_BUDGET: usize = 16_384;
 /// due now, with its parameters (`None` for no rows): one log row per run
 /// of rows with the same device and body (a reading's, or an alarm
 /// transition's, one row for each subscription it owes), naming the run's
-/// subscriptions, with [`ID_BYTES`] random bytes a delivery unless every
+/// subscriptions by their numbers (schema 20: 36 bytes for three, against
+/// 168 spelled out), with [`ID_BYTES`] random bytes a delivery unless every
 /// id is fixed, and the fixed ids if any.
 pub(super) fn insert(rows: &[OutboxRow]) -> StoreResult<Option<(&'static str, Params)>> {
     if rows.is_empty() {
@@ -65,12 +66,21 @@ pub(super) fn insert(rows: &[OutboxRow]) -> StoreResult<Option<(&'static str, Pa
     // Each log row's lists travel as one text, split in the statement: a
     // slice of one array of the whole write for each row copied the whole
     // array each time (a second for an import of 20,000 readings).
-    let sql = "INSERT INTO outbox_log (device_pk, created_at, subs, n, cum, nonce, ids, body)
-               SELECT t.d, $1, string_to_array(t.s, ','), cardinality(string_to_array(t.s, ',')),
+    // Each list's numbers are looked up once (a write's rows name a few
+    // lists), in its order: a subscription gone meanwhile is a NULL, owed
+    // nothing, and keeps the others' places in the random bytes.
+    let sql = "WITH t AS (
+                   SELECT * FROM unnest($2::bigint[], $3::text[], $4::bytea[], $5::text[], $6::text[], $7::bigint[])
+                        WITH ORDINALITY AS t (d, s, n, i, b, c, k)),
+               m AS (
+                   SELECT l.s, ARRAY (SELECT x.num FROM unnest(string_to_array(l.s, ',')) WITH ORDINALITY AS u (id, k)
+                                      LEFT JOIN subscriptions x ON x.id = u.id ORDER BY u.k) AS nums
+                   FROM (SELECT DISTINCT s FROM t) l)
+               INSERT INTO outbox_log (device_pk, created_at, subs, n, cum, nonce, ids, body)
+               SELECT t.d, $1, m.nums, cardinality(m.nums),
                       coalesce((SELECT cum FROM outbox_log ORDER BY id DESC LIMIT 1), 0) + t.c,
                       t.n, string_to_array(t.i, ','), t.b
-               FROM unnest($2::bigint[], $3::text[], $4::bytea[], $5::text[], $6::text[], $7::bigint[])
-                    WITH ORDINALITY AS t (d, s, n, i, b, c, k)
+               FROM t JOIN m ON m.s = t.s
                ORDER BY t.k";
     let params: Params = vec![
         Box::new(now),
@@ -155,11 +165,11 @@ macro_rules! spread_sql {
                 RETURNING id, device_pk, created_at, subs, nonce, ids, body),
             spread AS (
                 INSERT INTO outbox (subscription_id, device_pk, message_id, body, created_at, next_attempt)
-                SELECT u.s, m.device_pk,
+                SELECT x.id, m.device_pk,
                        coalesce(nullif(m.ids[u.k], ''), 'msg_' || encode(substring(m.nonce FROM (u.k::integer - 1) * 16 + 1 FOR 16), 'hex')),
                        m.body, m.created_at, m.created_at
-                FROM moved m, unnest(m.subs) WITH ORDINALITY AS u (s, k)
-                WHERE EXISTS (SELECT 1 FROM subscriptions x WHERE x.id = u.s)
+                FROM moved m CROSS JOIN LATERAL unnest(m.subs) WITH ORDINALITY AS u (s, k)
+                JOIN subscriptions x ON x.num = u.s
                 ORDER BY m.id, u.k)
             SELECT count(*) FROM moved"
         )
@@ -220,8 +230,8 @@ mod tests {
         (pg, store)
     }
 
-    /// A log row's subscriptions, bytes of nonce, fixed ids and body.
-    type LogRow = (Vec<String>, i32, Option<Vec<String>>, String);
+    /// A log row's subscriptions (by number), bytes of nonce, fixed ids and body.
+    type LogRow = (Vec<Option<i32>>, i32, Option<Vec<String>>, String);
 
     fn row(sub: &str, msg: Option<&str>, pk: i64, body: &str) -> OutboxRow {
         OutboxRow { subscription_id: sub.into(), device_pk: pk, message_id: msg.map(Into::into), body: body.into() }
@@ -253,13 +263,23 @@ mod tests {
         let log = log.expect("log");
         let shape: Vec<LogRow> = log.iter().map(|r| (r.get(0), r.get(1), r.get(2), r.get(3))).collect();
         let owned = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let num = |id: &'static str| {
+            let c = &c;
+            async move {
+                let row = c.query_one("SELECT num FROM subscriptions WHERE id = $1", &[&id]).await;
+                Some(row.expect("a subscription's number").get::<_, i32>(0))
+            }
+        };
+        let (a, b) = (num("sub_a").await, num("sub_b").await);
+        assert_ne!(a, b);
         assert_eq!(
             shape,
             [
-                (owned(&["sub_a", "sub_gone", "sub_b"]), 48, None, "one".to_string()),
-                (owned(&["sub_a", "sub_b"]), 0, Some(owned(&["msg_alarm_1", "msg_alarm_2"])), "alarm".to_string()),
-                (owned(&["sub_b"]), 16, None, "two".to_string()),
-            ]
+                (vec![a, None, b], 48, None, "one".to_string()),
+                (vec![a, b], 0, Some(owned(&["msg_alarm_1", "msg_alarm_2"])), "alarm".to_string()),
+                (vec![b], 16, None, "two".to_string()),
+            ],
+            "subscriptions by number, one written meanwhile gone (NULL)"
         );
         let nonce: Vec<u8> = log[0].get(4);
         assert_eq!(backlog(&**c).await.expect("backlog"), 6, "the log's deliveries count");
@@ -293,6 +313,58 @@ mod tests {
         assert_eq!(backlog(&**c).await.expect("backlog"), 8, "the running total goes on from the log's newest row");
         assert_eq!(spread(&**c, 1, None, Others::Skip).await.expect("spread"), 1);
         assert_eq!(backlog(&**c).await.expect("backlog"), 8);
+    }
+
+    #[tokio::test]
+    async fn a_version_19_log_names_its_subscriptions_by_number_after_the_upgrade() {
+        let url = std::env::var("SENSORHUB_TEST_POSTGRES")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
+        let pg = sensorhub_testing::TempDatabase::create(&url).await.expect("a PostgreSQL test database");
+        let (c, conn) = tokio_postgres::connect(pg.url(), tokio_postgres::NoTls).await.expect("connect");
+        let conn = tokio::spawn(conn);
+        c.batch_execute(
+            "CREATE TABLE sensorhub_schema (version integer NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())",
+        )
+        .await
+        .expect("schema table");
+        for (i, sql) in super::super::MIGRATIONS[..19].iter().enumerate() {
+            c.batch_execute(sql).await.expect("migration");
+            c.execute("INSERT INTO sensorhub_schema (version) VALUES ($1)", &[&(i as i32 + 1)]).await.expect("version");
+        }
+        c.batch_execute(
+            "INSERT INTO accounts (id, username, password_hash, created_at) VALUES (1, 'a', 'x', 0);
+             INSERT INTO devices (id, device_id, name, type, lat, long, interval_seconds) VALUES (7, 'D7', 'n', 'T', 0, 0, 60);
+             INSERT INTO subscriptions (id, account_id, url, all_devices, events, secret, created_at)
+             VALUES ('sub_a', 1, 'http://a', true, 'sensor-data', '\\x00', 0),
+                    ('sub_b', 1, 'http://b', true, 'sensor-data', '\\x00', 0);
+             INSERT INTO outbox_log (device_pk, created_at, subs, n, cum, nonce, body)
+             VALUES (7, 5, ARRAY['sub_b', 'sub_gone', 'sub_a'], 3, 3, decode(repeat('ab', 16) || repeat('cd', 16) || repeat('ef', 16), 'hex'), 'old');",
+        )
+        .await
+        .expect("a version 19 log row");
+        drop(c);
+        conn.await.expect("connection task").expect("connection");
+        let store = PgStore::open_with(pg.url(), crate::OpenOptions::default()).await.expect("upgrade");
+        let c = store.pool.get().await.expect("connection");
+        let subs: Vec<Option<i32>> = c.query_one("SELECT subs FROM outbox_log", &[]).await.expect("log").get(0);
+        assert_eq!(subs.len(), 3, "each place kept, for its random bytes");
+        assert_eq!(subs[1], None, "a subscription already gone is owed nothing");
+        write(&c, &[row("sub_a", None, 7, "new")]).await;
+        assert_eq!(spread(&**c, 10, None, Others::Wait).await.expect("spread"), 2);
+        let outbox: Vec<(String, String, String)> = c
+            .query("SELECT subscription_id, message_id, body FROM outbox ORDER BY id", &[])
+            .await
+            .expect("outbox")
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2)))
+            .collect();
+        let nonce = |b: &str| format!("msg_{}", b.repeat(16));
+        assert_eq!(
+            outbox[..2],
+            [("sub_b".into(), nonce("ab"), "old".into()), ("sub_a".into(), nonce("ef"), "old".into())],
+            "the old row's deliveries keep their order and their ids"
+        );
+        assert_eq!((outbox.len(), outbox[2].0.as_str(), outbox[2].2.as_str()), (3, "sub_a", "new"));
     }
 
     #[tokio::test]

@@ -17,7 +17,10 @@ async fn require(c: &impl Sql, id: &str) -> StoreResult<()> {
 /// Subscription `id`'s pending and failed deliveries (the failed ones only with `failed_only`), oldest first.
 pub(crate) async fn list(c: &impl Sql, id: &str, failed_only: bool) -> StoreResult<Vec<DeliveryRecord>> {
     require(c, id).await?;
-    let sql = "SELECT id, message_id, state, attempts, created_at, next_attempt, last_status, last_error FROM outbox
+    // A delivery in flight is next tried when its lease ends, if it fails.
+    let sql = "SELECT id, message_id, state, attempts, created_at,
+                      CASE WHEN leased_until > next_attempt THEN leased_until ELSE next_attempt END,
+                      last_status, last_error FROM outbox
                WHERE subscription_id = $1 AND (NOT $2 OR state = 'failed') ORDER BY id";
     let rows = c.query(sql, &[id.into(), failed_only.into()]).await?;
     rows.iter()
@@ -41,12 +44,12 @@ pub(crate) async fn replay(c: &impl Sql, id: &str, which: Replay, now: i64) -> S
     require(c, id).await?;
     let n = match which {
         Replay::Failed => {
-            let sql = "UPDATE outbox SET state = 'pending', attempts = 0, next_attempt = $2
+            let sql = "UPDATE outbox SET state = 'pending', attempts = 0, next_attempt = $2, leased_until = NULL
                        WHERE subscription_id = $1 AND state = 'failed'";
             c.execute(sql, &[id.into(), now.into()]).await?
         }
         Replay::One(row) => {
-            let sql = "UPDATE outbox SET state = 'pending', attempts = 0, next_attempt = $3
+            let sql = "UPDATE outbox SET state = 'pending', attempts = 0, next_attempt = $3, leased_until = NULL
                        WHERE subscription_id = $1 AND id = $2";
             c.execute(sql, &[id.into(), row.into(), now.into()]).await?
         }

@@ -43,6 +43,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/sqlite/0017_outbox_owed.sql"),
     include_str!("../../migrations/sqlite/0018_hours_pad.sql"),
     include_str!("../../migrations/sqlite/0019_outbox_pending.sql"),
+    include_str!("../../migrations/sqlite/0020_outbox_leased_until.sql"),
 ];
 
 /// Offset added to an hour number in a key, so that every hour since

@@ -68,7 +68,8 @@ macro_rules! due_sql {
              FROM outbox o ",
             $from,
             " JOIN subscriptions s ON s.id = o.subscription_id JOIN accounts a ON a.id = s.account_id
-             WHERE o.state = 'pending' AND o.next_attempt <= ?1 AND s.enabled = 1 ",
+             WHERE o.state = 'pending' AND o.next_attempt <= ?1 AND (o.leased_until IS NULL OR o.leased_until <= ?1)
+               AND s.enabled = 1 ",
             $and,
             " ORDER BY o.next_attempt, o.id LIMIT ?2"
         )
@@ -184,7 +185,7 @@ fn drop_rows(tx: &Connection, rows: &[(i64, String)]) -> StoreResult<usize> {
 /// subscription's part once per claim).
 fn lease_rows(tx: &Connection, ids: &[i64], until: i64) -> StoreResult<Vec<Delivery>> {
     let mut lease = tx.prepare_cached(
-        "UPDATE outbox SET next_attempt = ?2 WHERE id = ?1
+        "UPDATE outbox SET leased_until = ?2 WHERE id = ?1
          RETURNING subscription_id, message_id, body, attempts, created_at",
     )?;
     let mut subscription = tx.prepare_cached(
@@ -248,7 +249,8 @@ fn finish_unsynced(c: &mut Connection, now: i64, done: &[Finished]) -> StoreResu
     {
         let mut delivered = tx.prepare_cached("DELETE FROM outbox WHERE id = ?1")?;
         let mut retry = tx.prepare_cached(
-            "UPDATE outbox SET attempts = attempts + 1, next_attempt = ?2, last_status = ?3, last_error = ?4
+            "UPDATE outbox SET attempts = attempts + 1, next_attempt = ?2, leased_until = NULL, last_status = ?3,
+                    last_error = ?4
              WHERE id = ?1",
         )?;
         let mut failed = tx.prepare_cached(

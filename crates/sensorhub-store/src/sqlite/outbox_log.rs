@@ -159,7 +159,8 @@ macro_rules! ready_sql {
             "SELECT count(*) FROM (SELECT 1 FROM outbox o ",
             $from,
             " JOIN subscriptions s ON s.id = o.subscription_id JOIN accounts a ON a.id = s.account_id
-             WHERE o.state = 'pending' AND o.next_attempt <= ?1 AND s.enabled = 1 AND a.disabled = 0 ",
+             WHERE o.state = 'pending' AND o.next_attempt <= ?1 AND (o.leased_until IS NULL OR o.leased_until <= ?1)
+               AND s.enabled = 1 AND a.disabled = 0 ",
             $and,
             " AND EXISTS (SELECT 1 FROM account_devices x WHERE x.account_id = a.id AND x.device_pk = o.device_pk)
              LIMIT ?2)"

@@ -145,6 +145,36 @@ async fn stored_readings_owe_deliveries_in_their_transaction() {
     }
 }
 
+/// A claimed delivery is in flight until its lease ends: no claim takes it
+/// before, the next one at its end takes it again with its message id,
+/// and the listing gives the lease's end as its next attempt.
+#[tokio::test]
+async fn a_delivery_in_flight_is_claimed_again_only_when_its_lease_ends() {
+    for b in backends().await {
+        let s = &*b.store;
+        s.add_subscription(new("sub_l", "alice", None)).await.expect("add");
+        s.ingest(reading("D1", T, &[("a", 1.0)])).await.expect("ingest");
+        s.ingest(reading("D1", T + 60, &[("a", 2.0)])).await.expect("ingest");
+        let now = jiff::Timestamp::now().as_millisecond() + 1000;
+        let first = s.claim_deliveries(now, 30_000, &ClaimRequest::up_to(1)).await.expect("claim").deliveries;
+        assert_eq!(first.len(), 1, "{}", b.url);
+        let listed = s.deliveries("sub_l", false).await.expect("deliveries");
+        let shown = listed.iter().find(|d| d.id == first[0].id).expect("listed");
+        assert_eq!((shown.state.as_str(), shown.next_attempt), ("pending", now + 30_000), "{}", b.url);
+        let second = claim(s, now + 29_999, 10).await;
+        assert_eq!(second.len(), 1, "{}: only the other one", b.url);
+        assert_ne!(second[0].id, first[0].id);
+        s.finish_delivery(second[0].id, "sub_l", now, Attempt::Delivered).await.expect("finish");
+        let again = claim(s, now + 30_000, 10).await;
+        assert_eq!(again.len(), 1, "{}: due again at the lease's end", b.url);
+        assert_eq!((again[0].id, again[0].message_id.as_str()), (first[0].id, first[0].message_id.as_str()));
+        let retry = Attempt::Retry { at: now + 40_000, status: Some(503), error: "503".into() };
+        s.finish_delivery(again[0].id, "sub_l", now + 30_000, retry).await.expect("finish");
+        assert!(claim(s, now + 39_999, 10).await.is_empty(), "{}: a retry waits for its time", b.url);
+        assert_eq!(claim(s, now + 40_000, 10).await.len(), 1, "{}: not for the lease before it", b.url);
+    }
+}
+
 /// What a subscription was owed goes with it: added again under its id
 /// (ids are the caller's), it is owed only what is written after.
 #[tokio::test]
