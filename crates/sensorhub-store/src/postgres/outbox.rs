@@ -17,8 +17,9 @@ use deadpool_postgres::{Client, GenericClient, Transaction};
 
 /// The enabled subscriptions to sensor data of enabled accounts that
 /// cover device `pk`, which their account sees: all of its devices, or a
-/// list naming it.
-pub(super) const SUBSCRIPTIONS_OF: &str = "SELECT s.id FROM subscriptions s JOIN accounts a ON a.id = s.account_id
+/// list naming it; with their numbers, which the outbox log names.
+pub(super) const SUBSCRIPTIONS_OF: &str =
+    "SELECT s.id, s.num FROM subscriptions s JOIN accounts a ON a.id = s.account_id
      WHERE s.enabled AND NOT a.disabled AND $2 = ANY (string_to_array(s.events, ','))
        AND EXISTS (SELECT 1 FROM account_devices x WHERE x.account_id = s.account_id AND x.device_pk = $1)
        AND (s.all_devices

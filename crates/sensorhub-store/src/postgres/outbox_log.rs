@@ -32,8 +32,14 @@ pub(super) const FEED_BUDGET: usize = 16_384;
 /// transition's, one row for each subscription it owes), naming the run's
 /// subscriptions by their numbers (schema 20: 36 bytes for three, against
 /// 168 spelled out), with [`ID_BYTES`] random bytes a delivery unless every
-/// id is fixed, and the fixed ids if any.
-pub(super) fn insert(rows: &[OutboxRow]) -> StoreResult<Option<(&'static str, Params)>> {
+/// id is fixed, and the fixed ids if any. `number` gives a subscription's
+/// number: the transaction looked them up with the subscriptions it owes
+/// ([`numbers`]); one it does not know (gone meanwhile) is a NULL, owed
+/// nothing, that keeps the others' places in the random bytes.
+pub(super) fn insert(
+    rows: &[OutboxRow],
+    number: impl Fn(&str) -> Option<i32>,
+) -> StoreResult<Option<(&'static str, Params)>> {
     if rows.is_empty() {
         return Ok(None);
     }
@@ -50,7 +56,8 @@ pub(super) fn insert(rows: &[OutboxRow]) -> StoreResult<Option<(&'static str, Pa
         runs.device.push(first.device_pk);
         total += len as i64;
         runs.cum.push(total);
-        runs.subs.push(listed(run.iter().map(|r| r.subscription_id.as_str()))?);
+        runs.n.push(len as i64);
+        runs.subs.push(numbered(run.iter().map(|r| number(&r.subscription_id))));
         runs.ids.push(match run.iter().any(|r| r.message_id.is_some()) {
             true => Some(listed(run.iter().map(|r| r.message_id.as_deref().unwrap_or("")))?),
             false => None,
@@ -65,22 +72,17 @@ pub(super) fn insert(rows: &[OutboxRow]) -> StoreResult<Option<(&'static str, Pa
     }
     // Each log row's lists travel as one text, split in the statement: a
     // slice of one array of the whole write for each row copied the whole
-    // array each time (a second for an import of 20,000 readings).
-    // Each list's numbers are looked up once (a write's rows name a few
-    // lists), in its order: a subscription gone meanwhile is a NULL, owed
-    // nothing, and keeps the others' places in the random bytes.
-    let sql = "WITH t AS (
-                   SELECT * FROM unnest($2::bigint[], $3::text[], $4::bytea[], $5::text[], $6::text[], $7::bigint[])
-                        WITH ORDINALITY AS t (d, s, n, i, b, c, k)),
-               m AS (
-                   SELECT l.s, ARRAY (SELECT x.num FROM unnest(string_to_array(l.s, ',')) WITH ORDINALITY AS u (id, k)
-                                      LEFT JOIN subscriptions x ON x.id = u.id ORDER BY u.k) AS nums
-                   FROM (SELECT DISTINCT s FROM t) l)
-               INSERT INTO outbox_log (device_pk, created_at, subs, n, cum, nonce, ids, body)
-               SELECT t.d, $1, m.nums, cardinality(m.nums),
+    // array each time (a second for an import of 20,000 readings). The
+    // numbers come from the transaction, not from a join in this statement:
+    // that join (and the `DISTINCT` of the lists before it) made this
+    // insert cost a group of webhook readings more than all its other
+    // statements together (bench/RESULTS.md, the thirty-second step).
+    let sql = "INSERT INTO outbox_log (device_pk, created_at, subs, n, cum, nonce, ids, body)
+               SELECT t.d, $1, string_to_array(t.s, ',', '')::integer[], t.l,
                       coalesce((SELECT cum FROM outbox_log ORDER BY id DESC LIMIT 1), 0) + t.c,
                       t.n, string_to_array(t.i, ','), t.b
-               FROM t JOIN m ON m.s = t.s
+               FROM unnest($2::bigint[], $3::text[], $4::bytea[], $5::text[], $6::text[], $7::bigint[], $8::bigint[])
+                    WITH ORDINALITY AS t (d, s, n, i, b, c, l, k)
                ORDER BY t.k";
     let params: Params = vec![
         Box::new(now),
@@ -90,8 +92,32 @@ pub(super) fn insert(rows: &[OutboxRow]) -> StoreResult<Option<(&'static str, Pa
         Box::new(runs.ids),
         Box::new(runs.body),
         Box::new(runs.cum),
+        Box::new(runs.n),
     ];
     Ok(Some((sql, params)))
+}
+
+/// The numbers of subscriptions `ids` (those that exist), as a
+/// transaction that has not looked them up with the readings it writes
+/// learns them (an alarm transition's deliveries).
+pub(super) async fn numbers(c: &impl GenericClient, ids: &[&str]) -> StoreResult<Vec<(String, i32)>> {
+    let rows = c.query("SELECT id, num FROM subscriptions WHERE id = ANY ($1)", &[&ids]).await?;
+    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+}
+
+/// Subscription numbers as one text, `,` between them, an unknown one empty
+/// (a NULL once split).
+fn numbered(nums: impl Iterator<Item = Option<i32>>) -> String {
+    let mut out = String::new();
+    for (i, num) in nums.enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        if let Some(num) = num {
+            out.push_str(&num.to_string());
+        }
+    }
+    out
 }
 
 /// `ids` (subscriptions' or message ids, which sensorhub makes of letters,
@@ -120,6 +146,8 @@ struct Runs {
     ids: Vec<Option<String>>,
     body: Vec<String>,
     cum: Vec<i64>,
+    /// Deliveries of each row (its subscriptions, gone ones included).
+    n: Vec<i64>,
 }
 
 /// How a spread treats log rows another transaction is moving.
@@ -238,7 +266,11 @@ mod tests {
     }
 
     async fn write(c: &tokio_postgres::Client, rows: &[OutboxRow]) {
-        let (sql, params) = insert(rows).expect("statement").expect("rows");
+        let mut ids: Vec<&str> = rows.iter().map(|r| r.subscription_id.as_str()).collect();
+        ids.dedup();
+        let nums = numbers(c, &ids).await.expect("numbers");
+        let number = |id: &str| nums.iter().find(|(known, _)| known == id).map(|(_, n)| *n);
+        let (sql, params) = insert(rows, number).expect("statement").expect("rows");
         let stmt = c.prepare(sql).await.expect("prepare");
         c.execute_raw(&stmt, params).await.expect("insert");
     }

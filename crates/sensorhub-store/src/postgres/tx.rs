@@ -14,7 +14,9 @@ use crate::{ReadingSource, StoreError, StoreResult};
 use bytes::BytesMut;
 use deadpool_postgres::{Client, GenericClient, StatementCache, Transaction};
 use sensorhub_core::model::SensorMeta;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, PoisonError};
 use tokio_postgres::Statement;
 use tokio_postgres::binary_copy::BinaryCopyInWriter;
 use tokio_postgres::types::{IsNull, ToSql, Type};
@@ -35,19 +37,32 @@ pub(super) struct PgTx<'a> {
     staged: AtomicBool,
     /// Where the writes of hours, `latest` and the outbox go ahead, if they do.
     ahead: Option<&'a dyn SendAhead>,
+    /// The numbers of the subscriptions this transaction looked up, which
+    /// its outbox rows name (the write lock, held from its start, keeps
+    /// them as they are until it ends).
+    numbers: Mutex<HashMap<String, i32>>,
 }
 
 impl<'a> PgTx<'a> {
     /// The seam over `tx`: each statement waits for its answer.
     pub(super) fn new(tx: &'a Transaction<'a>) -> Self {
-        Self { c: tx.client(), cache: &tx.statement_cache, staged: AtomicBool::new(false), ahead: None }
+        Self::on(tx.client(), &tx.statement_cache, None)
     }
 
     /// The seam over `c`, in a transaction begun by hand, with the writes
     /// whose answers the step does not use sent through `ahead`
     /// ([`super::ahead`]): the caller settles it before it commits.
     pub(super) fn sending_ahead(c: &'a Client, ahead: &'a dyn SendAhead) -> Self {
-        Self { c, cache: &c.statement_cache, staged: AtomicBool::new(false), ahead: Some(ahead) }
+        Self::on(c, &c.statement_cache, Some(ahead))
+    }
+
+    fn on(c: &'a tokio_postgres::Client, cache: &'a StatementCache, ahead: Option<&'a dyn SendAhead>) -> Self {
+        Self { c, cache, staged: AtomicBool::new(false), ahead, numbers: Mutex::new(HashMap::new()) }
+    }
+
+    /// The subscription numbers known to this transaction.
+    fn numbers(&self) -> std::sync::MutexGuard<'_, HashMap<String, i32>> {
+        self.numbers.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The connection for a statement that waits for its answer: once the
@@ -220,7 +235,16 @@ impl Tx for PgTx<'_> {
     async fn subscriptions_of(&self, pk: i64) -> StoreResult<Vec<String>> {
         let c = self.tx().await?;
         let stmt = self.prepare(super::outbox::SUBSCRIPTIONS_OF).await?;
-        Ok(c.query(&stmt, &[&pk, &SENSOR_DATA]).await?.iter().map(|r| r.get(0)).collect())
+        let rows = c.query(&stmt, &[&pk, &SENSOR_DATA]).await?;
+        let mut numbers = self.numbers();
+        Ok(rows
+            .iter()
+            .map(|r| {
+                let id: String = r.get(0);
+                numbers.insert(id.clone(), r.get(1));
+                id
+            })
+            .collect())
     }
 
     async fn hours(&self, keys: &[(i64, i64)]) -> StoreResult<Vec<HourRow>> {
@@ -357,7 +381,23 @@ impl Tx for PgTx<'_> {
     }
 
     async fn insert_outbox(&self, rows: &[OutboxRow]) -> StoreResult<()> {
-        match super::outbox_log::insert(rows)? {
+        // Those not looked up with the readings (an alarm transition's
+        // subscriptions), in one round trip.
+        let mut unknown: Vec<&str> = {
+            let numbers = self.numbers();
+            rows.iter().map(|r| r.subscription_id.as_str()).filter(|id| !numbers.contains_key(*id)).collect()
+        };
+        if !unknown.is_empty() {
+            unknown.sort_unstable();
+            unknown.dedup();
+            let found = super::outbox_log::numbers(self.tx().await?, &unknown).await?;
+            self.numbers().extend(found);
+        }
+        let insert = {
+            let numbers = self.numbers();
+            super::outbox_log::insert(rows, |id| numbers.get(id).copied())?
+        };
+        match insert {
             Some((sql, params)) => self.write(sql, params).await,
             None => Ok(()),
         }
