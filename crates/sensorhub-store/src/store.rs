@@ -147,6 +147,16 @@ pub trait ReadingWrites: Send + Sync {
         0
     }
 
+    /// How long no write of readings has been under way (as
+    /// [`Self::ingest_waiting`] counts them): zero while one is,
+    /// [`std::time::Duration::MAX`] if none ever was. Under a saturating
+    /// load the count falls to 0 for moments between writes; a background
+    /// writer that gives way only while this is short does not take those
+    /// moments for a lull.
+    fn ingest_quiet(&self) -> std::time::Duration {
+        std::time::Duration::MAX
+    }
+
     /// Stores one reading (webhook ingest), durably, before it returns.
     /// Backends may commit readings that arrive together in one transaction
     /// (group commit); a refused reading is refused alone.

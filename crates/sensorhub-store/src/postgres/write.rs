@@ -150,6 +150,10 @@ impl crate::store::ReadingWrites for PgStore {
         self.ingest_waiting.now()
     }
 
+    fn ingest_quiet(&self) -> std::time::Duration {
+        self.ingest_waiting.quiet()
+    }
+
     async fn ingest(&self, reading: ReadingInput) -> StoreResult<()> {
         let _waiting = self.ingest_waiting.enter();
         self.observers.one(reading, |reading| self.group.write(reading, None)).await

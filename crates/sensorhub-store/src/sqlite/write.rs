@@ -37,6 +37,10 @@ impl crate::store::ReadingWrites for SqliteStore {
         self.ingest_waiting.now()
     }
 
+    fn ingest_quiet(&self) -> std::time::Duration {
+        self.ingest_waiting.quiet()
+    }
+
     async fn ingest(&self, reading: ReadingInput) -> StoreResult<()> {
         self.single(reading, None).await
     }

@@ -8,7 +8,7 @@
 //! within a budget (yielding.rs). After writing, subscriptions whose endpoint
 //! has failed for too long are disabled.
 
-use super::yielding::IngestFirst;
+use super::yielding::{INGEST_QUIET, IngestFirst};
 use crate::config::delivery::DeliverySettings;
 use sensorhub_store::Store;
 use sensorhub_store::delivery::{Attempt, Finished};
@@ -81,7 +81,7 @@ async fn run(
         }
         // Readings waiting for the writer go first, within a budget; what
         // arrives meanwhile joins this transaction.
-        turn.wait(|| store.ingest_waiting()).await;
+        turn.wait(|| store.ingest_quiet() < INGEST_QUIET).await;
         while rows < GATHER_ROWS {
             let Ok(o) = rx.try_recv() else { break };
             rows += o.done.len();

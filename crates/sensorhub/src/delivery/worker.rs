@@ -15,7 +15,7 @@ use super::record::{Outcome, Recorder};
 use super::seal::SealingKey;
 use super::send::{Sender, Sent};
 use super::sign::SigningSecret;
-use super::yielding::IngestFirst;
+use super::yielding::{INGEST_QUIET, IngestFirst};
 use crate::config::delivery::DeliverySettings;
 use crate::metrics::Metrics;
 use sensorhub_store::Store;
@@ -175,7 +175,7 @@ async fn run(shared: Arc<Shared>, wake: Arc<Notify>) {
             // not before a claim a wake asked for (alarms go out at once,
             // and WAKE_GAP bounds how often that is).
             if !std::mem::take(&mut woken) {
-                turn.wait(|| shared.store.ingest_waiting()).await;
+                turn.wait(|| shared.store.ingest_quiet() < INGEST_QUIET).await;
             }
             while tasks.try_join_next().is_some() {}
             let free = in_flight.saturating_sub(tasks.len());

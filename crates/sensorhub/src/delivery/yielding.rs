@@ -10,6 +10,13 @@
 //! most that share of its time, and never longer than `YIELD_BURST / (1 -
 //! share)` in one go (half a second at 90 %); deliveries fall behind under
 //! a saturating ingest and catch up when it eases.
+//!
+//! Ingest counts as waiting until none of it has been under way for
+//! [`INGEST_QUIET`]: under a saturating load the store's count of writes
+//! falls to 0 for moments between them (every client between its answer
+//! and its next request), and a worker that looked only at the count went
+//! ahead in those moments, so that it yielded little of its share
+//! (bench/RESULTS.md, the thirty-second step).
 
 use std::time::Duration;
 use tokio::time::Instant;
@@ -18,6 +25,9 @@ use tokio::time::Instant;
 pub const YIELD_BURST: Duration = Duration::from_millis(50);
 /// How often a waiter looks whether ingest still waits.
 const STEP: Duration = Duration::from_millis(1);
+/// How long no write of readings must have been under way for ingest to
+/// count as not waiting ([`sensorhub_store::ReadingWrites::ingest_quiet`]).
+pub const INGEST_QUIET: Duration = Duration::from_millis(1);
 
 /// The yielding budget of one writer of the worker (claims, or records).
 pub struct IngestFirst {
@@ -56,11 +66,11 @@ impl IngestFirst {
     }
 
     /// Waits while `ingest_waiting` (the store's
-    /// [`sensorhub_store::ReadingWrites::ingest_waiting`]) is above 0 and the budget lasts; returns
-    /// how long it waited.
-    pub async fn wait(&mut self, ingest_waiting: impl Fn() -> usize) -> Duration {
+    /// [`sensorhub_store::ReadingWrites::ingest_quiet`] below
+    /// [`INGEST_QUIET`]) holds and the budget lasts; returns how long it waited.
+    pub async fn wait(&mut self, ingest_waiting: impl Fn() -> bool) -> Duration {
         let started = Instant::now();
-        while ingest_waiting() > 0 && self.may_yield(Instant::now()) {
+        while ingest_waiting() && self.may_yield(Instant::now()) {
             let before = Instant::now();
             tokio::time::sleep(STEP).await;
             self.spend(before, Instant::now());
@@ -113,6 +123,6 @@ mod tests {
     #[tokio::test]
     async fn with_no_ingest_waiting_it_does_not_wait() {
         let mut turn = IngestFirst::new(90);
-        assert!(turn.wait(|| 0).await < STEP);
+        assert!(turn.wait(|| false).await < STEP);
     }
 }
