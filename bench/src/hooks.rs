@@ -18,7 +18,12 @@
 //! postgres://...` every phase runs on a fresh database on that PostgreSQL
 //! server instead of a SQLite file, and what a request writes is counted in
 //! bytes of the cluster's WAL (`pg_current_wal_insert_lsn()`) rather than in
-//! the server's file pages dirtied (it has none there).
+//! the server's file pages dirtied (it has none there). With `--rounds N`
+//! the three ingest phases run N times over, each round with fresh
+//! subscriptions and ingest alone measured again after it, so that each
+//! round's ratio is also taken against the mean of ingest alone just before
+//! and just after it (the drift of a run cancels), and the figures are the
+//! rounds' medians.
 
 use crate::closed_loop::{load, load_each};
 use crate::dataset;
@@ -81,12 +86,38 @@ pub struct Args {
     /// Run on a fresh database on this PostgreSQL server (a URL whose user may create databases)
     #[arg(long)]
     database: Option<String>,
+    /// Rounds of the three ingest phases (no subscription, outbox only,
+    /// delivering), each with fresh subscriptions and followed by ingest
+    /// alone again; the figures are the rounds' medians
+    #[arg(long, default_value_t = 1)]
+    rounds: usize,
+}
+
+/// One round of the three ingest phases, requests/s.
+#[derive(Debug, Serialize)]
+pub struct Round {
+    /// Ingest with no subscription just before the round.
+    pub none_before_rps: f64,
+    /// With 3 subscriptions writing their outbox only.
+    pub outbox_rps: f64,
+    /// With 3 subscriptions delivering.
+    pub delivering_rps: f64,
+    /// Deliveries per second made meanwhile.
+    pub deliveries_per_s: f64,
+    /// Ingest with no subscription just after (their removal).
+    pub none_after_rps: f64,
+    /// `delivering_rps` over the mean of `none_before_rps` and `none_after_rps`.
+    pub ratio_bracketed: f64,
+    /// `outbox_rps` over the same mean.
+    pub outbox_ratio_bracketed: f64,
 }
 
 /// What the scenario measured.
 #[derive(Debug, Serialize)]
 pub struct Hooks {
-    /// Webhook ingest with no subscription, requests/s.
+    /// Webhook ingest with no subscription, requests/s (with rounds, the
+    /// median of each round's figure before it; so are the figures of the
+    /// other two phases and their ratios).
     pub ingest_none_rps: f64,
     /// Webhook ingest with 3 subscriptions whose deliveries only go to the
     /// outbox (a server without the key does not deliver), requests/s.
@@ -105,8 +136,16 @@ pub struct Hooks {
     pub ingest_none_after_rps: f64,
     /// `ingest_three_rps / ingest_none_after_rps`.
     pub ratio_after: f64,
+    /// The median of the rounds' ratios while delivering against the mean
+    /// of ingest alone before and after each (the run's drift cancelled).
+    pub ratio_bracketed: f64,
+    /// The same of the outbox-only phase.
+    pub outbox_ratio_bracketed: f64,
+    /// Each round's figures (`--rounds`).
+    pub rounds: Vec<Round>,
     /// The server's CPU time a request without subscriptions, us
-    /// (`/proc/PID/stat`; less noisy than a rate on a shared machine).
+    /// (`/proc/PID/stat`; less noisy than a rate on a shared machine; with
+    /// rounds, this and the other costs are their means over the rounds).
     pub cpu_us_none: f64,
     /// The same with three subscriptions, writing their outbox only.
     pub cpu_us_outbox: f64,
@@ -360,39 +399,63 @@ pub fn run(args: Args) -> Result<(Hooks, PathBuf), String> {
         ))
     };
 
-    // Ingest without subscriptions, then with three delivering.
-    let server = serve(true)?;
-    let (ingest_none_rps, none) = measured(&server, 0)?;
+    // Ingest without subscriptions, then with three writing their outbox
+    // only, then with three delivering, then without again (their removal
+    // drops what they still owed, deliveries leased by the stopped server
+    // among them), round after round.
     let batch_max = args.batch.to_string();
     let batch_max = (args.batch > 0).then_some(batch_max.as_str());
     let add = add_args(&url, batch_max);
-    let mut ids = Vec::new();
-    for _ in 0..3 {
-        let added = sensorhub(&bin, db, &add)?;
-        ids.extend(added.split_whitespace().find(|w| w.starts_with("sub_")).map(str::to_owned));
-    }
-    drop(server);
-    let server = serve(false)?;
-    let (ingest_three_outbox_rps, outbox_only) = measured(&server, 1_000_000)?;
-    drop(server);
+    let mut first = 0;
+    let mut next_first = || {
+        first += 1_000_000;
+        first - 1_000_000
+    };
     let server = serve(true)?;
-    let (before, started) = (delivered.load(Ordering::Relaxed), Instant::now());
-    let (ingest_three_rps, delivering) = measured(&server, 2_000_000)?;
-    let delivered_meanwhile = (delivered.load(Ordering::Relaxed) - before) as f64 / started.elapsed().as_secs_f64();
+    let (mut none_rps, mut none) = measured(&server, next_first())?;
     drop(server);
-
-    // A backlog for one fresh subscription, written while nobody delivers,
-    // then drained. (Removing the others drops what they still owed,
-    // deliveries leased by the stopped server among them.)
-    for id in &ids {
-        sensorhub(&bin, db, &["subscription", "remove", id])?;
+    let mut rounds = Vec::new();
+    let mut costs = Vec::new();
+    for _ in 0..args.rounds.max(1) {
+        let mut ids = Vec::new();
+        for _ in 0..3 {
+            let added = sensorhub(&bin, db, &add)?;
+            ids.extend(added.split_whitespace().find(|w| w.starts_with("sub_")).map(str::to_owned));
+        }
+        let server = serve(false)?;
+        let (outbox_rps, outbox_only) = measured(&server, next_first())?;
+        drop(server);
+        let server = serve(true)?;
+        let (before, started) = (delivered.load(Ordering::Relaxed), Instant::now());
+        let (delivering_rps, delivering) = measured(&server, next_first())?;
+        let deliveries_per_s = (delivered.load(Ordering::Relaxed) - before) as f64 / started.elapsed().as_secs_f64();
+        drop(server);
+        for id in &ids {
+            sensorhub(&bin, db, &["subscription", "remove", id])?;
+        }
+        let server = serve(true)?;
+        let (none_after_rps, none_after) = measured(&server, next_first())?;
+        drop(server);
+        let alone = ((none_rps + none_after_rps) / 2.0).max(1e-9);
+        rounds.push(Round {
+            none_before_rps: none_rps,
+            outbox_rps,
+            delivering_rps,
+            deliveries_per_s,
+            none_after_rps,
+            ratio_bracketed: delivering_rps / alone,
+            outbox_ratio_bracketed: outbox_rps / alone,
+        });
+        costs.push([none, outbox_only, delivering]);
+        (none_rps, none) = (none_after_rps, none_after);
     }
-    // Ingest without subscriptions once more, on the database the phases
-    // grew: the phases ran in one order, and this shows how far the first
-    // figure drifted from the state the others ran in.
-    let server = serve(true)?;
-    let (ingest_none_after_rps, _) = measured(&server, 3_000_000)?;
-    drop(server);
+    let median_of = |f: fn(&Round) -> f64| median(rounds.iter().map(f).collect());
+    let ingest_none_rps = median_of(|r| r.none_before_rps);
+    let ingest_three_outbox_rps = median_of(|r| r.outbox_rps);
+    let ingest_three_rps = median_of(|r| r.delivering_rps);
+    let ingest_none_after_rps = median_of(|r| r.none_after_rps);
+    let delivered_meanwhile = rounds.iter().map(|r| r.deliveries_per_s).sum::<f64>() / rounds.len() as f64;
+    let [none, outbox_only, delivering] = [0, 1, 2].map(|i| Cost::mean(costs.iter().map(|c| &c[i])));
 
     // Paced: a tenth of what ingest alone took, with three fresh
     // subscriptions delivering (none owed before): whether deliveries keep
@@ -412,7 +475,7 @@ pub fn run(args: Args) -> Result<(Hooks, PathBuf), String> {
             clients,
             rate,
             seconds,
-            4_000_000,
+            next_first(),
             move || Conn::new(port),
             post_on(webhook_headers()),
         ))?;
@@ -470,12 +533,14 @@ pub fn run(args: Args) -> Result<(Hooks, PathBuf), String> {
     let hooks = Hooks {
         ingest_none_rps,
         ingest_three_outbox_rps,
-        outbox_ratio: ingest_three_outbox_rps / ingest_none_rps.max(1e-9),
+        outbox_ratio: median_of(|r| r.outbox_rps / r.none_before_rps.max(1e-9)),
         ingest_three_rps,
-        ratio: ingest_three_rps / ingest_none_rps.max(1e-9),
+        ratio: median_of(|r| r.delivering_rps / r.none_before_rps.max(1e-9)),
         deliveries_while_ingesting_per_s: delivered_meanwhile,
         ingest_none_after_rps,
-        ratio_after: ingest_three_rps / ingest_none_after_rps.max(1e-9),
+        ratio_after: median_of(|r| r.delivering_rps / r.none_after_rps.max(1e-9)),
+        ratio_bracketed: median_of(|r| r.ratio_bracketed),
+        outbox_ratio_bracketed: median_of(|r| r.outbox_ratio_bracketed),
         cpu_us_none: none.cpu_us,
         cpu_us_outbox: outbox_only.cpu_us,
         cpu_us_delivering: delivering.cpu_us,
@@ -504,6 +569,7 @@ pub fn run(args: Args) -> Result<(Hooks, PathBuf), String> {
         clients,
         connection: if per_request { "per-request" } else { "keep-alive" },
         backend: if temp.is_some() { "postgres" } else { "sqlite" },
+        rounds,
     };
     std::fs::create_dir_all(&args.out).map_err(|e| e.to_string())?;
     let date = jiff::Timestamp::now().strftime("%Y-%m-%dT%H%M%SZ").to_string();
@@ -514,7 +580,18 @@ pub fn run(args: Args) -> Result<(Hooks, PathBuf), String> {
     Ok((hooks, path))
 }
 
+/// The median of `v` (0 if empty).
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
 /// What the server spent on one request of a phase.
+#[derive(Clone, Copy, Default)]
 struct Cost {
     /// CPU time (user and system), us.
     cpu_us: f64,
@@ -523,6 +600,27 @@ struct Cost {
     /// CPU seconds a second: the server's, and the bench's own.
     server_cores: f64,
     bench_cores: f64,
+}
+
+impl Cost {
+    /// The mean of `costs`, field by field.
+    fn mean<'a>(costs: impl Iterator<Item = &'a Cost>) -> Cost {
+        let (mut sum, mut n) = (Cost::default(), 0.0);
+        for c in costs {
+            sum.cpu_us += c.cpu_us;
+            sum.disk_bytes += c.disk_bytes;
+            sum.server_cores += c.server_cores;
+            sum.bench_cores += c.bench_cores;
+            n += 1.0;
+        }
+        let n: f64 = if n > 0.0 { n } else { 1.0 };
+        Cost {
+            cpu_us: sum.cpu_us / n,
+            disk_bytes: sum.disk_bytes / n,
+            server_cores: sum.server_cores / n,
+            bench_cores: sum.bench_cores / n,
+        }
+    }
 }
 
 /// The bytes of WAL the PostgreSQL cluster of `url` has written so far.
@@ -551,7 +649,8 @@ pub fn report(h: &Hooks) -> String {
         "webhook ingest ({}, {} clients, {}): {:.0} req/s without subscriptions; with 3: {:.0} req/s writing their outbox only \
          (ratio {:.2}), {:.0} req/s while delivering on the same cores (ratio {:.2}; target >= 0.9; \
          {:.0} deliveries/s meanwhile); {:.0} req/s without subscriptions again after them (ratio while \
-         delivering against it {:.2})\n\
+         delivering against it {:.2}); against the mean of the two: {:.2} while delivering, {:.2} outbox only \
+         (median of {} round(s){})\n\
          server a request (none / outbox only / delivering, the deliveries' work included): CPU {:.0} / {:.0} / \
          {:.0} us, {} {:.0} / {:.0} / {:.0} bytes; a delivery made while ingesting: CPU {:.0} us, {:.0} bytes\n\
          cores used without subscriptions / while delivering: server {:.2} / {:.2}, the bench's clients and \
@@ -572,6 +671,10 @@ pub fn report(h: &Hooks) -> String {
         h.deliveries_while_ingesting_per_s,
         h.ingest_none_after_rps,
         h.ratio_after,
+        h.ratio_bracketed,
+        h.outbox_ratio_bracketed,
+        h.rounds.len(),
+        rounds_text(&h.rounds),
         h.cpu_us_none,
         h.cpu_us_outbox,
         h.cpu_us_delivering,
@@ -598,4 +701,15 @@ pub fn report(h: &Hooks) -> String {
         h.hole_subscriptions,
         h.deliveries_behind_hole_per_s
     )
+}
+
+/// Each round's ratios (against the mean of ingest alone around it), when
+/// there are several.
+fn rounds_text(rounds: &[Round]) -> String {
+    if rounds.len() < 2 {
+        return String::new();
+    }
+    let each: Vec<String> =
+        rounds.iter().map(|r| format!("{:.2}/{:.2}", r.ratio_bracketed, r.outbox_ratio_bracketed)).collect();
+    format!(": delivering/outbox only {}", each.join(", "))
 }
