@@ -151,6 +151,12 @@ pub struct Hooks {
     pub cpu_us_outbox: f64,
     /// The same while delivering: the deliveries' work counts too.
     pub cpu_us_delivering: f64,
+    /// Of the server's CPU time a request, the store's group-commit
+    /// thread's (SQLite's one writer, or PostgreSQL's group committer):
+    /// without subscriptions, writing the outbox only, while delivering.
+    pub writer_us_none: f64,
+    pub writer_us_outbox: f64,
+    pub writer_us_delivering: f64,
     /// The server's CPU time a delivery made while ingesting, us: what the
     /// requests of that phase cost above those of the outbox-only phase,
     /// over the deliveries made meanwhile.
@@ -383,6 +389,7 @@ pub fn run(args: Args) -> Result<(Hooks, PathBuf), String> {
     };
     let measured = |server: &Server, first: u64| -> Result<(f64, Cost), String> {
         let (cpu, before, started) = (server.cpu_seconds(), written(server)?, Instant::now());
+        let writer = server.writer_cpu_seconds();
         let own = cpu_seconds_of("/proc/self/stat");
         let rps = rt.block_on(ingest_load(port, clients, per_request, args.seconds, first))?;
         let wall = started.elapsed().as_secs_f64();
@@ -392,6 +399,7 @@ pub fn run(args: Args) -> Result<(Hooks, PathBuf), String> {
             rps,
             Cost {
                 cpu_us: server_cpu * 1e6 / requests,
+                writer_us: (server.writer_cpu_seconds() - writer) * 1e6 / requests,
                 disk_bytes: (written(server)? - before) / requests,
                 server_cores: server_cpu / wall.max(1e-9),
                 bench_cores: (cpu_seconds_of("/proc/self/stat") - own) / wall.max(1e-9),
@@ -544,6 +552,9 @@ pub fn run(args: Args) -> Result<(Hooks, PathBuf), String> {
         cpu_us_none: none.cpu_us,
         cpu_us_outbox: outbox_only.cpu_us,
         cpu_us_delivering: delivering.cpu_us,
+        writer_us_none: none.writer_us,
+        writer_us_outbox: outbox_only.writer_us,
+        writer_us_delivering: delivering.writer_us,
         cpu_us_a_delivery: (delivering.cpu_us - outbox_only.cpu_us) * ingest_three_rps / delivered_meanwhile.max(1.0),
         disk_bytes_a_delivery: (delivering.disk_bytes - outbox_only.disk_bytes) * ingest_three_rps
             / delivered_meanwhile.max(1.0),
@@ -595,6 +606,8 @@ fn median(mut v: Vec<f64>) -> f64 {
 struct Cost {
     /// CPU time (user and system), us.
     cpu_us: f64,
+    /// Of which the store's group-commit thread's.
+    writer_us: f64,
     /// Bytes of file pages dirtied (`write_bytes`), or of WAL on PostgreSQL.
     disk_bytes: f64,
     /// CPU seconds a second: the server's, and the bench's own.
@@ -608,6 +621,7 @@ impl Cost {
         let (mut sum, mut n) = (Cost::default(), 0.0);
         for c in costs {
             sum.cpu_us += c.cpu_us;
+            sum.writer_us += c.writer_us;
             sum.disk_bytes += c.disk_bytes;
             sum.server_cores += c.server_cores;
             sum.bench_cores += c.bench_cores;
@@ -616,6 +630,7 @@ impl Cost {
         let n: f64 = if n > 0.0 { n } else { 1.0 };
         Cost {
             cpu_us: sum.cpu_us / n,
+            writer_us: sum.writer_us / n,
             disk_bytes: sum.disk_bytes / n,
             server_cores: sum.server_cores / n,
             bench_cores: sum.bench_cores / n,
@@ -652,7 +667,7 @@ pub fn report(h: &Hooks) -> String {
          delivering against it {:.2}); against the mean of the two: {:.2} while delivering, {:.2} outbox only \
          (median of {} round(s){})\n\
          server a request (none / outbox only / delivering, the deliveries' work included): CPU {:.0} / {:.0} / \
-         {:.0} us, {} {:.0} / {:.0} / {:.0} bytes; a delivery made while ingesting: CPU {:.0} us, {:.0} bytes\n\
+         {:.0} us (the store's group-commit thread {:.1} / {:.1} / {:.1} us), {} {:.0} / {:.0} / {:.0} bytes; a delivery made while ingesting: CPU {:.0} us, {:.0} bytes\n\
          cores used without subscriptions / while delivering: server {:.2} / {:.2}, the bench's clients and \
          receiver {:.2} / {:.2}\n\
          paced at {:.0} readings/s with 3 subscriptions: {:.2} of their deliveries made meanwhile, all {:.2} s \
@@ -678,6 +693,9 @@ pub fn report(h: &Hooks) -> String {
         h.cpu_us_none,
         h.cpu_us_outbox,
         h.cpu_us_delivering,
+        h.writer_us_none,
+        h.writer_us_outbox,
+        h.writer_us_delivering,
         if h.backend == "sqlite" { "file pages dirtied" } else { "WAL written" },
         h.disk_bytes_none,
         h.disk_bytes_outbox,

@@ -323,6 +323,23 @@ impl Server {
         cpu_seconds_of(&format!("/proc/{}/stat", self.child.id()))
     }
 
+    /// The CPU time the store's group-commit thread has used so far
+    /// (`sensorhub-sqlite-group` or `sensorhub-pg-group`, truncated to 15
+    /// bytes by the kernel), seconds: SQLite's one writer, whose time each
+    /// write of readings waits for in turn.
+    pub(crate) fn writer_cpu_seconds(&self) -> f64 {
+        let task = format!("/proc/{}/task", self.child.id());
+        let Ok(threads) = fs::read_dir(&task) else { return 0.0 };
+        threads
+            .flatten()
+            .filter(|t| {
+                fs::read_to_string(t.path().join("comm"))
+                    .is_ok_and(|c| c.starts_with("sensorhub-sqlit") || c.starts_with("sensorhub-pg-gr"))
+            })
+            .map(|t| cpu_seconds_of(&t.path().join("stat").to_string_lossy()))
+            .sum()
+    }
+
     /// The bytes the server has caused to be written to storage so far
     /// (`write_bytes` of `/proc/PID/io`: file pages it dirtied, the WAL's
     /// and the database's; not its sockets).
