@@ -112,6 +112,39 @@ pub fn fill_random(buf: &mut [u8]) -> Result<(), RandomError> {
     getrandom::fill(buf).map_err(|e| RandomError(e.to_string()))
 }
 
+/// Output of [`fill_unguessable`]'s generator after which it is seeded again
+/// from the operating system (as rand's `ThreadRng` does, which panics when
+/// that fails; this returns the error).
+const RESEED_AFTER: usize = 64 * 1024;
+
+/// Fills `buf` with bytes no one can guess, for identifiers (a delivery's
+/// message id), not keys: a ChaCha12 generator (rand's `StdRng`) per
+/// thread, seeded from the operating system and seeded again after
+/// [`RESEED_AFTER`] bytes. A write of readings owed to subscriptions draws
+/// from it on the store's one writer, where a system call each time was
+/// up to 2 % of that thread's time (bench/RESULTS.md, the thirty-third step).
+pub fn fill_unguessable(buf: &mut [u8]) -> Result<(), RandomError> {
+    use rand::{Rng, SeedableRng, rngs::StdRng};
+    use std::cell::RefCell;
+    thread_local! {
+        static GENERATOR: RefCell<Option<(StdRng, usize)>> = const { RefCell::new(None) };
+    }
+    GENERATOR.with_borrow_mut(|slot| {
+        let (rng, drawn) = match slot {
+            Some((rng, drawn)) if *drawn < RESEED_AFTER => (rng, drawn),
+            _ => {
+                let mut seed = [0u8; 32];
+                fill_random(&mut seed)?;
+                let (rng, drawn) = slot.insert((StdRng::from_seed(seed), 0));
+                (rng, drawn)
+            }
+        };
+        rng.fill_bytes(buf);
+        *drawn += buf.len();
+        Ok(())
+    })
+}
+
 /// A new random key: `prefix` followed by 160 random bits in lowercase hex.
 pub fn generate_key(prefix: &str) -> Result<String, RandomError> {
     let mut bytes = [0u8; 20];
@@ -142,6 +175,26 @@ pub const RECOMMENDED_KEY_LENGTH: usize = 24;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unguessable_bytes_differ_from_call_to_call_thread_to_thread_and_past_a_reseed() {
+        let draw = || {
+            let mut b = [0u8; 32];
+            fill_unguessable(&mut b).expect("seeded from the system");
+            b
+        };
+        let first = draw();
+        assert_ne!(first, [0u8; 32]);
+        assert_ne!(first, draw(), "each call draws anew");
+        let other = std::thread::spawn(draw).join().expect("thread");
+        assert_ne!(first, other, "each thread has its own seed");
+        // Past the threshold it seeds again and goes on.
+        let mut big = vec![0u8; RESEED_AFTER + 100];
+        fill_unguessable(&mut big).expect("big");
+        let after = draw();
+        assert!(big.iter().any(|&b| b != 0));
+        assert_ne!(after, first);
+    }
 
     #[test]
     fn password_round_trip_and_mismatch() {

@@ -65,7 +65,8 @@ pub(crate) const ID_BYTES: usize = 16;
 /// from its ids how many readings went to others, or that others exist.
 pub(crate) fn id_bytes(count: usize) -> crate::StoreResult<Vec<u8>> {
     let mut bytes = vec![0; count * ID_BYTES];
-    sensorhub_core::secret::fill_random(&mut bytes).map_err(|e| crate::StoreError::Backend(e.to_string().into()))?;
+    sensorhub_core::secret::fill_unguessable(&mut bytes)
+        .map_err(|e| crate::StoreError::Backend(e.to_string().into()))?;
     Ok(bytes)
 }
 

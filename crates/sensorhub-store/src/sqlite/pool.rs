@@ -44,6 +44,12 @@ PRAGMA cache_size = -128;";
 /// the file is unchanged by others).
 const WRITE_CACHE_KIB: i64 = 8192;
 
+/// The write connection's cache of prepared statements. Readings, their
+/// outbox log, alarms and the delivery worker's claims and records all
+/// write on this one connection, more distinct statements between them than
+/// rusqlite's default of 16: past it each would be parsed again in turn.
+const WRITE_STATEMENTS: usize = 64;
+
 /// What the connections of a pool are for.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum Role {
@@ -257,6 +263,7 @@ pub(crate) fn open_connection(path: &Path, role: Role, synchronous: &str) -> Sto
         Role::Write => {
             conn.busy_handler(Some(poll_for_write_lock))?;
             conn.pragma_update(None, "cache_size", -WRITE_CACHE_KIB)?;
+            conn.set_prepared_statement_cache_capacity(WRITE_STATEMENTS);
         }
     }
     let flags = FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC;
