@@ -120,7 +120,7 @@ const RESEED_AFTER: usize = 64 * 1024;
 /// Fills `buf` with bytes no one can guess, for identifiers (a delivery's
 /// message id), not keys: a ChaCha12 generator (rand's `StdRng`) per
 /// thread, seeded from the operating system and seeded again after
-/// [`RESEED_AFTER`] bytes. A write of readings owed to subscriptions draws
+/// 64 KiB. A write of readings owed to subscriptions draws
 /// from it on the store's one writer, where a system call each time was
 /// up to 2 % of that thread's time (bench/RESULTS.md, the thirty-third step).
 pub fn fill_unguessable(buf: &mut [u8]) -> Result<(), RandomError> {
