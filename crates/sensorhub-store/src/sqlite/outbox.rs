@@ -265,7 +265,11 @@ fn finish_unsynced(c: &mut Connection, now: i64, done: &[Finished]) -> StoreResu
             };
         }
         let (succeeded, failing) = failing_changes(done);
-        let mut ok = tx.prepare_cached("UPDATE subscriptions SET failing_since = NULL WHERE id = ?1")?;
+        // Only a subscription that was failing: an update that changes
+        // nothing still rewrites the row's page, in every record.
+        let mut ok = tx.prepare_cached(
+            "UPDATE subscriptions SET failing_since = NULL WHERE id = ?1 AND failing_since IS NOT NULL",
+        )?;
         for sub in succeeded {
             ok.execute([sub])?;
         }
