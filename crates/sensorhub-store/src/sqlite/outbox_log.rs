@@ -123,8 +123,9 @@ pub(super) fn prune_owed(tx: &Connection) -> StoreResult<usize> {
 /// given) into `outbox`: one row per subscription that still exists (a
 /// removed one's were spread before it went), in the order they were
 /// written, each with the id it must keep or `msg_` and
-/// [`ID_BYTES`](crate::decide::outbox::ID_BYTES) random bytes in hex: the row's own if it has them (logged before the
-/// ids were made here), or new ones. Returns how many it moved.
+/// [`ID_BYTES`](crate::decide::outbox::ID_BYTES) random bytes in hex: the
+/// row's own if it has them (logged before the ids were made here), or
+/// new ones. Returns how many it moved.
 pub(super) fn spread(tx: &Connection, limit: usize, upto: Option<i64>) -> StoreResult<usize> {
     if limit == 0 {
         return Ok(0);
