@@ -108,6 +108,19 @@ pub(crate) fn excluded(req: &ClaimRequest, subs: &[(String, String, bool)]) -> E
     out
 }
 
+/// What [`Picker::decide`] did with a row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Offered {
+    /// Taken: the claim leases it.
+    Taken,
+    /// Dropped, with its reason.
+    Dropped,
+    /// Passed over: its endpoint has no room left in this claim.
+    Passed,
+    /// Not looked at: the claim is complete.
+    Complete,
+}
+
 /// How many rows a claim passes over for want of room before it stops
 /// looking (the rest wait for the next claim).
 const SKIP_AT_MOST: usize = 64;
@@ -141,9 +154,14 @@ impl<'a> Picker<'a> {
     /// Takes, drops or passes over the next due row; `false` once the
     /// claim is complete (that row and any after it are left due).
     pub(crate) fn offer(&mut self, c: Candidate) -> bool {
+        self.decide(c) != Offered::Complete
+    }
+
+    /// [`Picker::offer`], saying what became of the row.
+    pub(crate) fn decide(&mut self, c: Candidate) -> Offered {
         if let Some(reason) = c.refused {
             self.picked.drop.push((c.id, reason));
-            return true;
+            return Offered::Dropped;
         }
         if self.picked.take.len() >= self.req.limit || self.skipped >= SKIP_AT_MOST {
             self.picked.more = true;
@@ -153,7 +171,7 @@ impl<'a> Picker<'a> {
             // endpoint at its share that never answers, the next claim
             // waited for the next look (half a second): 64 deliveries a look.
             self.waiting.insert(endpoint(&c.url).to_owned());
-            return false;
+            return Offered::Complete;
         }
         let e = endpoint(&c.url);
         if !self.rooms.contains_key(e) {
@@ -165,13 +183,19 @@ impl<'a> Picker<'a> {
             Some(left) if *left > 0 => {
                 *left -= 1;
                 self.picked.take.push(c.id);
+                Offered::Taken
             }
             _ => {
                 self.waiting.insert(e.to_owned());
                 self.skipped += 1;
+                Offered::Passed
             }
         }
-        true
+    }
+
+    /// The rows taken so far, in order.
+    pub(crate) fn taken(&self) -> &[i64] {
+        &self.picked.take
     }
 
     /// What was decided, `looked` rows having been read of a window of

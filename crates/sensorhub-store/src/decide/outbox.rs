@@ -71,9 +71,8 @@ pub(crate) fn id_bytes(count: usize) -> crate::StoreResult<Vec<u8>> {
 }
 
 /// The message id of one delivery's random bytes: `msg_` and the bytes in
-/// lowercase hex. Both backends' logs make this text in SQL when they
-/// spread; their tests check it against this.
-#[cfg(test)]
+/// lowercase hex. PostgreSQL's log makes this text in SQL when it
+/// spreads (its tests check it against this); SQLite's makes its ids here.
 pub(crate) fn id_text(bytes: &[u8]) -> String {
     let mut out = String::with_capacity(4 + 2 * bytes.len());
     out.push_str("msg_");

@@ -6,6 +6,7 @@ mod copy;
 mod latest;
 mod outbox;
 mod outbox_log;
+mod outbox_walk;
 mod pool;
 mod read;
 mod retention;
@@ -44,6 +45,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/sqlite/0018_hours_pad.sql"),
     include_str!("../../migrations/sqlite/0019_outbox_pending.sql"),
     include_str!("../../migrations/sqlite/0020_outbox_leased_until.sql"),
+    include_str!("../../migrations/sqlite/0021_outbox_log_first_attempts.sql"),
 ];
 
 /// Offset added to an hour number in a key, so that every hour since
@@ -119,6 +121,9 @@ pub struct SqliteStore {
     write_targets: crate::access_cache::WriteTargets,
     /// Raw windows' devices, kept between requests.
     visible: std::sync::Arc<crate::access_cache::VisibleDevices>,
+    /// The installation's key for the message ids of deliveries made from
+    /// the outbox log (`outbox_log::message_id`).
+    message_id_key: std::sync::Arc<str>,
     path: std::path::PathBuf,
 }
 
@@ -142,6 +147,7 @@ impl SqliteStore {
         let writes = Pool::new(path, 1, Role::Write, sync);
         writes.run(migrate).await?;
         writes.run(move |c| upgrade::run(c, options.upgrade_batch_hours)).await?;
+        let message_id_key = writes.run(|c| outbox_log::message_id_key(c)).await?.into();
         let reads = Pool::new(path, READ_POOL_SIZE, Role::Read, sync);
         let observers = std::sync::Arc::new(crate::observe::Observers::default());
         let kept = std::sync::Arc::new(Kept::default());
@@ -165,6 +171,7 @@ impl SqliteStore {
             kept,
             write_targets: Default::default(),
             visible: Default::default(),
+            message_id_key,
             path: path.to_owned(),
         })
     }
@@ -300,9 +307,74 @@ mod tests {
             .map(|r| r.expect("row"))
             .collect();
         assert_eq!(moved, [("sub_a".into(), "msg_old_1".into(), r#"{"b":1}"#.into(), 5)], "owed once, id kept");
-        let left: i64 = conn.query_row("SELECT count(*) FROM outbox_log", [], |r| r.get(0)).expect("count");
+        // Version 21 keeps one row all done, above every delivery's number.
+        let sql = "SELECT count(*) FROM outbox_log WHERE done != (1 << n) - 1";
+        let left: i64 = conn.query_row(sql, [], |r| r.get(0)).expect("count");
         assert_eq!(left, 0);
         conn.execute("INSERT INTO outbox_owed (subs) VALUES ('[]')", []).expect("the new shape is in");
+    }
+
+    #[tokio::test]
+    async fn a_version_20_outbox_log_is_spread_by_the_upgrade_with_its_message_ids_and_numbers_go_on_above() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("v20.db");
+        let conn = rusqlite::Connection::open(&path).expect("open");
+        for sql in &MIGRATIONS[..20] {
+            conn.execute_batch(sql).expect("migration");
+        }
+        // As version 20 logged a reading owed to two subscriptions, with
+        // its random bytes, and an alarm's, with its ids; and held a retry.
+        let nonce: Vec<u8> = (0..32).collect();
+        conn.execute_batch(
+            r#"PRAGMA user_version = 20;
+             INSERT INTO accounts (id, username, password_hash, created_at) VALUES (1, 'a', 'x', 0);
+             INSERT INTO devices (id, device_id, name, type, lat, long, interval_seconds) VALUES (7, 'D', 'n', 'T', 0, 0, 60);
+             INSERT INTO subscriptions (id, account_id, url, all_devices, events, secret, created_at, enabled)
+             VALUES ('sub_a', 1, 'http://a', 1, 'sensor-data', x'00', 0, 1),
+                    ('sub_b', 1, 'http://b', 1, 'sensor-data', x'00', 0, 1);
+             INSERT INTO outbox (id, subscription_id, device_pk, message_id, body, created_at, next_attempt)
+             VALUES (200, 'sub_a', 7, 'msg_retry', '{"r":0}', 1, 2);
+             INSERT INTO outbox_owed (id, subs) VALUES (1, '["sub_a","sub_b"]');"#,
+        )
+        .expect("rows");
+        conn.execute(
+            "INSERT INTO outbox_log (device_pk, n, cum, created_at, owed, nonce, ids, body)
+             VALUES (7, 2, 2, 5, 1, ?1, NULL, '{\"r\":1}'), (7, 2, 4, 6, 1, x'', '[\"msg_x\",\"msg_y\"]', '{\"r\":2}')",
+            [&nonce],
+        )
+        .expect("log rows");
+        drop(conn);
+        let store = SqliteStore::open(path.to_str().expect("utf-8"), Durability::Full).await.expect("upgrade");
+        drop(store);
+        let conn = rusqlite::Connection::open(&path).expect("open");
+        let moved: Vec<(i64, String, String)> = conn
+            .prepare("SELECT id, subscription_id, message_id FROM outbox ORDER BY id")
+            .expect("sql")
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .expect("sql")
+            .map(|r| r.expect("row"))
+            .collect();
+        let hex = |b: &[u8]| crate::decide::outbox::id_text(b);
+        let row = |id: i64, s: &str, m: &str| (id, s.to_owned(), m.to_owned());
+        assert_eq!(
+            moved,
+            [
+                row(200, "sub_a", "msg_retry"),
+                row(201, "sub_a", &hex(&nonce[..16])),
+                row(202, "sub_b", &hex(&nonce[16..])),
+                row(203, "sub_a", "msg_x"),
+                row(204, "sub_b", "msg_y")
+            ],
+            "owed once each, with the ids they had"
+        );
+        let kept: (i64, i64, i64) = conn
+            .query_row("SELECT id, n, done FROM outbox_log", [], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .expect("one row");
+        assert_eq!(kept, (204 / 64 + 1, 0, 0), "one row all done, whose numbers are above every one in outbox");
+        let key: String = conn
+            .query_row("SELECT value FROM installation WHERE key = 'message_id_key'", [], |r| r.get(0))
+            .expect("a key");
+        assert_eq!(key.len(), 64);
     }
 
     #[tokio::test]

@@ -4,6 +4,7 @@
 
 use super::SqliteStore;
 use super::outbox_log;
+use super::outbox_walk::{self, Walk};
 use super::tx::{begin, in_tx, on};
 use crate::StoreResult;
 use crate::decide::{claim, merge};
@@ -14,44 +15,52 @@ use crate::delivery::{
 use crate::sql::{outbox, subscriptions};
 use async_trait::async_trait;
 use rusqlite::{Connection, params};
+use std::collections::{HashMap, HashSet};
 
-pub(super) fn claim(c: &mut Connection, now: i64, lease: i64, req: &ClaimRequest) -> StoreResult<Claimed> {
+/// Claims due deliveries for `req` at `now`, leased for `lease` ms: first
+/// `outbox`'s due rows (retries, and deliveries that waited), topped up
+/// for the batching subscriptions among them, then first attempts
+/// straight from the log (`outbox_walk.rs`). `key` makes message ids.
+pub(super) fn claim(c: &mut Connection, now: i64, lease: i64, req: &ClaimRequest, key: &str) -> StoreResult<Claimed> {
     unsynced(c, |c| {
         let tx = begin(c)?;
-        let subs = subscriptions(&tx)?;
-        let excluded = claim::excluded(req, &subs);
+        let subs = outbox_walk::subscriptions(&tx)?;
+        let listed: Vec<_> = subs.iter().map(|(id, s)| (id.clone(), s.url.clone(), s.enabled)).collect();
+        let excluded = claim::excluded(req, &listed);
         let among = excluded.each().then_some(excluded.rest.as_slice());
         let window = claim::window(req.limit);
-        let mut budget = outbox_log::FEED_BUDGET;
-        let mut unfed = outbox_log::feed(&tx, now, window, among, &mut budget)?;
         let mut picker = claim::Picker::new(req, &excluded);
         let looked = offer_due(&tx, now, window, among, &mut picker)?;
-        let picked = picker.finish(looked);
-        let mut deliveries = lease_rows(&tx, &picked.take, now + lease)?;
-        let mut dropped = drop_rows(&tx, &picked.drop)?;
+        let mut parts = Parts::default();
+        let mut deliveries = lease_rows(&tx, &mut parts, picker.taken(), now + lease)?;
+        let mut dropped = 0;
         for (sub, room) in batch_room(&deliveries) {
             let only = [sub];
-            unfed |= outbox_log::feed(&tx, now, room, Some(&only), &mut budget)?;
             let top_up = ClaimRequest::up_to(room);
             let mut picker = claim::Picker::new(&top_up, &claim::Excluded::default());
             let looked = offer_due(&tx, now, room, Some(&only), &mut picker)?;
             let more = picker.finish(looked);
-            deliveries.extend(lease_rows(&tx, &more.take, now + lease)?);
+            deliveries.extend(lease_rows(&tx, &mut parts, &more.take, now + lease)?);
             dropped += drop_rows(&tx, &more.drop)?;
         }
+        let mut taken: HashMap<String, usize> = HashMap::new();
+        for d in &deliveries {
+            *taken.entry(d.subscription_id.clone()).or_default() += 1;
+        }
+        let subs: HashMap<_, _> = subs.into_iter().collect();
+        let left_out: HashSet<String> = excluded.subscriptions.iter().cloned().collect();
+        let walk = Walk { tx: &tx, now, until: now + lease, key, subs: &subs, excluded: &left_out, taken };
+        let walked = walk.run(&mut picker, outbox_log::WALK_BUDGET)?;
+        // The picker's takes past `outbox`'s are the walk's flights, leased with their rows.
+        let picked = picker.finish(looked + walked.looked);
+        dropped += drop_rows(&tx, &picked.drop)? + walked.dropped;
+        for f in walked.flights {
+            deliveries.push(parts.delivery(&tx, &f.subscription_id, f.id, f.message_id, f.body, 0, f.created_at)?);
+        }
         tx.commit()?;
-        // The log may hold more than this claim spread.
-        let more = picked.more || unfed;
-        Ok(Claimed { deliveries, waiting: picked.waiting, more, dropped, again: unfed })
+        let more = picked.more || walked.again;
+        Ok(Claimed { deliveries, waiting: picked.waiting, more, dropped, again: walked.again })
     })
-}
-
-/// Every subscription's id, URL and whether it is enabled (for the
-/// per-endpoint share, and the ones a claim leaves out).
-fn subscriptions(tx: &Connection) -> StoreResult<Vec<(String, String, bool)>> {
-    let mut stmt = tx.prepare_cached("SELECT id, url, enabled FROM subscriptions ORDER BY id")?;
-    let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?.collect::<Result<_, _>>()?;
-    Ok(rows)
 }
 
 /// A due row as `offer_due`'s statements read it: its id, the subscription's
@@ -181,48 +190,68 @@ fn drop_rows(tx: &Connection, rows: &[(i64, String)]) -> StoreResult<usize> {
     Ok(rows.len())
 }
 
-/// Leases rows `ids` until `until` and reads them whole (each
-/// subscription's part once per claim).
-fn lease_rows(tx: &Connection, ids: &[i64], until: i64) -> StoreResult<Vec<Delivery>> {
+/// Leases rows `ids` until `until` and reads them whole.
+fn lease_rows(tx: &Connection, parts: &mut Parts, ids: &[i64], until: i64) -> StoreResult<Vec<Delivery>> {
     let mut lease = tx.prepare_cached(
         "UPDATE outbox SET leased_until = ?2 WHERE id = ?1
          RETURNING subscription_id, message_id, body, attempts, created_at",
     )?;
-    let mut subscription = tx.prepare_cached(
-        "SELECT a.username, s.url, s.allow_http, s.secret, s.failing_since, s.headers,
-                CASE WHEN s.batch = 1 THEN max(s.batch_max, 1) ELSE 1 END
-         FROM subscriptions s JOIN accounts a ON a.id = s.account_id WHERE s.id = ?1",
-    )?;
-    let mut subscriptions: std::collections::HashMap<String, Delivery> = std::collections::HashMap::new();
     let mut out = Vec::with_capacity(ids.len());
     for id in ids {
         let (sub, message_id, body, attempts, created_at): (String, String, String, u32, i64) =
             lease.query_row(params![id, until], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))?;
-        if !subscriptions.contains_key(&sub) {
-            let part = subscription.query_row([&sub], |r| {
-                Ok(Delivery {
-                    id: 0,
-                    subscription_id: sub.clone(),
-                    username: r.get(0)?,
-                    url: r.get(1)?,
-                    allow_http: r.get(2)?,
-                    sealed_secret: r.get(3)?,
-                    failing_since: r.get(4)?,
-                    sealed_headers: r.get(5)?,
-                    batch_max: r.get(6)?,
-                    message_id: String::new(),
-                    body: String::new(),
-                    attempts: 0,
-                    created_at: 0,
-                })
-            })?;
-            subscriptions.insert(sub.clone(), part);
-        }
-        if let Some(part) = subscriptions.get(&sub) {
-            out.push(Delivery { id: *id, message_id, body, attempts, created_at, ..part.clone() });
-        }
+        out.push(parts.delivery(tx, &sub, *id, message_id, body, attempts, created_at)?);
     }
     Ok(out)
+}
+
+/// Each subscription's part of a delivery (its account, URL, secret and
+/// headers), read once a claim.
+#[derive(Default)]
+struct Parts(HashMap<String, Delivery>);
+
+impl Parts {
+    /// Delivery `id` of subscription `sub`.
+    #[expect(clippy::too_many_arguments, reason = "a delivery's own fields, beside its subscription's")]
+    fn delivery(
+        &mut self,
+        tx: &Connection,
+        sub: &str,
+        id: i64,
+        message_id: String,
+        body: String,
+        attempts: u32,
+        created_at: i64,
+    ) -> StoreResult<Delivery> {
+        if !self.0.contains_key(sub) {
+            let part = tx
+                .prepare_cached(
+                    "SELECT a.username, s.url, s.allow_http, s.secret, s.failing_since, s.headers,
+                            CASE WHEN s.batch = 1 THEN max(s.batch_max, 1) ELSE 1 END
+                     FROM subscriptions s JOIN accounts a ON a.id = s.account_id WHERE s.id = ?1",
+                )?
+                .query_row([sub], |r| {
+                    Ok(Delivery {
+                        id: 0,
+                        subscription_id: sub.to_owned(),
+                        username: r.get(0)?,
+                        url: r.get(1)?,
+                        allow_http: r.get(2)?,
+                        sealed_secret: r.get(3)?,
+                        failing_since: r.get(4)?,
+                        sealed_headers: r.get(5)?,
+                        batch_max: r.get(6)?,
+                        message_id: String::new(),
+                        body: String::new(),
+                        attempts: 0,
+                        created_at: 0,
+                    })
+                })?;
+            self.0.insert(sub.to_owned(), part);
+        }
+        let part = self.0.get(sub).ok_or_else(|| crate::StoreError::Backend("a subscription's part".into()))?;
+        Ok(Delivery { id, message_id, body, attempts, created_at, ..part.clone() })
+    }
 }
 
 /// Runs `f` with `synchronous = NORMAL`: its commit is not waited onto the
@@ -239,12 +268,13 @@ fn unsynced<R>(c: &mut Connection, f: impl FnOnce(&mut Connection) -> StoreResul
     result
 }
 
-/// Records outcomes, in one transaction.
-pub(super) fn finish(c: &mut Connection, now: i64, done: &[Finished]) -> StoreResult<()> {
-    unsynced(c, |c| finish_unsynced(c, now, done))
+/// Records outcomes, in one transaction; `key` makes the message ids of
+/// deliveries attempted from the log that are to wait in `outbox`.
+pub(super) fn finish(c: &mut Connection, now: i64, done: &[Finished], key: &str) -> StoreResult<()> {
+    unsynced(c, |c| finish_unsynced(c, now, done, key))
 }
 
-fn finish_unsynced(c: &mut Connection, now: i64, done: &[Finished]) -> StoreResult<()> {
+fn finish_unsynced(c: &mut Connection, now: i64, done: &[Finished], key: &str) -> StoreResult<()> {
     let tx = begin(c)?;
     {
         let mut delivered = tx.prepare_cached("DELETE FROM outbox WHERE id = ?1")?;
@@ -258,11 +288,15 @@ fn finish_unsynced(c: &mut Connection, now: i64, done: &[Finished]) -> StoreResu
              WHERE id = ?1",
         )?;
         for f in done {
-            match &f.attempt {
+            let in_outbox = match &f.attempt {
                 Attempt::Delivered => delivered.execute([f.id])?,
                 Attempt::Retry { at, status, error } => retry.execute(params![f.id, at, status, error])?,
                 Attempt::Failed { status, error } => failed.execute(params![f.id, status, error])?,
             };
+            if in_outbox == 0 {
+                // A first attempt made from the log.
+                outbox_log::record(&tx, key, f)?;
+            }
         }
         let (succeeded, failing) = failing_changes(done);
         // Only a subscription that was failing: an update that changes
@@ -340,12 +374,13 @@ impl crate::store::Deliveries for SqliteStore {
     }
 
     async fn claim_deliveries(&self, now: i64, lease: i64, req: &ClaimRequest) -> StoreResult<Claimed> {
-        let req = req.clone();
-        self.writes.run(move |c| claim(c, now, lease, &req)).await
+        let (req, key) = (req.clone(), self.message_id_key.clone());
+        self.writes.run(move |c| claim(c, now, lease, &req, &key)).await
     }
 
     async fn finish_deliveries(&self, now: i64, done: Vec<Finished>) -> StoreResult<()> {
-        self.writes.run(move |c| finish(c, now, &done)).await
+        let key = self.message_id_key.clone();
+        self.writes.run(move |c| finish(c, now, &done, &key)).await
     }
 
     async fn deliveries(&self, id: &str, failed_only: bool) -> StoreResult<Vec<DeliveryRecord>> {

@@ -272,6 +272,10 @@ pub(crate) fn open_connection(path: &Path, role: Role, synchronous: &str) -> Sto
         let data = ctx.get_raw(1).as_blob().map_err(|e| rusqlite::Error::UserFunctionError(Box::new(e)))?;
         Ok(crate::chunk::last_second(chunk, data))
     })?;
+    conn.create_scalar_function("sh_message_id", 4, flags, |ctx| {
+        let key: String = ctx.get(0)?;
+        Ok(super::outbox_log::message_id(&key, ctx.get(1)?, ctx.get(2)?, ctx.get(3)?))
+    })?;
     Ok(conn)
 }
 
