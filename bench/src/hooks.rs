@@ -86,6 +86,11 @@ pub struct Args {
     /// Run on a fresh database on this PostgreSQL server (a URL whose user may create databases)
     #[arg(long)]
     database: Option<String>,
+    /// Run the receiver on threads of its own in the idle scheduling class
+    /// (SCHED_IDLE), as a partner's endpoint on another machine takes none
+    /// of the server's cores; by default it shares them at normal priority
+    #[arg(long)]
+    receiver_idle: bool,
     /// Rounds of the three ingest phases (no subscription, outbox only,
     /// delivering), each with fresh subscriptions and followed by ingest
     /// alone again; the figures are the rounds' medians
@@ -264,6 +269,25 @@ fn add_args<'a>(url: &'a str, batch_max: Option<&'a str>) -> Vec<&'a str> {
     add
 }
 
+/// A runtime of two threads in the idle scheduling class (Linux).
+fn idle_runtime() -> Result<tokio::runtime::Runtime, String> {
+    use thread_priority::unix::{NormalThreadSchedulePolicy, ThreadSchedulePolicy};
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .on_thread_start(|| {
+            let idle = ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Idle);
+            let id = thread_priority::thread_native_id();
+            if let Err(e) =
+                thread_priority::set_thread_priority_and_policy(id, thread_priority::ThreadPriority::Min, idle)
+            {
+                eprintln!("the receiver's thread stays in the normal class: {e:?}");
+            }
+        })
+        .build()
+        .map_err(|e| e.to_string())
+}
+
 /// Starts an endpoint that takes connections and never answers (a partner
 /// down behind a load balancer that still accepts); returns its URL.
 async fn black_hole() -> Result<String, String> {
@@ -364,7 +388,12 @@ pub fn run(args: Args) -> Result<(Hooks, PathBuf), String> {
     let stations = dataset::stations(dataset::SMALL, 42);
     std::fs::write(&provision, dataset::provision(&stations).to_string()).map_err(|e| e.to_string())?;
     sensorhub(&bin, db, &["apply", provision.to_str().ok_or("path")?])?;
-    let (url, delivered) = rt.block_on(receiver())?;
+    // The receiver's own runtime, if asked for: kept until the end.
+    let receiver_rt = match args.receiver_idle {
+        true => Some(idle_runtime()?),
+        false => None,
+    };
+    let (url, delivered) = receiver_rt.as_ref().unwrap_or(&rt).block_on(receiver())?;
     let port = args.port;
     let per_request = args.per_request;
     let clients = args.clients.unwrap_or(if per_request { 16 } else { 8 });

@@ -27,6 +27,17 @@ impl Default for RetryPolicy {
     }
 }
 
+/// The scheduling class of the threads webhook attempts run on (delivery/lane.rs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AttemptPriority {
+    /// Linux's idle class: attempts get the CPU the rest of the server leaves.
+    #[default]
+    Idle,
+    /// The class of the server's other threads.
+    Normal,
+}
+
 /// The `[webhooks]` table of the config file: the flags' values, by the
 /// flags' names without `webhook-`.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -44,6 +55,8 @@ pub struct DeliveryFile {
     pub concurrency: Option<usize>,
     /// `--webhook-ingest-first` (percent).
     pub ingest_first: Option<u8>,
+    /// `--webhook-priority`.
+    pub priority: Option<AttemptPriority>,
 }
 
 /// Flags of outgoing webhook deliveries.
@@ -67,6 +80,9 @@ pub struct DeliveryFlags {
     /// Percent of its time the delivery worker may hold back its database writes while readings wait to be written (0: never) [default: 90]
     #[arg(long, env = "SENSORHUB_WEBHOOK_INGEST_FIRST", value_parser = clap::value_parser!(u8).range(0..=99))]
     pub webhook_ingest_first: Option<u8>,
+    /// Scheduling class of the threads webhook attempts run on: idle (Linux's SCHED_IDLE: they take only the CPU that ingest and reads leave, so a saturated machine delays deliveries, never readings) or normal [default: idle]
+    #[arg(long, env = "SENSORHUB_WEBHOOK_PRIORITY", value_enum)]
+    pub webhook_priority: Option<AttemptPriority>,
 }
 
 /// How the delivery worker runs.
@@ -89,6 +105,8 @@ pub struct DeliverySettings {
     /// Percent of its time the worker may hold back its claims and records
     /// while readings wait for the store's writer (hooks/yielding.rs).
     pub ingest_first: u8,
+    /// The scheduling class of the attempts' threads.
+    pub priority: AttemptPriority,
 }
 
 impl Default for DeliverySettings {
@@ -102,6 +120,7 @@ impl Default for DeliverySettings {
             in_flight: 128,
             poll: Duration::from_millis(500),
             ingest_first: 90,
+            priority: AttemptPriority::Idle,
         }
     }
 }
@@ -142,6 +161,7 @@ impl DeliverySettings {
             in_flight: d.in_flight.max(per_endpoint),
             poll: d.poll,
             ingest_first,
+            priority: flags.webhook_priority.or(file.priority).unwrap_or(d.priority),
         })
     }
 }
@@ -170,13 +190,17 @@ mod tests {
     #[test]
     fn the_webhooks_table_is_read_under_the_flags() {
         let file: crate::config::FileConfig = toml::from_str(
-            "[webhooks]\nallow_private = true\ntimeout = 5\nretry_for = 3600\nconcurrency = 8\ningest_first = 50",
+            "[webhooks]\nallow_private = true\ntimeout = 5\nretry_for = 3600\nconcurrency = 8\ningest_first = 50\n\
+             priority = \"normal\"",
         )
         .expect("valid config");
         let s = DeliverySettings::resolve(&DeliveryFlags::default(), file.webhooks.as_ref()).expect("valid");
         assert!(s.allow_private);
         assert_eq!((s.timeout, s.policy.retry_for), (Duration::from_secs(5), Duration::from_secs(3600)));
-        assert_eq!((s.per_endpoint, s.ingest_first), (8, 50));
+        assert_eq!((s.per_endpoint, s.ingest_first, s.priority), (8, 50, AttemptPriority::Normal));
+        let idle = DeliveryFlags { webhook_priority: Some(AttemptPriority::Idle), ..DeliveryFlags::default() };
+        let s = DeliverySettings::resolve(&idle, file.webhooks.as_ref()).expect("valid");
+        assert_eq!(s.priority, AttemptPriority::Idle, "the flag over the file");
         let flags = DeliveryFlags { webhook_timeout: Some(2), ..DeliveryFlags::default() };
         let s = DeliverySettings::resolve(&flags, file.webhooks.as_ref()).expect("valid");
         assert_eq!(s.timeout, Duration::from_secs(2), "a flag wins over the file");

@@ -5,6 +5,7 @@ pub mod alarm_wake;
 pub mod batch;
 pub mod headers;
 pub mod key_file;
+pub mod lane;
 pub mod pool;
 pub mod provision;
 pub mod record;

@@ -8,7 +8,8 @@
 //! within a budget (yielding.rs). After writing, subscriptions whose endpoint
 //! has failed for too long are disabled.
 
-use super::yielding::{INGEST_QUIET, IngestFirst};
+use super::lane::Lane;
+use super::yielding::IngestFirst;
 use crate::config::delivery::DeliverySettings;
 use sensorhub_store::Store;
 use sensorhub_store::delivery::{Attempt, Finished};
@@ -42,10 +43,11 @@ pub struct Recorder(mpsc::UnboundedSender<Outcome>);
 impl Recorder {
     /// Starts the recorder over `store`; a subscription failing for
     /// `settings.disable_after` is disabled.
-    pub fn spawn(store: Arc<dyn Store>, settings: &DeliverySettings) -> Self {
+    /// Its waits for a lull in ingest tick on `lane`.
+    pub fn spawn(store: Arc<dyn Store>, settings: &DeliverySettings, lane: Lane) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
         let turn = IngestFirst::new(settings.ingest_first);
-        tokio::spawn(run(store, settings.disable_after, turn, rx));
+        tokio::spawn(run(store, settings.disable_after, turn, lane, rx));
         Self(tx)
     }
 
@@ -60,6 +62,7 @@ async fn run(
     store: Arc<dyn Store>,
     disable_after: Duration,
     mut turn: IngestFirst,
+    lane: Lane,
     mut rx: mpsc::UnboundedReceiver<Outcome>,
 ) {
     let limit = i64::try_from(disable_after.as_millis()).unwrap_or(i64::MAX);
@@ -81,7 +84,7 @@ async fn run(
         }
         // Readings waiting for the writer go first, within a budget; what
         // arrives meanwhile joins this transaction.
-        turn.wait(|| store.ingest_quiet() < INGEST_QUIET).await;
+        lane.give_way(&mut turn, &store).await;
         while rows < GATHER_ROWS {
             let Ok(o) = rx.try_recv() else { break };
             rows += o.done.len();

@@ -11,12 +11,13 @@
 
 use super::batch::{Job, jobs};
 use super::headers::open_headers;
+use super::lane::Lane;
 use super::record::{Outcome, Recorder};
 use super::seal::SealingKey;
 use super::send::{Sender, Sent};
 use super::sign::SigningSecret;
-use super::yielding::{INGEST_QUIET, IngestFirst};
-use crate::config::delivery::DeliverySettings;
+use super::yielding::IngestFirst;
+use crate::config::delivery::{AttemptPriority, DeliverySettings};
 use crate::metrics::Metrics;
 use sensorhub_store::Store;
 use sensorhub_store::delivery::{Attempt, ClaimRequest, Finished, endpoint};
@@ -72,6 +73,8 @@ struct Shared {
     clock: Arc<dyn Clock>,
     /// Writes outcomes, many per transaction.
     recorder: Recorder,
+    /// Where attempts run (lane.rs).
+    lane: Lane,
     /// Per endpoint (scheme, host and port): the semaphore of its attempts
     /// in flight, and how many claimed jobs it holds (running or waiting
     /// their turn), which its share of the slots bounds.
@@ -131,10 +134,12 @@ pub fn spawn(
 ) -> Result<WorkerHandle, String> {
     let wake = Arc::new(Notify::new());
     let sender = Sender::new(settings.allow_private, settings.timeout)?;
-    let recorder = Recorder::spawn(store.clone(), &settings);
+    let threads = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+    let lane = Lane::start(threads, settings.priority == AttemptPriority::Idle)?;
+    let recorder = Recorder::spawn(store.clone(), &settings, lane.clone());
     tokio::spawn(count_backlog(store.clone(), metrics.clone()));
     let endpoints = Mutex::new(HashMap::new());
-    let shared = Arc::new(Shared { store, key, sender, settings, metrics, clock, recorder, endpoints });
+    let shared = Arc::new(Shared { store, key, sender, settings, metrics, clock, recorder, lane, endpoints });
     tokio::spawn(run(shared, wake.clone()));
     Ok(WorkerHandle { wake })
 }
@@ -175,7 +180,7 @@ async fn run(shared: Arc<Shared>, wake: Arc<Notify>) {
             // not before a claim a wake asked for (alarms go out at once,
             // and WAKE_GAP bounds how often that is).
             if !std::mem::take(&mut woken) {
-                turn.wait(|| shared.store.ingest_quiet() < INGEST_QUIET).await;
+                shared.lane.give_way(&mut turn, &shared.store).await;
             }
             while tasks.try_join_next().is_some() {}
             let free = in_flight.saturating_sub(tasks.len());
@@ -193,7 +198,8 @@ async fn run(shared: Arc<Shared>, wake: Arc<Notify>) {
                     (more_due, took, waiting) = (claimed.more, !claimed.deliveries.is_empty(), claimed.waiting);
                     for job in jobs(claimed.deliveries) {
                         let permits = shared.hold(&job.lead().url);
-                        tasks.spawn(deliver(shared.clone(), job, permits));
+                        // On the lane: an attempt takes only the CPU the server leaves.
+                        tasks.spawn_on(deliver(shared.clone(), job, permits), shared.lane.handle());
                     }
                 }
                 Err(e) => tracing::warn!(error = %e, "cannot claim webhook deliveries; trying again"),

@@ -30,6 +30,7 @@ const STEP: Duration = Duration::from_millis(1);
 pub const INGEST_QUIET: Duration = Duration::from_millis(1);
 
 /// The yielding budget of one writer of the worker (claims, or records).
+#[derive(Debug, Clone, Copy)]
 pub struct IngestFirst {
     /// The share of the time that passes added to the budget (below 1).
     share: f64,
