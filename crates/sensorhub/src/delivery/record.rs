@@ -41,13 +41,12 @@ pub struct Outcome {
 pub struct Recorder(mpsc::UnboundedSender<Outcome>);
 
 impl Recorder {
-    /// Starts the recorder over `store`; a subscription failing for
-    /// `settings.disable_after` is disabled.
-    /// Its waits for a lull in ingest tick on `lane`.
-    pub fn spawn(store: Arc<dyn Store>, settings: &DeliverySettings, lane: Lane) -> Self {
+    /// Starts the recorder over `store`, on `lane` (its writes sent home);
+    /// a subscription failing for `settings.disable_after` is disabled.
+    pub fn spawn(store: Arc<dyn Store>, settings: &DeliverySettings, lane: &Lane) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
         let turn = IngestFirst::new(settings.ingest_first);
-        tokio::spawn(run(store, settings.disable_after, turn, lane, rx));
+        lane.spawn(run(store, settings.disable_after, turn, lane.clone(), rx));
         Self(tx)
     }
 
@@ -84,13 +83,16 @@ async fn run(
         }
         // Readings waiting for the writer go first, within a budget; what
         // arrives meanwhile joins this transaction.
-        lane.give_way(&mut turn, &store).await;
+        turn.give_way(&*store).await;
         while rows < GATHER_ROWS {
             let Ok(o) = rx.try_recv() else { break };
             rows += o.done.len();
             gathered.push(o);
         }
-        write(&*store, limit, gathered).await;
+        let store = store.clone();
+        if let Err(e) = lane.at_home(async move { write(&*store, limit, gathered).await }).await {
+            tracing::warn!(error = %e, "recording webhook deliveries stopped; they will be made again");
+        }
     }
 }
 

@@ -20,7 +20,7 @@ use super::yielding::IngestFirst;
 use crate::config::delivery::{AttemptPriority, DeliverySettings};
 use crate::metrics::Metrics;
 use sensorhub_store::Store;
-use sensorhub_store::delivery::{Attempt, ClaimRequest, Finished, endpoint};
+use sensorhub_store::delivery::{Attempt, ClaimRequest, Claimed, Finished, endpoint};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -136,11 +136,13 @@ pub fn spawn(
     let sender = Sender::new(settings.allow_private, settings.timeout)?;
     let threads = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
     let lane = Lane::start(threads, settings.priority == AttemptPriority::Idle)?;
-    let recorder = Recorder::spawn(store.clone(), &settings, lane.clone());
+    let recorder = Recorder::spawn(store.clone(), &settings, &lane);
     tokio::spawn(count_backlog(store.clone(), metrics.clone()));
     let endpoints = Mutex::new(HashMap::new());
-    let shared = Arc::new(Shared { store, key, sender, settings, metrics, clock, recorder, lane, endpoints });
-    tokio::spawn(run(shared, wake.clone()));
+    let shared =
+        Arc::new(Shared { store, key, sender, settings, metrics, clock, recorder, lane: lane.clone(), endpoints });
+    // On the lane: an attempt that ends wakes none of the server's threads.
+    lane.spawn(run(shared, wake.clone()));
     Ok(WorkerHandle { wake })
 }
 
@@ -180,13 +182,13 @@ async fn run(shared: Arc<Shared>, wake: Arc<Notify>) {
             // not before a claim a wake asked for (alarms go out at once,
             // and WAKE_GAP bounds how often that is).
             if !std::mem::take(&mut woken) {
-                shared.lane.give_way(&mut turn, &shared.store).await;
+                turn.give_way(&*shared.store).await;
             }
             while tasks.try_join_next().is_some() {}
             let free = in_flight.saturating_sub(tasks.len());
             last_claim = tokio::time::Instant::now();
             next_look = last_claim + shared.settings.poll;
-            match shared.store.claim_deliveries(shared.clock.now_ms(), lease, &shared.request(free)).await {
+            match claim(&shared, lease, free).await {
                 Ok(claimed) => {
                     if claimed.again {
                         // The next look is due at once (with a free slot).
@@ -215,6 +217,16 @@ async fn run(shared: Arc<Shared>, wake: Arc<Notify>) {
             // end (rather than fire at once on every turn of the loop).
             () = tokio::time::sleep_until(next_look), if tasks.len() < in_flight => {}
         }
+    }
+}
+
+/// A claim of up to `free` deliveries leased for `lease` ms, made at home
+/// (lane.rs): the transaction never waits on a thread of the idle class.
+async fn claim(shared: &Shared, lease: i64, free: usize) -> Result<Claimed, String> {
+    let (store, now, req) = (shared.store.clone(), shared.clock.now_ms(), shared.request(free));
+    match shared.lane.at_home(async move { store.claim_deliveries(now, lease, &req).await }).await {
+        Ok(claimed) => claimed.map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
     }
 }
 

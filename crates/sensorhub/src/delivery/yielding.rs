@@ -18,6 +18,7 @@
 //! ahead in those moments, so that it yielded little of its share
 //! (bench/RESULTS.md, the thirty-second step).
 
+use sensorhub_store::Store;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -77,6 +78,11 @@ impl IngestFirst {
             self.spend(before, Instant::now());
         }
         started.elapsed()
+    }
+
+    /// Waits while readings wait for `store`'s writer, as the budget allows.
+    pub async fn give_way(&mut self, store: &dyn Store) {
+        self.wait(|| store.ingest_quiet() < INGEST_QUIET).await;
     }
 }
 
