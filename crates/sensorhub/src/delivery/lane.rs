@@ -12,11 +12,10 @@
 //! class gave it: bench/RESULTS.md, the thirty-eighth step). On two
 //! cores, 0.2 of a core of other work in short bursts beside a saturating
 //! webhook ingest took 0.13 of its rate; in the idle class, about none
-//! (bench/RESULTS.md, the thirty-seventh step). The
-//! worker's claims and outcome records are sent home, to the server's
-//! runtime ([`Lane::at_home`]; the store runs them on its blocking
-//! threads): a transaction that holds the writer never waits on an idle
-//! thread.
+//! (bench/RESULTS.md, the thirty-seventh step). The worker's claims and
+//! outcome records are sent home, to the server's runtime
+//! ([`Lane::at_home`]; the store runs them on its blocking threads): a
+//! transaction that holds the writer never waits on an idle thread.
 //!
 //! On a machine whose cores are all busy, attempts wait for a free moment
 //! (deliveries fall behind and the backlog gauge rises); they are never
@@ -105,8 +104,10 @@ impl Lane {
         self.home.spawn(f).await
     }
 
-    /// Runs `f` on the lane's threads.
-    pub async fn run<F>(&self, f: F) -> Result<F::Output, JoinError>
+    /// Runs `f` on the lane's threads and waits for it (for tests: the
+    /// worker spawns on the lane).
+    #[cfg(test)]
+    async fn run<F>(&self, f: F) -> Result<F::Output, JoinError>
     where
         F: Future + Send + 'static,
         F::Output: Send + 'static,
