@@ -72,11 +72,12 @@ async fn fed(
         if *budget == 0 {
             return Ok((found, true));
         }
-        // Each log row owes at least one delivery. Enough for the claims
-        // after this one too: a claim that spreads makes two more round
-        // trips (the spread, the candidates again), and one that takes a
-        // few deliveries at a time would otherwise spread at each claim.
-        let chunk = (2 * limit - found.read).clamp(64, outbox_log::SPREAD_ROWS).min(*budget);
+        // Each log row owes at least one delivery, and a group of live
+        // readings' row about a dozen. Enough for the claims after this
+        // one too: a claim that spreads makes two more round trips (the
+        // spread, the candidates again), and one that takes a few
+        // deliveries at a time would otherwise spread at each claim.
+        let chunk = (2 * limit - found.read).div_ceil(8).clamp(8, outbox_log::SPREAD_ROWS).min(*budget);
         let moved = outbox_log::spread(tx.client(), chunk, None, Others::Skip).await?;
         *budget -= moved;
         if moved == 0 {
@@ -450,8 +451,8 @@ mod tests {
     #[tokio::test]
     async fn a_claims_spread_of_the_log_walks_its_index_and_compiles_nothing() {
         let (_pg, store) = filled(
-            "INSERT INTO outbox_log (device_pk, created_at, subs, n, cum, nonce, body)
-             SELECT 1, 0, ARRAY[1, 2, 3], 3, 3 * g, '\\x00', repeat('x', 300)
+            "INSERT INTO outbox_log (devices, counts, created_at, subs, n, cum, nonce, bodies)
+             SELECT ARRAY[1, 1], ARRAY[3, 3], 0, ARRAY[1, 2, 3, 1, 2, 3], 6, 6 * g, '\\x00', ARRAY[repeat('x', 300), repeat('y', 300)]
              FROM generate_series(1, 20000) g",
         )
         .await;

@@ -1,17 +1,20 @@
-//! The outbox's log on PostgreSQL (schema 17), as on SQLite
-//! (`sqlite/outbox_log.rs`): a transaction of readings appends one row per
-//! reading (its body once, the subscriptions it owes by their numbers, the
-//! random bytes of their message ids), and claims spread those rows into
-//! `outbox`, one row per delivery, in their own unsynced transactions, as
-//! far as each claim needs.
+//! The outbox's log on PostgreSQL (schema 17, one row a group since
+//! schema 22): a transaction of readings appends one row for the
+//! deliveries they owe (each reading's body once, the subscriptions it
+//! owes by their numbers, the random bytes of their message ids), and
+//! claims spread those rows into `outbox`, one row per delivery, in their
+//! own unsynced transactions, as far as each claim needs.
 //!
 //! Why: a reading's commit waits for the disk, and one `outbox` row per
 //! subscription, each with the body and three index entries, was what a
 //! subscription cost ingest most (bench/RESULTS.md, the twenty-sixth
-//! step). The spread deletes the log rows it moves in the statement that
-//! inserts their deliveries: a crash loses both or neither. Claims of
-//! several instances skip the log rows another is moving (`SKIP LOCKED`);
-//! the listing and a subscription's removal wait for them instead, so that
+//! step); a log row per reading still cost a group of four readings'
+//! transaction two to three times what one row for all four costs
+//! (`bench/pg-log-group`, the thirty-ninth step).
+//! The spread deletes the log rows it moves in the statement that inserts
+//! their deliveries: a crash loses both or neither. Claims of several
+//! instances skip the log rows another is moving (`SKIP LOCKED`); the
+//! listing and a subscription's removal wait for them instead, so that
 //! they see every delivery owed.
 
 use super::ahead::Params;
@@ -19,82 +22,65 @@ use crate::StoreResult;
 use crate::decide::outbox::{ID_BYTES, OutboxRow, id_bytes};
 use tokio_postgres::GenericClient;
 
+/// The most deliveries a log row holds, unless one reading owes more: a
+/// group of live readings is one row, an import's transaction many.
+pub(super) const ROW_DELIVERIES: usize = 64;
 /// The most log rows one spread moves in one go.
-pub(super) const SPREAD_ROWS: usize = 2_048;
+pub(super) const SPREAD_ROWS: usize = 256;
 /// The most log rows one claim moves: a claim stays short however long
 /// the workers were away (the worker claims again at once while the log
 /// holds more).
-pub(super) const FEED_BUDGET: usize = 16_384;
+pub(super) const FEED_BUDGET: usize = 2_048;
 
-/// The statement that writes the deliveries gathered by a transaction,
-/// due now, with its parameters (`None` for no rows): one log row per run
-/// of rows with the same device and body (a reading's, or an alarm
-/// transition's, one row for each subscription it owes), naming the run's
-/// subscriptions by their numbers (schema 20: 36 bytes for three, against
-/// 168 spelled out), with [`ID_BYTES`] random bytes a delivery unless every
-/// id is fixed, and the fixed ids if any. `number` gives a subscription's
-/// number: the transaction looked them up with the subscriptions it owes
-/// ([`numbers`]); one it does not know (gone meanwhile) is a NULL, owed
-/// nothing, that keeps the others' places in the random bytes.
+/// The statement that appends one log row, and its parameters.
+const INSERT: &str = "INSERT INTO outbox_log (created_at, devices, counts, subs, n, cum, nonce, ids, bodies)
+    VALUES ($1, $2, $3, $4, $5, coalesce((SELECT cum FROM outbox_log ORDER BY id DESC LIMIT 1), 0) + $5, $6, $7, $8)";
+
+/// The statements that write the deliveries gathered by a transaction,
+/// due now, with their parameters (none for no rows): one log row for up
+/// to [`ROW_DELIVERIES`] of them (a row never splits a reading's). Each
+/// run of rows with the same device and body (a reading's, or an alarm
+/// transition's, one row for each subscription it owes) is one body in
+/// the log row, with its device and how many deliveries it owes; the
+/// deliveries' subscriptions are named by their numbers (schema 20: 36
+/// bytes for three, against 168 spelled out), with [`ID_BYTES`] random
+/// bytes each, and the fixed ids if any (`''` for a random one). `number`
+/// gives a subscription's number: the transaction looked them up with the
+/// subscriptions it owes ([`numbers`]); one it does not know (gone
+/// meanwhile) is a NULL, owed nothing, that keeps the others' places.
 pub(super) fn insert(
     rows: &[OutboxRow],
     number: impl Fn(&str) -> Option<i32>,
-) -> StoreResult<Option<(&'static str, Params)>> {
+) -> StoreResult<Vec<(&'static str, Params)>> {
     if rows.is_empty() {
-        return Ok(None);
+        return Ok(Vec::new());
     }
     let now = jiff::Timestamp::now().as_millisecond();
     let random = id_bytes(rows.len())?;
-    let mut runs = Runs::default();
-    // The running total of deliveries up to each row, from the log's newest.
-    let mut total = 0;
+    let mut statements = Vec::new();
+    let mut log = LogRow::default();
     let mut start = 0;
     while start < rows.len() {
         let first = &rows[start];
         let len = rows[start..].iter().take_while(|r| r.device_pk == first.device_pk && r.body == first.body).count();
+        if !log.devices.is_empty() && log.subs.len() + len > ROW_DELIVERIES {
+            statements.push((INSERT, std::mem::take(&mut log).params(now)));
+        }
         let run = &rows[start..start + len];
-        runs.device.push(first.device_pk);
-        total += len as i64;
-        runs.cum.push(total);
-        runs.n.push(len as i64);
-        runs.subs.push(numbered(run.iter().map(|r| number(&r.subscription_id))));
-        runs.ids.push(match run.iter().any(|r| r.message_id.is_some()) {
-            true => Some(listed(run.iter().map(|r| r.message_id.as_deref().unwrap_or("")))?),
-            false => None,
-        });
-        // A run whose every id is fixed (an alarm's) needs no random bytes.
-        runs.nonce.push(match run.iter().all(|r| r.message_id.is_some()) {
-            true => Vec::new(),
-            false => random[start * ID_BYTES..(start + len) * ID_BYTES].to_vec(),
-        });
-        runs.body.push(first.body.clone());
+        log.devices.push(first.device_pk);
+        log.counts.push(i32::try_from(len).map_err(|_| too_many(len))?);
+        log.subs.extend(run.iter().map(|r| number(&r.subscription_id)));
+        log.nonce.extend_from_slice(&random[start * ID_BYTES..(start + len) * ID_BYTES]);
+        log.ids.extend(run.iter().map(|r| r.message_id.clone().unwrap_or_default()));
+        log.bodies.push(first.body.clone());
         start += len;
     }
-    // Each log row's lists travel as one text, split in the statement: a
-    // slice of one array of the whole write for each row copied the whole
-    // array each time (a second for an import of 20,000 readings). The
-    // numbers come from the transaction, not from a join in this statement:
-    // that join (and the `DISTINCT` of the lists before it) made this
-    // insert cost a group of webhook readings more than all its other
-    // statements together (bench/RESULTS.md, the thirty-second step).
-    let sql = "INSERT INTO outbox_log (device_pk, created_at, subs, n, cum, nonce, ids, body)
-               SELECT t.d, $1, string_to_array(t.s, ',', '')::integer[], t.l,
-                      coalesce((SELECT cum FROM outbox_log ORDER BY id DESC LIMIT 1), 0) + t.c,
-                      t.n, string_to_array(t.i, ','), t.b
-               FROM unnest($2::bigint[], $3::text[], $4::bytea[], $5::text[], $6::text[], $7::bigint[], $8::bigint[])
-                    WITH ORDINALITY AS t (d, s, n, i, b, c, l, k)
-               ORDER BY t.k";
-    let params: Params = vec![
-        Box::new(now),
-        Box::new(runs.device),
-        Box::new(runs.subs),
-        Box::new(runs.nonce),
-        Box::new(runs.ids),
-        Box::new(runs.body),
-        Box::new(runs.cum),
-        Box::new(runs.n),
-    ];
-    Ok(Some((sql, params)))
+    statements.push((INSERT, log.params(now)));
+    Ok(statements)
+}
+
+fn too_many(len: usize) -> crate::StoreError {
+    crate::StoreError::Backend(format!("one reading owes {len} deliveries").into())
 }
 
 /// The numbers of subscriptions `ids` (those that exist), as a
@@ -105,49 +91,36 @@ pub(super) async fn numbers(c: &impl GenericClient, ids: &[&str]) -> StoreResult
     Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
 }
 
-/// Subscription numbers as one text, `,` between them, an unknown one empty
-/// (a NULL once split).
-fn numbered(nums: impl Iterator<Item = Option<i32>>) -> String {
-    let mut out = String::new();
-    for (i, num) in nums.enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        if let Some(num) = num {
-            out.push_str(&num.to_string());
-        }
-    }
-    out
-}
-
-/// `ids` (subscriptions' or message ids, which sensorhub makes of letters,
-/// digits and `_`; an empty one is a delivery whose id is made of its
-/// random bytes) as one text, `,` between them.
-fn listed<'a>(ids: impl Iterator<Item = &'a str>) -> StoreResult<String> {
-    let mut out = String::new();
-    for (i, id) in ids.enumerate() {
-        if id.contains(',') {
-            return Err(crate::StoreError::Backend(format!("an outbox id cannot be listed: {id:?}").into()));
-        }
-        if i > 0 {
-            out.push(',');
-        }
-        out.push_str(id);
-    }
-    Ok(out)
-}
-
-/// The log rows of one write, as columns for `unnest`.
+/// One log row being gathered: a body, device and count of deliveries
+/// for each reading; a subscription, 16 random bytes and a fixed id
+/// (empty for none) for each delivery.
 #[derive(Default)]
-struct Runs {
-    device: Vec<i64>,
-    subs: Vec<String>,
-    nonce: Vec<Vec<u8>>,
-    ids: Vec<Option<String>>,
-    body: Vec<String>,
-    cum: Vec<i64>,
-    /// Deliveries of each row (its subscriptions, gone ones included).
-    n: Vec<i64>,
+struct LogRow {
+    devices: Vec<i64>,
+    counts: Vec<i32>,
+    subs: Vec<Option<i32>>,
+    nonce: Vec<u8>,
+    ids: Vec<String>,
+    bodies: Vec<String>,
+}
+
+impl LogRow {
+    /// The parameters of [`INSERT`] for this row, written at `now`.
+    fn params(self, now: i64) -> Params {
+        let n = self.subs.len() as i64;
+        // No fixed id (a reading's deliveries): none stored.
+        let ids = self.ids.iter().any(|id| !id.is_empty()).then_some(self.ids);
+        vec![
+            Box::new(now),
+            Box::new(self.devices),
+            Box::new(self.counts),
+            Box::new(self.subs),
+            Box::new(n),
+            Box::new(self.nonce),
+            Box::new(ids),
+            Box::new(self.bodies),
+        ]
+    }
 }
 
 /// How a spread treats log rows another transaction is moving.
@@ -160,10 +133,10 @@ pub(super) enum Others {
 }
 
 /// Moves up to `limit` of the oldest log rows (none after id `upto`, if
-/// given) into `outbox`: one row per subscription that still exists (a
-/// removed one's are owed nothing), in the order they were written, each
-/// with the id it must keep or `msg_` and its random bytes in hex, due at
-/// once. Returns how many log rows it moved.
+/// given) into `outbox`: one row per delivery to a subscription that
+/// still exists (a removed one's are owed nothing), in the order they were
+/// written, each with the id it must keep or `msg_` and its random bytes
+/// in hex, due at once. Returns how many log rows it moved.
 pub(super) async fn spread(
     c: &impl GenericClient,
     limit: usize,
@@ -181,7 +154,9 @@ pub(super) async fn spread(
     Ok(usize::try_from(moved).unwrap_or(0))
 }
 
-/// The spread's statement, `$lock` how it locks the log rows it moves.
+/// The spread's statement, `$lock` how it locks the log rows it moves. A
+/// reading's deliveries are places `off + 1` to `off + c` of its row's
+/// lists, `off` the deliveries of the readings before it.
 macro_rules! spread_sql {
     ($lock:literal) => {
         concat!(
@@ -190,15 +165,19 @@ macro_rules! spread_sql {
                     SELECT id FROM outbox_log WHERE $2::bigint IS NULL OR id <= $2 ORDER BY id LIMIT $1 FOR UPDATE ",
             $lock,
             "))
-                RETURNING id, device_pk, created_at, subs, nonce, ids, body),
+                RETURNING id, created_at, devices, counts, subs, nonce, ids, bodies),
+            readings AS (
+                SELECT m.id, m.created_at, m.subs, m.nonce, m.ids, r.d, r.b, r.c, r.k,
+                       (sum(r.c) OVER (PARTITION BY m.id ORDER BY r.k) - r.c)::integer AS off
+                FROM moved m CROSS JOIN LATERAL unnest(m.devices, m.counts, m.bodies) WITH ORDINALITY AS r (d, c, b, k)),
             spread AS (
                 INSERT INTO outbox (subscription_id, device_pk, message_id, body, created_at, next_attempt)
-                SELECT x.id, m.device_pk,
-                       coalesce(nullif(m.ids[u.k], ''), 'msg_' || encode(substring(m.nonce FROM (u.k::integer - 1) * 16 + 1 FOR 16), 'hex')),
-                       m.body, m.created_at, m.created_at
-                FROM moved m CROSS JOIN LATERAL unnest(m.subs) WITH ORDINALITY AS u (s, k)
-                JOIN subscriptions x ON x.num = u.s
-                ORDER BY m.id, u.k)
+                SELECT x.id, r.d,
+                       coalesce(nullif(r.ids[p], ''), 'msg_' || encode(substring(r.nonce FROM (p - 1) * 16 + 1 FOR 16), 'hex')),
+                       r.b, r.created_at, r.created_at
+                FROM readings r CROSS JOIN LATERAL generate_series(r.off + 1, r.off + r.c) AS p
+                JOIN subscriptions x ON x.num = r.subs[p]
+                ORDER BY r.id, r.k, p)
             SELECT count(*) FROM moved"
         )
     };
@@ -258,8 +237,9 @@ mod tests {
         (pg, store)
     }
 
-    /// A log row's subscriptions (by number), bytes of nonce, fixed ids and body.
-    type LogRow = (Vec<Option<i32>>, i32, Option<Vec<String>>, String);
+    /// A log row's devices, deliveries of each, subscriptions (by number),
+    /// bytes of nonce, fixed ids and bodies.
+    type LogRow = (Vec<i64>, Vec<i32>, Vec<Option<i32>>, i32, Option<Vec<String>>, Vec<String>);
 
     fn row(sub: &str, msg: Option<&str>, pk: i64, body: &str) -> OutboxRow {
         OutboxRow { subscription_id: sub.into(), device_pk: pk, message_id: msg.map(Into::into), body: body.into() }
@@ -267,16 +247,38 @@ mod tests {
 
     async fn write(c: &tokio_postgres::Client, rows: &[OutboxRow]) {
         let mut ids: Vec<&str> = rows.iter().map(|r| r.subscription_id.as_str()).collect();
+        ids.sort_unstable();
         ids.dedup();
         let nums = numbers(c, &ids).await.expect("numbers");
         let number = |id: &str| nums.iter().find(|(known, _)| known == id).map(|(_, n)| *n);
-        let (sql, params) = insert(rows, number).expect("statement").expect("rows");
-        let stmt = c.prepare(sql).await.expect("prepare");
-        c.execute_raw(&stmt, params).await.expect("insert");
+        for (sql, params) in insert(rows, number).expect("statements") {
+            let stmt = c.prepare(sql).await.expect("prepare");
+            c.execute_raw(&stmt, params).await.expect("insert");
+        }
+    }
+
+    /// The outbox's deliveries in order: subscription, message id, device, body.
+    async fn outbox(c: &tokio_postgres::Client) -> Vec<(String, String, i64, String)> {
+        let rows = c.query("SELECT subscription_id, message_id, device_pk, body FROM outbox ORDER BY id", &[]).await;
+        rows.expect("outbox").iter().map(|r| (r.get(0), r.get(1), r.get(2), r.get(3))).collect()
+    }
+
+    /// Subscription `id`'s number.
+    async fn num(c: &tokio_postgres::Client, id: &str) -> Option<i32> {
+        let row = c.query_one("SELECT num FROM subscriptions WHERE id = $1", &[&id]).await;
+        Some(row.expect("a subscription's number").get::<_, i32>(0))
+    }
+
+    fn strings(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn want(s: &str, m: String, pk: i64, b: &str) -> (String, String, i64, String) {
+        (s.to_string(), m, pk, b.to_string())
     }
 
     #[tokio::test]
-    async fn a_write_is_one_log_row_a_body_and_spreads_in_order_with_random_or_kept_ids() {
+    async fn a_write_is_one_log_row_each_body_once_and_spreads_in_order_with_random_or_kept_ids() {
         let (_pg, store) = database().await;
         let c = store.pool.get().await.expect("connection");
         write(
@@ -291,60 +293,82 @@ mod tests {
             ],
         )
         .await;
-        let log = c.query("SELECT subs, octet_length(nonce), ids, body, nonce FROM outbox_log ORDER BY id", &[]).await;
-        let log = log.expect("log");
-        let shape: Vec<LogRow> = log.iter().map(|r| (r.get(0), r.get(1), r.get(2), r.get(3))).collect();
-        let owned = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        let num = |id: &'static str| {
-            let c = &c;
-            async move {
-                let row = c.query_one("SELECT num FROM subscriptions WHERE id = $1", &[&id]).await;
-                Some(row.expect("a subscription's number").get::<_, i32>(0))
-            }
-        };
-        let (a, b) = (num("sub_a").await, num("sub_b").await);
+        let sql = "SELECT devices, counts, subs, octet_length(nonce), ids, bodies, nonce FROM outbox_log ORDER BY id";
+        let log = c.query(sql, &[]).await.expect("log");
+        let shape: Vec<LogRow> =
+            log.iter().map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4), r.get(5))).collect();
+        let (a, b) = (num(&c, "sub_a").await, num(&c, "sub_b").await);
         assert_ne!(a, b);
         assert_eq!(
             shape,
-            [
-                (vec![a, None, b], 48, None, "one".to_string()),
-                (vec![a, b], 0, Some(owned(&["msg_alarm_1", "msg_alarm_2"])), "alarm".to_string()),
-                (vec![b], 16, None, "two".to_string()),
-            ],
+            [(
+                vec![7, 8, 7],
+                vec![3, 2, 1],
+                vec![a, None, b, a, b, b],
+                96,
+                Some(strings(&["", "", "", "msg_alarm_1", "msg_alarm_2", ""])),
+                strings(&["one", "alarm", "two"]),
+            )],
             "subscriptions by number, one written meanwhile gone (NULL)"
         );
-        let nonce: Vec<u8> = log[0].get(4);
+        let nonce: Vec<u8> = log[0].get(6);
         assert_eq!(backlog(&**c).await.expect("backlog"), 6, "the log's deliveries count");
 
-        assert_eq!(spread(&**c, 2, None, Others::Skip).await.expect("spread"), 2);
-        let outbox: Vec<(String, String, i64, String)> = c
-            .query("SELECT subscription_id, message_id, device_pk, body FROM outbox ORDER BY id", &[])
-            .await
-            .expect("outbox")
-            .iter()
-            .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
-            .collect();
-        let want = |s: &str, m: String, pk: i64, b: &str| (s.to_string(), m, pk, b.to_string());
+        assert_eq!(spread(&**c, 2, None, Others::Skip).await.expect("spread"), 1);
         assert_eq!(
-            outbox,
+            outbox(&c).await,
             [
                 want("sub_a", id_text(&nonce[..16]), 7, "one"),
-                want("sub_b", id_text(&nonce[32..]), 7, "one"),
+                want("sub_b", id_text(&nonce[32..48]), 7, "one"),
                 want("sub_a", "msg_alarm_1".into(), 8, "alarm"),
                 want("sub_b", "msg_alarm_2".into(), 8, "alarm"),
+                want("sub_b", id_text(&nonce[80..]), 7, "two"),
             ],
             "a removed subscription is owed nothing; each delivery keeps its bytes' id or its fixed one"
         );
-        assert_eq!(backlog(&**c).await.expect("backlog"), 5);
-        assert!(newest(&**c).await.expect("newest").is_some());
-        assert_eq!(spread(&**c, 10, None, Others::Wait).await.expect("spread"), 1);
         assert_eq!(newest(&**c).await.expect("newest"), None, "the log is empty once spread");
         assert_eq!(backlog(&**c).await.expect("backlog"), 5);
         write(&c, &[row("sub_a", None, 7, "three"), row("sub_b", None, 7, "three")]).await;
         write(&c, &[row("sub_a", None, 7, "four")]).await;
+        assert!(newest(&**c).await.expect("newest").is_some());
         assert_eq!(backlog(&**c).await.expect("backlog"), 8, "the running total goes on from the log's newest row");
         assert_eq!(spread(&**c, 1, None, Others::Skip).await.expect("spread"), 1);
         assert_eq!(backlog(&**c).await.expect("backlog"), 8);
+        let ids = c.query_one("SELECT ids FROM outbox_log", &[]).await.expect("log").get::<_, Option<Vec<String>>>(0);
+        assert_eq!(ids, None, "no fixed id, none stored");
+    }
+
+    #[tokio::test]
+    async fn a_large_write_is_rows_of_at_most_64_deliveries_that_never_split_a_reading() {
+        let (_pg, store) = database().await;
+        let c = store.pool.get().await.expect("connection");
+        let mut rows = Vec::new();
+        for i in 0..30 {
+            for sub in ["sub_a", "sub_gone", "sub_b"] {
+                rows.push(row(sub, None, 7, &format!("r{i}")));
+            }
+        }
+        // One reading that owes more than a row holds.
+        rows.extend((0..70).map(|_| row("sub_a", None, 8, "wide")));
+        rows.push(row("sub_b", None, 7, "last"));
+        write(&c, &rows).await;
+        let sql = "SELECT cardinality(counts), n, cum, octet_length(nonce), nonce FROM outbox_log ORDER BY id";
+        let log = c.query(sql, &[]).await.expect("log");
+        let shape: Vec<(i32, i64, i64, i32)> = log.iter().map(|r| (r.get(0), r.get(1), r.get(2), r.get(3))).collect();
+        assert_eq!(shape, [(21, 63, 63, 1008), (9, 27, 90, 432), (1, 70, 160, 1120), (1, 1, 161, 16)]);
+        let nonces: Vec<Vec<u8>> = log.iter().map(|r| r.get(4)).collect();
+        assert_eq!(backlog(&**c).await.expect("backlog"), 161);
+        assert_eq!(spread(&**c, 10, None, Others::Wait).await.expect("spread"), 4);
+        let mut expected = Vec::new();
+        for i in 0..30 {
+            let (nonce, place) = if i < 21 { (&nonces[0], i * 3) } else { (&nonces[1], (i - 21) * 3) };
+            let id = |p: usize| id_text(&nonce[p * 16..(p + 1) * 16]);
+            expected.push(want("sub_a", id(place), 7, &format!("r{i}")));
+            expected.push(want("sub_b", id(place + 2), 7, &format!("r{i}")));
+        }
+        expected.extend((0..70).map(|p| want("sub_a", id_text(&nonces[2][p * 16..(p + 1) * 16]), 8, "wide")));
+        expected.push(want("sub_b", id_text(&nonces[3]), 7, "last"));
+        assert_eq!(outbox(&c).await, expected, "in the order written, across rows");
     }
 
     #[tokio::test]
@@ -404,8 +428,9 @@ mod tests {
         let (_pg, store) = database().await;
         let mut first = store.pool.get().await.expect("connection");
         let mut second = store.pool.get().await.expect("connection");
-        let rows: Vec<OutboxRow> = (0..10).map(|i| row("sub_a", None, 7, &format!("r{i}"))).collect();
-        write(&first, &rows).await;
+        for i in 0..10 {
+            write(&first, &[row("sub_a", None, 7, &format!("r{i}"))]).await;
+        }
         let one = first.transaction().await.expect("tx");
         assert_eq!(spread(one.client(), 4, None, Others::Skip).await.expect("spread"), 4);
         // The other claimer skips the four rows the first holds, and moves the rest.

@@ -393,14 +393,14 @@ impl Tx for PgTx<'_> {
             let found = super::outbox_log::numbers(self.tx().await?, &unknown).await?;
             self.numbers().extend(found);
         }
-        let insert = {
+        let inserts = {
             let numbers = self.numbers();
             super::outbox_log::insert(rows, |id| numbers.get(id).copied())?
         };
-        match insert {
-            Some((sql, params)) => self.write(sql, params).await,
-            None => Ok(()),
+        for (sql, params) in inserts {
+            self.write(sql, params).await?;
         }
+        Ok(())
     }
 
     async fn take(&self, mut source: ReadingSource, n: usize) -> StoreResult<(ReadingSource, Slice)> {
