@@ -371,8 +371,10 @@ mod tests {
         assert_eq!(outbox(&c).await, expected, "in the order written, across rows");
     }
 
-    #[tokio::test]
-    async fn a_version_19_log_names_its_subscriptions_by_number_after_the_upgrade() {
+    /// A database at schema `version` with subscriptions `sub_a` and
+    /// `sub_b` of an account, devices 7 and 8, and `then` run on it; then
+    /// opened by this release, which upgrades it.
+    async fn upgraded_from(version: usize, then: &str) -> (sensorhub_testing::TempDatabase, PgStore) {
         let url = std::env::var("SENSORHUB_TEST_POSTGRES")
             .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
         let pg = sensorhub_testing::TempDatabase::create(&url).await.expect("a PostgreSQL test database");
@@ -383,24 +385,35 @@ mod tests {
         )
         .await
         .expect("schema table");
-        for (i, sql) in super::super::MIGRATIONS[..19].iter().enumerate() {
+        for (i, sql) in super::super::MIGRATIONS[..version].iter().enumerate() {
             c.batch_execute(sql).await.expect("migration");
             c.execute("INSERT INTO sensorhub_schema (version) VALUES ($1)", &[&(i as i32 + 1)]).await.expect("version");
         }
         c.batch_execute(
             "INSERT INTO accounts (id, username, password_hash, created_at) VALUES (1, 'a', 'x', 0);
-             INSERT INTO devices (id, device_id, name, type, lat, long, interval_seconds) VALUES (7, 'D7', 'n', 'T', 0, 0, 60);
+             INSERT INTO devices (id, device_id, name, type, lat, long, interval_seconds)
+             VALUES (7, 'D7', 'n', 'T', 0, 0, 60), (8, 'D8', 'n', 'T', 0, 0, 60);
              INSERT INTO subscriptions (id, account_id, url, all_devices, events, secret, created_at)
              VALUES ('sub_a', 1, 'http://a', true, 'sensor-data', '\\x00', 0),
-                    ('sub_b', 1, 'http://b', true, 'sensor-data', '\\x00', 0);
-             INSERT INTO outbox_log (device_pk, created_at, subs, n, cum, nonce, body)
-             VALUES (7, 5, ARRAY['sub_b', 'sub_gone', 'sub_a'], 3, 3, decode(repeat('ab', 16) || repeat('cd', 16) || repeat('ef', 16), 'hex'), 'old');",
+                    ('sub_b', 1, 'http://b', true, 'sensor-data', '\\x00', 0);",
         )
         .await
-        .expect("a version 19 log row");
+        .expect("subscriptions");
+        c.batch_execute(then).await.expect("the old rows");
         drop(c);
         conn.await.expect("connection task").expect("connection");
         let store = PgStore::open_with(pg.url(), crate::OpenOptions::default()).await.expect("upgrade");
+        (pg, store)
+    }
+
+    #[tokio::test]
+    async fn a_version_19_log_names_its_subscriptions_by_number_after_the_upgrade() {
+        let (_pg, store) = upgraded_from(
+            19,
+            "INSERT INTO outbox_log (device_pk, created_at, subs, n, cum, nonce, body)
+             VALUES (7, 5, ARRAY['sub_b', 'sub_gone', 'sub_a'], 3, 3, decode(repeat('ab', 16) || repeat('cd', 16) || repeat('ef', 16), 'hex'), 'old');",
+        )
+        .await;
         let c = store.pool.get().await.expect("connection");
         let subs: Vec<Option<i32>> = c.query_one("SELECT subs FROM outbox_log", &[]).await.expect("log").get(0);
         assert_eq!(subs.len(), 3, "each place kept, for its random bytes");
@@ -421,6 +434,41 @@ mod tests {
             "the old row's deliveries keep their order and their ids"
         );
         assert_eq!((outbox.len(), outbox[2].0.as_str(), outbox[2].2.as_str()), (3, "sub_a", "new"));
+    }
+
+    #[tokio::test]
+    async fn a_version_21_log_of_a_reading_and_an_alarm_keeps_its_ids_and_order_after_the_upgrade() {
+        let (_pg, store) = upgraded_from(
+            21,
+            "INSERT INTO outbox_log (device_pk, created_at, subs, n, cum, nonce, ids, body)
+             SELECT 7, 5, ARRAY[b.num, NULL, a.num], 3, 3,
+                    decode(repeat('ab', 16) || repeat('cd', 16) || repeat('ef', 16), 'hex'), NULL, 'reading'
+             FROM subscriptions a, subscriptions b WHERE a.id = 'sub_a' AND b.id = 'sub_b';
+             INSERT INTO outbox_log (device_pk, created_at, subs, n, cum, nonce, ids, body)
+             SELECT 8, 6, ARRAY[a.num, b.num], 2, 5, '\\x', ARRAY['msg_alarm_1', 'msg_alarm_2'], 'alarm'
+             FROM subscriptions a, subscriptions b WHERE a.id = 'sub_a' AND b.id = 'sub_b';",
+        )
+        .await;
+        let c = store.pool.get().await.expect("connection");
+        let sql = "SELECT devices, counts, bodies FROM outbox_log ORDER BY id";
+        let log: Vec<(Vec<i64>, Vec<i32>, Vec<String>)> =
+            c.query(sql, &[]).await.expect("log").iter().map(|r| (r.get(0), r.get(1), r.get(2))).collect();
+        assert_eq!(log, [(vec![7], vec![3], strings(&["reading"])), (vec![8], vec![2], strings(&["alarm"]))]);
+        assert_eq!(backlog(&**c).await.expect("backlog"), 5, "the running total kept");
+        write(&c, &[row("sub_a", None, 7, "new")]).await;
+        assert_eq!(spread(&**c, 10, None, Others::Wait).await.expect("spread"), 3);
+        let nonce = |b: &str| format!("msg_{}", b.repeat(16));
+        assert_eq!(
+            outbox(&c).await[..4],
+            [
+                want("sub_b", nonce("ab"), 7, "reading"),
+                want("sub_a", nonce("ef"), 7, "reading"),
+                want("sub_a", "msg_alarm_1".into(), 8, "alarm"),
+                want("sub_b", "msg_alarm_2".into(), 8, "alarm"),
+            ],
+            "each old row's deliveries in order, with their random bytes' ids or their kept ones"
+        );
+        assert_eq!(outbox(&c).await.len(), 5);
     }
 
     #[tokio::test]
