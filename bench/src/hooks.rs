@@ -91,6 +91,11 @@ pub struct Args {
     /// of the server's cores; by default it shares them at normal priority
     #[arg(long)]
     receiver_idle: bool,
+    /// Run the receiver on two threads of its own at normal priority, not
+    /// on the runtime of the load's clients (whose closed loop would wait
+    /// behind the receiver's tasks on the same worker threads)
+    #[arg(long, conflicts_with = "receiver_idle")]
+    receiver_own: bool,
     /// Rounds of the three ingest phases (no subscription, outbox only,
     /// delivering), each with fresh subscriptions and followed by ingest
     /// alone again; the figures are the rounds' medians
@@ -269,13 +274,17 @@ fn add_args<'a>(url: &'a str, batch_max: Option<&'a str>) -> Vec<&'a str> {
     add
 }
 
-/// A runtime of two threads in the idle scheduling class (Linux).
-fn idle_runtime() -> Result<tokio::runtime::Runtime, String> {
+/// A runtime of two threads for the receiver, in the idle scheduling
+/// class (Linux) if `idle`.
+fn receiver_runtime(idle: bool) -> Result<tokio::runtime::Runtime, String> {
     use thread_priority::unix::{NormalThreadSchedulePolicy, ThreadSchedulePolicy};
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
-        .on_thread_start(|| {
+        .on_thread_start(move || {
+            if !idle {
+                return;
+            }
             let idle = ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Idle);
             let id = thread_priority::thread_native_id();
             if let Err(e) =
@@ -389,9 +398,10 @@ pub fn run(args: Args) -> Result<(Hooks, PathBuf), String> {
     std::fs::write(&provision, dataset::provision(&stations).to_string()).map_err(|e| e.to_string())?;
     sensorhub(&bin, db, &["apply", provision.to_str().ok_or("path")?])?;
     // The receiver's own runtime, if asked for: kept until the end.
-    let receiver_rt = match args.receiver_idle {
-        true => Some(idle_runtime()?),
-        false => None,
+    let receiver_rt = match (args.receiver_idle, args.receiver_own) {
+        (true, _) => Some(receiver_runtime(true)?),
+        (_, true) => Some(receiver_runtime(false)?),
+        _ => None,
     };
     let (url, delivered) = receiver_rt.as_ref().unwrap_or(&rt).block_on(receiver())?;
     let port = args.port;
