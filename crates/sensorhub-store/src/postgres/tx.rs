@@ -9,7 +9,7 @@ use crate::decide::latest::{LatestRow, idx_of, mask_of};
 use crate::decide::outbox::OutboxRow;
 use crate::delivery::SENSOR_DATA;
 use crate::sql::{Param, Row, Sql, Value};
-use crate::write::tx::{Slice, Tx};
+use crate::write::tx::{Owed, Slice, Tx};
 use crate::{ReadingSource, StoreError, StoreResult};
 use bytes::BytesMut;
 use deadpool_postgres::{Client, GenericClient, StatementCache, Transaction};
@@ -232,19 +232,28 @@ impl Tx for PgTx<'_> {
         crate::sql::access::device_sensors(self, pk).await
     }
 
-    async fn subscriptions_of(&self, pk: i64) -> StoreResult<Vec<String>> {
+    async fn subscriptions_of(&self, pks: &[i64]) -> StoreResult<Vec<Vec<Owed>>> {
         let c = self.tx().await?;
         let stmt = self.prepare(super::outbox::SUBSCRIPTIONS_OF).await?;
-        let rows = c.query(&stmt, &[&pk, &SENSOR_DATA]).await?;
+        // One statement a device, sent together: a statement of them all
+        // (`= ANY ($1)`) is planned anew at each run, for as much again.
+        let stmt = &stmt;
+        let asked = futures_util::future::try_join_all(
+            pks.iter().map(|pk| async move { c.query(stmt, &[pk, &SENSOR_DATA]).await }),
+        );
+        let lists: Vec<Vec<Owed>> =
+            asked.await?.iter().map(|rows| rows.iter().map(|r| (r.get(0), r.get(1))).collect()).collect();
+        self.knows(&lists.concat());
+        Ok(lists)
+    }
+
+    fn knows(&self, owed: &[Owed]) {
         let mut numbers = self.numbers();
-        Ok(rows
-            .iter()
-            .map(|r| {
-                let id: String = r.get(0);
-                numbers.insert(id.clone(), r.get(1));
-                id
-            })
-            .collect())
+        for (id, num) in owed {
+            if !numbers.contains_key(id) {
+                numbers.insert(id.clone(), *num);
+            }
+        }
     }
 
     async fn hours(&self, keys: &[(i64, i64)]) -> StoreResult<Vec<HourRow>> {

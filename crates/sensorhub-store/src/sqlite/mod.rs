@@ -46,6 +46,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/sqlite/0019_outbox_pending.sql"),
     include_str!("../../migrations/sqlite/0020_outbox_leased_until.sql"),
     include_str!("../../migrations/sqlite/0021_outbox_log_first_attempts.sql"),
+    include_str!("../../migrations/sqlite/0022_subscription_generation.sql"),
 ];
 
 /// Offset added to an hour number in a key, so that every hour since

@@ -9,7 +9,7 @@ use crate::decide::latest::{LatestRow, idx_of, mask_of};
 use crate::decide::outbox::OutboxRow;
 use crate::delivery::SENSOR_DATA;
 use crate::sql::{Param, Row, Sql, Value, sqlite_placeholders};
-use crate::write::tx::{Slice, Tx};
+use crate::write::tx::{Owed, Slice, Tx};
 use crate::{ReadingSource, StoreError, StoreResult};
 use futures_util::FutureExt;
 use rusqlite::types::{ToSqlOutput, ValueRef};
@@ -86,8 +86,8 @@ impl Tx for SqliteTx<'_> {
         crate::sql::access::device_sensors(self, pk).await
     }
 
-    async fn subscriptions_of(&self, pk: i64) -> StoreResult<Vec<String>> {
-        subscriptions_of(self.0, pk)
+    async fn subscriptions_of(&self, pks: &[i64]) -> StoreResult<Vec<Vec<Owed>>> {
+        pks.iter().map(|&pk| subscriptions_of(self.0, pk)).collect()
     }
 
     async fn hours(&self, keys: &[(i64, i64)]) -> StoreResult<Vec<HourRow>> {
@@ -291,7 +291,7 @@ pub(super) fn begin(c: &mut Connection) -> StoreResult<Transaction<'_>> {
 /// The enabled subscriptions to sensor data of enabled accounts that
 /// cover device `pk`, which their account sees: all of its devices, or a
 /// list naming it.
-fn subscriptions_of(tx: &Connection, pk: i64) -> StoreResult<Vec<String>> {
+fn subscriptions_of(tx: &Connection, pk: i64) -> StoreResult<Vec<Owed>> {
     let mut stmt = tx.prepare_cached(
         "SELECT s.id FROM subscriptions s JOIN accounts a ON a.id = s.account_id
          WHERE s.enabled = 1 AND a.disabled = 0 AND instr(',' || s.events || ',', ',' || ?2 || ',') > 0
@@ -300,6 +300,7 @@ fn subscriptions_of(tx: &Connection, pk: i64) -> StoreResult<Vec<String>> {
                 OR EXISTS (SELECT 1 FROM subscription_devices sd WHERE sd.subscription_id = s.id AND sd.device_pk = ?1))
          ORDER BY s.id",
     )?;
-    let ids = stmt.query_map(params![pk, SENSOR_DATA], |r| r.get(0))?.collect::<Result<_, _>>()?;
+    // SQLite's log names subscriptions by id: no number.
+    let ids = stmt.query_map(params![pk, SENSOR_DATA], |r| Ok((r.get(0)?, 0)))?.collect::<Result<_, _>>()?;
     Ok(ids)
 }

@@ -17,6 +17,7 @@ pub(crate) mod provision;
 pub(crate) mod provision_tx;
 pub(crate) mod readings;
 pub(crate) mod remove;
+pub(crate) mod subscription_cache;
 pub(crate) mod tx;
 pub(crate) mod upgrade;
 
@@ -30,4 +31,6 @@ pub(crate) struct Kept {
     pub(crate) devices: device_cache::DeviceCache,
     /// The hours written last, decoded.
     pub(crate) hours: hour_cache::HourCache,
+    /// Each device's webhook subscriptions.
+    pub(crate) subscriptions: subscription_cache::SubscriptionCache,
 }

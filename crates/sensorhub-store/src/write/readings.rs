@@ -7,6 +7,7 @@
 use super::Kept;
 use super::alarm_cache::Marks;
 use super::device_alarms::DeviceAlarms;
+use super::subscription_cache;
 use super::tx::Tx;
 use crate::alarm::AlarmEvent;
 use crate::chunk::chunk_of;
@@ -103,17 +104,30 @@ impl<'k> ReadingWriter<'k> {
         missing.sort_unstable();
         missing.dedup();
         let ask_rules = self.watching.is_none();
-        let guessed: Vec<i64> = if self.deliveries.wanted() {
-            missing.iter().filter_map(|id| self.kept.devices.guessed_pk(id)).collect()
-        } else {
-            Vec::new()
+        // The subscriptions of devices kept without theirs are asked with
+        // the lookup, by the key the device was kept with.
+        let wanted = self.deliveries.wanted();
+        let guessed: Vec<i64> = match wanted {
+            true => (missing.iter().filter_map(|id| self.kept.devices.guessed_pk(id)))
+                .filter(|pk| !self.kept.subscriptions.holds(*pk))
+                .collect(),
+            false => Vec::new(),
         };
         let hours_guessed = std::mem::take(&mut self.hours_guessed);
         let ((found, any_rules, early), ahead) = futures_util::future::join(
             futures_util::future::join3(
                 self.kept.devices.load(tx, &missing),
                 async { if ask_rules { alarms::any_rules(tx).await.map(Some) } else { Ok(None) } },
-                futures_util::future::join_all(guessed.iter().map(|&pk| tx.subscriptions_of(pk))),
+                async {
+                    if !wanted {
+                        return Ok((0, Vec::new()));
+                    }
+                    let (generation, lists) = futures_util::future::join(subscription_cache::generation(tx), async {
+                        if guessed.is_empty() { Ok(Vec::new()) } else { tx.subscriptions_of(&guessed).await }
+                    })
+                    .await;
+                    Ok((generation?, lists?))
+                },
             ),
             async { if hours_guessed.is_empty() { Ok(Vec::new()) } else { tx.hours(&hours_guessed).await } },
         )
@@ -123,11 +137,11 @@ impl<'k> ReadingWriter<'k> {
         let ((mut found, read_at), any_rules) = match (found, any_rules) {
             (Ok(found), Ok(any_rules)) => (found, any_rules),
             (Err(e), any_rules) => {
-                let others = any_rules.err().into_iter().chain(early.into_iter().filter_map(Result::err));
+                let others = any_rules.err().into_iter().chain(early.err());
                 return Err(StoreError::cause(e, others.chain(ahead.err())));
             }
             (Ok(_), Err(e)) => {
-                let others = early.into_iter().filter_map(Result::err).chain(ahead.err());
+                let others = early.err().into_iter().chain(ahead.err());
                 return Err(StoreError::cause(e, others));
             }
         };
@@ -135,7 +149,7 @@ impl<'k> ReadingWriter<'k> {
             Ok(rows) => rows,
             // Sent after the subscriptions: their failure comes first.
             Err(e) => {
-                let mut errors = early.into_iter().filter_map(Result::err).chain([e]);
+                let mut errors = early.err().into_iter().chain([e]);
                 let first = errors.next().unwrap_or_else(|| StoreError::Backend("no error".into()));
                 return Err(StoreError::cause(first, errors));
             }
@@ -147,17 +161,13 @@ impl<'k> ReadingWriter<'k> {
         }
         self.read_at.get_or_insert(read_at);
         if self.deliveries.wanted() {
-            let mut early: FastMap<i64, Vec<String>> = guessed
-                .into_iter()
-                .zip(early)
-                .map(|(pk, subs)| subs.map(|subs| (pk, subs)))
-                .collect::<Result<_, _>>()?;
-            let late = found.iter().flatten().filter(|device| !early.contains_key(&device.pk)).map(|d| d.pk);
-            let late: Vec<i64> = late.collect();
-            let asked = futures_util::future::try_join_all(late.iter().map(|&pk| tx.subscriptions_of(pk))).await?;
-            early.extend(late.into_iter().zip(asked));
+            let (generation, early) = early?;
+            let early = guessed.into_iter().zip(early).collect();
+            let pks = found.iter().flatten().map(|device| device.pk);
+            let mut lists = self.kept.subscriptions.resolve(tx, generation, early, pks).await?;
             for device in found.iter_mut().flatten() {
-                device.subscriptions = early.remove(&device.pk).unwrap_or_default();
+                let list = lists.remove(&device.pk).unwrap_or_default();
+                device.subscriptions = list.into_iter().map(|(id, _)| id).collect();
             }
         }
         let mut watched = Vec::new();

@@ -76,6 +76,10 @@ pub(crate) async fn together(
     }
 }
 
+/// One subscription a device's readings owe: its id, and on PostgreSQL
+/// the number its outbox log rows name it by (0 on SQLite).
+pub(crate) type Owed = (String, i32);
+
 /// One write transaction's primitive operations.
 pub(crate) trait Tx: crate::sql::DeviceHours {
     /// The number of device `device_id`.
@@ -84,9 +88,14 @@ pub(crate) trait Tx: crate::sql::DeviceHours {
     /// Device `pk`'s sensors, by idx.
     async fn device_sensors(&self, pk: i64) -> StoreResult<Vec<SensorMeta>>;
 
-    /// The enabled subscriptions to sensor data whose account may still
-    /// see device `pk` (and that list it, when they list devices).
-    async fn subscriptions_of(&self, pk: i64) -> StoreResult<Vec<String>>;
+    /// For each of devices `pks`, in the same order: the enabled
+    /// subscriptions to sensor data whose account may still see it (and
+    /// that list it, when they list devices), in id order.
+    async fn subscriptions_of(&self, pks: &[i64]) -> StoreResult<Vec<Vec<Owed>>>;
+
+    /// Tells the transaction of subscriptions kept from an earlier one,
+    /// which its outbox rows may name (PostgreSQL's log names them by number).
+    fn knows(&self, _owed: &[Owed]) {}
 
     /// The stored rows of these (device, hour) pairs; missing ones are left out.
     async fn hours(&self, keys: &[(i64, i64)]) -> StoreResult<Vec<HourRow>>;

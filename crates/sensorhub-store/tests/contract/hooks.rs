@@ -207,9 +207,25 @@ async fn each_device_of_a_transaction_owes_its_own_subscriptions() {
         let readings = [Ok(reading("D2", T, &[("a", 1.0)])), Ok(reading("D1", T, &[("a", 2.0)]))];
         s.import(Box::new(readings.into_iter()), Outbox::Deliver).await.expect("import");
         let now = jiff::Timestamp::now().as_millisecond() + 1000;
-        let owed = owed_pairs(&claim(s, now, 10).await, "device_id");
+        let claimed = claim(s, now, 10).await;
         let want = [("sub_all", "D1"), ("sub_d1", "D1")].map(|(s, d)| (s.to_owned(), d.to_owned()));
-        assert_eq!(owed, want);
+        assert_eq!(owed_pairs(&claimed, "device_id"), want);
+        for d in claimed {
+            s.finish_delivery(d.id, &d.subscription_id, now, Attempt::Delivered).await.expect("finish");
+        }
+        // Now alice sees both: the devices, kept since, are asked together
+        // again, and each gets its own list from the one answer.
+        super::access::outside(
+            &b,
+            "INSERT INTO account_devices (account_id, device_pk)
+             SELECT a.id, d.id FROM accounts a, devices d WHERE a.username = 'alice' AND d.device_id = 'D2';",
+        )
+        .await;
+        let readings = [Ok(reading("D1", T + 60, &[("a", 3.0)])), Ok(reading("D2", T + 60, &[("a", 4.0)]))];
+        s.import(Box::new(readings.into_iter()), Outbox::Deliver).await.expect("import");
+        let owed = owed_pairs(&claim(s, now + 60_000, 10).await, "device_id");
+        let want = [("sub_all", "D1"), ("sub_all", "D2"), ("sub_d1", "D1")].map(|(s, d)| (s.to_owned(), d.to_owned()));
+        assert_eq!(owed, want, "{}", b.url);
     }
 }
 
@@ -263,6 +279,23 @@ async fn a_kept_device_owes_what_its_subscriptions_are_at_each_write() {
         )
         .await;
         assert_eq!(owed_by(T + 300).await, pairs(&["sub_all"], T + 300), "sub_d1 names the other device");
+        // Each change below is made by SQL from another connection, between
+        // writes that would otherwise use the device's kept subscriptions.
+        outside("UPDATE accounts SET disabled = TRUE WHERE username = 'alice'").await;
+        assert_eq!(owed_by(T + 310).await, [], "the account disabled");
+        outside("UPDATE accounts SET disabled = FALSE WHERE username = 'alice'").await;
+        assert_eq!(owed_by(T + 320).await, pairs(&["sub_all"], T + 320), "enabled again");
+        outside("UPDATE subscriptions SET all_devices = FALSE WHERE id = 'sub_all'").await;
+        assert_eq!(owed_by(T + 330).await, [], "it lists devices now, none yet");
+        outside(
+            "INSERT INTO subscription_devices (subscription_id, device_pk)
+             SELECT 'sub_all', id FROM devices WHERE device_id = 'D1'",
+        )
+        .await;
+        assert_eq!(owed_by(T + 340).await, pairs(&["sub_all"], T + 340), "the device listed");
+        outside("UPDATE subscriptions SET events = 'alarm' WHERE id = 'sub_all'").await;
+        assert_eq!(owed_by(T + 350).await, [], "it takes other events now");
+        outside("UPDATE subscriptions SET events = 'sensor-data' WHERE id = 'sub_all'").await;
         outside("DELETE FROM account_devices").await;
         assert_eq!(owed_by(T + 360).await, [], "no account sees the device any more");
     }

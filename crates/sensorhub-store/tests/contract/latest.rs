@@ -154,6 +154,10 @@ async fn the_migration_fills_the_index_from_stored_hours() {
          DROP TRIGGER access_device_owner_changed; DROP TRIGGER access_grant_changed; DROP TRIGGER access_grant_added;
          DROP TRIGGER access_key_device_changed; DROP TRIGGER access_webhook_key_changed;
          DROP TRIGGER access_webhook_key_removed; DROP TRIGGER access_webhook_key_added; DROP TRIGGER access_key_added;
+         DROP TABLE subscription_generation; DROP TRIGGER subscription_generation_granted;
+         DROP TRIGGER subscription_generation_grant_changed; DROP TRIGGER subscription_generation_taken;
+         DROP TRIGGER subscription_generation_account_changed; DROP TRIGGER subscription_generation_account_removed;
+         DROP TRIGGER subscription_generation_device_changed; DROP TRIGGER subscription_generation_device_removed;
          PRAGMA user_version = 4",
     )
     .expect("back to version 4");
@@ -176,6 +180,7 @@ async fn the_migration_fills_the_index_from_stored_hours() {
              DROP TABLE outbox, outbox_log, subscription_devices, subscriptions, latest, access_generation, installation;
              DROP FUNCTION sensorhub_access_changed() CASCADE;
              DROP TABLE device_generation; DROP FUNCTION sensorhub_devices_changed() CASCADE;
+             DROP TABLE subscription_generation; DROP FUNCTION sensorhub_subscriptions_changed() CASCADE;
              DELETE FROM sensorhub_schema WHERE version >= 5",
         )
         .await
