@@ -4,14 +4,9 @@ use super::*;
 use crate::decide::outbox::id_text;
 use crate::postgres::PgStore;
 
-/// A migrated database with subscriptions `sub_a` and `sub_b` of an
-/// account that sees device 7 (and device 8).
-async fn database() -> (sensorhub_testing::TempDatabase, PgStore) {
-    let url =
-        std::env::var("SENSORHUB_TEST_POSTGRES").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
-    let pg = sensorhub_testing::TempDatabase::create(&url).await.expect("a PostgreSQL test database");
-    let store = PgStore::open_with(pg.url(), crate::OpenOptions::default()).await.expect("open");
-    let c = store.pool.get().await.expect("connection");
+/// Account 1, devices 7 and 8, and subscriptions `sub_a` and `sub_b` of
+/// that account to all its devices.
+async fn subscriptions(c: &tokio_postgres::Client) {
     c.batch_execute(
         "INSERT INTO accounts (id, username, password_hash, created_at) VALUES (1, 'a', 'x', 0);
          INSERT INTO devices (id, device_id, name, type, lat, long, interval_seconds)
@@ -22,6 +17,17 @@ async fn database() -> (sensorhub_testing::TempDatabase, PgStore) {
     )
     .await
     .expect("subscriptions");
+}
+
+/// A migrated database with subscriptions `sub_a` and `sub_b` of an
+/// account that sees device 7 (and device 8).
+async fn database() -> (sensorhub_testing::TempDatabase, PgStore) {
+    let url =
+        std::env::var("SENSORHUB_TEST_POSTGRES").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
+    let pg = sensorhub_testing::TempDatabase::create(&url).await.expect("a PostgreSQL test database");
+    let store = PgStore::open_with(pg.url(), crate::OpenOptions::default()).await.expect("open");
+    let c = store.pool.get().await.expect("connection");
+    subscriptions(&c).await;
     drop(c);
     (pg, store)
 }
@@ -177,16 +183,7 @@ async fn upgraded_from(version: usize, then: &str) -> (sensorhub_testing::TempDa
         c.batch_execute(sql).await.expect("migration");
         c.execute("INSERT INTO sensorhub_schema (version) VALUES ($1)", &[&(i as i32 + 1)]).await.expect("version");
     }
-    c.batch_execute(
-        "INSERT INTO accounts (id, username, password_hash, created_at) VALUES (1, 'a', 'x', 0);
-         INSERT INTO devices (id, device_id, name, type, lat, long, interval_seconds)
-         VALUES (7, 'D7', 'n', 'T', 0, 0, 60), (8, 'D8', 'n', 'T', 0, 0, 60);
-         INSERT INTO subscriptions (id, account_id, url, all_devices, events, secret, created_at)
-         VALUES ('sub_a', 1, 'http://a', true, 'sensor-data', '\\x00', 0),
-                ('sub_b', 1, 'http://b', true, 'sensor-data', '\\x00', 0);",
-    )
-    .await
-    .expect("subscriptions");
+    subscriptions(&c).await;
     c.batch_execute(then).await.expect("the old rows");
     drop(c);
     conn.await.expect("connection task").expect("connection");
