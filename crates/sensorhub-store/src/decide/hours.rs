@@ -154,7 +154,7 @@ pub(crate) struct DeviceSensors {
     sensors: SensorTable,
     /// The enabled subscriptions that cover the device, when the write
     /// delivers (looked up once per device and transaction).
-    pub subscriptions: Vec<String>,
+    pub subscriptions: Vec<std::sync::Arc<str>>,
 }
 
 /// A device's sensors by id: their idx and unit. Shared by every copy of

@@ -72,7 +72,7 @@ pub(super) fn insert(
         log.subs.extend(run.iter().map(|r| number(&r.subscription_id)));
         log.nonce.extend_from_slice(&random[start * ID_BYTES..(start + len) * ID_BYTES]);
         log.ids.extend(run.iter().map(|r| r.message_id.clone().unwrap_or_default()));
-        log.bodies.push(first.body.clone());
+        log.bodies.push(first.body.to_string());
         start += len;
     }
     statements.push((INSERT, log.params(now)));

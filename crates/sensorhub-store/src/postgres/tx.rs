@@ -4,6 +4,7 @@
 //! operations sent together travel in one.
 
 use super::ahead::{Params, SendAhead};
+use crate::decide::FastMap;
 use crate::decide::HourRow;
 use crate::decide::latest::{LatestRow, idx_of, mask_of};
 use crate::decide::outbox::OutboxRow;
@@ -14,7 +15,6 @@ use crate::{ReadingSource, StoreError, StoreResult};
 use bytes::BytesMut;
 use deadpool_postgres::{Client, GenericClient, StatementCache, Transaction};
 use sensorhub_core::model::SensorMeta;
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, PoisonError};
 use tokio_postgres::Statement;
@@ -40,7 +40,7 @@ pub(super) struct PgTx<'a> {
     /// The numbers of the subscriptions this transaction looked up, which
     /// its outbox rows name (the write lock, held from its start, keeps
     /// them as they are until it ends).
-    numbers: Mutex<HashMap<String, i32>>,
+    numbers: Mutex<FastMap<std::sync::Arc<str>, i32>>,
 }
 
 impl<'a> PgTx<'a> {
@@ -57,11 +57,11 @@ impl<'a> PgTx<'a> {
     }
 
     fn on(c: &'a tokio_postgres::Client, cache: &'a StatementCache, ahead: Option<&'a dyn SendAhead>) -> Self {
-        Self { c, cache, staged: AtomicBool::new(false), ahead, numbers: Mutex::new(HashMap::new()) }
+        Self { c, cache, staged: AtomicBool::new(false), ahead, numbers: Mutex::new(FastMap::default()) }
     }
 
     /// The subscription numbers known to this transaction.
-    fn numbers(&self) -> std::sync::MutexGuard<'_, HashMap<String, i32>> {
+    fn numbers(&self) -> std::sync::MutexGuard<'_, FastMap<std::sync::Arc<str>, i32>> {
         self.numbers.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -241,8 +241,11 @@ impl Tx for PgTx<'_> {
         let asked = futures_util::future::try_join_all(
             pks.iter().map(|pk| async move { c.query(stmt, &[pk, &SENSOR_DATA]).await }),
         );
-        let lists: Vec<Vec<Owed>> =
-            asked.await?.iter().map(|rows| rows.iter().map(|r| (r.get(0), r.get(1))).collect()).collect();
+        let lists: Vec<Vec<Owed>> = asked
+            .await?
+            .iter()
+            .map(|rows| rows.iter().map(|r| (r.get::<_, &str>(0).into(), r.get(1))).collect())
+            .collect();
         self.knows(&lists.concat());
         Ok(lists)
     }
@@ -394,13 +397,13 @@ impl Tx for PgTx<'_> {
         // subscriptions), in one round trip.
         let mut unknown: Vec<&str> = {
             let numbers = self.numbers();
-            rows.iter().map(|r| r.subscription_id.as_str()).filter(|id| !numbers.contains_key(*id)).collect()
+            rows.iter().map(|r| &*r.subscription_id).filter(|id| !numbers.contains_key(*id)).collect()
         };
         if !unknown.is_empty() {
             unknown.sort_unstable();
             unknown.dedup();
             let found = super::outbox_log::numbers(self.tx().await?, &unknown).await?;
-            self.numbers().extend(found);
+            self.numbers().extend(found.into_iter().map(|(id, num)| (id.into(), num)));
         }
         let inserts = {
             let numbers = self.numbers();

@@ -131,7 +131,7 @@ pub(super) fn write(tx: &Connection, rows: &[OutboxRow]) -> StoreResult<()> {
         let run = &rows[start..];
         let same = run.iter().take_while(|r| r.device_pk == first.device_pk && r.body == first.body).count();
         let run = &run[..same.min(MAX_OWED)];
-        let subs = serde_json::to_string(&run.iter().map(|r| r.subscription_id.as_str()).collect::<Vec<_>>());
+        let subs = serde_json::to_string(&run.iter().map(|r| &*r.subscription_id).collect::<Vec<_>>());
         let subs = subs.map_err(|e| StoreError::Backend(e.into()))?;
         let set = match lists.iter().find(|(known, _)| *known == subs) {
             Some((_, id)) => *id,
@@ -149,7 +149,7 @@ pub(super) fn write(tx: &Connection, rows: &[OutboxRow]) -> StoreResult<()> {
             false => None,
         };
         cum += run.len() as i64;
-        stmt.execute(params![first.device_pk, run.len() as i64, cum, now, set, ids, first.body])?;
+        stmt.execute(params![first.device_pk, run.len() as i64, cum, now, set, ids, &*first.body])?;
         start += run.len();
     }
     // The newest row, kept only for its id, is no longer needed for it.

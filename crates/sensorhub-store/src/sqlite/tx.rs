@@ -301,6 +301,8 @@ fn subscriptions_of(tx: &Connection, pk: i64) -> StoreResult<Vec<Owed>> {
          ORDER BY s.id",
     )?;
     // SQLite's log names subscriptions by id: no number.
-    let ids = stmt.query_map(params![pk, SENSOR_DATA], |r| Ok((r.get(0)?, 0)))?.collect::<Result<_, _>>()?;
+    let ids = stmt
+        .query_map(params![pk, SENSOR_DATA], |r| Ok((r.get::<_, String>(0)?.into(), 0)))?
+        .collect::<Result<_, _>>()?;
     Ok(ids)
 }

@@ -18,6 +18,7 @@ use crate::sql::Sql;
 use crate::sql::alarms::{self, DeviceStates, NewEvent};
 use crate::{StoreError, StoreResult};
 use sensorhub_core::alarm::{AlarmRule, AlarmState, RuleKind, Transition, TransitionKind};
+use std::sync::Arc;
 
 /// Records `moved`'s transitions (at `now`) with an outbox row for each
 /// subscription to alarms that covers the device (asked only when there
@@ -57,10 +58,12 @@ pub(crate) async fn record(tx: &impl Tx, moved: Moved, now: i64, subscribed: boo
             queued: subscriptions.len(),
         };
         // Built only when some subscription takes it.
-        let body = if subscriptions.is_empty() { String::new() } else { super::alarm_envelope::envelope(&event) };
+        let body: Arc<str> =
+            if subscriptions.is_empty() { "".into() } else { super::alarm_envelope::envelope(&event).into() };
         for sub in &subscriptions {
             let message_id = Some(super::alarm_envelope::message_id(sub, id));
-            outbox.push(OutboxRow { subscription_id: sub.clone(), device_pk: pk, message_id, body: body.clone() });
+            let (subscription_id, body) = (sub.as_str().into(), body.clone());
+            outbox.push(OutboxRow { subscription_id, device_pk: pk, message_id, body });
         }
         events.push(event);
     }

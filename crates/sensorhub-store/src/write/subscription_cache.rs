@@ -115,7 +115,7 @@ mod tests {
     #[test]
     fn lists_are_kept_at_their_generation_and_forgotten_when_it_moves() {
         let cache = SubscriptionCache::default();
-        let list = vec![("sub_a".to_owned(), 4)];
+        let list = vec![("sub_a".into(), 4)];
         assert_eq!(cache.lists(3, &[7]), [None]);
         cache.keep(3, [(7, &list)]);
         assert!(cache.holds(7));

@@ -78,7 +78,7 @@ pub(crate) async fn together(
 
 /// One subscription a device's readings owe: its id, and on PostgreSQL
 /// the number its outbox log rows name it by (0 on SQLite).
-pub(crate) type Owed = (String, i32);
+pub(crate) type Owed = (std::sync::Arc<str>, i32);
 
 /// One write transaction's primitive operations.
 pub(crate) trait Tx: crate::sql::DeviceHours {

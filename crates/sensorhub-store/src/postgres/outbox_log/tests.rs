@@ -41,7 +41,7 @@ fn row(sub: &str, msg: Option<&str>, pk: i64, body: &str) -> OutboxRow {
 }
 
 async fn write(c: &tokio_postgres::Client, rows: &[OutboxRow]) {
-    let mut ids: Vec<&str> = rows.iter().map(|r| r.subscription_id.as_str()).collect();
+    let mut ids: Vec<&str> = rows.iter().map(|r| &*r.subscription_id).collect();
     ids.sort_unstable();
     ids.dedup();
     let nums = numbers(c, &ids).await.expect("numbers");
