@@ -1,13 +1,49 @@
 //! The `latest` index on PostgreSQL, read by the `latest` endpoint: the
 //! newest value of each sensor of each device (schema version 5), kept by
-//! every write of readings in its own transaction ([`crate::write`]).
+//! every write of readings in its own transaction ([`crate::write`]), with
+//! the statement that writes it.
 
+use super::ahead::Params;
+use crate::decide::latest::LatestRow;
 use crate::decide::latest::entry;
 use crate::decide::sensors_by_idx;
 use crate::sql::access::SCOPE_FILTER;
 use crate::{DeviceHandle, LatestValue, Scope, StoreResult};
 use deadpool_postgres::GenericClient;
 use sensorhub_core::model::SensorMeta;
+
+/// `latest`'s upsert: the entries' devices, sensors, seconds and values
+/// as arrays ($1-$4), the second they were stored at ($5).
+macro_rules! upsert_latest {
+    () => {
+        "INSERT INTO latest (device_pk, idx, second, value, stored_at)
+        SELECT d, i, s, v, $5::bigint FROM unnest($1::bigint[], $2::smallint[], $3::bigint[], $4::bigint[]) AS u(d, i, s, v)
+        ON CONFLICT (device_pk, idx) DO UPDATE
+        SET second = excluded.second, value = excluded.value, stored_at = excluded.stored_at
+        WHERE excluded.second >= latest.second"
+    };
+}
+pub(super) const UPSERT: &str = upsert_latest!();
+
+/// One outbox log row ([`super::outbox_log`]'s `INSERT`, its parameters
+/// `$6` to `$13`) and [`UPSERT`] in one statement: a group of live
+/// readings so sends one statement fewer, and each costs both ends a flush
+/// and a wake-up on the group's serial path.
+pub(super) const WITH_LOG: &str = concat!(
+    "WITH log AS (INSERT INTO outbox_log (created_at, devices, counts, subs, n, cum, nonce, ids, bodies)
+        VALUES ($6, $7, $8, $9, $10, coalesce((SELECT cum FROM outbox_log ORDER BY id DESC LIMIT 1), 0) + $10,
+                $11, $12, $13)) ",
+    upsert_latest!()
+);
+
+/// The parameters of [`UPSERT`].
+pub(super) fn params(rows: &[LatestRow], stored_at: i64) -> Params {
+    let devices: Vec<i64> = rows.iter().map(|r| r.device_pk).collect();
+    let idx: Vec<i16> = rows.iter().map(|r| r.idx).collect();
+    let seconds: Vec<i64> = rows.iter().map(|r| r.second).collect();
+    let values: Vec<i64> = rows.iter().map(|r| r.value).collect();
+    vec![Box::new(devices), Box::new(idx), Box::new(seconds), Box::new(values), Box::new(stored_at)]
+}
 
 /// A sensor from columns `from..from + 4` (id, name, type, unit).
 pub(super) fn sensor(r: &tokio_postgres::Row, from: usize) -> SensorMeta {

@@ -65,6 +65,28 @@ impl<'a> PgTx<'a> {
         self.numbers.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Looks up the numbers of the subscriptions `rows` owe that were not
+    /// looked up with the readings (an alarm transition's), in one round trip.
+    async fn learn_numbers(&self, rows: &[OutboxRow]) -> StoreResult<()> {
+        let mut unknown: Vec<&str> = {
+            let numbers = self.numbers();
+            rows.iter().map(|r| &*r.subscription_id).filter(|id| !numbers.contains_key(*id)).collect()
+        };
+        if !unknown.is_empty() {
+            unknown.sort_unstable();
+            unknown.dedup();
+            let found = super::outbox_log::numbers(self.tx().await?, &unknown).await?;
+            self.numbers().extend(found.into_iter().map(|(id, num)| (id.into(), num)));
+        }
+        Ok(())
+    }
+
+    /// The log rows of deliveries `rows`, their numbers learnt.
+    fn log_rows(&self, rows: &[OutboxRow]) -> StoreResult<Vec<(&'static str, Params)>> {
+        let numbers = self.numbers();
+        super::outbox_log::insert(rows, |id| numbers.get(id).copied())
+    }
+
     /// The connection for a statement that waits for its answer: once the
     /// writes sent ahead have answered (their failure is the one reported).
     async fn tx(&self) -> StoreResult<&'a tokio_postgres::Client> {
@@ -353,19 +375,7 @@ impl Tx for PgTx<'_> {
         if rows.is_empty() {
             return Ok(());
         }
-        let devices: Vec<i64> = rows.iter().map(|r| r.device_pk).collect();
-        let idx: Vec<i16> = rows.iter().map(|r| r.idx).collect();
-        let seconds: Vec<i64> = rows.iter().map(|r| r.second).collect();
-        let values: Vec<i64> = rows.iter().map(|r| r.value).collect();
-        let sql = "INSERT INTO latest (device_pk, idx, second, value, stored_at)
-                   SELECT d, i, s, v, $5::bigint FROM unnest($1::bigint[], $2::smallint[], $3::bigint[], $4::bigint[])
-                       AS u(d, i, s, v)
-                   ON CONFLICT (device_pk, idx) DO UPDATE
-                   SET second = excluded.second, value = excluded.value, stored_at = excluded.stored_at
-                   WHERE excluded.second >= latest.second";
-        let params: Params =
-            vec![Box::new(devices), Box::new(idx), Box::new(seconds), Box::new(values), Box::new(stored_at)];
-        self.write(sql, params).await
+        self.write(super::latest::UPSERT, super::latest::params(rows, stored_at)).await
     }
 
     async fn latest_within(&self, pk: i64, start: i64, end: i64) -> StoreResult<u64> {
@@ -393,26 +403,37 @@ impl Tx for PgTx<'_> {
     }
 
     async fn insert_outbox(&self, rows: &[OutboxRow]) -> StoreResult<()> {
-        // Those not looked up with the readings (an alarm transition's
-        // subscriptions), in one round trip.
-        let mut unknown: Vec<&str> = {
-            let numbers = self.numbers();
-            rows.iter().map(|r| &*r.subscription_id).filter(|id| !numbers.contains_key(*id)).collect()
-        };
-        if !unknown.is_empty() {
-            unknown.sort_unstable();
-            unknown.dedup();
-            let found = super::outbox_log::numbers(self.tx().await?, &unknown).await?;
-            self.numbers().extend(found.into_iter().map(|(id, num)| (id.into(), num)));
-        }
-        let inserts = {
-            let numbers = self.numbers();
-            super::outbox_log::insert(rows, |id| numbers.get(id).copied())?
-        };
-        for (sql, params) in inserts {
+        self.learn_numbers(rows).await?;
+        for (sql, params) in self.log_rows(rows)? {
             self.write(sql, params).await?;
         }
         Ok(())
+    }
+
+    async fn upsert_latest_and_outbox(
+        &self,
+        latest: &[LatestRow],
+        stored_at: i64,
+        outbox: &[OutboxRow],
+    ) -> StoreResult<()> {
+        self.learn_numbers(outbox).await?;
+        let mut log = self.log_rows(outbox)?;
+        match log.pop() {
+            // One log row (a group of live readings): it goes in with the
+            // upsert, one statement fewer for both ends to flush and wake for.
+            Some((_, row)) if log.is_empty() && !latest.is_empty() => {
+                let mut params = super::latest::params(latest, stored_at);
+                params.extend(row);
+                self.write(super::latest::WITH_LOG, params).await
+            }
+            last => {
+                self.upsert_latest(latest, stored_at).await?;
+                for (sql, params) in log.into_iter().chain(last) {
+                    self.write(sql, params).await?;
+                }
+                Ok(())
+            }
+        }
     }
 
     async fn take(&self, mut source: ReadingSource, n: usize) -> StoreResult<(ReadingSource, Slice)> {

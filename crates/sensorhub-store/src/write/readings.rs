@@ -286,7 +286,7 @@ impl<'k> ReadingWriter<'k> {
     pub(crate) async fn finish(mut self, tx: &impl Tx) -> StoreResult<(u64, Vec<AlarmEvent>)> {
         let (newest, now) = (self.newest.take(), self.now);
         let deliveries = std::mem::take(&mut self.deliveries.rows);
-        super::tx::together(self.flush(tx), tx.upsert_latest(&newest, now), tx.insert_outbox(&deliveries)).await?;
+        super::tx::together(self.flush(tx), tx.upsert_latest_and_outbox(&newest, now, &deliveries)).await?;
         let events = self.write_alarms(tx).await?;
         Ok((self.changed, events))
     }

@@ -26,7 +26,7 @@ pub(crate) const LAST_HOUR: i64 = (1 << 31) - 1;
 /// Items taken from an import's source at a time.
 pub(crate) type Slice = Vec<Result<ReadingInput, InputError>>;
 
-/// Runs three steps of one transaction together, as its statements must
+/// Runs two steps of one transaction together, as its statements must
 /// run: each is begun in turn (on PostgreSQL their statements then share
 /// round trips), but once one has failed a step not yet begun is never
 /// begun. On SQLite each step runs to its end when first polled, and an
@@ -37,11 +37,10 @@ pub(crate) type Slice = Vec<Result<ReadingInput, InputError>>;
 pub(crate) async fn together(
     a: impl Future<Output = StoreResult<()>>,
     b: impl Future<Output = StoreResult<()>>,
-    c: impl Future<Output = StoreResult<()>>,
 ) -> StoreResult<()> {
-    let (mut a, mut b, mut c) = (std::pin::pin!(a), std::pin::pin!(b), std::pin::pin!(c));
+    let (mut a, mut b) = (std::pin::pin!(a), std::pin::pin!(b));
     // Per step: not begun (None), running (Some(false)) or done (Some(true)).
-    let mut steps = [None::<bool>; 3];
+    let mut steps = [None::<bool>; 2];
     let mut errors = Vec::new();
     std::future::poll_fn(|cx| {
         let mut running = false;
@@ -56,8 +55,7 @@ pub(crate) async fn together(
             }
             let polled = match i {
                 0 => a.as_mut().poll(cx),
-                1 => b.as_mut().poll(cx),
-                _ => c.as_mut().poll(cx),
+                _ => b.as_mut().poll(cx),
             };
             *step = Some(polled.is_ready());
             match polled {
@@ -149,6 +147,20 @@ pub(crate) trait Tx: crate::sql::DeviceHours {
 
     /// Writes the deliveries a transaction's readings owe.
     async fn insert_outbox(&self, rows: &[OutboxRow]) -> StoreResult<()>;
+
+    /// [`Tx::upsert_latest`] then [`Tx::insert_outbox`], for the same
+    /// readings: a backend may write both with one statement (PostgreSQL,
+    /// where each statement of a group's costs both ends a flush and a
+    /// wake-up on its serial path).
+    async fn upsert_latest_and_outbox(
+        &self,
+        latest: &[LatestRow],
+        stored_at: i64,
+        outbox: &[OutboxRow],
+    ) -> StoreResult<()> {
+        self.upsert_latest(latest, stored_at).await?;
+        self.insert_outbox(outbox).await
+    }
 
     /// The next `n` items of an import's `source`, and the source. A
     /// source may block (it reads a file): where blocking a thread matters,
@@ -284,7 +296,7 @@ mod tests {
 
     #[tokio::test]
     async fn after_a_failed_step_no_other_begins() {
-        let began = [Cell::new(false), Cell::new(false), Cell::new(false)];
+        let began = [Cell::new(false), Cell::new(false)];
         let step = |i: usize, fails: bool| {
             let began = &began[i];
             async move {
@@ -292,24 +304,26 @@ mod tests {
                 if fails { Err(Backend("disk full".into())) } else { Ok(()) }
             }
         };
-        let got = together(step(0, true), step(1, false), step(2, false)).await;
+        let got = together(step(0, true), step(1, false)).await;
         assert_eq!(got.map_err(|e| e.to_string()), Err("database error: disk full".into()));
-        assert_eq!(began.each_ref().map(Cell::get), [true, false, false], "as SQLite runs them");
-        let began_all = together(step(0, false), step(1, false), step(2, false)).await;
+        assert_eq!(began.each_ref().map(Cell::get), [true, false], "as SQLite runs them");
+        let began_all = together(step(0, false), step(1, false)).await;
         assert!(began_all.is_ok());
-        assert_eq!(began.each_ref().map(Cell::get), [true, true, true]);
+        assert_eq!(began.each_ref().map(Cell::get), [true, true]);
     }
 
     #[tokio::test]
     async fn steps_begun_together_report_the_timeout_not_its_echo() {
-        // As on PostgreSQL: all three are sent, then answered.
+        // As on PostgreSQL: both are sent, then answered.
         let answered = |e: Option<crate::StoreError>| async move {
             tokio::task::yield_now().await;
             e.map_or(Ok(()), Err)
         };
         let echo = || Some(Backend("current transaction is aborted".into()));
-        let got = together(answered(echo()), answered(Some(Busy("lock timeout".into()))), answered(echo())).await;
+        let got = together(answered(echo()), answered(Some(Busy("lock timeout".into())))).await;
         assert_eq!(got.map_err(|e| e.to_string()), Err("database busy: lock timeout".into()));
-        assert!(together(answered(None), answered(None), answered(None)).await.is_ok());
+        let got = together(answered(Some(Busy("lock timeout".into()))), answered(echo())).await;
+        assert_eq!(got.map_err(|e| e.to_string()), Err("database busy: lock timeout".into()));
+        assert!(together(answered(None), answered(None)).await.is_ok());
     }
 }
