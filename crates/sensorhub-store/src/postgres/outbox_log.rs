@@ -20,7 +20,10 @@
 use super::ahead::Params;
 use crate::StoreResult;
 use crate::decide::outbox::{ID_BYTES, OutboxRow, id_bytes};
+use bytes::BytesMut;
+use std::sync::Arc;
 use tokio_postgres::GenericClient;
+use tokio_postgres::types::{IsNull, ToSql, Type, to_sql_checked};
 
 /// The most deliveries a log row holds, unless one reading owes more: a
 /// group of live readings is one row, an import's transaction many.
@@ -62,7 +65,10 @@ pub(super) fn insert(
     let mut start = 0;
     while start < rows.len() {
         let first = &rows[start];
-        let len = rows[start..].iter().take_while(|r| r.device_pk == first.device_pk && r.body == first.body).count();
+        // A reading's rows share its body: the pointers match, the text is
+        // compared only for rows from elsewhere (an alarm transition's).
+        let same = |r: &OutboxRow| Arc::ptr_eq(&r.body, &first.body) || r.body == first.body;
+        let len = rows[start..].iter().take_while(|r| r.device_pk == first.device_pk && same(r)).count();
         if !log.devices.is_empty() && log.subs.len() + len > ROW_DELIVERIES {
             statements.push((INSERT, std::mem::take(&mut log).params(now)));
         }
@@ -72,7 +78,7 @@ pub(super) fn insert(
         log.subs.extend(run.iter().map(|r| number(&r.subscription_id)));
         log.nonce.extend_from_slice(&random[start * ID_BYTES..(start + len) * ID_BYTES]);
         log.ids.extend(run.iter().map(|r| r.message_id.clone().unwrap_or_default()));
-        log.bodies.push(first.body.to_string());
+        log.bodies.push(Shared(first.body.clone()));
         start += len;
     }
     statements.push((INSERT, log.params(now)));
@@ -102,7 +108,7 @@ struct LogRow {
     subs: Vec<Option<i32>>,
     nonce: Vec<u8>,
     ids: Vec<String>,
-    bodies: Vec<String>,
+    bodies: Vec<Shared>,
 }
 
 impl LogRow {
@@ -122,6 +128,22 @@ impl LogRow {
             Box::new(self.bodies),
         ]
     }
+}
+
+/// A body shared with the transaction's rows, sent as text without a copy.
+#[derive(Debug)]
+struct Shared(Arc<str>);
+
+impl ToSql for Shared {
+    fn to_sql(&self, ty: &Type, out: &mut BytesMut) -> Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        (&*self.0).to_sql(ty, out)
+    }
+
+    fn accepts(ty: &Type) -> bool {
+        <&str as ToSql>::accepts(ty)
+    }
+
+    to_sql_checked!();
 }
 
 /// How a spread treats log rows another transaction is moving.
