@@ -3,7 +3,7 @@
 //! hours of readings sent with binary `COPY`.
 
 use super::PgStore;
-use super::tx::On;
+use super::on::On;
 use crate::sql::copy;
 use crate::{Installation, StoreResult, StoredHour};
 use async_trait::async_trait;

@@ -8,6 +8,7 @@ mod ahead;
 mod alarms;
 mod copy;
 mod latest;
+mod on;
 mod outbox;
 mod outbox_log;
 mod read;

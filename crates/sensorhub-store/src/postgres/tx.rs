@@ -4,22 +4,22 @@
 //! operations sent together travel in one.
 
 use super::ahead::{Params, SendAhead};
+use super::on::{On, refs, rows_of};
 use crate::decide::FastMap;
 use crate::decide::HourRow;
 use crate::decide::latest::{LatestRow, idx_of, mask_of};
 use crate::decide::outbox::OutboxRow;
 use crate::delivery::SENSOR_DATA;
-use crate::sql::{Param, Row, Sql, Value};
+use crate::sql::{Param, Row, Sql};
 use crate::write::tx::{Owed, Slice, Tx};
 use crate::{ReadingSource, StoreError, StoreResult};
-use bytes::BytesMut;
 use deadpool_postgres::{Client, GenericClient, StatementCache, Transaction};
 use sensorhub_core::model::SensorMeta;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, PoisonError};
 use tokio_postgres::Statement;
 use tokio_postgres::binary_copy::BinaryCopyInWriter;
-use tokio_postgres::types::{IsNull, ToSql, Type};
+use tokio_postgres::types::Type;
 
 /// Hour rows written from this many on go through the binary `COPY` into a
 /// staging table; fewer go in one `INSERT` of arrays.
@@ -120,74 +120,6 @@ impl<'a> PgTx<'a> {
     }
 }
 
-impl ToSql for Param<'_> {
-    fn to_sql(&self, ty: &Type, out: &mut BytesMut) -> Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
-        match self {
-            Param::Int(v) => v.to_sql(ty, out),
-            Param::Int4(v) => v.to_sql(ty, out),
-            Param::Int2(v) => v.to_sql(ty, out),
-            Param::Real(v) => v.to_sql(ty, out),
-            Param::Bool(v) => v.to_sql(ty, out),
-            Param::Text(v) => v.to_sql(ty, out),
-            Param::Bytes(v) => v.to_sql(ty, out),
-        }
-    }
-
-    /// Each variant checks its own type against the column's.
-    fn accepts(_: &Type) -> bool {
-        true
-    }
-
-    fn to_sql_checked(
-        &self,
-        ty: &Type,
-        out: &mut BytesMut,
-    ) -> Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
-        match self {
-            Param::Int(v) => v.to_sql_checked(ty, out),
-            Param::Int4(v) => v.to_sql_checked(ty, out),
-            Param::Int2(v) => v.to_sql_checked(ty, out),
-            Param::Real(v) => v.to_sql_checked(ty, out),
-            Param::Bool(v) => v.to_sql_checked(ty, out),
-            Param::Text(v) => v.to_sql_checked(ty, out),
-            Param::Bytes(v) => v.to_sql_checked(ty, out),
-        }
-    }
-}
-
-/// Column `i` of `row` as [`Row`]s hold it.
-fn value(row: &tokio_postgres::Row, i: usize) -> StoreResult<Value> {
-    let ty = row.columns()[i].type_().clone();
-    let v = match ty {
-        Type::INT8 => row.try_get::<_, Option<i64>>(i)?.map(Value::Int),
-        Type::INT4 => row.try_get::<_, Option<i32>>(i)?.map(|n| Value::Int(n.into())),
-        Type::INT2 => row.try_get::<_, Option<i16>>(i)?.map(|n| Value::Int(n.into())),
-        Type::FLOAT8 => row.try_get::<_, Option<f64>>(i)?.map(Value::Real),
-        Type::BOOL => row.try_get::<_, Option<bool>>(i)?.map(Value::Bool),
-        Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME => row.try_get::<_, Option<String>>(i)?.map(Value::Text),
-        Type::BYTEA => row.try_get::<_, Option<Vec<u8>>>(i)?.map(Value::Bytes),
-        other => {
-            return Err(StoreError::Backend(format!("column {i} is of type {other}, which Row does not hold").into()));
-        }
-    };
-    Ok(v.unwrap_or(Value::Null))
-}
-
-/// A PostgreSQL connection or transaction running statements written once ([`crate::sql`]).
-pub(super) struct On<'a, C>(pub &'a C);
-
-impl<C: GenericClient + Sync> Sql for On<'_, C> {
-    async fn query(&self, sql: &str, params: &[Param<'_>]) -> StoreResult<Vec<Row>> {
-        let stmt = self.0.prepare_cached(sql).await?;
-        rows_of(&self.0.query(&stmt, &refs(params)).await?)
-    }
-
-    async fn execute(&self, sql: &str, params: &[Param<'_>]) -> StoreResult<u64> {
-        let stmt = self.0.prepare_cached(sql).await?;
-        Ok(self.0.execute(&stmt, &refs(params)).await?)
-    }
-}
-
 impl Sql for PgTx<'_> {
     async fn query(&self, sql: &str, params: &[Param<'_>]) -> StoreResult<Vec<Row>> {
         let c = self.tx().await?;
@@ -200,16 +132,6 @@ impl Sql for PgTx<'_> {
         let stmt = self.prepare(sql).await?;
         Ok(c.execute(&stmt, &refs(params)).await?)
     }
-}
-
-/// Parameters as tokio-postgres takes them.
-fn refs<'p>(params: &'p [Param<'_>]) -> Vec<&'p (dyn ToSql + Sync)> {
-    params.iter().map(|p| p as &(dyn ToSql + Sync)).collect()
-}
-
-/// Rows as [`crate::sql`] reads them.
-fn rows_of(rows: &[tokio_postgres::Row]) -> StoreResult<Vec<Row>> {
-    rows.iter().map(|r| Ok(Row((0..r.len()).map(|i| value(r, i)).collect::<StoreResult<_>>()?))).collect()
 }
 
 impl<C: GenericClient + Sync> crate::sql::DeviceHours for On<'_, C> {

@@ -8,7 +8,8 @@
 
 use super::PgStore;
 use super::ahead::{Ahead, SendAhead};
-use super::tx::{On, PgTx};
+use super::on::On;
+use super::tx::PgTx;
 use crate::alarm::AlarmEvent;
 use crate::delivery::Outbox;
 use crate::sql::{access, retention};
