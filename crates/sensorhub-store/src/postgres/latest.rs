@@ -26,13 +26,12 @@ macro_rules! upsert_latest {
 pub(super) const UPSERT: &str = upsert_latest!();
 
 /// One outbox log row ([`super::outbox_log`]'s `INSERT`, its parameters
-/// `$6` to `$13`) and [`UPSERT`] in one statement: a group of live
+/// `$6` to `$14`) and [`UPSERT`] in one statement: a group of live
 /// readings so sends one statement fewer, and each costs both ends a flush
 /// and a wake-up on the group's serial path.
 pub(super) const WITH_LOG: &str = concat!(
     "WITH log AS (INSERT INTO outbox_log (created_at, devices, counts, subs, n, cum, nonce, ids, bodies)
-        VALUES ($6, $7, $8, $9, $10, coalesce((SELECT cum FROM outbox_log ORDER BY id DESC LIMIT 1), 0) + $10,
-                $11, $12, $13)) ",
+        VALUES ($6, $7, $8, $9, $10, $11, $12, $13, $14)) ",
     upsert_latest!()
 );
 

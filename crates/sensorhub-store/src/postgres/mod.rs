@@ -120,6 +120,8 @@ pub struct PgStore {
     observers: std::sync::Arc<crate::observe::Observers>,
     /// The devices and their alarm rules and states, kept between write transactions.
     kept: std::sync::Arc<crate::write::Kept>,
+    /// Where the outbox log ends, as this process's last writer left it.
+    tail: std::sync::Arc<outbox_log::KnownTail>,
     /// Webhook callers' devices and write permissions, kept between requests.
     write_targets: crate::access_cache::WriteTargets,
     /// Raw windows' devices, kept between requests.
@@ -188,19 +190,21 @@ impl PgStore {
         // group's round trips also waited for the connection's task and the
         // writer's to be woken on other worker threads, about half a
         // millisecond each under load (issue 27).
-        let (own, group_writers, group_kept) = (config.clone(), writers.clone(), kept.clone());
+        let tail = std::sync::Arc::new(outbox_log::KnownTail::default());
+        let (own, group_writers, group_kept, group_tail) =
+            (config.clone(), writers.clone(), kept.clone(), tail.clone());
         let group = crate::group::GroupCommit::start("sensorhub-pg-group", true, observers.clone(), move || {
             let pool = build(&own, 1, 30)?;
             Ok(async move |group: &mut crate::group::Gather<'_>| {
                 let _writer = writer_place(&group_writers).await?;
-                write::ingest_group(pool.get().await?, group, &group_kept).await
+                write::ingest_group(pool.get().await?, group, &group_kept, &group_tail).await
             })
         })?;
         let write_targets = Default::default();
         let visible = Default::default();
         let ping = build(&config, 1, 5)?;
         let ingest_waiting = Default::default();
-        let store = Self { pool, ping, writers, group, ingest_waiting, observers, kept, write_targets, visible };
+        let store = Self { pool, ping, writers, group, ingest_waiting, observers, kept, tail, write_targets, visible };
         store.migrate(open).await?;
         Ok(store)
     }
@@ -220,7 +224,7 @@ impl PgStore {
         client.execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK]).await?;
         let result = async {
             let tx = client.transaction().await?;
-            crate::write::migrate::migrate(&tx::PgTx::new(&tx), MIGRATIONS).await?;
+            crate::write::migrate::migrate(&tx::PgTx::new(&tx, None), MIGRATIONS).await?;
             tx.commit().await?;
             upgrade::run(&mut client, options.upgrade_batch_hours).await
         }

@@ -35,9 +35,69 @@ pub(super) const SPREAD_ROWS: usize = 256;
 /// holds more).
 pub(super) const FEED_BUDGET: usize = 2_048;
 
-/// The statement that appends one log row, and its parameters.
+/// The statement that appends one log row, and its parameters: the
+/// row's running total (`$6`) comes from the writer ([`Tail`]).
 const INSERT: &str = "INSERT INTO outbox_log (created_at, devices, counts, subs, n, cum, nonce, ids, bodies)
-    VALUES ($1, $2, $3, $4, $5, coalesce((SELECT cum FROM outbox_log ORDER BY id DESC LIMIT 1), 0) + $5, $6, $7, $8)";
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)";
+
+/// Where the log ends: the last value of its id sequence, and the running
+/// total the next row adds to (the newest row's, 0 for an empty log).
+/// Every log row is written under the write lock, so a writer that holds
+/// it and knows the tail needs not look it up: the gauge's running total
+/// (`cum`) cost each group's row a look-up of the newest row, the largest
+/// single piece of what the outbox cost a group (bench/RESULTS.md, the
+/// forty-second step).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Tail {
+    seq: i64,
+    cum: i64,
+}
+
+impl Tail {
+    /// After one more row of `n` deliveries: its running total.
+    fn append(&mut self, n: i64) -> i64 {
+        self.seq += 1;
+        self.cum += n;
+        self.cum
+    }
+}
+
+/// The tail as this process's last writing transaction committed it. It
+/// holds only while the sequence stands where that transaction left it:
+/// another instance's row, a rolled-back one, or a row of this process
+/// whose transaction has not told this yet, moves it on, and the writer
+/// looks the tail up instead ([`tail`]).
+#[derive(Default)]
+pub(super) struct KnownTail(std::sync::Mutex<Option<Tail>>);
+
+impl KnownTail {
+    /// The tail, if the sequence's last value `seq` (read under the write
+    /// lock) is where it was left.
+    pub(super) fn at(&self, seq: Option<i64>) -> Option<Tail> {
+        let known = *self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        known.filter(|t| Some(t.seq) == seq)
+    }
+
+    /// Records the tail a transaction committed.
+    pub(super) fn committed(&self, tail: Option<Tail>) {
+        if let Some(tail) = tail {
+            *self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(tail);
+        }
+    }
+}
+
+/// The tail looked up, under the write lock (in a statement after the one
+/// that took it: it sees every row committed before).
+pub(super) async fn tail(c: &impl GenericClient) -> StoreResult<Tail> {
+    let row = c
+        .query_one(
+            "SELECT coalesce(pg_sequence_last_value('outbox_log_id_seq'::regclass), 0),
+                    coalesce((SELECT cum FROM outbox_log ORDER BY id DESC LIMIT 1), 0)",
+            &[],
+        )
+        .await?;
+    Ok(Tail { seq: row.try_get(0)?, cum: row.try_get(1)? })
+}
 
 /// The statements that write the deliveries gathered by a transaction,
 /// due now, with their parameters (none for no rows): one log row for up
@@ -51,9 +111,11 @@ const INSERT: &str = "INSERT INTO outbox_log (created_at, devices, counts, subs,
 /// gives a subscription's number: the transaction looked them up with the
 /// subscriptions it owes ([`numbers`]); one it does not know (gone
 /// meanwhile) is a NULL, owed nothing, that keeps the others' places.
+/// `tail` is where the log ends, and moves on with each row.
 pub(super) fn insert(
     rows: &[OutboxRow],
     number: impl Fn(&str) -> Option<i32>,
+    tail: &mut Tail,
 ) -> StoreResult<Vec<(&'static str, Params)>> {
     if rows.is_empty() {
         return Ok(Vec::new());
@@ -70,7 +132,7 @@ pub(super) fn insert(
         let same = |r: &OutboxRow| Arc::ptr_eq(&r.body, &first.body) || r.body == first.body;
         let len = rows[start..].iter().take_while(|r| r.device_pk == first.device_pk && same(r)).count();
         if !log.devices.is_empty() && log.subs.len() + len > ROW_DELIVERIES {
-            statements.push((INSERT, std::mem::take(&mut log).params(now)));
+            statements.push((INSERT, std::mem::take(&mut log).params(now, tail)));
         }
         let run = &rows[start..start + len];
         log.devices.push(first.device_pk);
@@ -81,7 +143,7 @@ pub(super) fn insert(
         log.bodies.push(Shared(first.body.clone()));
         start += len;
     }
-    statements.push((INSERT, log.params(now)));
+    statements.push((INSERT, log.params(now, tail)));
     Ok(statements)
 }
 
@@ -112,9 +174,10 @@ struct LogRow {
 }
 
 impl LogRow {
-    /// The parameters of [`INSERT`] for this row, written at `now`.
-    fn params(self, now: i64) -> Params {
+    /// The parameters of [`INSERT`] for this row, written at `now` after `tail`.
+    fn params(self, now: i64, tail: &mut Tail) -> Params {
         let n = self.subs.len() as i64;
+        let cum = tail.append(n);
         // No fixed id (a reading's deliveries): none stored.
         let ids = self.ids.iter().any(|id| !id.is_empty()).then_some(self.ids);
         vec![
@@ -123,6 +186,7 @@ impl LogRow {
             Box::new(self.counts),
             Box::new(self.subs),
             Box::new(n),
+            Box::new(cum),
             Box::new(self.nonce),
             Box::new(ids),
             Box::new(self.bodies),

@@ -5,6 +5,7 @@
 
 use super::ahead::{Params, SendAhead};
 use super::on::{On, refs, rows_of};
+use super::outbox_log::Tail;
 use crate::decide::FastMap;
 use crate::decide::HourRow;
 use crate::decide::latest::{LatestRow, idx_of, mask_of};
@@ -41,12 +42,17 @@ pub(super) struct PgTx<'a> {
     /// its outbox rows name (the write lock, held from its start, keeps
     /// them as they are until it ends).
     numbers: Mutex<FastMap<std::sync::Arc<str>, i32>>,
+    /// Where the outbox log ends, once known (the write lock keeps it).
+    tail: Mutex<Option<Tail>>,
 }
 
 impl<'a> PgTx<'a> {
-    /// The seam over `tx`: each statement waits for its answer.
-    pub(super) fn new(tx: &'a Transaction<'a>) -> Self {
-        Self::on(tx.client(), &tx.statement_cache, None)
+    /// The seam over `tx`: each statement waits for its answer. `tail` is
+    /// where the outbox log ends, if known.
+    pub(super) fn new(tx: &'a Transaction<'a>, tail: Option<Tail>) -> Self {
+        let pg = Self::on(tx.client(), &tx.statement_cache, None);
+        pg.begun(tail);
+        pg
     }
 
     /// The seam over `c`, in a transaction begun by hand, with the writes
@@ -57,7 +63,23 @@ impl<'a> PgTx<'a> {
     }
 
     fn on(c: &'a tokio_postgres::Client, cache: &'a StatementCache, ahead: Option<&'a dyn SendAhead>) -> Self {
-        Self { c, cache, staged: AtomicBool::new(false), ahead, numbers: Mutex::new(FastMap::default()) }
+        let numbers = Mutex::new(FastMap::default());
+        Self { c, cache, staged: AtomicBool::new(false), ahead, numbers, tail: Mutex::new(None) }
+    }
+
+    /// Where the outbox log ends, if known: as the transaction found it, or
+    /// as its log rows left it.
+    pub(super) fn tail(&self) -> Option<Tail> {
+        *self.tail.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Learns where the outbox log ends (known when the write lock was
+    /// granted), unless the transaction has looked it up already.
+    pub(super) fn begun(&self, tail: Option<Tail>) {
+        let mut known = self.tail.lock().unwrap_or_else(PoisonError::into_inner);
+        if known.is_none() {
+            *known = tail;
+        }
     }
 
     /// The subscription numbers known to this transaction.
@@ -81,10 +103,20 @@ impl<'a> PgTx<'a> {
         Ok(())
     }
 
-    /// The log rows of deliveries `rows`, their numbers learnt.
-    fn log_rows(&self, rows: &[OutboxRow]) -> StoreResult<Vec<(&'static str, Params)>> {
+    /// The log rows of deliveries `rows`, their numbers learnt; the log's
+    /// tail looked up first if it is not known.
+    async fn log_rows(&self, rows: &[OutboxRow]) -> StoreResult<Vec<(&'static str, Params)>> {
+        if rows.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut tail = match self.tail() {
+            Some(tail) => tail,
+            None => super::outbox_log::tail(self.tx().await?).await?,
+        };
         let numbers = self.numbers();
-        super::outbox_log::insert(rows, |id| numbers.get(id).copied())
+        let rows = super::outbox_log::insert(rows, |id| numbers.get(id).copied(), &mut tail)?;
+        *self.tail.lock().unwrap_or_else(PoisonError::into_inner) = Some(tail);
+        Ok(rows)
     }
 
     /// The connection for a statement that waits for its answer: once the
@@ -326,7 +358,7 @@ impl Tx for PgTx<'_> {
 
     async fn insert_outbox(&self, rows: &[OutboxRow]) -> StoreResult<()> {
         self.learn_numbers(rows).await?;
-        for (sql, params) in self.log_rows(rows)? {
+        for (sql, params) in self.log_rows(rows).await? {
             self.write(sql, params).await?;
         }
         Ok(())
@@ -339,7 +371,7 @@ impl Tx for PgTx<'_> {
         outbox: &[OutboxRow],
     ) -> StoreResult<()> {
         self.learn_numbers(outbox).await?;
-        let mut log = self.log_rows(outbox)?;
+        let mut log = self.log_rows(outbox).await?;
         match log.pop() {
             // One log row (a group of live readings): it goes in with the
             // upsert, one statement fewer for both ends to flush and wake for.

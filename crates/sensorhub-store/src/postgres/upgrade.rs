@@ -11,12 +11,12 @@ use deadpool_postgres::Client;
 /// Moves every hour of `readings` to `hours`, `batch` hours per transaction.
 pub(super) async fn run(client: &mut Client, batch: usize) -> StoreResult<()> {
     let tx = client.transaction().await?;
-    let Some(total) = remaining(&PgTx::new(&tx)).await? else { return Ok(()) };
+    let Some(total) = remaining(&PgTx::new(&tx, None)).await? else { return Ok(()) };
     tx.commit().await?;
     let mut log = UpgradeLog::start(total);
     loop {
         let tx = client.transaction().await?;
-        let moved = move_batch(&PgTx::new(&tx), batch).await?;
+        let moved = move_batch(&PgTx::new(&tx, None), batch).await?;
         tx.commit().await?;
         match moved {
             Some(n) => log.batch(n),

@@ -9,6 +9,7 @@
 use super::PgStore;
 use super::ahead::{Ahead, SendAhead};
 use super::on::On;
+use super::outbox_log::{KnownTail, Tail};
 use super::tx::PgTx;
 use crate::alarm::AlarmEvent;
 use crate::delivery::Outbox;
@@ -29,8 +30,12 @@ use sensorhub_core::retention::Retention;
 /// The advisory lock every writing transaction holds ("writes").
 const WRITE_LOCK: i64 = 0x7772_6974_6573;
 
-/// The statement that takes it.
-const LOCK: &str = "SELECT pg_advisory_xact_lock($1)";
+/// The statement that takes it, and then reads the last value of the
+/// outbox log's id sequence (NULL before the first row): whether the log
+/// still ends where this process left it ([`KnownTail`]). The subquery
+/// is not pulled up (`OFFSET 0`): the lock is granted before the read.
+const LOCK: &str = "SELECT pg_sequence_last_value('outbox_log_id_seq'::regclass)
+    FROM (SELECT pg_advisory_xact_lock($1) OFFSET 0) granted";
 
 /// Writing transactions read what was committed before each statement,
 /// whatever the database's or role's default: the statements after the
@@ -40,12 +45,13 @@ const READ_COMMITTED: tokio_postgres::IsolationLevel = tokio_postgres::Isolation
 
 /// Begins a writing transaction: waits at most the session's
 /// `lock_timeout` (5 s, [`super::SESSION_OPTIONS`]) for the write lock,
-/// then fails with [`StoreError::Busy`].
-pub(super) async fn begin(c: &mut Client) -> StoreResult<Transaction<'_>> {
+/// then fails with [`StoreError::Busy`]. Returns the transaction and
+/// where the outbox log ends, if `known` still holds.
+pub(super) async fn begin<'c>(c: &'c mut Client, known: &KnownTail) -> StoreResult<(Transaction<'c>, Option<Tail>)> {
     let tx = c.build_transaction().isolation_level(READ_COMMITTED).start().await?;
     let lock = tx.prepare_cached(LOCK).await?;
-    tx.execute(&lock, &[&WRITE_LOCK]).await?;
-    Ok(tx)
+    let seq = tx.query_one(&lock, &[&WRITE_LOCK]).await?.try_get(0)?;
+    Ok((tx, known.at(seq)))
 }
 
 impl PgStore {
@@ -65,9 +71,16 @@ impl PgStore {
     async fn transaction<R>(&self, bulk: bool, step: impl AsyncFnOnce(&PgTx<'_>) -> StoreResult<R>) -> StoreResult<R> {
         let _writer = self.writer().await?;
         let mut client = self.pool.get().await?;
-        let tx = if bulk { begin_bulk(&mut client).await? } else { begin(&mut client).await? };
-        let result = step(&PgTx::new(&tx)).await?;
+        let (tx, tail) = begin(&mut client, &self.tail).await?;
+        if bulk {
+            tx.batch_execute("SET LOCAL statement_timeout = 0").await?;
+        }
+        let pg = PgTx::new(&tx, tail);
+        let result = step(&pg).await?;
+        let tail = pg.tail();
+        drop(pg);
         tx.commit().await?;
+        self.tail.committed(tail);
         Ok(result)
     }
 
@@ -76,14 +89,6 @@ impl PgStore {
         let client = self.pool.get().await?;
         step(&On(&client)).await
     }
-}
-
-/// Begins a bulk writing transaction (import, copy, delete): as [`begin`],
-/// without the statement time limit that guards requests.
-pub(super) async fn begin_bulk(c: &mut Client) -> StoreResult<Transaction<'_>> {
-    let tx = begin(c).await?;
-    tx.batch_execute("SET LOCAL statement_timeout = 0").await?;
-    Ok(tx)
 }
 
 /// Stores single readings in one transaction, each with its own outcome
@@ -106,12 +111,20 @@ pub(super) async fn ingest_group(
     c: Client,
     group: &mut crate::group::Gather<'_>,
     kept: &crate::write::Kept,
+    known: &KnownTail,
 ) -> StoreResult<(Vec<StoreResult<()>>, Vec<AlarmEvent>)> {
     let lock = c.prepare_cached(LOCK).await?;
     let ahead = Ahead::new(&c);
     let tx = PgTx::sending_ahead(&c, &ahead);
     let begun = c.batch_execute("BEGIN ISOLATION LEVEL READ COMMITTED");
-    let begin = futures_util::future::join(begun, c.execute(&lock, &[&WRITE_LOCK]));
+    let locked = async {
+        let seq = c.query_one(&lock, &[&WRITE_LOCK]).await?.try_get(0)?;
+        // Answered before the reads sent after it: known before the log
+        // rows are made (if not, they look the tail up).
+        tx.begun(known.at(seq));
+        Ok::<_, tokio_postgres::Error>(())
+    };
+    let begin = futures_util::future::join(begun, locked);
     // `join` polls `begin` first: its statements are sent first.
     let first = group.first();
     let written = readings::ingest_group(&tx, first, group.rest(), kept);
@@ -123,7 +136,10 @@ pub(super) async fn ingest_group(
             // After a failed write the `COMMIT` rolled back.
             errors.extend(settled.err().into_iter().chain(committed.err().map(|e| e.into())));
             match super::ahead::reported(errors) {
-                None => Ok(written),
+                None => {
+                    known.committed(tx.tail());
+                    Ok(written)
+                }
                 Some(e) => Err(e),
             }
         }

@@ -46,7 +46,8 @@ async fn write(c: &tokio_postgres::Client, rows: &[OutboxRow]) {
     ids.dedup();
     let nums = numbers(c, &ids).await.expect("numbers");
     let number = |id: &str| nums.iter().find(|(known, _)| known == id).map(|(_, n)| *n);
-    for (sql, params) in insert(rows, number).expect("statements") {
+    let mut tail = tail(c).await.expect("the log's tail");
+    for (sql, params) in insert(rows, number, &mut tail).expect("statements") {
         let stmt = c.prepare(sql).await.expect("prepare");
         c.execute_raw(&stmt, params).await.expect("insert");
     }
@@ -278,4 +279,52 @@ async fn claimers_of_two_connections_never_spread_one_log_row_twice() {
     want.sort();
     assert_eq!(bodies, want, "each reading owed once");
     assert_eq!(spread(&**c, 100, None, Others::Wait).await.expect("spread"), 0);
+}
+
+/// Each log row's running total and count, in order.
+async fn totals(c: &tokio_postgres::Client) -> Vec<(i64, i64)> {
+    let rows = c.query("SELECT cum, n FROM outbox_log ORDER BY id", &[]).await.expect("log");
+    rows.iter().map(|r| (r.get(0), r.get(1))).collect()
+}
+
+/// Writes one reading owing `subs` in a writing transaction of `store`.
+async fn owe(store: &PgStore, body: &str, subs: &[&str]) {
+    use crate::write::tx::Tx;
+    let rows: Vec<OutboxRow> = subs.iter().map(|s| row(s, None, 7, body)).collect();
+    store.in_tx(async |tx| tx.insert_outbox(&rows).await).await.expect("written");
+}
+
+#[tokio::test]
+async fn a_writer_keeps_the_logs_running_total_and_looks_it_up_when_another_wrote() {
+    let (pg, first) = database().await;
+    let second = PgStore::open_with(pg.url(), crate::OpenOptions::default()).await.expect("a second instance");
+    let c = first.pool.get().await.expect("connection");
+    owe(&first, "r1", &["sub_a", "sub_b"]).await;
+    owe(&first, "r2", &["sub_a"]).await;
+    // The first instance knows where the log ends: it does not read it
+    // again (a row changed behind its back shows it).
+    c.execute("UPDATE outbox_log SET cum = 1000 WHERE cum = 3", &[]).await.expect("update");
+    owe(&first, "r3", &["sub_b"]).await;
+    assert_eq!(totals(&c).await, [(2, 2), (1000, 1), (4, 1)]);
+    c.execute("UPDATE outbox_log SET cum = 3 WHERE cum = 1000", &[]).await.expect("update");
+    // The other instance's row moves the sequence on: each looks the tail up.
+    owe(&second, "r4", &["sub_a", "sub_b"]).await;
+    owe(&first, "r5", &["sub_a"]).await;
+    // A transaction rolled back leaves nothing, and its row's number taken.
+    let rows = [row("sub_a", None, 7, "gone")];
+    let failed = first
+        .in_tx(async |tx| {
+            crate::write::tx::Tx::insert_outbox(tx, &rows).await?;
+            Err::<(), _>(crate::StoreError::Backend("refused".into()))
+        })
+        .await;
+    assert!(failed.is_err());
+    owe(&first, "r6", &["sub_b"]).await;
+    assert_eq!(totals(&c).await, [(2, 2), (3, 1), (4, 1), (6, 2), (7, 1), (8, 1)]);
+    assert_eq!(backlog(&**c).await.expect("backlog"), 8);
+    // Spread to empty, the log goes on from where it was.
+    assert_eq!(spread(&**c, 100, None, Others::Wait).await.expect("spread"), 6);
+    owe(&first, "r7", &["sub_a", "sub_b"]).await;
+    assert_eq!(backlog(&**c).await.expect("backlog"), 8 + 2);
+    assert_eq!(totals(&c).await, [(10, 2)]);
 }
