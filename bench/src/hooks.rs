@@ -54,6 +54,11 @@ pub struct Args {
     /// bench did before issue 27's shape (8 keep-alive connections)
     #[arg(long)]
     per_request: bool,
+    /// Each reading carries all four of the reference station's sensors
+    /// with three-decimal values, as its logger sends them (a body of
+    /// some 230 bytes), not its water level alone (some 120)
+    #[arg(long)]
+    full_readings: bool,
     /// Deliveries in the backlog that is drained
     #[arg(long, default_value_t = 100_000)]
     backlog: u64,
@@ -225,6 +230,8 @@ pub struct Hooks {
     pub clients: usize,
     /// `"keep-alive"` (each client on its connection) or `"per-request"`.
     pub connection: &'static str,
+    /// Whether each reading carried all the station's sensors (`--full-readings`).
+    pub full_readings: bool,
     /// `"sqlite"` or `"postgres"`.
     pub backend: &'static str,
 }
@@ -347,20 +354,26 @@ fn drained(
 }
 
 /// `clients` posting readings of the reference station (from reading
-/// `first`, a second apart) for `seconds`, each on its keep-alive
-/// connection or on a connection per reading: readings/s.
-async fn ingest_load(port: u16, clients: usize, per_request: bool, seconds: u64, first: u64) -> Result<f64, String> {
+/// `first`, a second apart; all its sensors if `full`) for `seconds`, each
+/// on its keep-alive connection or on a connection per reading: readings/s.
+async fn ingest_load(
+    port: u16,
+    clients: usize,
+    (per_request, full): (bool, bool),
+    seconds: u64,
+    first: u64,
+) -> Result<f64, String> {
     if per_request {
         return load(clients, seconds, first, move |k| crate::live::post_reading(port, 1_700_000_000 + k as i64, k))
             .await;
     }
-    load_each(clients, seconds, first, move || Conn::new(port), post_on(webhook_headers())).await
+    load_each(clients, seconds, first, move || Conn::new(port), post_on(webhook_headers(), full)).await
 }
 
-/// The keep-alive client's POST of reading `k`.
-fn post_on(headers: Arc<str>) -> impl Fn(Conn, u64) -> PostOn + Send + Sync + 'static {
+/// The keep-alive client's POST of reading `k` ([`crate::live::reading_body`]).
+fn post_on(headers: Arc<str>, full: bool) -> impl Fn(Conn, u64) -> PostOn + Send + Sync + 'static {
     move |mut conn, k| {
-        let (headers, body) = (headers.clone(), crate::live::reading_envelope(1_700_000_000 + k as i64, k));
+        let (headers, body) = (headers.clone(), crate::live::reading_body(k, full));
         Box::pin(async move {
             conn.post("/external/v1/webhook/sensor-data", &headers, &body?, 200).await?;
             Ok(conn)
@@ -430,7 +443,7 @@ pub fn run(args: Args) -> Result<(Hooks, PathBuf), String> {
         let (cpu, before, started) = (server.cpu_seconds(), written(server)?, Instant::now());
         let writer = server.writer_cpu_seconds();
         let own = cpu_seconds_of("/proc/self/stat");
-        let rps = rt.block_on(ingest_load(port, clients, per_request, args.seconds, first))?;
+        let rps = rt.block_on(ingest_load(port, clients, (per_request, args.full_readings), args.seconds, first))?;
         let wall = started.elapsed().as_secs_f64();
         let requests = (rps * wall).max(1.0);
         let server_cpu = server.cpu_seconds() - cpu;
@@ -524,7 +537,7 @@ pub fn run(args: Args) -> Result<(Hooks, PathBuf), String> {
             seconds,
             next_first(),
             move || Conn::new(port),
-            post_on(webhook_headers()),
+            post_on(webhook_headers(), args.full_readings),
         ))?;
         let took = started.elapsed().as_secs_f64();
         let owed = sent * paced_ids.len() as u64;
@@ -618,6 +631,7 @@ pub fn run(args: Args) -> Result<(Hooks, PathBuf), String> {
         batch: args.batch,
         clients,
         connection: if per_request { "per-request" } else { "keep-alive" },
+        full_readings: args.full_readings,
         backend: if temp.is_some() { "postgres" } else { "sqlite" },
         rounds,
     };

@@ -154,6 +154,26 @@ pub(crate) fn reading_envelope(second: i64, value: u64) -> Result<String, String
     ))
 }
 
+/// The webhook body of reading `k` of the reference station, a second
+/// after the bench's epoch each: its water level alone, or (`full`) its
+/// four sensors with values that change in their last digits, as a
+/// logger's do.
+pub(crate) fn reading_body(k: u64, full: bool) -> Result<String, String> {
+    let second = 1_700_000_000 + k as i64;
+    if !full {
+        return reading_envelope(second, k);
+    }
+    let ts = jiff::Timestamp::from_second(second).map_err(|e| e.to_string())?;
+    let (batt, wl) =
+        (12.0 + (k * 7 % 1000) as f64 / 1000.0, 100.0 + (k % 400) as f64 + (k * 13 % 1000) as f64 / 1000.0);
+    Ok(format!(
+        r#"{{"event":"sensor-data","device_id":"{}","timestamp":"{ts}","data":{{"sensors":[{{"id":"REF-batt","value":{batt}}},{{"id":"REF-sig","value":-{}}},{{"id":"REF-wl","value":{wl}}},{{"id":"REF-alert","value":{}}}]}}}}"#,
+        dataset::REF_DEVICE,
+        50 + k % 40,
+        u8::from(k.is_multiple_of(97)),
+    ))
+}
+
 /// The number of open streams the server reports.
 async fn open_streams(port: u16) -> Option<usize> {
     let mut s = TcpStream::connect(("127.0.0.1", port)).await.ok()?;
