@@ -328,3 +328,45 @@ async fn a_writer_keeps_the_logs_running_total_and_looks_it_up_when_another_wrot
     assert_eq!(backlog(&**c).await.expect("backlog"), 8 + 2);
     assert_eq!(totals(&c).await, [(10, 2)]);
 }
+
+#[tokio::test]
+async fn the_logs_bodies_are_compressed_with_lz4_where_the_server_has_it() {
+    let (_pg, store) = database().await;
+    let c = store.pool.get().await.expect("connection");
+    let has_lz4: bool = c
+        .query_one(
+            "SELECT current_setting('server_version_num')::integer >= 140000 AND EXISTS (
+                SELECT 1 FROM pg_settings WHERE name = 'default_toast_compression' AND 'lz4' = ANY (enumvals))",
+            &[],
+        )
+        .await
+        .expect("settings")
+        .get(0);
+    let method: String = c
+        .query_one(
+            "SELECT attcompression::text FROM pg_attribute WHERE attrelid = 'outbox_log'::regclass AND attname = 'bodies'",
+            &[],
+        )
+        .await
+        .expect("column")
+        .get(0);
+    assert_eq!(method, if has_lz4 { "l" } else { "" });
+    // A group's row of eight readings' bodies, written and spread as before.
+    let rows: Vec<OutboxRow> = (0..8)
+        .flat_map(|i| {
+            let body =
+                format!(r#"{{"event":"sensor-data","device_id":"AWLR-{i:04}","value":{}}}"#, "1.25,".repeat(120));
+            ["sub_a", "sub_b"].map(|s| row(s, None, 7, &body))
+        })
+        .collect();
+    write(&c, &rows).await;
+    if has_lz4 {
+        let sql = "SELECT pg_column_compression(bodies) FROM outbox_log";
+        let used: Option<String> = c.query_one(sql, &[]).await.expect("log").get(0);
+        assert_eq!(used.as_deref(), Some("lz4"));
+    }
+    assert_eq!(spread(&**c, 10, None, Others::Wait).await.expect("spread"), 1);
+    let spread: Vec<String> = outbox(&c).await.into_iter().map(|(_, _, _, body)| body).collect();
+    let written: Vec<String> = rows.iter().map(|r| r.body.to_string()).collect();
+    assert_eq!(spread, written, "the bodies come back as written");
+}
