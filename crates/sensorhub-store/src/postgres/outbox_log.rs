@@ -43,7 +43,7 @@ const INSERT: &str = "INSERT INTO outbox_log (created_at, devices, counts, subs,
 /// Where the log ends: the last value of its id sequence, and the running
 /// total the next row adds to (the newest row's, 0 for an empty log).
 /// Every log row is written under the write lock, so a writer that holds
-/// it and knows the tail needs not look it up: the gauge's running total
+/// it and knows the tail need not look it up: the gauge's running total
 /// (`cum`) cost each group's row a look-up of the newest row, the largest
 /// single piece of what the outbox cost a group (bench/RESULTS.md, the
 /// forty-second step).
