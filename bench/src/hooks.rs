@@ -23,12 +23,15 @@
 //! subscriptions and ingest alone measured again after it, so that each
 //! round's ratio is also taken against the mean of ingest alone just before
 //! and just after it (the drift of a run cancels), and the figures are the
-//! rounds' medians.
+//! rounds' medians; from six rounds on, each ratio's median comes with an
+//! interval that holds it with 95 % confidence, and the report says whether
+//! that interval shows the 0.9 target met, missed, or cannot tell.
 
 use crate::closed_loop::{load, load_each};
 use crate::dataset;
 use crate::keepalive::Conn;
 use crate::run::{Server, cpu_seconds_of};
+use crate::stats::{median, median_interval};
 use serde::Serialize;
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
@@ -159,6 +162,12 @@ pub struct Hooks {
     pub ratio_bracketed: f64,
     /// The same of the outbox-only phase.
     pub outbox_ratio_bracketed: f64,
+    /// An interval that holds the median of `ratio_bracketed`'s rounds
+    /// with 95 % confidence (their 4th smallest and largest of 15 rounds,
+    /// [`crate::stats::median_interval`]); none for fewer than 6 rounds.
+    pub ratio_interval: Option<(f64, f64)>,
+    /// The same of `outbox_ratio_bracketed`.
+    pub outbox_ratio_interval: Option<(f64, f64)>,
     /// Each round's figures (`--rounds`).
     pub rounds: Vec<Round>,
     /// The server's CPU time a request without subscriptions, us
@@ -604,6 +613,8 @@ pub fn run(args: Args) -> Result<(Hooks, PathBuf), String> {
         ratio_after: median_of(|r| r.delivering_rps / r.none_after_rps.max(1e-9)),
         ratio_bracketed: median_of(|r| r.ratio_bracketed),
         outbox_ratio_bracketed: median_of(|r| r.outbox_ratio_bracketed),
+        ratio_interval: median_interval(rounds.iter().map(|r| r.ratio_bracketed).collect()),
+        outbox_ratio_interval: median_interval(rounds.iter().map(|r| r.outbox_ratio_bracketed).collect()),
         cpu_us_none: none.cpu_us,
         cpu_us_outbox: outbox_only.cpu_us,
         cpu_us_delivering: delivering.cpu_us,
@@ -645,16 +656,6 @@ pub fn run(args: Args) -> Result<(Hooks, PathBuf), String> {
     let json = serde_json::to_string_pretty(&hooks).map_err(|e| e.to_string())?;
     std::fs::write(&path, json).map_err(|e| e.to_string())?;
     Ok((hooks, path))
-}
-
-/// The median of `v` (0 if empty).
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
 }
 
 /// What the server spent on one request of a phase.

@@ -9,7 +9,7 @@ pub fn report(h: &Hooks) -> String {
          (ratio {:.2}), {:.0} req/s while delivering on the same cores (ratio {:.2}; target >= 0.9; \
          {:.0} deliveries/s meanwhile); {:.0} req/s without subscriptions again after them (ratio while \
          delivering against it {:.2}); against the mean of the two: {:.2} while delivering, {:.2} outbox only \
-         (median of {} round(s){})\n\
+         (median of {} round(s){}){}\n\
          server a request (none / outbox only / delivering, the deliveries' work included): CPU {:.0} / {:.0} / \
          {:.0} us (the store's group-commit thread {:.1} / {:.1} / {:.1} us), {} {:.0} / {:.0} / {:.0} bytes; a delivery made while ingesting: CPU {:.0} us, {:.0} bytes\n\
          cores used without subscriptions / while delivering: server {:.2} / {:.2}, the bench's clients and \
@@ -34,6 +34,7 @@ pub fn report(h: &Hooks) -> String {
         h.outbox_ratio_bracketed,
         h.rounds.len(),
         rounds_text(&h.rounds),
+        interval_text(h),
         h.cpu_us_none,
         h.cpu_us_outbox,
         h.cpu_us_delivering,
@@ -74,4 +75,22 @@ fn rounds_text(rounds: &[Round]) -> String {
     let each: Vec<String> =
         rounds.iter().map(|r| format!("{:.2}/{:.2}", r.ratio_bracketed, r.outbox_ratio_bracketed)).collect();
     format!(": delivering/outbox only {}", each.join(", "))
+}
+
+/// The 95 % intervals of the rounds' medians, and whether they show the
+/// target met (ingest while delivering at least 0.9 of ingest alone), when
+/// there are enough rounds to tell.
+fn interval_text(h: &Hooks) -> String {
+    let (Some((low, high)), Some((outbox_low, outbox_high))) = (h.ratio_interval, h.outbox_ratio_interval) else {
+        return String::new();
+    };
+    let verdict = match (low >= 0.9, high < 0.9) {
+        (true, _) => "target met",
+        (_, true) => "target missed",
+        _ => "the rounds cannot tell whether the target is met",
+    };
+    format!(
+        "; the median's 95 % interval {low:.3}-{high:.3} while delivering ({verdict}), \
+         {outbox_low:.3}-{outbox_high:.3} outbox only"
+    )
 }
