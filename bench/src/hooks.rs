@@ -32,7 +32,6 @@ use crate::dataset;
 use crate::keepalive::Conn;
 use crate::run::{Server, cpu_seconds_of};
 use crate::stats::{median, median_interval};
-use serde::Serialize;
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -40,7 +39,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+mod endpoints;
+mod figures;
 mod report;
+use endpoints::{black_hole, receiver, receiver_runtime};
+use figures::Cost;
+pub use figures::{Hooks, Round};
 pub use report::report;
 
 /// The sealing key of the benchmark's subscriptions.
@@ -114,140 +118,6 @@ pub struct Args {
     rounds: usize,
 }
 
-/// One round of the three ingest phases, requests/s.
-#[derive(Debug, Serialize)]
-pub struct Round {
-    /// Ingest with no subscription just before the round.
-    pub none_before_rps: f64,
-    /// With 3 subscriptions writing their outbox only.
-    pub outbox_rps: f64,
-    /// With 3 subscriptions delivering.
-    pub delivering_rps: f64,
-    /// Deliveries per second made meanwhile.
-    pub deliveries_per_s: f64,
-    /// Ingest with no subscription just after (their removal).
-    pub none_after_rps: f64,
-    /// `delivering_rps` over the mean of `none_before_rps` and `none_after_rps`.
-    pub ratio_bracketed: f64,
-    /// `outbox_rps` over the same mean.
-    pub outbox_ratio_bracketed: f64,
-}
-
-/// What the scenario measured.
-#[derive(Debug, Serialize)]
-pub struct Hooks {
-    /// Webhook ingest with no subscription, requests/s (with rounds, the
-    /// median of each round's figure before it; so are the figures of the
-    /// other two phases and their ratios).
-    pub ingest_none_rps: f64,
-    /// Webhook ingest with 3 subscriptions whose deliveries only go to the
-    /// outbox (a server without the key does not deliver), requests/s.
-    pub ingest_three_outbox_rps: f64,
-    /// `ingest_three_outbox_rps / ingest_none_rps`: the write path's own cost.
-    pub outbox_ratio: f64,
-    /// Webhook ingest with 3 subscriptions delivering, requests/s.
-    pub ingest_three_rps: f64,
-    /// `ingest_three_rps / ingest_none_rps` (target ≥ 0.9, issue 27).
-    pub ratio: f64,
-    /// Deliveries per second made meanwhile (from the backlog the outbox
-    /// phase left and the new readings).
-    pub deliveries_while_ingesting_per_s: f64,
-    /// Webhook ingest with no subscription again, after the other phases
-    /// (their three subscriptions removed), requests/s.
-    pub ingest_none_after_rps: f64,
-    /// `ingest_three_rps / ingest_none_after_rps`.
-    pub ratio_after: f64,
-    /// The median of the rounds' ratios while delivering against the mean
-    /// of ingest alone before and after each (the run's drift cancelled).
-    pub ratio_bracketed: f64,
-    /// The same of the outbox-only phase.
-    pub outbox_ratio_bracketed: f64,
-    /// An interval that holds the median of `ratio_bracketed`'s rounds
-    /// with 95 % confidence (their 4th smallest and largest of 15 rounds,
-    /// [`crate::stats::median_interval`]); none for fewer than 6 rounds.
-    pub ratio_interval: Option<(f64, f64)>,
-    /// The same of `outbox_ratio_bracketed`.
-    pub outbox_ratio_interval: Option<(f64, f64)>,
-    /// Each round's figures (`--rounds`).
-    pub rounds: Vec<Round>,
-    /// The server's CPU time a request without subscriptions, us
-    /// (`/proc/PID/stat`; less noisy than a rate on a shared machine; with
-    /// rounds, this and the other costs are their means over the rounds).
-    pub cpu_us_none: f64,
-    /// The same with three subscriptions, writing their outbox only.
-    pub cpu_us_outbox: f64,
-    /// The same while delivering: the deliveries' work counts too.
-    pub cpu_us_delivering: f64,
-    /// Of the server's CPU time a request, the store's group-commit
-    /// thread's (SQLite's one writer, or PostgreSQL's group committer):
-    /// without subscriptions, writing the outbox only, while delivering.
-    pub writer_us_none: f64,
-    pub writer_us_outbox: f64,
-    pub writer_us_delivering: f64,
-    /// The server's CPU time a delivery made while ingesting, us: what the
-    /// requests of that phase cost above those of the outbox-only phase,
-    /// over the deliveries made meanwhile.
-    pub cpu_us_a_delivery: f64,
-    /// The same of what the server wrote (`disk_bytes_*`), bytes a delivery.
-    pub disk_bytes_a_delivery: f64,
-    /// The cores the server used (CPU seconds a second) without
-    /// subscriptions and while delivering.
-    pub server_cores_none: f64,
-    pub server_cores_delivering: f64,
-    /// The cores the bench itself used meanwhile (its load clients, and
-    /// the receiver of the deliveries), from `/proc/self/stat`.
-    pub bench_cores_none: f64,
-    pub bench_cores_delivering: f64,
-    /// Bytes of file pages the server dirtied a request without
-    /// subscriptions (`write_bytes` of `/proc/PID/io`: the WAL's and the
-    /// database's pages, counted when dirtied); on PostgreSQL, bytes of WAL
-    /// the cluster wrote (the bench's own statements are few).
-    pub disk_bytes_none: f64,
-    /// The same with three subscriptions, writing their outbox only.
-    pub disk_bytes_outbox: f64,
-    /// The same while delivering.
-    pub disk_bytes_delivering: f64,
-    /// Webhook ingest paced at `--paced-share` of ingest alone (a load the
-    /// machine is not short of), with 3 subscriptions delivering from
-    /// none owed: readings/s sent.
-    pub paced_rps: f64,
-    /// The share of the deliveries those readings owed that were made
-    /// while they came (the rest within `paced_catch_up_s` after).
-    pub paced_delivered_share: f64,
-    /// Seconds from the paced load's end until every delivery it owed was made.
-    pub paced_catch_up_s: f64,
-    /// Deliveries the drained backlog held.
-    pub backlog: u64,
-    /// Time to drain it, s.
-    pub drain_s: f64,
-    /// Deliveries per second while draining.
-    pub deliveries_per_s: f64,
-    /// What the server wrote while draining (`disk_bytes_*`), bytes a
-    /// delivery: the worker's own writes, with no ingest beside them.
-    pub drain_bytes_a_delivery: f64,
-    /// Deliveries owed to an endpoint that takes connections and never
-    /// answers, written before the healthy endpoint's backlog.
-    pub hole: u64,
-    /// The healthy endpoint's backlog (`--backlog`, owed to the hole too)
-    /// drained behind them, deliveries/s: what a dead endpoint's backlog
-    /// costs every other subscription.
-    pub deliveries_behind_hole_per_s: f64,
-    /// The healthy endpoint's subscriptions in that phase.
-    pub hole_subscriptions: u64,
-    /// Deliveries in flight per endpoint.
-    pub concurrency: usize,
-    /// Readings per batched POST at most (0: one per POST).
-    pub batch: u32,
-    /// Clients of the ingest load.
-    pub clients: usize,
-    /// `"keep-alive"` (each client on its connection) or `"per-request"`.
-    pub connection: &'static str,
-    /// Whether each reading carried all the station's sensors (`--full-readings`).
-    pub full_readings: bool,
-    /// `"sqlite"` or `"postgres"`.
-    pub backend: &'static str,
-}
-
 /// Runs `sensorhub ARGS --database DB` and returns its stdout.
 pub(crate) fn sensorhub(exe: &Path, db: impl AsRef<OsStr>, args: &[&str]) -> Result<String, String> {
     let out = Command::new(exe)
@@ -264,25 +134,6 @@ pub(crate) fn sensorhub(exe: &Path, db: impl AsRef<OsStr>, args: &[&str]) -> Res
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// Starts the receiver; returns its URL and the count of deliveries
-/// (readings: a batched POST counts its members) it got.
-async fn receiver() -> Result<(String, Arc<AtomicU64>), String> {
-    let count = Arc::new(AtomicU64::new(0));
-    let counted = count.clone();
-    let app = axum::Router::new().route(
-        "/hook",
-        axum::routing::post(move |body: axum::body::Bytes| {
-            let members = body.windows(13).filter(|w| w == b"\"webhook_id\":").count();
-            counted.fetch_add(members.max(1) as u64, Ordering::Relaxed);
-            async { axum::http::StatusCode::NO_CONTENT }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.map_err(|e| e.to_string())?;
-    let addr = listener.local_addr().map_err(|e| e.to_string())?;
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    Ok((format!("http://{addr}/hook"), count))
-}
-
 /// The arguments of `subscription add` for endpoint `url`, batching up to
 /// `batch_max` readings a POST if given.
 fn add_args<'a>(url: &'a str, batch_max: Option<&'a str>) -> Vec<&'a str> {
@@ -291,43 +142,6 @@ fn add_args<'a>(url: &'a str, batch_max: Option<&'a str>) -> Vec<&'a str> {
         add.extend(["--batch", "--batch-max", n]);
     }
     add
-}
-
-/// A runtime of two threads for the receiver, in the idle scheduling
-/// class (Linux) if `idle`.
-fn receiver_runtime(idle: bool) -> Result<tokio::runtime::Runtime, String> {
-    use thread_priority::unix::{NormalThreadSchedulePolicy, ThreadSchedulePolicy};
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .on_thread_start(move || {
-            if !idle {
-                return;
-            }
-            let idle = ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Idle);
-            let id = thread_priority::thread_native_id();
-            if let Err(e) =
-                thread_priority::set_thread_priority_and_policy(id, thread_priority::ThreadPriority::Min, idle)
-            {
-                eprintln!("the receiver's thread stays in the normal class: {e:?}");
-            }
-        })
-        .build()
-        .map_err(|e| e.to_string())
-}
-
-/// Starts an endpoint that takes connections and never answers (a partner
-/// down behind a load balancer that still accepts); returns its URL.
-async fn black_hole() -> Result<String, String> {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.map_err(|e| e.to_string())?;
-    let addr = listener.local_addr().map_err(|e| e.to_string())?;
-    tokio::spawn(async move {
-        let mut held = Vec::new();
-        while let Ok((conn, _)) = listener.accept().await {
-            held.push(conn);
-        }
-    });
-    Ok(format!("http://{addr}/hook"))
 }
 
 /// Writes `n` readings of the reference station, a second apart from
@@ -656,43 +470,6 @@ pub fn run(args: Args) -> Result<(Hooks, PathBuf), String> {
     let json = serde_json::to_string_pretty(&hooks).map_err(|e| e.to_string())?;
     std::fs::write(&path, json).map_err(|e| e.to_string())?;
     Ok((hooks, path))
-}
-
-/// What the server spent on one request of a phase.
-#[derive(Clone, Copy, Default)]
-struct Cost {
-    /// CPU time (user and system), us.
-    cpu_us: f64,
-    /// Of which the store's group-commit thread's.
-    writer_us: f64,
-    /// Bytes of file pages dirtied (`write_bytes`), or of WAL on PostgreSQL.
-    disk_bytes: f64,
-    /// CPU seconds a second: the server's, and the bench's own.
-    server_cores: f64,
-    bench_cores: f64,
-}
-
-impl Cost {
-    /// The mean of `costs`, field by field.
-    fn mean<'a>(costs: impl Iterator<Item = &'a Cost>) -> Cost {
-        let (mut sum, mut n) = (Cost::default(), 0.0);
-        for c in costs {
-            sum.cpu_us += c.cpu_us;
-            sum.writer_us += c.writer_us;
-            sum.disk_bytes += c.disk_bytes;
-            sum.server_cores += c.server_cores;
-            sum.bench_cores += c.bench_cores;
-            n += 1.0;
-        }
-        let n: f64 = if n > 0.0 { n } else { 1.0 };
-        Cost {
-            cpu_us: sum.cpu_us / n,
-            writer_us: sum.writer_us / n,
-            disk_bytes: sum.disk_bytes / n,
-            server_cores: sum.server_cores / n,
-            bench_cores: sum.bench_cores / n,
-        }
-    }
 }
 
 /// The bytes of WAL the PostgreSQL cluster of `url` has written so far.
