@@ -26,6 +26,7 @@ mod latest;
 mod mqtt;
 mod mqtt_identity;
 mod mqtt_memory;
+mod mqtt_tls;
 mod ops;
 mod ratelimit;
 mod readings;
