@@ -41,6 +41,7 @@ use std::time::{Duration, Instant};
 
 mod endpoints;
 mod figures;
+mod pg;
 mod report;
 use endpoints::{black_hole, receiver, receiver_runtime};
 use figures::Cost;
@@ -262,7 +263,7 @@ pub fn run(args: Args) -> Result<(Hooks, PathBuf), String> {
     // The load's rate, the server's CPU and bytes of file pages dirtied a
     // request, and the cores the server and the bench used.
     let written = |server: &Server| match &temp {
-        Some(pg) => rt.block_on(wal_bytes(pg.url())),
+        Some(temp) => rt.block_on(pg::wal_bytes(temp.url())),
         None => server.written_bytes(),
     };
     let measured = |server: &Server, first: u64| -> Result<(f64, Cost), String> {
@@ -318,6 +319,12 @@ pub fn run(args: Args) -> Result<(Hooks, PathBuf), String> {
         drop(server);
         for id in &ids {
             sensorhub(&bin, db, &["subscription", "remove", id])?;
+        }
+        if let Some(temp) = &temp
+            && rt.block_on(pg::vacuum_if_autovacuum_is_off(temp.url()))?
+            && rounds.is_empty()
+        {
+            eprintln!("autovacuum is off on this cluster: the outbox's tables are vacuumed after each round");
         }
         let server = serve(true)?;
         let (none_after_rps, none_after) = measured(&server, next_first())?;
@@ -470,17 +477,6 @@ pub fn run(args: Args) -> Result<(Hooks, PathBuf), String> {
     let json = serde_json::to_string_pretty(&hooks).map_err(|e| e.to_string())?;
     std::fs::write(&path, json).map_err(|e| e.to_string())?;
     Ok((hooks, path))
-}
-
-/// The bytes of WAL the PostgreSQL cluster of `url` has written so far.
-async fn wal_bytes(url: &str) -> Result<f64, String> {
-    let (c, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.map_err(|e| e.to_string())?;
-    let conn = tokio::spawn(conn);
-    let sql = "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::float8";
-    let bytes = c.query_one(sql, &[]).await.map_err(|e| e.to_string())?.get(0);
-    drop(c);
-    let _ = conn.await;
-    Ok(bytes)
 }
 
 /// The deliveries pending in the database `db` (a SQLite file or a URL).
