@@ -43,6 +43,14 @@ pub trait Health: Send + Sync {
     /// Records `value` under `key` (replacing what was there); `id` is not
     /// a key it takes.
     async fn record_installation_fact(&self, key: &str, value: &str) -> StoreResult<()>;
+
+    /// On a PostgreSQL cluster whose autovacuum is off, vacuums (and
+    /// analyzes) each of sensorhub's tables past autovacuum's own
+    /// thresholds, returning them; `None` where the database reclaims its
+    /// space itself (autovacuum on, or SQLite, which reuses freed pages).
+    async fn vacuum_when_autovacuum_is_off(&self) -> StoreResult<Option<Vec<crate::Vacuumed>>> {
+        Ok(None)
+    }
 }
 
 /// Who may do what: credentials, write permission, and the generation

@@ -321,6 +321,15 @@ pub struct DeleteReport {
     pub hours: u64,
 }
 
+/// A table sensorhub vacuumed itself (PostgreSQL with autovacuum off).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Vacuumed {
+    /// The table's name.
+    pub table: String,
+    /// Its dead rows when it was found due (by the statistics, which lag).
+    pub dead_rows: u64,
+}
+
 /// What one pass of retention removed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RetentionReport {

@@ -27,6 +27,8 @@ mod pg_groups;
 mod removal;
 #[path = "contract/summaries.rs"]
 mod summaries;
+#[path = "contract/vacuum.rs"]
+mod vacuum;
 
 use futures_util::StreamExt;
 use sensorhub_core::model::{Origin, ReadingInput, ValueInput};

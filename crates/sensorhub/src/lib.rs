@@ -16,3 +16,4 @@ pub mod redis_client;
 pub mod retention;
 pub mod service;
 pub mod silence;
+pub mod vacuum;

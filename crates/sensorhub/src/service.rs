@@ -1,9 +1,9 @@
 //! [`launch`]: everything `serve` runs, started from its resolved settings
 //! over an open store and a bound listener: the HTTP server (with TLS when
 //! configured), the live hub, the MQTT link, the delivery worker, the
-//! retention task, the silence watch, the metrics listener and the demo's
-//! stations. `serve`
-//! and the integration tests start the service the same way.
+//! retention task, the silence watch, the vacuum of a cluster without
+//! autovacuum, the metrics listener and the demo's stations. `serve` and
+//! the integration tests start the service the same way.
 
 use crate::config::serve::ServeSettings;
 use crate::config::server::CounterStore;
@@ -73,6 +73,7 @@ pub async fn launch(
     }
     crate::retention::spawn(store.clone(), settings.retention, settings.retention_every, metrics.clone());
     crate::silence::spawn(store.clone(), jiff::Timestamp::now().as_second());
+    crate::vacuum::spawn(store.clone(), metrics.clone());
     if let Some(addr) = settings.metrics_listen {
         let ops = TcpListener::bind(addr).await.map_err(|e| format!("cannot listen on {addr}: {e}"))?;
         tracing::info!(address = %ops.local_addr()?, "metrics, /healthz and /readyz served on their own listener");

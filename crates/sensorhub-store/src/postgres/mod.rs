@@ -14,6 +14,7 @@ mod outbox_log;
 mod read;
 mod tx;
 mod upgrade;
+mod vacuum;
 mod write;
 
 use crate::sql::access;
@@ -263,6 +264,10 @@ impl crate::store::Health for PgStore {
     async fn record_installation_fact(&self, key: &str, value: &str) -> StoreResult<()> {
         let key = fact_key(key)?;
         self.on(async |c| access::record_installation_fact(c, &key, value).await).await
+    }
+
+    async fn vacuum_when_autovacuum_is_off(&self) -> StoreResult<Option<Vec<crate::Vacuumed>>> {
+        PgStore::vacuum_when_autovacuum_is_off(self).await
     }
 }
 

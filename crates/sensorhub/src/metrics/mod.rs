@@ -40,6 +40,11 @@ struct StateLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TableLabels {
+    table: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CacheLabels {
     cache: &'static str,
 }
@@ -75,6 +80,7 @@ pub struct Metrics {
     retention_readings: Counter,
     retention_bytes: Counter,
     retention_returned: Counter,
+    vacuums: Family<TableLabels, Counter>,
     mqtt_messages: Family<OutcomeLabels, Counter>,
     mqtt_readings: Counter,
     mqtt_qos0_dropped: Counter,
@@ -158,6 +164,12 @@ impl Default for Metrics {
             "Bytes the database file shrank by after retention (SQLite with incremental auto-vacuum)",
             retention_returned.clone(),
         );
+        let vacuums = Family::<TableLabels, Counter>::default();
+        registry.register(
+            "tables_vacuumed",
+            "Vacuums sensorhub ran itself on its tables, by table (PostgreSQL whose autovacuum is off)",
+            vacuums.clone(),
+        );
         let mqtt_messages = Family::<OutcomeLabels, Counter>::default();
         let mqtt_readings = Counter::default();
         let mqtt_connected = Gauge::default();
@@ -217,6 +229,7 @@ impl Default for Metrics {
             retention_readings,
             retention_bytes,
             retention_returned,
+            vacuums,
             mqtt_messages,
             mqtt_readings,
             mqtt_qos0_dropped,
@@ -269,6 +282,11 @@ impl Metrics {
     /// (`served`, `memory`, `received`).
     pub fn redis_unavailable(&self, outcome: &'static str) -> Counter {
         self.redis_unavailable.get_or_create(&OutcomeLabels { outcome }).clone()
+    }
+
+    /// Counts a vacuum sensorhub ran itself on `table`.
+    pub fn vacuumed(&self, table: &str) {
+        self.vacuums.get_or_create(&TableLabels { table: table.to_owned() }).inc();
     }
 
     /// Counts what a retention pass removed.
@@ -388,6 +406,7 @@ mod tests {
         m.rate_limited("basic");
         m.webhook(true);
         m.readings_served(3);
+        m.vacuumed("outbox");
         let text = m.render(PoolStatus { max: 8, in_use: 1, idle: 2 }, CacheBytes { rendered_hours: 5, kept_hours: 7 });
         for needle in [
             "sensorhub_http_requests_total{method=\"GET\",route=\"/external/v1/devices\",status=\"200\"} 1",
@@ -395,6 +414,7 @@ mod tests {
             "sensorhub_rate_limited_requests_total{kind=\"basic\"} 1",
             "sensorhub_webhook_envelopes_total{outcome=\"accepted\"} 1",
             "sensorhub_readings_served_total 3",
+            "sensorhub_tables_vacuumed_total{table=\"outbox\"} 1",
             "sensorhub_db_pool_connections{state=\"max\"} 8",
             "sensorhub_memory_cache_bytes{cache=\"rendered_hours\"} 5",
             "sensorhub_memory_cache_bytes{cache=\"kept_hours\"} 7",

@@ -136,3 +136,25 @@ async fn metrics_move_to_their_own_listener() {
     assert_eq!(status(format!("http://{ops}/readyz")).await, 200);
     assert_eq!(status(format!("http://{ops}/external/v1/devices")).await, 404, "no API there");
 }
+
+on_each_backend! {
+    async fn the_vacuum_pass_runs_only_where_autovacuum_is_off() {
+        let app = TestApp::start().await;
+        let metrics = sensorhub::metrics::Metrics::default();
+        let off = match crate::harness::BACKEND.with(|b| *b) {
+            crate::harness::Backend::Sqlite => false,
+            crate::harness::Backend::Postgres => {
+                let (admin, connection) =
+                    tokio_postgres::connect(&app.db, tokio_postgres::NoTls).await.expect("connect");
+                let connection = tokio::spawn(connection);
+                let on: String = admin.query_one("SHOW autovacuum", &[]).await.expect("show").get(0);
+                drop(admin);
+                let _ = connection.await;
+                on == "off"
+            }
+        };
+        // Whether sensorhub vacuums, said once when it changes.
+        assert_eq!(sensorhub::vacuum::pass(&*app.store, &metrics, false).await, off);
+        assert_eq!(sensorhub::vacuum::pass(&*app.store, &metrics, true).await, off);
+    }
+}

@@ -1,0 +1,94 @@
+//! sensorhub's own vacuum: on a PostgreSQL cluster whose autovacuum is off
+//! it vacuums and analyzes its tables past autovacuum's thresholds, and no
+//! table of anyone else; where the database reclaims its space itself
+//! (SQLite; PostgreSQL with autovacuum on) it does nothing.
+
+use super::{BASE, apply, postgres_url, reading};
+use sensorhub_testing::TempDatabase;
+use std::time::{Duration, Instant};
+
+/// A session of its own on `url`, beside the store's.
+async fn session(url: &str) -> (tokio_postgres::Client, tokio::task::JoinHandle<()>) {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.expect("connect");
+    (client, tokio::spawn(async move { connection.await.expect("connection") }))
+}
+
+/// Statistics reach `pg_stat_user_tables` within about ten seconds of a
+/// session going idle; a look waits at most this long.
+const STATS_LAG: Duration = Duration::from_secs(30);
+
+/// `table`'s dead rows, and whether it was vacuumed and analyzed by hand.
+async fn stats(admin: &tokio_postgres::Client, table: &str) -> (i64, bool, bool) {
+    let row = admin
+        .query_one(
+            "SELECT n_dead_tup, last_vacuum IS NOT NULL, last_analyze IS NOT NULL
+             FROM pg_stat_user_tables WHERE relid = $1::text::regclass",
+            &[&table],
+        )
+        .await
+        .expect("stats");
+    (row.get(0), row.get(1), row.get(2))
+}
+
+#[tokio::test]
+async fn sqlite_reclaims_its_space_itself() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("v.db");
+    let store = sensorhub_store::open(path.to_str().expect("utf-8")).await.expect("open");
+    apply(&*store, BASE).await.expect("base");
+    assert_eq!(store.vacuum_when_autovacuum_is_off().await.expect("pass"), None);
+}
+
+#[tokio::test]
+async fn postgres_without_autovacuum_has_sensorhub_vacuum_its_own_tables() {
+    let pg = TempDatabase::create(&postgres_url()).await.expect("database");
+    let store = sensorhub_store::open(pg.url()).await.expect("open");
+    apply(&*store, BASE).await.expect("base");
+    let (admin, connection) = session(pg.url()).await;
+    let autovacuum: String = admin.query_one("SHOW autovacuum", &[]).await.expect("show").get(0);
+    if autovacuum == "on" {
+        // PostgreSQL keeps the tables: sensorhub leaves them alone.
+        assert_eq!(store.vacuum_when_autovacuum_is_off().await.expect("pass"), None);
+        eprintln!("this cluster's autovacuum is on: only that sensorhub then leaves vacuuming to it was checked");
+        return;
+    }
+    // Someone else's table in the same schema, with dead rows.
+    admin
+        .batch_execute(
+            "CREATE TABLE bystander (n int); INSERT INTO bystander SELECT generate_series(1, 1000);
+             DELETE FROM bystander",
+        )
+        .await
+        .expect("bystander");
+    // Each reading stored on its own updates D1's two latest values.
+    for ts in 1..=100 {
+        store.ingest(reading("D1", ts * 60, &[("a", 1.0), ("b", 2.0)])).await.expect("ingest");
+    }
+    let since = Instant::now();
+    while stats(&admin, "bystander").await.0 < 1000 {
+        assert!(since.elapsed() < STATS_LAG, "the bystander's dead rows never reached the statistics");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let vacuumed = loop {
+        let tables = store.vacuum_when_autovacuum_is_off().await.expect("pass").expect("autovacuum is off");
+        if let Some(latest) = tables.iter().find(|t| t.table == "latest") {
+            break latest.clone();
+        }
+        assert!(since.elapsed() < STATS_LAG, "latest's dead rows never made it due: {tables:?}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    assert!(vacuumed.dead_rows > 50, "latest was due by its dead rows: {vacuumed:?}");
+    let (dead, was_vacuumed, was_analyzed) = stats(&admin, "latest").await;
+    assert!(was_vacuumed && was_analyzed, "latest vacuumed and analyzed");
+    assert!(dead < 50, "latest's dead rows were reclaimed: {dead} left");
+    let (dead, was_vacuumed, _) = stats(&admin, "bystander").await;
+    assert!(
+        !was_vacuumed && dead >= 1000,
+        "the bystander is not sensorhub's: {dead} dead rows, vacuumed {was_vacuumed}"
+    );
+    // Vacuumed, latest is not due again.
+    let again = store.vacuum_when_autovacuum_is_off().await.expect("pass").expect("autovacuum is off");
+    assert!(again.iter().all(|t| t.table != "latest"), "latest vacuumed twice: {again:?}");
+    drop(admin);
+    let _ = connection.await;
+}
