@@ -83,3 +83,26 @@ impl PgStore {
         Ok(Some(vacuumed))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// The tables the migrations create, by the name after `CREATE TABLE`.
+    fn created() -> Vec<String> {
+        let mut names: Vec<String> = super::super::MIGRATIONS
+            .iter()
+            .flat_map(|sql| sql.split("CREATE TABLE ").skip(1))
+            .filter_map(|rest| rest.trim_start_matches("IF NOT EXISTS ").split([' ', '(', '\n']).next())
+            .map(str::to_owned)
+            .collect();
+        names.sort();
+        names.dedup();
+        names
+    }
+
+    #[test]
+    fn every_table_the_migrations_create_is_looked_after() {
+        let tables = created();
+        assert!(tables.len() > 20, "the migrations' tables were found: {tables:?}");
+        assert_eq!(tables, super::TABLES, "a migration's new table goes into TABLES");
+    }
+}
