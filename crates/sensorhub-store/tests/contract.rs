@@ -85,6 +85,12 @@ fn postgres_url() -> String {
     std::env::var("SENSORHUB_TEST_POSTGRES").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
 }
 
+/// A session of its own on `url`, beside the store's.
+async fn session(url: &str) -> (tokio_postgres::Client, tokio::task::JoinHandle<()>) {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.expect("connect");
+    (client, tokio::spawn(async move { connection.await.expect("connection") }))
+}
+
 async fn backends() -> Vec<Backend> {
     let dir = tempfile::tempdir().expect("dir");
     let path = dir.path().join("contract.db");

@@ -4,18 +4,12 @@
 //! aborted transaction it leaves; nothing of the group stays; and the
 //! writer's connection goes on to the next group.
 
-use super::{BASE, apply, postgres_url, read_all, reading};
+use super::{BASE, apply, postgres_url, read_all, reading, session};
 use sensorhub_store::{Scope, Store, StoreError};
 use sensorhub_testing::TempDatabase;
 
 /// The advisory lock every writing transaction takes ("writes").
 const WRITE_LOCK: i64 = 0x7772_6974_6573;
-
-/// A session of its own on `url`, beside the store's.
-async fn session(url: &str) -> (tokio_postgres::Client, tokio::task::JoinHandle<()>) {
-    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.expect("connect");
-    (client, tokio::spawn(async move { connection.await.expect("connection") }))
-}
 
 /// The seconds of `device`'s stored readings.
 async fn seconds(store: &dyn Store, device: &str) -> Vec<i64> {

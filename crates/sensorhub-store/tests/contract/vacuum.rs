@@ -3,15 +3,9 @@
 //! table of anyone else; where the database reclaims its space itself
 //! (SQLite; PostgreSQL with autovacuum on) it does nothing.
 
-use super::{BASE, apply, postgres_url, reading};
+use super::{BASE, apply, postgres_url, reading, session};
 use sensorhub_testing::TempDatabase;
 use std::time::{Duration, Instant};
-
-/// A session of its own on `url`, beside the store's.
-async fn session(url: &str) -> (tokio_postgres::Client, tokio::task::JoinHandle<()>) {
-    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.expect("connect");
-    (client, tokio::spawn(async move { connection.await.expect("connection") }))
-}
 
 /// Statistics reach `pg_stat_user_tables` within about ten seconds of a
 /// session going idle; a look waits at most this long.
