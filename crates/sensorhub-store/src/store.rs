@@ -46,9 +46,11 @@ pub trait Health: Send + Sync {
 
     /// On a PostgreSQL cluster whose autovacuum is off, vacuums (and
     /// analyzes) each of sensorhub's tables past autovacuum's own
-    /// thresholds, returning them; `None` where the database reclaims its
-    /// space itself (autovacuum on, or SQLite, which reuses freed pages).
-    async fn vacuum_when_autovacuum_is_off(&self) -> StoreResult<Option<Vec<crate::Vacuumed>>> {
+    /// thresholds that its role may vacuum, at autovacuum's pace, and says
+    /// which it did and which it may not; `None` where the database
+    /// reclaims its space itself (autovacuum on, or SQLite, which reuses
+    /// freed pages).
+    async fn vacuum_when_autovacuum_is_off(&self) -> StoreResult<Option<crate::VacuumPass>> {
         Ok(None)
     }
 }

@@ -321,6 +321,18 @@ pub struct DeleteReport {
     pub hours: u64,
 }
 
+/// What one pass of sensorhub's own vacuum did (PostgreSQL with
+/// autovacuum off).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct VacuumPass {
+    /// The tables it vacuumed and analyzed.
+    pub vacuumed: Vec<Vacuumed>,
+    /// Tables due that its role may not vacuum (another role owns them):
+    /// PostgreSQL would only warn and skip them, so they are left alone
+    /// and named here for the operator.
+    pub not_permitted: Vec<String>,
+}
+
 /// A table sensorhub vacuumed itself (PostgreSQL with autovacuum off).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Vacuumed {

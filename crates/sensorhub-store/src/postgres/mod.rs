@@ -266,7 +266,7 @@ impl crate::store::Health for PgStore {
         self.on(async |c| access::record_installation_fact(c, &key, value).await).await
     }
 
-    async fn vacuum_when_autovacuum_is_off(&self) -> StoreResult<Option<Vec<crate::Vacuumed>>> {
+    async fn vacuum_when_autovacuum_is_off(&self) -> StoreResult<Option<crate::VacuumPass>> {
         PgStore::vacuum_when_autovacuum_is_off(self).await
     }
 }

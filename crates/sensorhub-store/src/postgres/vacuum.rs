@@ -1,11 +1,12 @@
 //! sensorhub's own vacuum on a PostgreSQL cluster whose autovacuum is off:
 //! its tables past autovacuum's own thresholds (dead rows, rows inserted,
-//! rows changed since the last analyze) vacuumed and analyzed, so that the
-//! outbox, `latest` and the open hours, which every write and delivery
-//! updates or deletes, do not grow without end.
+//! rows changed since the last analyze) vacuumed and analyzed at
+//! autovacuum's pace, so that the outbox, `latest` and the open hours,
+//! which every write and delivery updates or deletes, do not grow without
+//! end. A table its role may not vacuum is named instead of tried.
 
 use super::PgStore;
-use crate::{StoreResult, Vacuumed};
+use crate::{StoreResult, VacuumPass, Vacuumed};
 
 /// The tables sensorhub made (its migrations'); no other table in the
 /// schema is touched.
@@ -37,20 +38,44 @@ const TABLES: &[&str] = &[
 /// sensorhub's tables due, by autovacuum's default thresholds (`50 + 0.2`
 /// of the live rows dead, `50 + 0.1` changed since the last analyze, and
 /// from PostgreSQL 13 on `1000 + 0.2` inserted since the last vacuum),
-/// with their dead rows; `{inserted}` is that last test or nothing.
-const DUE: &str = "SELECT relname::text, n_dead_tup FROM pg_stat_user_tables
-    WHERE schemaname = current_schema() AND relname::text = ANY($1)
-      AND (n_dead_tup > 50 + 0.2 * n_live_tup
-           OR n_mod_since_analyze > 50 + 0.1 * n_live_tup {inserted})
-    ORDER BY n_dead_tup DESC, relname";
+/// with their dead rows and whether this role may vacuum them: PostgreSQL
+/// lets the database's owner vacuum its tables, and a table's owner (up
+/// to 16) or a role with `MAINTAIN` on it (17 on, which its owner has).
+/// `{inserted}` is the test of the rows inserted or nothing, `{table}`
+/// the version's test of the table.
+const DUE: &str = "SELECT s.relname::text, s.n_dead_tup, pg_has_role(d.datdba, 'USAGE') OR {table}
+    FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid
+    JOIN pg_database d ON d.datname = current_database()
+    WHERE s.schemaname = current_schema() AND s.relname::text = ANY($1)
+      AND (s.n_dead_tup > 50 + 0.2 * s.n_live_tup
+           OR s.n_mod_since_analyze > 50 + 0.1 * s.n_live_tup {inserted})
+    ORDER BY s.n_dead_tup DESC, s.relname";
 
 /// [`DUE`]'s test of the rows inserted (PostgreSQL 13 on).
-const INSERTED: &str = "OR n_ins_since_vacuum > 1000 + 0.2 * n_live_tup";
+const INSERTED: &str = "OR s.n_ins_since_vacuum > 1000 + 0.2 * s.n_live_tup";
+
+/// [`DUE`]'s test of the table: its owner's privileges (up to 16), or
+/// `MAINTAIN` on it (17 on).
+const OWNER: &str = "pg_has_role(c.relowner, 'USAGE')";
+const MAINTAIN: &str = "has_table_privilege(c.oid, 'MAINTAIN')";
+
+/// The session as a vacuum runs in it: as long as the table asks, past a
+/// request's limit, and at autovacuum's pace (its cost delay and limit,
+/// or the plain ones where it says `-1`), not as fast as a `VACUUM` typed
+/// by hand, so that ingest keeps its share of a small machine.
+const PACED: &str = "SELECT set_config('statement_timeout', '0', false),
+    set_config('vacuum_cost_delay', CASE current_setting('autovacuum_vacuum_cost_delay')
+        WHEN '-1' THEN current_setting('vacuum_cost_delay') ELSE current_setting('autovacuum_vacuum_cost_delay') END, false),
+    set_config('vacuum_cost_limit', CASE current_setting('autovacuum_vacuum_cost_limit')
+        WHEN '-1' THEN current_setting('vacuum_cost_limit') ELSE current_setting('autovacuum_vacuum_cost_limit') END, false)";
+
+/// Back to the pooled session's own settings.
+const UNPACED: &str = "RESET statement_timeout; RESET vacuum_cost_delay; RESET vacuum_cost_limit";
 
 impl PgStore {
     /// Vacuums the tables due when the cluster's autovacuum is off; `None`
     /// when it is on (PostgreSQL keeps them then).
-    pub(super) async fn vacuum_when_autovacuum_is_off(&self) -> StoreResult<Option<Vec<Vacuumed>>> {
+    pub(super) async fn vacuum_when_autovacuum_is_off(&self) -> StoreResult<Option<VacuumPass>> {
         let client = self.pool.get().await?;
         let sql = "SELECT current_setting('autovacuum'), current_setting('server_version_num')::int";
         let row = client.query_one(sql, &[]).await?;
@@ -58,29 +83,33 @@ impl PgStore {
         if on == "on" {
             return Ok(None);
         }
-        let due = DUE.replace("{inserted}", if version >= 130_000 { INSERTED } else { "" });
+        let due = DUE
+            .replace("{inserted}", if version >= 130_000 { INSERTED } else { "" })
+            .replace("{table}", if version >= 170_000 { MAINTAIN } else { OWNER });
         let due = client.query(&due, &[&TABLES]).await?;
-        let mut vacuumed = Vec::with_capacity(due.len());
+        let mut pass = VacuumPass::default();
         if due.is_empty() {
-            return Ok(Some(vacuumed));
+            return Ok(Some(pass));
         }
-        // A vacuum runs as long as the table asks, past a request's limit;
-        // a table another vacuum holds (another instance's) is skipped.
-        client.batch_execute("SET statement_timeout = 0").await?;
+        // A table another vacuum holds (another instance's) is skipped.
+        client.batch_execute(PACED).await?;
         let mut result = Ok(());
         for row in &due {
-            let table: String = row.get(0);
-            let dead: i64 = row.get(1);
+            let (table, dead, permitted): (String, i64, bool) = (row.get(0), row.get(1), row.get(2));
+            if !permitted {
+                pass.not_permitted.push(table);
+                continue;
+            }
             // The name is one of TABLES, never the caller's.
             result = client.batch_execute(&format!("VACUUM (ANALYZE, SKIP_LOCKED) {table}")).await;
             if result.is_err() {
                 break;
             }
-            vacuumed.push(Vacuumed { table, dead_rows: u64::try_from(dead).unwrap_or(0) });
+            pass.vacuumed.push(Vacuumed { table, dead_rows: u64::try_from(dead).unwrap_or(0) });
         }
-        client.batch_execute("RESET statement_timeout").await?;
+        client.batch_execute(UNPACED).await?;
         result?;
-        Ok(Some(vacuumed))
+        Ok(Some(pass))
     }
 }
 

@@ -1,7 +1,8 @@
 //! sensorhub's own vacuum: on a PostgreSQL cluster whose autovacuum is off
 //! it vacuums and analyzes its tables past autovacuum's thresholds, and no
-//! table of anyone else; where the database reclaims its space itself
-//! (SQLite; PostgreSQL with autovacuum on) it does nothing.
+//! table of anyone else, nor one of its own that its role may not vacuum;
+//! where the database reclaims its space itself (SQLite; PostgreSQL with
+//! autovacuum on) it does nothing.
 
 use super::{BASE, apply, postgres_url, reading, session};
 use sensorhub_testing::TempDatabase;
@@ -64,11 +65,12 @@ async fn postgres_without_autovacuum_has_sensorhub_vacuum_its_own_tables() {
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     let vacuumed = loop {
-        let tables = store.vacuum_when_autovacuum_is_off().await.expect("pass").expect("autovacuum is off");
-        if let Some(latest) = tables.iter().find(|t| t.table == "latest") {
+        let pass = store.vacuum_when_autovacuum_is_off().await.expect("pass").expect("autovacuum is off");
+        assert!(pass.not_permitted.is_empty(), "the store's role owns its tables: {pass:?}");
+        if let Some(latest) = pass.vacuumed.iter().find(|t| t.table == "latest") {
             break latest.clone();
         }
-        assert!(since.elapsed() < STATS_LAG, "latest's dead rows never made it due: {tables:?}");
+        assert!(since.elapsed() < STATS_LAG, "latest's dead rows never made it due: {pass:?}");
         tokio::time::sleep(Duration::from_millis(250)).await;
     };
     assert!(vacuumed.dead_rows > 50, "latest was due by its dead rows: {vacuumed:?}");
@@ -82,7 +84,64 @@ async fn postgres_without_autovacuum_has_sensorhub_vacuum_its_own_tables() {
     );
     // Vacuumed, latest is not due again.
     let again = store.vacuum_when_autovacuum_is_off().await.expect("pass").expect("autovacuum is off");
-    assert!(again.iter().all(|t| t.table != "latest"), "latest vacuumed twice: {again:?}");
+    assert!(again.vacuumed.iter().all(|t| t.table != "latest"), "latest vacuumed twice: {again:?}");
+    drop(admin);
+    let _ = connection.await;
+}
+
+/// `url` with `role` (password `pw`) as its user.
+fn as_role(url: &str, role: &str, pw: &str) -> String {
+    let (scheme, rest) = url.split_once("://").expect("a URL");
+    let host = rest.split_once('@').map_or(rest, |(_, host)| host);
+    format!("{scheme}://{role}:{pw}@{host}")
+}
+
+#[tokio::test]
+async fn postgres_leaves_a_table_its_role_may_not_vacuum_to_its_owner() {
+    let (admin, connection) = session(&postgres_url()).await;
+    let autovacuum: String = admin.query_one("SHOW autovacuum", &[]).await.expect("show").get(0);
+    if autovacuum == "on" {
+        eprintln!("this cluster's autovacuum is on: sensorhub vacuums nothing, whoever owns its tables");
+        return;
+    }
+    // Roles are the cluster's: named for this run, dropped at the end.
+    let pg = TempDatabase::create(&postgres_url()).await.expect("database");
+    let suffix = pg.url().rsplit('_').next().expect("a random suffix").to_owned();
+    let (role, owner) = (format!("sh_vacuum_{suffix}"), format!("sh_vacuum_owner_{suffix}"));
+    admin
+        .batch_execute(&format!("CREATE ROLE {role} LOGIN PASSWORD 'vacuum'; CREATE ROLE {owner}"))
+        .await
+        .expect("roles");
+    let (db_admin, db_connection) = session(pg.url()).await;
+    db_admin.batch_execute(&format!("GRANT CREATE ON SCHEMA public TO {role}")).await.expect("grant");
+    let store = sensorhub_store::open(&as_role(pg.url(), &role, "vacuum")).await.expect("open as the role");
+    apply(&*store, BASE).await.expect("base");
+    // `latest` handed to another role, which lets sensorhub's write it.
+    db_admin
+        .batch_execute(&format!("ALTER TABLE latest OWNER TO {owner}; GRANT ALL ON latest TO {role}"))
+        .await
+        .expect("another owner");
+    for ts in 1..=100 {
+        store.ingest(reading("D1", ts * 60, &[("a", 1.0), ("b", 2.0)])).await.expect("ingest");
+    }
+    let since = Instant::now();
+    let pass = loop {
+        let pass = store.vacuum_when_autovacuum_is_off().await.expect("pass").expect("autovacuum is off");
+        if pass.not_permitted.iter().any(|t| t == "latest") {
+            break pass;
+        }
+        assert!(since.elapsed() < STATS_LAG, "latest's dead rows never made it due: {pass:?}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    assert_eq!(pass.not_permitted, ["latest"], "only the table another role owns is refused");
+    assert!(pass.vacuumed.iter().all(|t| t.table != "latest"), "latest was not tried: {pass:?}");
+    let (dead, was_vacuumed, _) = stats(&db_admin, "latest").await;
+    assert!(!was_vacuumed && dead > 50, "latest left to its owner: {dead} dead rows, vacuumed {was_vacuumed}");
+    drop(store);
+    drop(db_admin);
+    let _ = db_connection.await;
+    drop(pg);
+    admin.batch_execute(&format!("DROP ROLE {role}; DROP ROLE {owner}")).await.expect("roles dropped");
     drop(admin);
     let _ = connection.await;
 }
