@@ -25,9 +25,10 @@ pub(super) async fn wal_bytes(url: &str) -> Result<f64, String> {
 /// autovacuum is off (this project's CI machine turns it off); returns
 /// whether it did. A round's three subscriptions are removed with what
 /// they still owe, some 300,000 rows spread into `outbox` and deleted: a
-/// cluster with autovacuum reclaims them, and so does the server itself
-/// where it is off (since the forty-eighth step in bench/RESULTS.md), but
-/// up to 30 s later, inside the next round's measured phases. Before that
+/// cluster with autovacuum reclaims them. The server vacuums its own
+/// tables where it is off (since the forty-eighth step in
+/// bench/RESULTS.md), but its first pass comes 10 s after it starts and
+/// each phase's server lives about six seconds. Before the bench did it
 /// each round's claims stepped over more dead rows than the last (2.5
 /// million after ten rounds, the forty-seventh step, where deliveries
 /// while ingesting fell from 536 to 153 a second over fifteen rounds).
