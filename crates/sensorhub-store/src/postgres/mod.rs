@@ -112,6 +112,10 @@ pub struct PgStore {
     /// One connection of its own for readiness checks, so that `/readyz`
     /// answers while the pool is busy.
     ping: Pool,
+    /// One connection of its own for sensorhub's own vacuum (made at its
+    /// first vacuum, where autovacuum is off), so that a paced vacuum of a
+    /// large table does not hold one of the requests' for minutes.
+    vacuum: Pool,
     /// Places for this process's writers ([`WRITERS`]).
     writers: std::sync::Arc<tokio::sync::Semaphore>,
     /// Single readings, committed in groups.
@@ -205,8 +209,12 @@ impl PgStore {
         let write_targets = Default::default();
         let visible = Default::default();
         let ping = build(&config, 1, 5)?;
+        let mut own = config.clone();
+        own.application_name(&format!("{} (vacuum)", config.get_application_name().unwrap_or("sensorhub")));
+        let vacuum = build(&own, 1, 30)?;
         let ingest_waiting = Default::default();
-        let store = Self { pool, ping, writers, group, ingest_waiting, observers, kept, tail, write_targets, visible };
+        let store =
+            Self { pool, ping, vacuum, writers, group, ingest_waiting, observers, kept, tail, write_targets, visible };
         store.migrate(open).await?;
         Ok(store)
     }

@@ -76,13 +76,14 @@ impl PgStore {
     /// Vacuums the tables due when the cluster's autovacuum is off; `None`
     /// when it is on (PostgreSQL keeps them then).
     pub(super) async fn vacuum_when_autovacuum_is_off(&self) -> StoreResult<Option<VacuumPass>> {
-        let client = self.pool.get().await?;
         let sql = "SELECT current_setting('autovacuum'), current_setting('server_version_num')::int";
-        let row = client.query_one(sql, &[]).await?;
+        let row = self.pool.get().await?.query_one(sql, &[]).await?;
         let (on, version): (String, i32) = (row.get(0), row.get(1));
         if on == "on" {
             return Ok(None);
         }
+        // The vacuum's own connection, not a request's.
+        let client = self.vacuum.get().await?;
         let due = DUE
             .replace("{inserted}", if version >= 130_000 { INSERTED } else { "" })
             .replace("{table}", if version >= 170_000 { MAINTAIN } else { OWNER });

@@ -85,6 +85,18 @@ async fn postgres_without_autovacuum_has_sensorhub_vacuum_its_own_tables() {
     // Vacuumed, latest is not due again.
     let again = store.vacuum_when_autovacuum_is_off().await.expect("pass").expect("autovacuum is off");
     assert!(again.vacuumed.iter().all(|t| t.table != "latest"), "latest vacuumed twice: {again:?}");
+    // It vacuums on a connection of its own (not one of the requests'),
+    // which it leaves idle.
+    let own = admin
+        .query(
+            "SELECT state FROM pg_stat_activity
+             WHERE datname = current_database() AND application_name = 'sensorhub (vacuum)'",
+            &[],
+        )
+        .await
+        .expect("activity");
+    let states: Vec<String> = own.iter().map(|r| r.get(0)).collect();
+    assert_eq!(states, ["idle"], "one connection of the vacuum's own, idle between passes");
     drop(admin);
     let _ = connection.await;
 }
