@@ -27,25 +27,25 @@
 //! interval that holds it with 95 % confidence, and the report says whether
 //! that interval shows the 0.9 target met, missed, or cannot tell.
 
-use crate::closed_loop::{load, load_each};
 use crate::dataset;
-use crate::keepalive::Conn;
 use crate::run::{Server, cpu_seconds_of};
 use crate::stats::{median, median_interval};
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 mod endpoints;
 mod figures;
+mod load;
 mod pg;
 mod report;
+use crate::keepalive::Conn;
 use endpoints::{black_hole, receiver, receiver_runtime};
 use figures::Cost;
 pub use figures::{Hooks, Round};
+use load::{ingest_load, post_on, webhook_headers};
 pub use report::report;
 
 /// The sealing key of the benchmark's subscriptions.
@@ -178,42 +178,6 @@ fn drained(
         }
         Ok(started.elapsed().as_secs_f64())
     })
-}
-
-/// `clients` posting readings of the reference station (from reading
-/// `first`, a second apart; all its sensors if `full`) for `seconds`, each
-/// on its keep-alive connection or on a connection per reading: readings/s.
-async fn ingest_load(
-    port: u16,
-    clients: usize,
-    (per_request, full): (bool, bool),
-    seconds: u64,
-    first: u64,
-) -> Result<f64, String> {
-    if per_request {
-        return load(clients, seconds, first, move |k| crate::live::post_reading(port, 1_700_000_000 + k as i64, k))
-            .await;
-    }
-    load_each(clients, seconds, first, move || Conn::new(port), post_on(webhook_headers(), full)).await
-}
-
-/// The keep-alive client's POST of reading `k` ([`crate::live::reading_body`]).
-fn post_on(headers: Arc<str>, full: bool) -> impl Fn(Conn, u64) -> PostOn + Send + Sync + 'static {
-    move |mut conn, k| {
-        let (headers, body) = (headers.clone(), crate::live::reading_body(k, full));
-        Box::pin(async move {
-            conn.post("/external/v1/webhook/sensor-data", &headers, &body?, 200).await?;
-            Ok(conn)
-        })
-    }
-}
-
-/// One POST of [`post_on`] under way.
-type PostOn = std::pin::Pin<Box<dyn std::future::Future<Output = Result<Conn, String>> + Send>>;
-
-/// The webhook's headers.
-fn webhook_headers() -> Arc<str> {
-    format!("Content-Type: application/json\r\nX-API-KEY: {}\r\n", dataset::BENCH_WEBHOOK_KEY).into()
 }
 
 /// Runs the scenario and writes its figures.
