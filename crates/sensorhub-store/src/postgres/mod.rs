@@ -210,7 +210,7 @@ impl PgStore {
         let visible = Default::default();
         let ping = build(&config, 1, 5)?;
         let mut own = config.clone();
-        own.application_name(&format!("{} (vacuum)", config.get_application_name().unwrap_or("sensorhub")));
+        own.application_name(format!("{} (vacuum)", config.get_application_name().unwrap_or("sensorhub")));
         let vacuum = build(&own, 1, 30)?;
         let ingest_waiting = Default::default();
         let store =
