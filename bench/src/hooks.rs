@@ -25,7 +25,9 @@
 //! and just after it (the drift of a run cancels), and the figures are the
 //! rounds' medians; from six rounds on, each ratio's median comes with an
 //! interval that holds it with 95 % confidence, and the report says whether
-//! that interval shows the 0.9 target met, missed, or cannot tell.
+//! that interval shows the 0.9 target met, missed, or cannot tell. With
+//! `--server-b` the rounds alternate between two servers, compared pair
+//! by pair ([`paired`]).
 
 use crate::dataset;
 use crate::run::{Server, cpu_seconds_of};
@@ -39,6 +41,7 @@ use std::time::{Duration, Instant};
 mod endpoints;
 mod figures;
 mod load;
+mod paired;
 mod pg;
 mod report;
 use crate::keepalive::Conn;
@@ -117,6 +120,13 @@ pub struct Args {
     /// alone again; the figures are the rounds' medians
     #[arg(long, default_value_t = 1)]
     rounds: usize,
+    /// A second server binary: the rounds alternate between this bench's
+    /// sensorhub (A) and it (B), A B B A and over again, and the report adds
+    /// each one's medians and B's ratio less A's over adjacent pairs, with
+    /// its 95 % interval from twelve rounds on (both must take the same
+    /// schema: they share the database)
+    #[arg(long)]
+    server_b: Option<PathBuf>,
 }
 
 /// Runs `sensorhub ARGS --database DB` and returns its stdout.
@@ -212,8 +222,8 @@ pub fn run(args: Args) -> Result<(Hooks, PathBuf), String> {
     let per_request = args.per_request;
     let clients = args.clients.unwrap_or(if per_request { 16 } else { 8 });
     let concurrency = args.concurrency.to_string();
-    let serve = |with_key: bool| -> Result<Server, String> {
-        let mut cmd = Command::new(&bin);
+    let serve_on = |with_key: bool, on_b: bool| -> Result<Server, String> {
+        let mut cmd = Command::new(args.server_b.as_ref().filter(|_| on_b).unwrap_or(&bin));
         cmd.args(["serve", "--rate-limit", "off", "--webhook-mode", "ingest", "--webhook-allow-private"])
             .args(["--webhook-concurrency", &concurrency, "--listen", &format!("127.0.0.1:{port}")])
             .args(["--database", db])
@@ -223,6 +233,7 @@ pub fn run(args: Args) -> Result<(Hooks, PathBuf), String> {
         }
         Server::start(&mut cmd, port)
     };
+    let serve = |with_key: bool| serve_on(with_key, false);
 
     // The load's rate, the server's CPU and bytes of file pages dirtied a
     // request, and the cores the server and the bench used.
@@ -267,16 +278,17 @@ pub fn run(args: Args) -> Result<(Hooks, PathBuf), String> {
     drop(server);
     let mut rounds = Vec::new();
     let mut costs = Vec::new();
-    for _ in 0..args.rounds.max(1) {
+    for round in 0..args.rounds.max(1) {
+        let on_b = args.server_b.is_some() && paired::on_b(round);
         let mut ids = Vec::new();
         for _ in 0..3 {
             let added = sensorhub(&bin, db, &add)?;
             ids.extend(added.split_whitespace().find(|w| w.starts_with("sub_")).map(str::to_owned));
         }
-        let server = serve(false)?;
+        let server = serve_on(false, on_b)?;
         let (outbox_rps, outbox_only) = measured(&server, next_first())?;
         drop(server);
-        let server = serve(true)?;
+        let server = serve_on(true, on_b)?;
         let (before, started) = (delivered.load(Ordering::Relaxed), Instant::now());
         let (delivering_rps, delivering) = measured(&server, next_first())?;
         let deliveries_per_s = (delivered.load(Ordering::Relaxed) - before) as f64 / started.elapsed().as_secs_f64();
@@ -290,11 +302,12 @@ pub fn run(args: Args) -> Result<(Hooks, PathBuf), String> {
         {
             eprintln!("autovacuum is off on this cluster: the outbox's tables are vacuumed after each round");
         }
-        let server = serve(true)?;
+        let server = serve_on(true, on_b)?;
         let (none_after_rps, none_after) = measured(&server, next_first())?;
         drop(server);
         let alone = ((none_rps + none_after_rps) / 2.0).max(1e-9);
         rounds.push(Round {
+            on_b,
             none_before_rps: none_rps,
             outbox_rps,
             delivering_rps,
@@ -432,6 +445,7 @@ pub fn run(args: Args) -> Result<(Hooks, PathBuf), String> {
         connection: if per_request { "per-request" } else { "keep-alive" },
         full_readings: args.full_readings,
         backend: if temp.is_some() { "postgres" } else { "sqlite" },
+        paired: args.server_b.as_ref().map(|b| paired::paired(&rounds, &b.display().to_string())),
         rounds,
     };
     std::fs::create_dir_all(&args.out).map_err(|e| e.to_string())?;

@@ -7,6 +7,9 @@ use serde::Serialize;
 /// One round of the three ingest phases, requests/s.
 #[derive(Debug, Serialize)]
 pub struct Round {
+    /// Whether the round ran on `--server-b` (its phases; ingest alone
+    /// before it ran on the round before's server).
+    pub on_b: bool,
     /// Ingest with no subscription just before the round.
     pub none_before_rps: f64,
     /// With 3 subscriptions writing their outbox only.
@@ -60,6 +63,8 @@ pub struct Hooks {
     pub outbox_ratio_interval: Option<(f64, f64)>,
     /// Each round's figures (`--rounds`).
     pub rounds: Vec<Round>,
+    /// With `--server-b`: each server's rounds and the pairs' differences.
+    pub paired: Option<super::paired::Paired>,
     /// The server's CPU time a request without subscriptions, us
     /// (`/proc/PID/stat`; less noisy than a rate on a shared machine; with
     /// rounds, this and the other costs are their means over the rounds).

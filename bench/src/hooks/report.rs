@@ -18,7 +18,7 @@ pub fn report(h: &Hooks) -> String {
          after the load\n\
          backlog of {} deliveries drained in {:.1} s: {:.0} deliveries/s ({} per endpoint at once{}), {:.0} bytes written a delivery; \
          the same behind {} owed to an endpoint that never answers ({} subscription(s) of the healthy one): \
-         {:.0} deliveries/s",
+         {:.0} deliveries/s{}",
         h.backend,
         h.clients,
         h.connection,
@@ -62,7 +62,8 @@ pub fn report(h: &Hooks) -> String {
         h.drain_bytes_a_delivery,
         h.hole,
         h.hole_subscriptions,
-        h.deliveries_behind_hole_per_s
+        h.deliveries_behind_hole_per_s,
+        h.paired.as_ref().map(|p| format!("\npaired rounds: {}", super::paired::text(p))).unwrap_or_default()
     )
 }
 
