@@ -9,7 +9,7 @@
 //! skipped by the others.
 
 use crate::metrics::Metrics;
-use sensorhub_store::Store;
+use sensorhub_store::{Health, Store};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -42,7 +42,7 @@ pub fn spawn(store: Arc<dyn Store>, metrics: Arc<Metrics>) {
 }
 
 /// Runs one pass, saying what changed since `said`.
-pub async fn pass(store: &dyn Store, metrics: &Metrics, said: &mut Said) {
+pub async fn pass(store: &dyn Health, metrics: &Metrics, said: &mut Said) {
     match store.vacuum_when_autovacuum_is_off().await {
         Ok(None) => {
             if said.vacuuming {
@@ -76,5 +76,77 @@ pub async fn pass(store: &dyn Store, metrics: &Metrics, said: &mut Said) {
             }
         }
         Err(e) => tracing::warn!(error = %e, "the vacuum pass failed; it is tried again at the next one"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::CacheBytes;
+    use sensorhub_store::{PoolStatus, StoreResult, VacuumPass, Vacuumed};
+    use std::sync::Mutex;
+
+    /// A store whose passes answer what the test scripts, in order.
+    struct Scripted(Mutex<Vec<Option<VacuumPass>>>);
+
+    #[async_trait::async_trait]
+    impl Health for Scripted {
+        async fn ping(&self) -> StoreResult<()> {
+            Ok(())
+        }
+        fn pool_status(&self) -> PoolStatus {
+            PoolStatus { max: 1, in_use: 0, idle: 1 }
+        }
+        fn kept_bytes(&self) -> usize {
+            0
+        }
+        async fn installation_id(&self) -> StoreResult<String> {
+            Ok("test".into())
+        }
+        async fn installation_fact(&self, _: &str) -> StoreResult<Option<String>> {
+            Ok(None)
+        }
+        async fn record_installation_fact(&self, _: &str, _: &str) -> StoreResult<()> {
+            Ok(())
+        }
+        async fn vacuum_when_autovacuum_is_off(&self) -> StoreResult<Option<VacuumPass>> {
+            Ok(self.0.lock().expect("script").remove(0))
+        }
+    }
+
+    fn pass_of(vacuumed: &[&str], not_permitted: &[&str]) -> Option<VacuumPass> {
+        Some(VacuumPass {
+            vacuumed: vacuumed.iter().map(|t| Vacuumed { table: (*t).to_owned(), dead_rows: 100 }).collect(),
+            not_permitted: not_permitted.iter().map(|t| (*t).to_owned()).collect(),
+        })
+    }
+
+    #[tokio::test]
+    async fn a_table_it_may_not_vacuum_is_named_once_and_never_counted() {
+        let store = Scripted(Mutex::new(vec![
+            pass_of(&["hours"], &["latest"]),
+            pass_of(&[], &["latest", "outbox"]),
+            pass_of(&["latest"], &[]),
+            None,
+        ]));
+        let metrics = Metrics::default();
+        let mut said = Said::default();
+        let refused = |said: &Said| said.not_permitted.iter().cloned().collect::<Vec<_>>();
+        pass(&store, &metrics, &mut said).await;
+        assert!(said.vacuuming);
+        assert_eq!(refused(&said), ["latest"]);
+        // Named already: only `outbox` is new (the warning names what is new).
+        pass(&store, &metrics, &mut said).await;
+        assert_eq!(refused(&said), ["latest", "outbox"]);
+        // Given back to sensorhub's role, `latest` is vacuumed and counted.
+        pass(&store, &metrics, &mut said).await;
+        assert_eq!(refused(&said), ["outbox"]);
+        let text = metrics.render(PoolStatus { max: 1, in_use: 0, idle: 1 }, CacheBytes::default());
+        assert!(text.contains("sensorhub_tables_vacuumed_total{table=\"hours\"} 1"), "{text}");
+        assert!(text.contains("sensorhub_tables_vacuumed_total{table=\"latest\"} 1"), "{text}");
+        assert!(!text.contains("table=\"outbox\""), "a table it may not vacuum is not counted: {text}");
+        // Autovacuum on again: nothing left to say.
+        pass(&store, &metrics, &mut said).await;
+        assert_eq!(said, Said::default());
     }
 }
