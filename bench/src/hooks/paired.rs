@@ -83,6 +83,16 @@ pub(super) fn text(p: &Paired) -> String {
         Some((low, high)) => format!(" ({low:.3} to {high:.3})"),
         None => String::new(),
     };
+    let server = |m: &Medians| {
+        format!(
+            "over {} round(s): {:.3}{} while delivering, {:.3}{} outbox only",
+            m.rounds,
+            m.delivering,
+            interval(m.delivering_interval),
+            m.outbox,
+            interval(m.outbox_interval)
+        )
+    };
     let verdict = match p.delivering_difference_interval {
         Some((low, _)) if low > 0.0 => "B is faster while delivering",
         Some((_, high)) if high < 0.0 => "B is slower while delivering",
@@ -90,20 +100,11 @@ pub(super) fn text(p: &Paired) -> String {
         None => "too few pairs for an interval: six or more",
     };
     format!(
-        "A (this bench's sensorhub) over {} round(s): {:.3}{} while delivering, {:.3}{} outbox only; \
-         B ({}) over {}: {:.3}{}, {:.3}{}; B less A over {} adjacent pair(s): {:+.3}{} while delivering, \
+        "A (this bench's sensorhub) {}; B ({}) {}; B less A over {} adjacent pair(s): {:+.3}{} while delivering, \
          {:+.3}{} outbox only ({verdict})",
-        p.a.rounds,
-        p.a.delivering,
-        interval(p.a.delivering_interval),
-        p.a.outbox,
-        interval(p.a.outbox_interval),
+        server(&p.a),
         p.server_b,
-        p.b.rounds,
-        p.b.delivering,
-        interval(p.b.delivering_interval),
-        p.b.outbox,
-        interval(p.b.outbox_interval),
+        server(&p.b),
         p.pairs,
         p.delivering_difference,
         interval(p.delivering_difference_interval),
