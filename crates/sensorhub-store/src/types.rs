@@ -331,6 +331,10 @@ pub struct VacuumPass {
     /// PostgreSQL would only warn and skip them, so they are left alone
     /// and named here for the operator.
     pub not_permitted: Vec<String>,
+    /// Tables due that another session held (another instance vacuuming
+    /// them, or building an index): not vacuumed in this pass, tried again
+    /// in the next.
+    pub busy: Vec<String>,
 }
 
 /// A table sensorhub vacuumed itself (PostgreSQL with autovacuum off).

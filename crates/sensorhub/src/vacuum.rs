@@ -6,7 +6,8 @@
 //! that it does so, once which tables its role may not vacuum, and once
 //! when autovacuum is on again; elsewhere a pass does nothing.
 //! Several instances may each run it: a table one of them is vacuuming is
-//! skipped by the others.
+//! skipped by the others (named in a debug line, not counted), and tried
+//! again at their next pass.
 
 use crate::metrics::Metrics;
 use sensorhub_store::{Health, Store};
@@ -64,6 +65,9 @@ pub async fn pass(store: &dyn Health, metrics: &Metrics, said: &mut Said) {
                 metrics.vacuumed(&t.table);
                 said.not_permitted.remove(&t.table);
             }
+            for table in pass.busy {
+                tracing::debug!(%table, "table not vacuumed: another session holds it; tried again at the next pass");
+            }
             let new: Vec<String> = pass.not_permitted.into_iter().filter(|t| !said.not_permitted.contains(t)).collect();
             if !new.is_empty() {
                 tracing::warn!(
@@ -118,7 +122,26 @@ mod tests {
         Some(VacuumPass {
             vacuumed: vacuumed.iter().map(|t| Vacuumed { table: (*t).to_owned(), dead_rows: 100 }).collect(),
             not_permitted: not_permitted.iter().map(|t| (*t).to_owned()).collect(),
+            busy: Vec::new(),
         })
+    }
+
+    #[tokio::test]
+    async fn a_table_another_session_holds_is_not_counted() {
+        let busy = VacuumPass { busy: vec!["outbox".to_owned()], ..pass_of(&["hours"], &[]).expect("a pass") };
+        let store = Scripted(Mutex::new(vec![Some(busy), pass_of(&["outbox"], &[])]));
+        let metrics = Metrics::default();
+        let mut said = Said::default();
+        pass(&store, &metrics, &mut said).await;
+        let count =
+            |metrics: &Metrics| metrics.render(PoolStatus { max: 1, in_use: 0, idle: 1 }, CacheBytes::default());
+        let text = count(&metrics);
+        assert!(text.contains("sensorhub_tables_vacuumed_total{table=\"hours\"} 1"), "{text}");
+        assert!(!text.contains("table=\"outbox\""), "a busy table is not counted: {text}");
+        assert!(said.not_permitted.is_empty(), "busy is not refused: {said:?}");
+        // At the next pass it is free, vacuumed and counted.
+        pass(&store, &metrics, &mut said).await;
+        assert!(count(&metrics).contains("sensorhub_tables_vacuumed_total{table=\"outbox\"} 1"));
     }
 
     #[tokio::test]

@@ -1,6 +1,7 @@
 //! sensorhub's own vacuum: on a PostgreSQL cluster whose autovacuum is off
 //! it vacuums and analyzes its tables past autovacuum's thresholds, and no
 //! table of anyone else, nor one of its own that its role may not vacuum;
+//! a table another session holds it names busy, and leaves for a later pass;
 //! where the database reclaims its space itself (SQLite; PostgreSQL with
 //! autovacuum on) it does nothing.
 
@@ -98,6 +99,48 @@ async fn postgres_without_autovacuum_has_sensorhub_vacuum_its_own_tables() {
     let states: Vec<String> = own.iter().map(|r| r.get(0)).collect();
     assert_eq!(states, ["idle"], "one connection of the vacuum's own, idle between passes");
     drop(admin);
+    let _ = connection.await;
+}
+
+#[tokio::test]
+async fn postgres_names_a_table_another_session_holds_busy_and_vacuums_it_later() {
+    let pg = TempDatabase::create(&postgres_url()).await.expect("database");
+    let store = sensorhub_store::open(pg.url()).await.expect("open");
+    apply(&*store, BASE).await.expect("base");
+    let (admin, connection) = session(pg.url()).await;
+    let autovacuum: String = admin.query_one("SHOW autovacuum", &[]).await.expect("show").get(0);
+    if autovacuum == "on" {
+        eprintln!("this cluster's autovacuum is on: sensorhub vacuums nothing, busy or not");
+        return;
+    }
+    for ts in 1..=100 {
+        store.ingest(reading("D1", ts * 60, &[("a", 1.0), ("b", 2.0)])).await.expect("ingest");
+    }
+    // Another instance's vacuum holds `latest` (the lock a VACUUM takes).
+    let (other, other_connection) = session(pg.url()).await;
+    other.batch_execute("BEGIN; LOCK TABLE latest IN SHARE UPDATE EXCLUSIVE MODE").await.expect("lock");
+    let since = Instant::now();
+    let pass = loop {
+        let pass = store.vacuum_when_autovacuum_is_off().await.expect("pass").expect("autovacuum is off");
+        assert!(pass.vacuumed.iter().all(|t| t.table != "latest"), "latest is held, not vacuumed: {pass:?}");
+        if pass.busy.iter().any(|t| t == "latest") {
+            break pass;
+        }
+        assert!(since.elapsed() < STATS_LAG, "latest's dead rows never made it due: {pass:?}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    assert_eq!(pass.busy, ["latest"], "only the held table is busy");
+    let (dead, was_vacuumed, _) = stats(&admin, "latest").await;
+    assert!(!was_vacuumed && dead > 50, "latest left as it was: {dead} dead rows, vacuumed {was_vacuumed}");
+    // Let go, it is vacuumed at the next pass.
+    other.batch_execute("COMMIT").await.expect("unlock");
+    let pass = store.vacuum_when_autovacuum_is_off().await.expect("pass").expect("autovacuum is off");
+    assert!(pass.busy.is_empty(), "nothing held now: {pass:?}");
+    assert!(pass.vacuumed.iter().any(|t| t.table == "latest"), "latest vacuumed once free: {pass:?}");
+    let (_, was_vacuumed, _) = stats(&admin, "latest").await;
+    assert!(was_vacuumed, "latest vacuumed by hand");
+    drop((other, admin));
+    let _ = other_connection.await;
     let _ = connection.await;
 }
 
