@@ -321,8 +321,7 @@ pub struct DeleteReport {
     pub hours: u64,
 }
 
-/// What one pass of sensorhub's own vacuum did (PostgreSQL with
-/// autovacuum off).
+/// What one pass of sensorhub's own vacuum did (PostgreSQL, autovacuum off).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct VacuumPass {
     /// The tables it vacuumed and analyzed.
@@ -331,9 +330,8 @@ pub struct VacuumPass {
     /// PostgreSQL would only warn and skip them, so they are left alone
     /// and named here for the operator.
     pub not_permitted: Vec<String>,
-    /// Tables due that another session held (another instance vacuuming
-    /// them, or building an index): not vacuumed in this pass, tried again
-    /// in the next.
+    /// Tables due that another session held (another instance's vacuum):
+    /// left for the next pass.
     pub busy: Vec<String>,
 }
 
