@@ -6,8 +6,11 @@
 //! autovacuum on) it does nothing.
 
 use super::{BASE, apply, postgres_url, reading, session};
+use sensorhub_store::Store;
 use sensorhub_testing::TempDatabase;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokio::task::JoinHandle;
 
 /// Statistics reach `pg_stat_user_tables` within about ten seconds of a
 /// session going idle; a look waits at most this long.
@@ -26,6 +29,22 @@ async fn stats(admin: &tokio_postgres::Client, table: &str) -> (i64, bool, bool)
     (row.get(0), row.get(1), row.get(2))
 }
 
+/// A store on a new PostgreSQL database with the base applied, and an
+/// admin session on that database.
+async fn postgres_store() -> (TempDatabase, Arc<dyn Store>, tokio_postgres::Client, JoinHandle<()>) {
+    let pg = TempDatabase::create(&postgres_url()).await.expect("database");
+    let store = sensorhub_store::open(pg.url()).await.expect("open");
+    apply(&*store, BASE).await.expect("base");
+    let (admin, connection) = session(pg.url()).await;
+    (pg, store, admin, connection)
+}
+
+/// Whether the cluster's autovacuum is on (sensorhub then vacuums nothing).
+async fn autovacuum_on(admin: &tokio_postgres::Client) -> bool {
+    let autovacuum: String = admin.query_one("SHOW autovacuum", &[]).await.expect("show").get(0);
+    autovacuum == "on"
+}
+
 #[tokio::test]
 async fn sqlite_reclaims_its_space_itself() {
     let dir = tempfile::tempdir().expect("dir");
@@ -37,12 +56,8 @@ async fn sqlite_reclaims_its_space_itself() {
 
 #[tokio::test]
 async fn postgres_without_autovacuum_has_sensorhub_vacuum_its_own_tables() {
-    let pg = TempDatabase::create(&postgres_url()).await.expect("database");
-    let store = sensorhub_store::open(pg.url()).await.expect("open");
-    apply(&*store, BASE).await.expect("base");
-    let (admin, connection) = session(pg.url()).await;
-    let autovacuum: String = admin.query_one("SHOW autovacuum", &[]).await.expect("show").get(0);
-    if autovacuum == "on" {
+    let (_pg, store, admin, connection) = postgres_store().await;
+    if autovacuum_on(&admin).await {
         // PostgreSQL keeps the tables: sensorhub leaves them alone.
         assert_eq!(store.vacuum_when_autovacuum_is_off().await.expect("pass"), None);
         eprintln!("this cluster's autovacuum is on: only that sensorhub then leaves vacuuming to it was checked");
@@ -104,12 +119,8 @@ async fn postgres_without_autovacuum_has_sensorhub_vacuum_its_own_tables() {
 
 #[tokio::test]
 async fn postgres_names_a_table_another_session_holds_busy_and_vacuums_it_later() {
-    let pg = TempDatabase::create(&postgres_url()).await.expect("database");
-    let store = sensorhub_store::open(pg.url()).await.expect("open");
-    apply(&*store, BASE).await.expect("base");
-    let (admin, connection) = session(pg.url()).await;
-    let autovacuum: String = admin.query_one("SHOW autovacuum", &[]).await.expect("show").get(0);
-    if autovacuum == "on" {
+    let (pg, store, admin, connection) = postgres_store().await;
+    if autovacuum_on(&admin).await {
         eprintln!("this cluster's autovacuum is on: sensorhub vacuums nothing, busy or not");
         return;
     }
@@ -154,8 +165,7 @@ fn as_role(url: &str, role: &str, pw: &str) -> String {
 #[tokio::test]
 async fn postgres_leaves_a_table_its_role_may_not_vacuum_to_its_owner() {
     let (admin, connection) = session(&postgres_url()).await;
-    let autovacuum: String = admin.query_one("SHOW autovacuum", &[]).await.expect("show").get(0);
-    if autovacuum == "on" {
+    if autovacuum_on(&admin).await {
         eprintln!("this cluster's autovacuum is on: sensorhub vacuums nothing, whoever owns its tables");
         return;
     }
