@@ -142,7 +142,9 @@ async fn postgres_names_a_table_another_session_holds_busy_and_vacuums_it_later(
     };
     assert_eq!(pass.busy, ["latest"], "only the held table is busy");
     let (dead, was_vacuumed, _) = stats(&admin, "latest").await;
-    assert!(!was_vacuumed && dead > 50, "latest left as it was: {dead} dead rows, vacuumed {was_vacuumed}");
+    // Not its dead rows: PostgreSQL's pruning of a full page lowers that
+    // count without a vacuum (seen at 30 in a full run of these tests).
+    assert!(!was_vacuumed, "latest left as it was: {dead} dead rows, vacuumed {was_vacuumed}");
     // Let go, it is vacuumed at the next pass.
     other.batch_execute("COMMIT").await.expect("unlock");
     let pass = store.vacuum_when_autovacuum_is_off().await.expect("pass").expect("autovacuum is off");
@@ -201,7 +203,8 @@ async fn postgres_leaves_a_table_its_role_may_not_vacuum_to_its_owner() {
     assert_eq!(pass.not_permitted, ["latest"], "only the table another role owns is refused");
     assert!(pass.vacuumed.iter().all(|t| t.table != "latest"), "latest was not tried: {pass:?}");
     let (dead, was_vacuumed, _) = stats(&db_admin, "latest").await;
-    assert!(!was_vacuumed && dead > 50, "latest left to its owner: {dead} dead rows, vacuumed {was_vacuumed}");
+    // Not its dead rows: pruning lowers that count without a vacuum.
+    assert!(!was_vacuumed, "latest left to its owner: {dead} dead rows, vacuumed {was_vacuumed}");
     drop(store);
     drop(db_admin);
     let _ = db_connection.await;
