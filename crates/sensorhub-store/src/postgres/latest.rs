@@ -30,7 +30,7 @@ pub(super) const UPSERT: &str = upsert_latest!();
 /// readings so sends one statement fewer, and each costs both ends a flush
 /// and a wake-up on the group's serial path.
 pub(super) const WITH_LOG: &str = concat!(
-    "WITH log AS (INSERT INTO outbox_log (created_at, devices, counts, subs, n, cum, nonce, ids, bodies)
+    "WITH log AS (INSERT INTO outbox_log (created_at, devices, counts, subs, n, cum, seed, ids, bodies)
         VALUES ($6, $7, $8, $9, $10, $11, $12, $13, $14)) ",
     upsert_latest!()
 );

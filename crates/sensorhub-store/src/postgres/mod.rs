@@ -49,6 +49,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/postgres/0022_outbox_log_groups.sql"),
     include_str!("../../migrations/postgres/0023_subscription_generation.sql"),
     include_str!("../../migrations/postgres/0024_outbox_log_lz4.sql"),
+    include_str!("../../migrations/postgres/0025_outbox_log_seed.sql"),
 ];
 
 /// Connections per process unless the URL says otherwise (`pool_max_size=N`).

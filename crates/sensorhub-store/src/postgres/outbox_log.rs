@@ -1,7 +1,7 @@
 //! The outbox's log on PostgreSQL (schema 17, one row a group since
 //! schema 22): a transaction of readings appends one row for the
 //! deliveries they owe (each reading's body once, the subscriptions it
-//! owes by their numbers, the random bytes of their message ids), and
+//! owes by their numbers, one random seed for their message ids), and
 //! claims spread those rows into `outbox`, one row per delivery, in their
 //! own unsynced transactions, as far as each claim needs.
 //!
@@ -37,7 +37,7 @@ pub(super) const FEED_BUDGET: usize = 2_048;
 
 /// The statement that appends one log row, and its parameters: the
 /// row's running total (`$6`) comes from the writer ([`Tail`]).
-const INSERT: &str = "INSERT INTO outbox_log (created_at, devices, counts, subs, n, cum, nonce, ids, bodies)
+const INSERT: &str = "INSERT INTO outbox_log (created_at, devices, counts, subs, n, cum, seed, ids, bodies)
     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)";
 
 /// Where the log ends: the last value of its id sequence, and the running
@@ -106,8 +106,9 @@ pub(super) async fn tail(c: &impl GenericClient) -> StoreResult<Tail> {
 /// transition's, one row for each subscription it owes) is one body in
 /// the log row, with its device and how many deliveries it owes; the
 /// deliveries' subscriptions are named by their numbers (schema 20: 36
-/// bytes for three, against 168 spelled out), with [`ID_BYTES`] random
-/// bytes each, and the fixed ids if any (`''` for a random one). `number`
+/// bytes for three, against 168 spelled out), with the fixed ids if any
+/// (`''` for a random one), and the row has a random seed ([`ID_BYTES`])
+/// that the spread makes the other ids from (schema 25). `number`
 /// gives a subscription's number: the transaction looked them up with the
 /// subscriptions it owes ([`numbers`]); one it does not know (gone
 /// meanwhile) is a NULL, owed nothing, that keeps the others' places.
@@ -121,7 +122,6 @@ pub(super) fn insert(
         return Ok(Vec::new());
     }
     let now = jiff::Timestamp::now().as_millisecond();
-    let random = id_bytes(rows.len())?;
     let mut statements = Vec::new();
     let mut log = LogRow::default();
     let mut start = 0;
@@ -132,18 +132,17 @@ pub(super) fn insert(
         let same = |r: &OutboxRow| Arc::ptr_eq(&r.body, &first.body) || r.body == first.body;
         let len = rows[start..].iter().take_while(|r| r.device_pk == first.device_pk && same(r)).count();
         if !log.devices.is_empty() && log.subs.len() + len > ROW_DELIVERIES {
-            statements.push((INSERT, std::mem::take(&mut log).params(now, tail)));
+            statements.push((INSERT, std::mem::take(&mut log).params(now, tail)?));
         }
         let run = &rows[start..start + len];
         log.devices.push(first.device_pk);
         log.counts.push(i32::try_from(len).map_err(|_| too_many(len))?);
         log.subs.extend(run.iter().map(|r| number(&r.subscription_id)));
-        log.nonce.extend_from_slice(&random[start * ID_BYTES..(start + len) * ID_BYTES]);
         log.ids.extend(run.iter().map(|r| r.message_id.clone().unwrap_or_default()));
         log.bodies.push(Shared(first.body.clone()));
         start += len;
     }
-    statements.push((INSERT, log.params(now, tail)));
+    statements.push((INSERT, log.params(now, tail)?));
     Ok(statements)
 }
 
@@ -161,36 +160,37 @@ pub(super) async fn numbers(c: &impl GenericClient, ids: &[&str]) -> StoreResult
 }
 
 /// One log row being gathered: a body, device and count of deliveries
-/// for each reading; a subscription, 16 random bytes and a fixed id
-/// (empty for none) for each delivery.
+/// for each reading; a subscription and a fixed id (empty for none) for
+/// each delivery.
 #[derive(Default)]
 struct LogRow {
     devices: Vec<i64>,
     counts: Vec<i32>,
     subs: Vec<Option<i32>>,
-    nonce: Vec<u8>,
     ids: Vec<String>,
     bodies: Vec<Shared>,
 }
 
 impl LogRow {
-    /// The parameters of [`INSERT`] for this row, written at `now` after `tail`.
-    fn params(self, now: i64, tail: &mut Tail) -> Params {
+    /// The parameters of [`INSERT`] for this row, written at `now` after
+    /// `tail`, with a seed drawn for its ids.
+    fn params(self, now: i64, tail: &mut Tail) -> StoreResult<Params> {
+        let seed = id_bytes(1)?;
         let n = self.subs.len() as i64;
         let cum = tail.append(n);
         // No fixed id (a reading's deliveries): none stored.
         let ids = self.ids.iter().any(|id| !id.is_empty()).then_some(self.ids);
-        vec![
+        Ok(vec![
             Box::new(now),
             Box::new(self.devices),
             Box::new(self.counts),
             Box::new(self.subs),
             Box::new(n),
             Box::new(cum),
-            Box::new(self.nonce),
+            Box::new(seed),
             Box::new(ids),
             Box::new(self.bodies),
-        ]
+        ])
     }
 }
 
@@ -222,8 +222,10 @@ pub(super) enum Others {
 /// Moves up to `limit` of the oldest log rows (none after id `upto`, if
 /// given) into `outbox`: one row per delivery to a subscription that
 /// still exists (a removed one's are owed nothing), in the order they were
-/// written, each with the id it must keep or `msg_` and its random bytes
-/// in hex, due at once. Returns how many log rows it moved.
+/// written, each with the id it must keep or `msg_` and, in hex, the
+/// first [`ID_BYTES`] of SHA-256 over its row's seed and its place in the
+/// row (from 1, four bytes big-endian; a row written before schema 25:
+/// its own random bytes), due at once. Returns how many log rows it moved.
 pub(super) async fn spread(
     c: &impl GenericClient,
     limit: usize,
@@ -252,15 +254,17 @@ macro_rules! spread_sql {
                     SELECT id FROM outbox_log WHERE $2::bigint IS NULL OR id <= $2 ORDER BY id LIMIT $1 FOR UPDATE ",
             $lock,
             "))
-                RETURNING id, created_at, devices, counts, subs, nonce, ids, bodies),
+                RETURNING id, created_at, devices, counts, subs, seed, nonce, ids, bodies),
             readings AS (
-                SELECT m.id, m.created_at, m.subs, m.nonce, m.ids, r.d, r.b, r.c, r.k,
+                SELECT m.id, m.created_at, m.subs, m.seed, m.nonce, m.ids, r.d, r.b, r.c, r.k,
                        (sum(r.c) OVER (PARTITION BY m.id ORDER BY r.k) - r.c)::integer AS off
                 FROM moved m CROSS JOIN LATERAL unnest(m.devices, m.counts, m.bodies) WITH ORDINALITY AS r (d, c, b, k)),
             spread AS (
                 INSERT INTO outbox (subscription_id, device_pk, message_id, body, created_at, next_attempt)
                 SELECT x.id, r.d,
-                       coalesce(nullif(r.ids[p], ''), 'msg_' || encode(substring(r.nonce FROM (p - 1) * 16 + 1 FOR 16), 'hex')),
+                       coalesce(nullif(r.ids[p], ''), 'msg_' || encode(CASE WHEN r.seed IS NULL
+                           THEN substring(r.nonce FROM (p - 1) * 16 + 1 FOR 16)
+                           ELSE substring(sha256(r.seed || int4send(p)) FROM 1 FOR 16) END, 'hex')),
                        r.b, r.created_at, r.created_at
                 FROM readings r CROSS JOIN LATERAL generate_series(r.off + 1, r.off + r.c) AS p
                 JOIN subscriptions x ON x.num = r.subs[p]
@@ -269,7 +273,7 @@ macro_rules! spread_sql {
         )
     };
 }
-// The statement takes 16 random bytes a delivery.
+// The statement's ids are 16 bytes: a hash's first, or an old row's own.
 const _: () = assert!(ID_BYTES == 16);
 pub(super) const SPREAD_SKIPPING: &str = spread_sql!("SKIP LOCKED");
 const SPREAD_WAITING: &str = spread_sql!("");

@@ -33,8 +33,16 @@ async fn database() -> (sensorhub_testing::TempDatabase, PgStore) {
 }
 
 /// A log row's devices, deliveries of each, subscriptions (by number),
-/// bytes of nonce, fixed ids and bodies.
+/// bytes of seed, fixed ids and bodies.
 type LogRow = (Vec<i64>, Vec<i32>, Vec<Option<i32>>, i32, Option<Vec<String>>, Vec<String>);
+
+/// The random id of the delivery at `place` (from 1) of a log row with
+/// `seed`, made here as the spread makes it in SQL.
+fn seeded(seed: &[u8], place: i32) -> String {
+    use sha2::Digest;
+    let hash = sha2::Sha256::new().chain_update(seed).chain_update(place.to_be_bytes()).finalize();
+    id_text(&hash[..16])
+}
 
 fn row(sub: &str, msg: Option<&str>, pk: i64, body: &str) -> OutboxRow {
     OutboxRow { subscription_id: sub.into(), device_pk: pk, message_id: msg.map(Into::into), body: body.into() }
@@ -89,7 +97,7 @@ async fn a_write_is_one_log_row_each_body_once_and_spreads_in_order_with_random_
         ],
     )
     .await;
-    let sql = "SELECT devices, counts, subs, octet_length(nonce), ids, bodies, nonce FROM outbox_log ORDER BY id";
+    let sql = "SELECT devices, counts, subs, octet_length(seed), ids, bodies, seed, nonce IS NULL FROM outbox_log ORDER BY id";
     let log = c.query(sql, &[]).await.expect("log");
     let shape: Vec<LogRow> = log.iter().map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4), r.get(5))).collect();
     let (a, b) = (num(&c, "sub_a").await, num(&c, "sub_b").await);
@@ -100,26 +108,30 @@ async fn a_write_is_one_log_row_each_body_once_and_spreads_in_order_with_random_
             vec![7, 8, 7],
             vec![3, 2, 1],
             vec![a, None, b, a, b, b],
-            96,
+            16,
             Some(strings(&["", "", "", "msg_alarm_1", "msg_alarm_2", ""])),
             strings(&["one", "alarm", "two"]),
         )],
         "subscriptions by number, one written meanwhile gone (NULL)"
     );
-    let nonce: Vec<u8> = log[0].get(6);
+    let seed: Vec<u8> = log[0].get(6);
+    assert!(log[0].get::<_, bool>(7), "one seed for the row, no random bytes a delivery");
+    let neither = "INSERT INTO outbox_log (created_at, devices, counts, subs, n, cum, bodies) VALUES (0, '{7}', '{1}', '{1}', 1, 1, '{x}')";
+    let refused = c.execute(neither, &[]).await.expect_err("a row without a seed or bytes of its own is refused");
+    assert_eq!(refused.as_db_error().and_then(|e| e.constraint()), Some("outbox_log_seed_or_nonce"));
     assert_eq!(backlog(&**c).await.expect("backlog"), 6, "the log's deliveries count");
 
     assert_eq!(spread(&**c, 2, None, Others::Skip).await.expect("spread"), 1);
     assert_eq!(
         outbox(&c).await,
         [
-            want("sub_a", id_text(&nonce[..16]), 7, "one"),
-            want("sub_b", id_text(&nonce[32..48]), 7, "one"),
+            want("sub_a", seeded(&seed, 1), 7, "one"),
+            want("sub_b", seeded(&seed, 3), 7, "one"),
             want("sub_a", "msg_alarm_1".into(), 8, "alarm"),
             want("sub_b", "msg_alarm_2".into(), 8, "alarm"),
-            want("sub_b", id_text(&nonce[80..]), 7, "two"),
+            want("sub_b", seeded(&seed, 6), 7, "two"),
         ],
-        "a removed subscription is owed nothing; each delivery keeps its bytes' id or its fixed one"
+        "a removed subscription is owed nothing; each delivery has its seeded id or its fixed one"
     );
     assert_eq!(newest(&**c).await.expect("newest"), None, "the log is empty once spread");
     assert_eq!(backlog(&**c).await.expect("backlog"), 5);
@@ -147,22 +159,22 @@ async fn a_large_write_is_rows_of_at_most_64_deliveries_that_never_split_a_readi
     rows.extend((0..70).map(|_| row("sub_a", None, 8, "wide")));
     rows.push(row("sub_b", None, 7, "last"));
     write(&c, &rows).await;
-    let sql = "SELECT cardinality(counts), n, cum, octet_length(nonce), nonce FROM outbox_log ORDER BY id";
+    let sql = "SELECT cardinality(counts), n, cum, octet_length(seed), seed FROM outbox_log ORDER BY id";
     let log = c.query(sql, &[]).await.expect("log");
     let shape: Vec<(i32, i64, i64, i32)> = log.iter().map(|r| (r.get(0), r.get(1), r.get(2), r.get(3))).collect();
-    assert_eq!(shape, [(21, 63, 63, 1008), (9, 27, 90, 432), (1, 70, 160, 1120), (1, 1, 161, 16)]);
-    let nonces: Vec<Vec<u8>> = log.iter().map(|r| r.get(4)).collect();
+    assert_eq!(shape, [(21, 63, 63, 16), (9, 27, 90, 16), (1, 70, 160, 16), (1, 1, 161, 16)]);
+    let seeds: Vec<Vec<u8>> = log.iter().map(|r| r.get(4)).collect();
+    assert!(seeds.windows(2).all(|w| w[0] != w[1]), "a seed of its own for each row");
     assert_eq!(backlog(&**c).await.expect("backlog"), 161);
     assert_eq!(spread(&**c, 10, None, Others::Wait).await.expect("spread"), 4);
     let mut expected = Vec::new();
     for i in 0..30 {
-        let (nonce, place) = if i < 21 { (&nonces[0], i * 3) } else { (&nonces[1], (i - 21) * 3) };
-        let id = |p: usize| id_text(&nonce[p * 16..(p + 1) * 16]);
-        expected.push(want("sub_a", id(place), 7, &format!("r{i}")));
-        expected.push(want("sub_b", id(place + 2), 7, &format!("r{i}")));
+        let (seed, place) = if i < 21 { (&seeds[0], i * 3) } else { (&seeds[1], (i - 21) * 3) };
+        expected.push(want("sub_a", seeded(seed, place + 1), 7, &format!("r{i}")));
+        expected.push(want("sub_b", seeded(seed, place + 3), 7, &format!("r{i}")));
     }
-    expected.extend((0..70).map(|p| want("sub_a", id_text(&nonces[2][p * 16..(p + 1) * 16]), 8, "wide")));
-    expected.push(want("sub_b", id_text(&nonces[3]), 7, "last"));
+    expected.extend((1..=70).map(|p| want("sub_a", seeded(&seeds[2], p), 8, "wide")));
+    expected.push(want("sub_b", seeded(&seeds[3], 1), 7, "last"));
     assert_eq!(outbox(&c).await, expected, "in the order written, across rows");
 }
 
