@@ -269,16 +269,28 @@ impl Events {
     /// Whether the caller would still be let in: `false` ends the stream.
     /// Streams check at slightly different moments after a change (up to
     /// [`RECHECK_SPREAD`]), so that thousands of them do not ask the
-    /// database at once. A database that does not answer keeps the stream
-    /// open (it is checked again at the next change).
+    /// database at once. A database that does not answer is asked again,
+    /// the stream held meanwhile, until [`RECHECK_GIVE_UP`] after the
+    /// first try: then the stream ends, since its caller may have lost
+    /// access in the change that woke it (a new request would be refused
+    /// while the database is away, too).
     async fn allowed(&self) -> bool {
         let spread = RECHECK_SPREAD.mul_f64(fastrand::f64());
         tokio::time::sleep(spread).await;
-        match still_allowed(&*self.store, &self.caller.credential, self.caller.scope, &self.device_id).await {
-            Ok(allowed) => allowed,
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot check a stream's caller again; it stays open");
-                true
+        let give_up = tokio::time::Instant::now() + RECHECK_GIVE_UP;
+        let mut pause = RECHECK_SPREAD;
+        loop {
+            match still_allowed(&*self.store, &self.caller.credential, self.caller.scope, &self.device_id).await {
+                Ok(allowed) => return allowed,
+                Err(e) if tokio::time::Instant::now() + pause < give_up => {
+                    tracing::warn!(error = %e, "cannot check a stream's caller again; asking again");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(1));
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot check a stream's caller again; the stream ends");
+                    return false;
+                }
             }
         }
     }
@@ -325,6 +337,10 @@ impl Events {
 
 /// The longest a stream waits, after access changed, before it checks its caller.
 const RECHECK_SPREAD: Duration = Duration::from_millis(250);
+
+/// How long a stream keeps asking a database that does not answer whether
+/// its caller may still see it, before it ends.
+const RECHECK_GIVE_UP: Duration = Duration::from_secs(3);
 
 /// `reading` as a batch of one over `device`'s sensors, values in idx
 /// order (the last of a sensor given twice); `Err` holds the batch without

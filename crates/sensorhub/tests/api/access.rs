@@ -86,6 +86,23 @@ on_each_backend! {
         assert_eq!(app.get("/pk-alice-all/devices/AWLR-001/stream").await.status, 403, "and it cannot open again");
     }
 
+    // A change whose check the database cannot answer (here: the table
+    // of keys gone from under the server) ends the stream too, within the
+    // same bound: its caller may have lost access in that change.
+    async fn a_stream_whose_caller_cannot_be_checked_again_ends() {
+        let app = TestApp::with(ingest()).await;
+        let mut stream = open(&app, "/pk-alice-awlr/devices/AWLR-001/stream", false).await;
+        sql(&app.db, "ALTER TABLE api_keys RENAME TO api_keys_away").await;
+        sql(&app.db, "UPDATE access_generation SET generation = generation + 1").await;
+        ends(&mut stream, "the access generation moved with the keys unreadable").await;
+        sql(&app.db, "ALTER TABLE api_keys_away RENAME TO api_keys").await;
+        let mut again = open(&app, "/pk-alice-awlr/devices/AWLR-001/stream", false).await;
+        let posted = app.webhook(Some("wh-alice-secret"), &envelope("2026-06-01T08:00:00Z", r#"{"AWLR1-wl":2.5}"#)).await;
+        assert_eq!(posted.status, 200, "{}", posted.text);
+        let (_, event) = again.event().await;
+        assert!(event.contains(r#""value":2.5"#), "with the keys back a stream opens and gets readings: {event}");
+    }
+
     // A public raw window goes ahead on the key's answer kept from an
     // earlier request when the window's own read finds the access
     // generation unchanged; every change made by another process (the
