@@ -384,25 +384,29 @@ fn sqlite_target(url: &str) -> StoreResult<(&str, sqlite::Durability)> {
 }
 
 /// `url` with any password replaced by `***`, for messages and logs.
+///
+/// The credentials are everything after `://` up to the first `@`, as
+/// tokio-postgres reads them (so a password may hold `/` or `?`); a user
+/// name that could be anything else (it holds `/`, `?`, `#`, `&` or `=`,
+/// when the first `@` is past the authority) is hidden too. Query
+/// parameters whose name holds `pass` lose their value.
 pub fn redact_url(url: &str) -> String {
-    let (url, query) = match url.split_once('?') {
-        Some((u, q)) => (u, Some(q)),
-        None => (url, None),
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
     };
-    let mut out = match url.split_once("://") {
-        Some((scheme, rest)) => {
-            let authority_end = rest.find('/').unwrap_or(rest.len());
-            match rest[..authority_end].rfind('@') {
-                Some(at) => {
-                    let userinfo = &rest[..at];
-                    let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
-                    format!("{scheme}://{user}:***{}", &rest[at..])
-                }
-                None => url.to_owned(),
-            }
+    let (mut out, tail) = match rest.split_once('@') {
+        Some((userinfo, tail)) => {
+            let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
+            let user = if user.contains(['/', '?', '#', '&', '=']) { "***" } else { user };
+            (format!("{scheme}://{user}:***@"), tail)
         }
-        None => url.to_owned(),
+        None => (format!("{scheme}://"), rest),
     };
+    let (authority_path, query) = match tail.split_once('?') {
+        Some((a, q)) => (a, Some(q)),
+        None => (tail, None),
+    };
+    out.push_str(authority_path);
     if let Some(q) = query {
         // `?password=…` (libpq, Redis) and its kin: the value is a secret.
         let params: Vec<String> = q
@@ -475,5 +479,14 @@ mod tests {
         );
         assert_eq!(redact_url("postgres://u:a@h/db?sslpassword=x"), "postgres://u:***@h/db?sslpassword=***");
         assert_eq!(redact_url("redis://h:6379/0?password=hunter2"), "redis://h:6379/0?password=***");
+        // tokio-postgres takes everything up to the first `@` as the
+        // credentials, so these connect, and their passwords must not show.
+        assert_eq!(redact_url("postgres://app:pa/ss@db/x"), "postgres://app:***@db/x");
+        assert_eq!(redact_url("postgres://app:pa?ss@db/x?sslmode=disable"), "postgres://app:***@db/x?sslmode=disable");
+        assert_eq!(redact_url("postgres://app:p@ss@db/x"), "postgres://app:***@ss@db/x");
+        for url in ["postgres://app:pa/ss@db/x", "postgres://app:pa?ss@db/x", "postgres://h/db?password=x@y"] {
+            let shown = redact_url(url);
+            assert!(!shown.contains("pa/ss") && !shown.contains("pa?ss") && !shown.contains("=x"), "{url} -> {shown}");
+        }
     }
 }

@@ -22,8 +22,9 @@ pub struct MqttSettings {
     /// TLS (`mqtts://`) with the CA in this PEM file (the system's roots
     /// are not consulted: a CA file is required); read when connecting.
     pub tls_ca: Option<PathBuf>,
-    /// Username and password, when the broker asks for them.
-    pub credentials: Option<(String, String)>,
+    /// Username and password, when the broker asks for them (the
+    /// password's `Debug` prints `***`).
+    pub credentials: Option<(String, Secret)>,
     /// The first topic level (`sensorhub`).
     pub prefix: String,
     /// A shared subscription group (`$share/<group>/…`), for several instances.
@@ -151,7 +152,12 @@ fn topic_level(name: &str, value: &str) -> Result<(), String> {
 
 /// The host, port and TLS of an `mqtt://` or `mqtts://` URL.
 fn parse_url(url: &str) -> Result<(String, u16, bool), String> {
-    let bad = || format!("--mqtt-url {url:?} is not mqtt://host[:port] or mqtts://host[:port]");
+    // The URL is shown without a password it may hold (credentials go in
+    // --mqtt-username and --mqtt-password, never in the URL).
+    let bad = || {
+        let shown = sensorhub_store::redact_url(url);
+        format!("--mqtt-url {shown:?} is not mqtt://host[:port] or mqtts://host[:port]")
+    };
     let (rest, tls, default_port) = match url.split_once("://") {
         Some(("mqtt", rest)) => (rest, false, 1883),
         Some(("mqtts", rest)) => (rest, true, 8883),
@@ -206,7 +212,7 @@ impl MqttSettings {
         let username = flags.mqtt_username.clone().or_else(|| file.username.clone());
         let password = flags.mqtt_password.as_ref().map(|s| s.0.clone()).or_else(|| file.password.clone());
         let credentials = match (username, password) {
-            (Some(u), p) => Some((u, p.unwrap_or_default())),
+            (Some(u), p) => Some((u, Secret(p.unwrap_or_default()))),
             (None, Some(_)) => return Err("--mqtt-password needs --mqtt-username".into()),
             (None, None) => None,
         };
@@ -305,5 +311,20 @@ mod tests {
         );
         let no_user = MqttFlags { mqtt_url: url(), mqtt_password: Some(Secret("x".into())), ..MqttFlags::default() };
         assert!(e(no_user).contains("--mqtt-username"));
+    }
+
+    #[test]
+    fn a_password_never_shows_in_a_refusal_or_the_settings() {
+        let refused = parse_url("mqtt://sensor:hunter2@broker").expect_err("credentials in the URL are refused");
+        assert!(refused.contains("mqtt://sensor:***@broker") && !refused.contains("hunter2"), "{refused}");
+        let flags = MqttFlags {
+            mqtt_url: Some("mqtt://h".into()),
+            mqtt_username: Some("sensor".into()),
+            mqtt_password: Some(Secret("hunter2".into())),
+            ..MqttFlags::default()
+        };
+        let s = resolve(flags).ok().flatten().expect("settings");
+        assert_eq!(s.credentials.as_ref().map(|(u, p)| (u.as_str(), p.0.as_str())), Some(("sensor", "hunter2")));
+        assert!(!format!("{s:?}").contains("hunter2"), "settings print no password: {s:?}");
     }
 }

@@ -153,7 +153,7 @@ fn options(settings: &MqttSettings, client_id: &str) -> Result<MqttOptions, Stri
         .set_manual_acks(true)
         .set_max_packet_size(Some(MAX_PACKET_BYTES as u32));
     if let Some((user, password)) = &settings.credentials {
-        options.set_credentials(user.clone(), password.clone());
+        options.set_credentials(user.clone(), password.0.clone());
     }
     if let Some(path) = &settings.tls_ca {
         let ca = std::fs::read(path).map_err(|e| format!("--mqtt-ca-file {}: {e}", path.display()))?;
