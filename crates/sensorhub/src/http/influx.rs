@@ -227,7 +227,11 @@ async fn read_body(headers: &HeaderMap, body: Body, max: usize) -> Result<Vec<u8
         "identity" | "" => Ok(raw.to_vec()),
         "gzip" => {
             let mut out = Vec::new();
-            let mut inflated = flate2::read::GzDecoder::new(&raw[..]).take(max as u64 + 1);
+            // Every member, as InfluxDB reads them (`cat a.gz b.gz`, a
+            // writer that flushes members): a decoder of one would stop at
+            // the first and drop the rest unsaid. Bytes after the last that
+            // are not a gzip member are refused.
+            let mut inflated = flate2::read::MultiGzDecoder::new(&raw[..]).take(max as u64 + 1);
             inflated.read_to_end(&mut out).map_err(|e| ApiError::BadRequest(format!("the gzip body: {e}")))?;
             if out.len() > max {
                 return Err(ApiError::PayloadTooLarge);

@@ -66,6 +66,25 @@ on_each_backend! {
         let a = write(&app, &format!("/write?db=x&u=me&p={KEY}&precision=s"), &[], format!("AWLR-001 AWLR1-wl=11 {}", T + 120).into_bytes()).await;
         assert_eq!(a.status, 204, "{}", a.text);
         assert_eq!(stored(&app).await.len(), 2);
+
+        // Two gzip members back to back (`cat a.gz b.gz`): both are read.
+        let member = |line: String| {
+            let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+            gz.write_all(line.as_bytes()).expect("gzip");
+            gz.finish().expect("gzip")
+        };
+        let mut two = member(format!("AWLR-001 AWLR1-wl=12 {}\n", T + 240));
+        two.extend(member(format!("AWLR-001 AWLR1-wl=13 {}\n", T + 360)));
+        let gzip = [("Authorization", basic.as_str()), ("Content-Encoding", "gzip")];
+        let a = write(&app, "/write?db=x&precision=s", &gzip, two).await;
+        assert_eq!(a.status, 204, "{}", a.text);
+        assert_eq!(stored(&app).await.len(), 4, "the second member's point is stored too");
+        // A member and then bytes that are not one: refused, nothing stored.
+        let mut junk = member(format!("AWLR-001 AWLR1-wl=14 {}\n", T + 480));
+        junk.extend_from_slice(b"not gzip at all");
+        let a = write(&app, "/write?db=x&precision=s", &gzip, junk).await;
+        assert_eq!(a.status, 400, "{}", a.text);
+        assert_eq!(stored(&app).await.len(), 4, "a body refused stores nothing");
     }
 
     async fn a_bad_line_stores_nothing_and_is_named_as_influxdb_clients_expect() {
