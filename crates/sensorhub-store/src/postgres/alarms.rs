@@ -3,7 +3,7 @@
 //! in one transaction under the write lock, so that several instances
 //! record each transition once.
 
-use super::PgStore;
+use super::{PgStore, lookup_name};
 use crate::alarm::{Alarm, AlarmEvent, SilenceDue};
 use crate::sql::alarms as sql;
 use crate::write::{alarm_reads, alarms, provision};
@@ -26,11 +26,14 @@ impl crate::store::Alarms for PgStore {
     }
 
     async fn alarms(&self, scope: Scope, device_id: &str) -> StoreResult<Option<Vec<Alarm>>> {
+        let device_id = &*lookup_name(device_id);
         self.on(async |c| alarm_reads::alarms_of(c, scope, device_id).await).await
     }
 
     async fn alarms_of_devices(&self, device_ids: &[&str]) -> StoreResult<Vec<(String, Vec<Alarm>)>> {
-        self.on(async |c| alarm_reads::alarms_of_many(c, device_ids).await).await
+        let names: Vec<_> = device_ids.iter().map(|id| lookup_name(id)).collect();
+        let device_ids: Vec<&str> = names.iter().map(|id| &**id).collect();
+        self.on(async |c| alarm_reads::alarms_of_many(c, &device_ids).await).await
     }
 
     async fn active_alarms(&self, scope: Scope) -> StoreResult<Vec<Alarm>> {
@@ -43,10 +46,12 @@ impl crate::store::Alarms for PgStore {
         device_id: &str,
         range: TimeRange,
     ) -> StoreResult<Option<Vec<AlarmEvent>>> {
+        let device_id = &*lookup_name(device_id);
         self.on(async |c| alarm_reads::events_of(c, scope, device_id, range).await).await
     }
 
     async fn acknowledge_alarm(&self, device_id: &str, rule: &str, now: i64) -> StoreResult<AlarmEvent> {
+        let (device_id, rule) = (&*lookup_name(device_id), &*lookup_name(rule));
         let (event, recorded) =
             self.in_tx(async |tx| alarms::acknowledge(tx, &self.kept.alarms, device_id, rule, now).await).await?;
         if recorded {

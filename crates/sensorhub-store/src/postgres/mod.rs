@@ -142,6 +142,15 @@ impl std::fmt::Debug for PgStore {
     }
 }
 
+/// `id`, a name a caller gave (a device, a user, an alarm rule), as
+/// PostgreSQL's `text` can hold it: a NUL, which `text` refuses with an
+/// error, becomes U+0001. No stored name holds a control character
+/// ([`sensorhub_core::model::is_valid_identifier`]), so the look-up finds
+/// nothing, as SQLite's does, rather than failing the request.
+pub(super) fn lookup_name(id: &str) -> std::borrow::Cow<'_, str> {
+    if id.contains('\0') { id.replace('\0', "\u{1}").into() } else { id.into() }
+}
+
 /// Splits sensorhub's own `pool_max_size` option off a connection URL.
 fn pool_option(url: &str) -> StoreResult<(String, usize)> {
     let Some((base, query)) = url.split_once('?') else { return Ok((url.to_owned(), DEFAULT_POOL_SIZE)) };

@@ -281,6 +281,7 @@ pub(super) async fn read_batch(
 #[async_trait]
 impl crate::store::Access for PgStore {
     async fn account_auth(&self, username: &str) -> StoreResult<Option<AccountAuth>> {
+        let username = &*super::lookup_name(username);
         self.on(async |c| access::account_auth(c, username).await).await
     }
 
@@ -306,6 +307,7 @@ impl crate::store::Access for PgStore {
         device_id: &str,
         seen: Option<Generations>,
     ) -> StoreResult<Option<(Arc<DeviceHandle>, bool)>> {
+        let device_id = &*super::lookup_name(device_id);
         let read = self.on(async |c| access::writable_device(c, account_id, device_id).await);
         self.write_targets.through(account_id, device_id, seen, read).await
     }
@@ -318,14 +320,17 @@ impl crate::store::Reads for PgStore {
     }
 
     async fn find_device(&self, scope: Scope, device_id: &str) -> StoreResult<Option<DeviceHandle>> {
+        let device_id = &*super::lookup_name(device_id);
         self.on(async |c| access::find_device(c, scope, device_id).await).await
     }
 
     async fn latest(&self, scope: Scope, device_id: &str) -> StoreResult<Option<(DeviceHandle, Vec<LatestValue>)>> {
+        let device_id = &*super::lookup_name(device_id);
         super::latest::read(&self.pool.get().await?, scope, device_id).await
     }
 
     async fn read_window(&self, scope: Scope, device_id: &str, range: TimeRange) -> StoreResult<Option<Window>> {
+        let device_id = &*super::lookup_name(device_id);
         let client = self.pool.get().await?;
         let head = window_head(&client, scope, device_id, range.start, range.end, crate::batches::FIRST_BATCH).await?;
         let Some((device, first)) = head else { return Ok(None) };
@@ -351,6 +356,7 @@ impl crate::store::Reads for PgStore {
         limit: usize,
     ) -> StoreResult<HoursHead> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let device_id = &*super::lookup_name(device_id);
         let c = self.pool.get().await?;
         // A device kept at the generations the hours were read at is the
         // one the full statement would find: one smaller statement.

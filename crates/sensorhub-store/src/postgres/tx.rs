@@ -201,6 +201,7 @@ impl Tx for PgTx<'_> {
     async fn device_pk(&self, device_id: &str) -> StoreResult<Option<i64>> {
         let c = self.tx().await?;
         let stmt = self.prepare("SELECT id FROM devices WHERE device_id = $1").await?;
+        let device_id = &*super::lookup_name(device_id);
         Ok(c.query_opt(&stmt, &[&device_id]).await?.map(|r| r.get(0)))
     }
 

@@ -27,6 +27,7 @@ mod mqtt;
 mod mqtt_identity;
 mod mqtt_memory;
 mod mqtt_tls;
+mod nul;
 mod ops;
 mod ratelimit;
 mod readings;
