@@ -178,19 +178,42 @@ async fn stream<C: Into<Caller>>(
 }
 
 /// Which of `seconds` (of `device`'s retained events) still hold a stored
-/// reading: one range read from the first to the last.
+/// reading: one range read for each run of them no more than
+/// [`REPLAY_GAP`] apart, so that events far apart in time (a logger's
+/// clock reset to 1970 beside today's readings) never read the years
+/// between them.
 async fn stored_seconds(
     store: &dyn Store,
     device: &DeviceHandle,
     seconds: impl Iterator<Item = i64>,
 ) -> Result<HashSet<i64>, ApiError> {
-    let (start, end) = seconds.fold((i64::MAX, i64::MIN), |(lo, hi), s| (lo.min(s), hi.max(s)));
-    let mut batches = store.read_readings(device, TimeRange { start, end });
+    let mut seconds: Vec<i64> = seconds.collect();
+    seconds.sort_unstable();
+    seconds.dedup();
     let mut stored = HashSet::new();
-    while let Some(batch) = batches.next().await {
-        stored.extend(batch?.timestamps);
+    for (start, end) in runs(&seconds, REPLAY_GAP) {
+        let mut batches = store.read_readings(device, TimeRange { start, end });
+        while let Some(batch) = batches.next().await {
+            stored.extend(batch?.timestamps.into_iter().filter(|t| seconds.binary_search(t).is_ok()));
+        }
     }
     Ok(stored)
+}
+
+/// The widest gap between two retained events' seconds read in one range.
+const REPLAY_GAP: i64 = 3600;
+
+/// `sorted` (ascending, no repeats) as runs `(first, last)` whose
+/// neighbours are at most `gap` apart.
+fn runs(sorted: &[i64], gap: i64) -> Vec<(i64, i64)> {
+    let mut out: Vec<(i64, i64)> = Vec::new();
+    for &s in sorted {
+        match out.last_mut() {
+            Some((_, last)) if s.saturating_sub(*last) <= gap => *last = s,
+            _ => out.push((s, s)),
+        }
+    }
+    out
 }
 
 fn encoder(device: &DeviceHandle, zone: &Zone) -> ReadingEncoder {
@@ -387,5 +410,14 @@ mod tests {
         let unknown = LiveReading { values: vec![("x".into(), 1.0), ("b".into(), 2.0)], ..reading };
         let partial = batch_of(&device, &unknown).expect_err("x is unknown");
         assert_eq!((partial.masks[0], partial.values.len()), (0b010, 1));
+    }
+
+    #[test]
+    fn replayed_seconds_are_read_in_runs_never_across_a_wide_gap() {
+        let now = 1_780_000_000;
+        assert_eq!(super::runs(&[0, now - 3600, now - 10, now], 3600), [(0, 0), (now - 3600, now)]);
+        assert_eq!(super::runs(&[5], 3600), [(5, 5)]);
+        assert_eq!(super::runs(&[1, 3602, 7204], 3600), [(1, 1), (3602, 3602), (7204, 7204)]);
+        assert!(super::runs(&[], 3600).is_empty());
     }
 }
