@@ -198,8 +198,15 @@ impl<R: std::io::Read> CsvReadings<R> {
             // Rows of the same reading follow each other: compare before allocating.
             if let Some(p) = self.pending.as_mut().filter(|p| follows && p.device_id == r[0] && self.pending_ts == r[1])
             {
-                p.values.push(value);
-                continue;
+                if !p.values.iter().any(|v| v.sensor_id == value.sensor_id) {
+                    p.values.push(value);
+                    continue;
+                }
+                // A sensor given again at the same instant (a logger whose
+                // clock stopped repeats its time): a reading of its own,
+                // which the store merges into the last sensor by sensor
+                // (the later value wins), so that a run of such rows is
+                // never held in memory as one reading.
             }
             let timestamp = parse_reading_timestamp(r[1])
                 .map_err(|e| InputError::new(format!("line {line}"), e.to_string()))?
@@ -298,6 +305,18 @@ mod tests {
         let (first, again) = (&got[0].values[0].sensor_id, &got[1].values[0].sensor_id);
         assert_eq!((&**first, &**again), ("a", "a"));
         assert!(std::sync::Arc::ptr_eq(first, again), "one allocation per sensor id, shared by its values");
+    }
+
+    #[test]
+    fn a_stopped_clock_makes_readings_of_one_value_each_not_one_of_every_row() {
+        let mut text = "device_id,timestamp,sensor_id,value\n".to_owned();
+        for n in 0..1000 {
+            text.push_str(&format!("D,2026-05-05T00:00:00Z,a,{n}\nD,2026-05-05T00:00:00Z,b,{n}\n"));
+        }
+        let got: Vec<_> = CsvReadings::new(text.as_bytes()).collect::<Result<_, _>>().expect("valid");
+        assert_eq!(got.len(), 1000, "a reading for each repeat of a sensor");
+        assert!(got.iter().all(|r| r.values.len() == 2), "each holds a sensor once");
+        assert_eq!((got[999].values[0].value, got[999].origin.value_at(1)), (999.0, "line 2001".to_owned()));
     }
 
     #[test]
