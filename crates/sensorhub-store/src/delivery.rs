@@ -169,6 +169,18 @@ pub struct Claimed {
 pub const DROPPED_DISABLED: &str = "dropped: the account is disabled";
 /// See [`DROPPED_DISABLED`].
 pub const DROPPED_UNSEEN: &str = "dropped: the account no longer sees the device";
+/// [`DROPPED_UNCOVERED`] as a literal, for the claims' statements built
+/// with `concat!`.
+macro_rules! dropped_uncovered {
+    () => {
+        "dropped: the subscription no longer covers the device"
+    };
+}
+pub(crate) use dropped_uncovered;
+/// Why a delivery of a device's reading or alarm is no longer made: its
+/// subscription was narrowed to devices without it (the text is
+/// [`dropped_uncovered!`], which the claims' SQL spells out).
+pub const DROPPED_UNCOVERED: &str = dropped_uncovered!();
 
 /// What an attempt came to.
 #[derive(Debug, Clone, PartialEq, Eq)]

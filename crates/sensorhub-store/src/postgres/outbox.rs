@@ -9,7 +9,7 @@ use crate::StoreResult;
 use crate::decide::{claim, merge};
 use crate::delivery::{
     Attempt, ClaimRequest, Claimed, DROPPED_DISABLED, DROPPED_UNSEEN, Delivery, DeliveryRecord, Finished, Replay,
-    batch_room, failing_changes,
+    batch_room, dropped_uncovered, failing_changes,
 };
 use crate::sql::{outbox, subscriptions};
 use async_trait::async_trait;
@@ -111,16 +111,23 @@ async fn unsynced(c: &mut Client) -> StoreResult<Transaction<'_>> {
 /// Due rows, oldest first (`$1` now, `$2` how many at most), each with
 /// why it may no longer go (`$3`, `$4`); locked, and skipping rows another
 /// claimer holds.
-const CANDIDATES: &str = "SELECT o.id, s.url,
+const CANDIDATES: &str = concat!(
+    "SELECT o.id, s.url,
         CASE WHEN a.disabled THEN $3
              WHEN o.device_pk IS NULL OR NOT EXISTS
                   (SELECT 1 FROM account_devices x WHERE x.account_id = a.id AND x.device_pk = o.device_pk)
-             THEN $4 END
+             THEN $4
+             WHEN NOT s.all_devices AND NOT EXISTS (SELECT 1 FROM subscription_devices sd
+                  WHERE sd.subscription_id = s.id AND sd.device_pk = o.device_pk)
+             THEN '",
+    dropped_uncovered!(),
+    "' END
     FROM outbox o JOIN subscriptions s ON s.id = o.subscription_id JOIN accounts a ON a.id = s.account_id
     WHERE o.state = 'pending' AND o.next_attempt <= $1 AND (o.leased_until IS NULL OR o.leased_until <= $1)
       AND s.enabled
     ORDER BY o.next_attempt, o.id LIMIT $2
-    FOR UPDATE OF o SKIP LOCKED";
+    FOR UPDATE OF o SKIP LOCKED"
+);
 
 /// [`CANDIDATES`] read subscription by subscription (schema 18's
 /// `outbox_pending`): each enabled one of `$5`'s first `$6` due rows (a
@@ -132,11 +139,17 @@ const CANDIDATES: &str = "SELECT o.id, s.url,
 /// walk `outbox_due` instead (sorts are off in the claim's transaction);
 /// the outer row is locked, and its state checked again, only for the
 /// rows taken.
-const CANDIDATES_EACH: &str = "SELECT o.id, s.url,
+const CANDIDATES_EACH: &str = concat!(
+    "SELECT o.id, s.url,
         CASE WHEN a.disabled THEN $3
              WHEN o.device_pk IS NULL OR NOT EXISTS
                   (SELECT 1 FROM account_devices x WHERE x.account_id = a.id AND x.device_pk = o.device_pk)
-             THEN $4 END,
+             THEN $4
+             WHEN NOT s.all_devices AND NOT EXISTS (SELECT 1 FROM subscription_devices sd
+                  WHERE sd.subscription_id = s.id AND sd.device_pk = o.device_pk)
+             THEN '",
+    dropped_uncovered!(),
+    "' END,
         s.id, c.next_attempt
     FROM subscriptions s JOIN accounts a ON a.id = s.account_id
     CROSS JOIN LATERAL (SELECT d.id, d.next_attempt FROM outbox d
@@ -147,7 +160,8 @@ const CANDIDATES_EACH: &str = "SELECT o.id, s.url,
     WHERE s.enabled AND s.id = ANY ($5::text[])
       AND o.state = 'pending' AND o.next_attempt <= $1 AND (o.leased_until IS NULL OR o.leased_until <= $1)
     ORDER BY c.next_attempt, c.id LIMIT $2
-    FOR UPDATE OF o SKIP LOCKED";
+    FOR UPDATE OF o SKIP LOCKED"
+);
 
 /// A claim's candidates, as [`candidates`] read them.
 struct Found {

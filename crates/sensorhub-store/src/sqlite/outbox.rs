@@ -72,7 +72,12 @@ macro_rules! due_sql {
                     CASE WHEN a.disabled = 1 THEN ?3
                          WHEN o.device_pk IS NULL OR NOT EXISTS
                               (SELECT 1 FROM account_devices x WHERE x.account_id = a.id AND x.device_pk = o.device_pk)
-                         THEN ?4 END,
+                         THEN ?4
+                         WHEN s.all_devices = 0 AND NOT EXISTS (SELECT 1 FROM subscription_devices sd
+                              WHERE sd.subscription_id = s.id AND sd.device_pk = o.device_pk)
+                         THEN '",
+            $crate::delivery::dropped_uncovered!(),
+            "' END,
                     o.next_attempt
              FROM outbox o ",
             $from,

@@ -13,7 +13,7 @@
 use super::outbox_log::{self, MAX_OWED, all_done, number};
 use crate::StoreResult;
 use crate::decide::claim::{Candidate, Offered, Picker};
-use crate::delivery::{DROPPED_DISABLED, DROPPED_UNSEEN, endpoint};
+use crate::delivery::{DROPPED_DISABLED, DROPPED_UNCOVERED, DROPPED_UNSEEN, endpoint};
 use rusqlite::{Connection, params};
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
@@ -29,13 +29,15 @@ pub(super) struct Sub {
     pub batch_max: usize,
     pub account: i64,
     pub account_disabled: bool,
+    /// Every device the account sees, or only those of `subscription_devices`.
+    pub all_devices: bool,
 }
 
 /// Every subscription, by id, in id order.
 pub(super) fn subscriptions(tx: &Connection) -> StoreResult<Vec<(String, Sub)>> {
     let mut stmt = tx.prepare_cached(
         "SELECT s.id, s.url, s.enabled, CASE WHEN s.batch = 1 THEN max(s.batch_max, 1) ELSE 1 END,
-                s.account_id, a.disabled
+                s.account_id, a.disabled, s.all_devices
          FROM subscriptions s JOIN accounts a ON a.id = s.account_id ORDER BY s.id",
     )?;
     let rows = stmt.query_map([], |r| {
@@ -46,6 +48,7 @@ pub(super) fn subscriptions(tx: &Connection) -> StoreResult<Vec<(String, Sub)>> 
             batch_max: usize::try_from(batch_max).unwrap_or(1),
             account: r.get(4)?,
             account_disabled: r.get(5)?,
+            all_devices: r.get(6)?,
         };
         Ok((r.get(0)?, sub))
     })?;
@@ -127,6 +130,8 @@ struct State {
     complete: bool,
     /// Whether an account sees a device, as looked up.
     seen: HashMap<(i64, i64), bool>,
+    /// Whether a subscription of some devices still covers a device, as looked up.
+    covered: HashMap<(String, i64), bool>,
 }
 
 impl Walk<'_> {
@@ -138,7 +143,13 @@ impl Walk<'_> {
             .filter(|(id, s)| s.enabled && !self.excluded.contains(*id))
             .map(|(_, s)| endpoint(&s.url).to_owned())
             .collect();
-        let mut state = State { out: Walked::default(), full: HashSet::new(), complete: false, seen: HashMap::new() };
+        let mut state = State {
+            out: Walked::default(),
+            full: HashSet::new(),
+            complete: false,
+            seen: HashMap::new(),
+            covered: HashMap::new(),
+        };
         let mut lists: HashMap<i64, Vec<String>> = HashMap::new();
         let mut after = 0;
         // Once the claim is complete, rows still read for batches with room.
@@ -276,6 +287,9 @@ impl Walk<'_> {
         if !sees {
             return Ok(Fate::Drop(DROPPED_UNSEEN));
         }
+        if !s.all_devices && !self.covers(sub, row.device_pk, state)? {
+            return Ok(Fate::Drop(DROPPED_UNCOVERED));
+        }
         if top_up {
             return Ok(Fate::Take);
         }
@@ -322,6 +336,17 @@ impl Walk<'_> {
     }
 
     /// Whether account `key.0` sees device `key.1`.
+    /// Whether subscription `sub` (of some devices) still lists `device_pk`.
+    fn covers(&self, sub: &str, device_pk: i64, state: &mut State) -> StoreResult<bool> {
+        if let Some(covers) = state.covered.get(&(sub.to_owned(), device_pk)) {
+            return Ok(*covers);
+        }
+        let sql = "SELECT EXISTS (SELECT 1 FROM subscription_devices WHERE subscription_id = ?1 AND device_pk = ?2)";
+        let covers = self.tx.prepare_cached(sql)?.query_row(params![sub, device_pk], |r| r.get(0))?;
+        state.covered.insert((sub.to_owned(), device_pk), covers);
+        Ok(covers)
+    }
+
     fn sees(&self, key: (i64, i64)) -> StoreResult<bool> {
         let sql = "SELECT EXISTS (SELECT 1 FROM account_devices WHERE account_id = ?1 AND device_pk = ?2)";
         Ok(self.tx.prepare_cached(sql)?.query_row(params![key.0, key.1], |r| r.get(0))?)

@@ -1,13 +1,19 @@
 //! Deliveries keep to what their account may see while they wait: a claim
-//! drops those of a disabled account or of a device taken from it (the
-//! reason stays, for `subscription deliveries`), a re-enabled account is
+//! drops those of a disabled account, of a device taken from it or from
+//! the subscription's own devices (the reason stays, for `subscription
+//! deliveries`), a re-enabled account is
 //! owed new readings only; each endpoint gets its share of a claim; each
 //! subscription numbers its own message ids. On every backend.
 
+use super::hooks::{Counting, apply_subs, provisioned};
 use super::{apply, backends, reading};
 use sensorhub_store::Store;
-use sensorhub_store::delivery::{ClaimRequest, DROPPED_DISABLED, DROPPED_UNSEEN, NewSubscription, Outbox, SENSOR_DATA};
+use sensorhub_store::delivery::{
+    Attempt, ClaimRequest, DROPPED_DISABLED, DROPPED_UNCOVERED, DROPPED_UNSEEN, Finished, NewSubscription, Outbox,
+    SENSOR_DATA,
+};
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 const T: i64 = 1_777_964_400;
 
@@ -90,6 +96,41 @@ async fn deliveries_of_a_device_taken_from_the_account_are_dropped() {
         for sub in ["sub_all", "sub_d1"] {
             assert_eq!(states(s, sub).await, [("dropped".to_owned(), Some(DROPPED_UNSEEN.to_owned()))], "{sub}");
         }
+    }
+}
+
+#[tokio::test]
+async fn deliveries_of_a_device_a_subscription_no_longer_lists_are_dropped() {
+    for b in backends().await {
+        let s = &*b.store;
+        apply(s, r#"{"accounts":[{"username":"alice","devices":["D1","D2"]}]}"#).await.expect("grant D2");
+        let sealer = Arc::new(Counting::default());
+        let both = provisioned("partner", "https://p.example/hook", Some(&["D1", "D2"]), 1);
+        apply_subs(s, &sealer, vec![both]).await.expect("subscribe to D1 and D2");
+        let id = s.subscriptions().await.expect("list")[0].id.clone();
+        let store = |device: &'static str, at: i64| {
+            let r = Ok(reading(device, at, &[("a", 1.0)]));
+            s.import(Box::new(std::iter::once(r)), Outbox::Deliver)
+        };
+        // One of D2's deliveries waits for a retry (an `outbox` row); one of
+        // each device's is still in the log.
+        store("D2", T).await.expect("import");
+        let first = s.claim_deliveries(later(), 30_000, &ClaimRequest::up_to(10)).await.expect("claim");
+        assert_eq!(first.deliveries.len(), 1);
+        let retry = Attempt::Retry { at: 0, status: Some(503), error: "answered 503".into() };
+        let done = vec![Finished { id: first.deliveries[0].id, subscription_id: id.clone(), attempt: retry }];
+        s.finish_deliveries(later(), done).await.expect("finish");
+        store("D2", T + 60).await.expect("import");
+        store("D1", T + 60).await.expect("import");
+
+        let narrowed = provisioned("partner", "https://p.example/hook", Some(&["D1"]), 1);
+        apply_subs(s, &sealer, vec![narrowed]).await.expect("narrow to D1");
+        let claimed = s.claim_deliveries(later() + 60_000, 30_000, &ClaimRequest::up_to(10)).await.expect("claim");
+        let bodies: Vec<_> = claimed.deliveries.iter().map(|d| d.body.contains(r#""device_id":"D1""#)).collect();
+        assert_eq!(bodies, [true], "only D1's goes: {:?}", claimed.deliveries);
+        assert_eq!(claimed.dropped, 2, "D2's waiting retry and D2's in the log");
+        let dropped: Vec<_> = states(s, &id).await.into_iter().filter(|(state, _)| state == "dropped").collect();
+        assert_eq!(dropped, vec![("dropped".to_owned(), Some(DROPPED_UNCOVERED.to_owned())); 2]);
     }
 }
 

@@ -364,7 +364,7 @@ async fn failed_deliveries_are_pruned_by_age_and_nothing_else() {
 /// A sealer for the test: a counter byte, then the bytes (so that each
 /// sealing differs, as the real one's nonce makes it).
 #[derive(Default)]
-struct Counting(AtomicU8);
+pub(super) struct Counting(AtomicU8);
 
 impl Sealer for Counting {
     fn seal_secret(&self, _: &str, secret: &[u8]) -> Result<Vec<u8>, String> {
@@ -382,7 +382,7 @@ impl Sealer for Counting {
 }
 
 /// Alice's subscription `name` to `url` as `apply` resolves it.
-fn provisioned(name: &str, url: &str, devices: Option<&[&str]>, secret: u8) -> ProvisionedSubscription {
+pub(super) fn provisioned(name: &str, url: &str, devices: Option<&[&str]>, secret: u8) -> ProvisionedSubscription {
     ProvisionedSubscription {
         username: "alice".into(),
         at: "accounts[0].subscriptions[0]".into(),
@@ -400,7 +400,7 @@ fn provisioned(name: &str, url: &str, devices: Option<&[&str]>, secret: u8) -> P
 }
 
 /// Applies a document naming alice's subscriptions, with `subs` resolved.
-async fn apply_subs(
+pub(super) async fn apply_subs(
     s: &dyn Store,
     sealer: &Arc<Counting>,
     subs: Vec<ProvisionedSubscription>,

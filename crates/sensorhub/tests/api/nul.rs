@@ -6,9 +6,9 @@
 
 use crate::harness::{ALICE_PASSWORD, TestApp, basic};
 use reqwest::Method;
-use serde_json::json;
 use sensorhub::config::serve::ServeSettings;
 use sensorhub::config::server::{WebhookMode, WebhookSettings};
+use serde_json::json;
 
 /// `status` and body of `path` as alice.
 async fn as_alice(app: &TestApp, path: &str) -> (u16, String) {
