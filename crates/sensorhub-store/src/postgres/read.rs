@@ -155,7 +155,10 @@ pub(super) async fn head_hours(
     let Some(pk) = pk else { return Ok((read_at, None)) };
     sensors.sort_unstable_by_key(|(idx, _)| *idx);
     hours.sort_unstable_by_key(|h| h.chunk);
-    let device = DeviceHandle { pk, sensors: sensors.into_iter().map(|(_, s)| s).collect() };
+    // By position, as SQLite's look-up and `latest` place them: a gap in
+    // the positions keeps each value under its own sensor.
+    let sensors = crate::decide::sensors_by_idx(sensors.into_iter().map(|(idx, s)| (i64::from(idx), s)));
+    let device = DeviceHandle { pk, sensors };
     Ok((read_at, Some((device, hours))))
 }
 

@@ -184,16 +184,17 @@ pub(crate) async fn find_device(c: &impl Sql, scope: Scope, device_id: &str) -> 
 
 /// The device of rows `(d.id, s.idx, s.sensor_id, s.name, s.type,
 /// s.unit, ...)`, one per sensor (a device without sensors: one with a
-/// NULL idx), in idx order; `None` for no rows.
+/// NULL idx), in idx order; `None` for no rows. Each sensor at its idx
+/// (values are stored by it), a gap left by a removed row kept.
 fn device_of(rows: &[Row]) -> StoreResult<Option<DeviceHandle>> {
     let Some(first) = rows.first() else { return Ok(None) };
     let mut sensors = Vec::with_capacity(rows.len());
     for r in rows {
-        if r.get::<Option<i64>>(1)?.is_some() {
-            sensors.push(sensor(r, 2)?);
+        if let Some(idx) = r.get::<Option<i64>>(1)? {
+            sensors.push((idx, sensor(r, 2)?));
         }
     }
-    Ok(Some(DeviceHandle { pk: first.get(0)?, sensors }))
+    Ok(Some(DeviceHandle { pk: first.get(0)?, sensors: crate::decide::sensors_by_idx(sensors) }))
 }
 
 /// This installation's random id.

@@ -201,6 +201,29 @@ async fn a_kept_window_device_follows_every_change() {
     }
 }
 
+/// A window's device keeps each sensor at its stored position, a gap in
+/// the positions (a sensor row deleted by hand) included, as the other
+/// look-ups do: values are rendered by position, so packing the sensors
+/// would put one sensor's values under another's id.
+#[tokio::test]
+async fn a_windows_sensors_keep_their_positions_across_a_gap() {
+    for b in backends().await {
+        let s = &*b.store;
+        let three = r#"{"devices":[{"device_id":"D1","name":"one","type":"AWS","lat":1,"long":2,"interval_seconds":60,
+            "sensors":[{"sensor_id":"a","name":"A","type":"T","unit":"%"},{"sensor_id":"b","name":"B","type":"T","unit":"."},
+                       {"sensor_id":"c","name":"C","type":"T","unit":"mm"}]}]}"#;
+        apply(s, three).await.expect("a third sensor");
+        outside(&b, "DELETE FROM sensors WHERE sensor_id = 'b'").await;
+        let alice = sensorhub_store::Scope::Account { account_id: key_account(s).await, key: None };
+        let head = s.window_hours(alice, "D1", 0, 1 << 40, 26).await.expect("window");
+        let (device, _) = head.found.expect("alice sees D1");
+        let ids: Vec<_> = device.sensors.iter().map(|m| m.sensor_id.as_str()).collect();
+        assert_eq!(ids, ["a", "", "c"], "c stays at position 2");
+        let found = s.find_device(alice, "D1").await.expect("find").expect("found");
+        assert_eq!(found.sensors, device.sensors, "as the device's own look-up places them");
+    }
+}
+
 /// The account of the test's keys.
 async fn key_account(s: &dyn Store) -> i64 {
     s.api_key_auth(&key_digest("k-all")).await.expect("lookup").expect("known").account_id

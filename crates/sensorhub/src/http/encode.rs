@@ -136,9 +136,14 @@ impl ReadingEncoder {
             format,
             header,
             columns,
+            // An idx left empty by a removed sensor row renders nothing
+            // (an empty `before`), as it has no CSV column.
             before: sensors
                 .iter()
-                .map(|s| format!("{{\"id\":{},\"value\":", json(&s.sensor_id)).into_bytes())
+                .map(|s| match s.sensor_id.is_empty() {
+                    true => Vec::new(),
+                    false => format!("{{\"id\":{},\"value\":", json(&s.sensor_id)).into_bytes(),
+                })
                 .collect(),
             after: sensors.iter().map(|s| format!(",\"unit\":{}}}", json(&s.unit)).into_bytes()).collect(),
             time: Rfc3339Writer::new(offset),
@@ -285,6 +290,9 @@ impl ReadingEncoder {
                 m &= m - 1;
                 let Some(value) = values.next() else { break };
                 let (Some(before), Some(after)) = (self.before.get(idx), self.after.get(idx)) else { continue };
+                if before.is_empty() {
+                    continue;
+                }
                 if comma {
                     out.push(b',');
                 }
@@ -371,6 +379,25 @@ mod tests {
             lines[1],
             serde_json::json!({"timestamp": "1970-01-01T07:01:00+07:00", "sensors": [{"id": "A-x", "value": -1e-7, "unit": "."}]})
         );
+    }
+
+    #[test]
+    fn a_position_left_by_a_removed_sensor_renders_nothing() {
+        let meta = |id: &str| SensorMeta { sensor_id: id.into(), name: "n".into(), kind: "T".into(), unit: "u".into() };
+        let sensors = vec![meta("a"), meta(""), meta("c")];
+        let values = vec![StoredValue::Float(1.5), StoredValue::Float(2.5), StoredValue::Float(3.5)];
+        let batch = ReadingBatch { timestamps: vec![0], masks: vec![0b111], values };
+        let mut enc = ReadingEncoder::new(&sensors, Offset::UTC, None);
+        let mut text = enc.begin(&batch);
+        text.extend_from_slice(b"]}");
+        let parsed: serde_json::Value = serde_json::from_slice(&text).expect("valid JSON");
+        assert_eq!(
+            parsed["data"][0]["sensors"],
+            serde_json::json!([{"id": "a", "value": 1.5, "unit": "u"}, {"id": "c", "value": 3.5, "unit": "u"}])
+        );
+        let mut csv = ReadingEncoder::with_format(Format::Csv, &sensors, Offset::UTC, None);
+        let text = String::from_utf8(csv.begin(&batch)).expect("utf-8");
+        assert_eq!(text, "timestamp,a,c\r\n1970-01-01T00:00:00Z,1.5,3.5\r\n");
     }
 
     #[test]
