@@ -389,6 +389,7 @@ fn start_of_day(now: Timestamp, tz: &TimeZone) -> Timestamp {
 /// Appends `second` rendered as RFC 3339 in `offset` (`Z` for offset zero),
 /// without allocating: `2026-05-05T07:00:00+07:00`.
 pub fn write_rfc3339(out: &mut Vec<u8>, second: i64, offset: Offset) {
+    let offset = whole_minutes(offset);
     let Ok(ts) = Timestamp::from_second(second) else {
         out.extend_from_slice(b"1970-01-01T00:00:00Z");
         return;
@@ -413,6 +414,20 @@ pub fn write_rfc3339(out: &mut Vec<u8>, second: i64, offset: Offset) {
     out.push(b':');
     two(out, dt.second());
     write_offset(out, offset);
+}
+
+/// `offset` to the nearest whole minute (half away from zero), which is
+/// all RFC 3339 can write: a zone's offset of whole seconds (Monrovia's
+/// -00:44:30 until 1972) would otherwise be written cut to -00:44 beside a
+/// clock that ran 30 s behind it, naming another instant. The clock is
+/// rendered in the rounded offset too, so the instant stays exact.
+fn whole_minutes(offset: Offset) -> Offset {
+    let secs = offset.seconds();
+    if secs % 60 == 0 {
+        return offset;
+    }
+    let minutes = (f64::from(secs) / 60.0).round() as i32;
+    Offset::from_seconds(minutes * 60).unwrap_or(offset)
 }
 
 fn write_offset(out: &mut Vec<u8>, offset: Offset) {
@@ -442,6 +457,7 @@ pub struct Rfc3339Writer {
 impl Rfc3339Writer {
     /// A writer for `offset` (`Z` for zero).
     pub fn new(offset: Offset) -> Self {
+        let offset = whole_minutes(offset);
         let mut suffix = Vec::with_capacity(6);
         write_offset(&mut suffix, offset);
         Self { offset_secs: i64::from(offset.seconds()), suffix, day: i64::MIN, date: [0; 11], zone: None }
@@ -456,7 +472,7 @@ impl Rfc3339Writer {
     /// Appends `second` as [`write_rfc3339`] would.
     pub fn write(&mut self, out: &mut Vec<u8>, second: i64) {
         if let Some(zone) = &self.zone {
-            let offset = Timestamp::from_second(second).map_or(Offset::UTC, |t| zone.to_offset(t));
+            let offset = whole_minutes(Timestamp::from_second(second).map_or(Offset::UTC, |t| zone.to_offset(t)));
             if i64::from(offset.seconds()) != self.offset_secs {
                 self.offset_secs = i64::from(offset.seconds());
                 self.suffix.clear();

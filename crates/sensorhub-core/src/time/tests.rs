@@ -136,6 +136,24 @@ fn a_named_zone_renders_each_time_in_its_offset_then() {
 }
 
 #[test]
+fn an_offset_of_whole_seconds_is_written_to_the_minute_and_names_the_same_instant() {
+    // Africa/Monrovia ran at -00:44:30 until 1972.
+    let mut w = Rfc3339Writer::in_zone(jiff::tz::db().get("Africa/Monrovia").expect("zone"));
+    let second = ts("1971-01-01T00:00:00Z").as_second();
+    let mut out = Vec::new();
+    w.write(&mut out, second);
+    let text = String::from_utf8(out).expect("utf-8");
+    assert_eq!(text, "1970-12-31T23:15:00-00:45");
+    assert_eq!(ts(&text).as_second(), second, "the same instant");
+    let offset = Offset::from_seconds(-(44 * 60 + 30)).expect("offset");
+    let text = format_rfc3339(second, offset);
+    assert_eq!(ts(&text).as_second(), second, "{text}");
+    let mut fixed = Vec::new();
+    Rfc3339Writer::new(offset).write(&mut fixed, second);
+    assert_eq!(String::from_utf8(fixed).expect("utf-8"), text);
+}
+
+#[test]
 fn empty_parameters_mean_omitted() {
     let now = ts("2026-05-05T20:30:00Z");
     let q = RangeQuery { start: Some(""), end: Some(""), tz: Some("") };
