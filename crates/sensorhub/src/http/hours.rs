@@ -9,8 +9,10 @@
 //! by the format's separator).
 
 use super::AppState;
+use super::auth::Caller;
 use super::encode::{ReadingEncoder, Shape};
 use super::error::ApiError;
+use super::guard::{Cut, Guard};
 use super::rendered::{RenderedHours, RunBuilder, Sent};
 use crate::metrics::Metrics;
 use bytes::Bytes;
@@ -18,7 +20,7 @@ use futures_util::{StreamExt, stream};
 use hyper::body::{Frame, SizeHint};
 use sensorhub_core::model::SensorMeta;
 use sensorhub_core::time::TimeRange;
-use sensorhub_store::{Scope, Store, StoreResult, StoredHour};
+use sensorhub_store::{Store, StoreResult, StoredHour};
 use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -159,21 +161,28 @@ struct Rest {
     /// The store has no hours past the page.
     exhausted: bool,
     tail: Option<&'static [u8]>,
+    /// The caller, checked again before each later page.
+    guard: Option<Guard>,
 }
 
 impl Rest {
     /// The next pieces: an hour's, after fetching a page when needed, then
     /// the tail; `None` at the end.
-    async fn step(&mut self) -> Option<StoreResult<VecDeque<Bytes>>> {
+    async fn step(&mut self) -> Option<Result<VecDeque<Bytes>, Cut>> {
         let mut out = VecDeque::new();
         loop {
             match self.renderer.render_next(&mut self.page, &mut out) {
                 Ok(Some(0)) => continue,
                 Ok(Some(_)) => return Some(Ok(out)),
                 Ok(None) => {}
-                Err(e) => return Some(Err(self.stop(e))),
+                Err(e) => return Some(Err(self.stop(e.into()))),
             }
             if !self.exhausted {
+                if let Some(guard) = &mut self.guard
+                    && !guard.holds().await
+                {
+                    return Some(Err(self.stop(Cut::Refused)));
+                }
                 let r = &self.renderer;
                 match r.store.read_hours(r.device_pk, self.next, self.last, PAGE_HOURS).await {
                     Ok(hours) => {
@@ -181,7 +190,7 @@ impl Rest {
                         self.page = hours.into_iter();
                         continue;
                     }
-                    Err(e) => return Some(Err(self.stop(e))),
+                    Err(e) => return Some(Err(self.stop(e.into()))),
                 }
             }
             return self.tail.take().map(|t| Ok(VecDeque::from([Bytes::from_static(t)])));
@@ -189,7 +198,7 @@ impl Rest {
     }
 
     /// Ends the answer after `e`: nothing more is fetched or rendered.
-    fn stop(&mut self, e: sensorhub_store::StoreError) -> sensorhub_store::StoreError {
+    fn stop(&mut self, e: Cut) -> Cut {
         self.page = Vec::new().into_iter();
         self.exhausted = true;
         self.tail = None;
@@ -227,22 +236,24 @@ impl<T> Windowed<T> {
     }
 }
 
-/// The raw readings of `device_id` visible in `scope` within `range`,
+/// The raw readings of `device_id` visible to `caller` within `range`,
 /// rendered by the encoder `encoder` makes for its sensors, as a response
-/// body. With `confirm`, the scope is a kept one that holds only at that
+/// body. With `confirm`, the caller's scope is a kept one that holds only at that
 /// access generation, which the store reads with the device. The first page
 /// is fetched before this returns, so that a failing store is a 500 rather
-/// than a cut-off 200.
+/// than a cut-off 200; an answer of more pages checks its caller again
+/// before each ([`Guard`]).
 pub async fn window(
     state: &AppState,
-    scope: Scope,
+    caller: &Caller,
     confirm: Option<i64>,
     device_id: &str,
     range: TimeRange,
     encoder: impl FnOnce(&[SensorMeta]) -> ReadingEncoder,
 ) -> Result<Windowed, ApiError> {
     let (first, last) = (StoredHour::of(range.start), StoredHour::of(range.end));
-    let head = state.store.window_hours(scope, device_id, first, last, PAGE_HOURS).await?;
+    let head = state.store.window_hours(caller.scope, device_id, first, last, PAGE_HOURS).await?;
+    let seen = head.access;
     if confirm.is_some_and(|g| g != head.access) {
         return Ok(Windowed::Unconfirmed);
     }
@@ -253,8 +264,15 @@ pub async fn window(
     let tail = encoder.end();
     let (store, cache, metrics) = (state.store.clone(), state.rendered.clone(), state.metrics.clone());
     let renderer = Renderer { store, cache, metrics, encoder, shape, device_pk: device.pk, range, wrote: false };
-    let mut rest =
-        Rest { renderer, page: Vec::new().into_iter(), next: first, last, exhausted: false, tail: Some(tail) };
+    let mut rest = Rest {
+        renderer,
+        page: Vec::new().into_iter(),
+        next: first,
+        last,
+        exhausted: false,
+        tail: Some(tail),
+        guard: None,
+    };
     rest.advance(&hours);
     let mut pieces = VecDeque::from([head]);
     let mut held = 0;
@@ -271,14 +289,12 @@ pub async fn window(
         let remaining = pieces.iter().map(|b| b.len() as u64).sum();
         return Ok(Windowed::Body(axum::body::Body::new(Pieces { left: pieces, remaining })));
     }
+    rest.guard = Some(Guard::new(state, caller, device_id, seen));
     let later = stream::unfold(rest, |mut rest| async move { rest.step().await.map(|r| (r, rest)) });
     let body = stream::iter([Ok(pieces)]).chain(later).flat_map(|r| {
         let items: Vec<Result<Bytes, std::io::Error>> = match r {
             Ok(pieces) => pieces.into_iter().map(Ok).collect(),
-            Err(e) => {
-                tracing::error!(error = %e, "reading stream failed; closing the response");
-                vec![Err(std::io::Error::other(e.to_string()))]
-            }
+            Err(cut) => vec![Err(cut.ended())],
         };
         stream::iter(items)
     });

@@ -9,6 +9,7 @@ mod deadline;
 pub mod devices;
 pub mod encode;
 pub mod error;
+mod guard;
 mod hours;
 pub mod influx;
 pub mod kept_keys;

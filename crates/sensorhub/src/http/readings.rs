@@ -2,9 +2,10 @@
 //! of one device in a time range, streamed from the store to the socket.
 
 use super::AppState;
-use super::auth::{BasicCaller, KeptReader, PublicReader, path_param};
+use super::auth::{BasicCaller, Caller, KeptReader, PublicReader, path_param};
 use super::encode::{Format, ReadingEncoder};
 use super::error::ApiError;
+use super::guard::{Cut, Guard};
 use super::hours::Windowed;
 use super::schema::{ErrorBody, ReadingList};
 use axum::body::Body;
@@ -17,7 +18,6 @@ use futures_util::{StreamExt, stream};
 use jiff::tz::TimeZone;
 use sensorhub_core::bucket::{Agg, Aggregation, Buckets, LONG_RANGE_DAYS};
 use sensorhub_core::time::{RangeQuery, ResolvedRange};
-use sensorhub_store::Scope;
 use sensorhub_store::aggregate::{Aggregator, aggregated_window};
 use serde::Deserialize;
 
@@ -91,7 +91,7 @@ pub async fn read_basic(
     DevicePath(device_id): DevicePath,
     params: RangeParams,
 ) -> Result<Response, ApiError> {
-    read(&state, caller.scope, &device_id, &params).await
+    read(&state, &caller, &device_id, &params).await
 }
 
 /// Spec 4.4.
@@ -125,7 +125,7 @@ pub async fn read_public(
             Some(Ok(Windowed::Unconfirmed)) | None => kept.check(&state).await?,
         },
     };
-    read(&state, caller.scope, &device_id, &params?).await
+    read(&state, &caller, &device_id, &params?).await
 }
 
 /// A raw window read on an API key's kept answer, confirmed by the access
@@ -144,7 +144,7 @@ async fn kept_raw(
     if asked.aggregation.is_some() {
         return None;
     }
-    Some(raw(state, kept.caller.scope, Some(kept.access), device_id, asked).await)
+    Some(raw(state, &kept.caller, Some(kept.access), device_id, asked).await)
 }
 
 /// What a readings request asks for, checked.
@@ -181,16 +181,16 @@ impl Asked {
     }
 }
 
-/// Spec 4.2 and 4.4, for a caller who sees `scope`.
-async fn read(state: &AppState, scope: Scope, device_id: &str, params: &RangeParams) -> Result<Response, ApiError> {
+/// Spec 4.2 and 4.4, for `caller`.
+async fn read(state: &AppState, caller: &Caller, device_id: &str, params: &RangeParams) -> Result<Response, ApiError> {
     let asked = Asked::of(state, params)?;
     match asked.aggregation {
-        None => match raw(state, scope, None, device_id, asked).await? {
+        None => match raw(state, caller, None, device_id, asked).await? {
             Windowed::Body(response) => Ok(response),
             // (Unconfirmed needs a generation to confirm; none was given.)
             Windowed::NotVisible | Windowed::Unconfirmed => Err(ApiError::DeviceNotFound),
         },
-        Some(a) => aggregated(state, scope, device_id, asked, a).await,
+        Some(a) => aggregated(state, caller, device_id, asked, a).await,
     }
 }
 
@@ -199,7 +199,7 @@ async fn read(state: &AppState, scope: Scope, device_id: &str, params: &RangePar
 /// still gets a 500 rather than a cut-off 200.
 async fn raw(
     state: &AppState,
-    scope: Scope,
+    caller: &Caller,
     confirm: Option<i64>,
     device_id: &str,
     asked: Asked,
@@ -207,21 +207,23 @@ async fn raw(
     let Asked { format, resolved, .. } = asked;
     let (offset, zone) = (resolved.offset, resolved.zone);
     let encoder = move |sensors: &[_]| ReadingEncoder::with_format(format, sensors, offset, zone);
-    let windowed = super::hours::window(state, scope, confirm, device_id, resolved.range, encoder).await?;
+    let windowed = super::hours::window(state, caller, confirm, device_id, resolved.range, encoder).await?;
     Ok(windowed.map(|body| ([(header::CONTENT_TYPE, format.content_type())], body).into_response()))
 }
 
-/// An aggregated window, batch by batch.
+/// An aggregated window, batch by batch; the caller checked again before
+/// each batch after the first ([`Guard`]).
 async fn aggregated(
     state: &AppState,
-    scope: Scope,
+    caller: &Caller,
     device_id: &str,
     asked: Asked,
     a: Aggregation,
 ) -> Result<Response, ApiError> {
     let Asked { format, resolved, zone, .. } = asked;
     let aggregator = Aggregator::new(Buckets::new(a.interval, zone), a.agg);
-    let window = aggregated_window(state.store.clone(), scope, device_id, resolved.range, aggregator)
+    let seen = *state.access.borrow();
+    let window = aggregated_window(state.store.clone(), caller.scope, device_id, resolved.range, aggregator)
         .await?
         .ok_or(ApiError::DeviceNotFound)?;
     let metrics = state.metrics.clone();
@@ -237,16 +239,22 @@ async fn aggregated(
         return Ok(([(header::CONTENT_TYPE, content_type.clone())], body).into_response());
     }
     let head = Bytes::from(encoder.begin(&window.first));
+    let guard = Guard::new(state, caller, device_id, seen);
+    let rest = stream::unfold((window.rest, Some(guard)), |(mut rest, guard)| async move {
+        let mut guard = guard?;
+        if !guard.holds().await {
+            return Some((Err(Cut::Refused), (rest, None)));
+        }
+        let batch = rest.next().await?;
+        Some((batch.map_err(Cut::from), (rest, Some(guard))))
+    });
     let body = stream::once(async move { Ok::<_, std::io::Error>(head) })
-        .chain(window.rest.map(move |batch| match batch {
+        .chain(rest.map(move |batch| match batch {
             Ok(b) => {
                 metrics.readings_served(b.len());
                 Ok(encoder.batch(&b))
             }
-            Err(e) => {
-                tracing::error!(error = %e, "reading stream failed; closing the response");
-                Err(std::io::Error::other(e.to_string()))
-            }
+            Err(cut) => Err(cut.ended()),
         }))
         .chain(stream::once(async move { Ok(Bytes::from_static(tail)) }));
     Ok(([(header::CONTENT_TYPE, content_type)], Body::from_stream(body)).into_response())

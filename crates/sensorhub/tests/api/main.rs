@@ -23,6 +23,7 @@ mod hooks;
 mod influx;
 mod instances;
 mod latest;
+mod long_answers;
 mod mqtt;
 mod mqtt_identity;
 mod mqtt_memory;
