@@ -196,17 +196,16 @@ impl<R: std::io::Read> CsvReadings<R> {
             let follows = line == self.pending_line + 1;
             self.pending_line = line;
             // Rows of the same reading follow each other: compare before allocating.
+            // A sensor given again at the same instant (a logger whose clock
+            // stopped repeats its time) starts a reading of its own, which
+            // the store merges into the last sensor by sensor (the later
+            // value wins), so that a run of such rows is never held in
+            // memory as one reading.
             if let Some(p) = self.pending.as_mut().filter(|p| follows && p.device_id == r[0] && self.pending_ts == r[1])
+                && !p.values.iter().any(|v| v.sensor_id == value.sensor_id)
             {
-                if !p.values.iter().any(|v| v.sensor_id == value.sensor_id) {
-                    p.values.push(value);
-                    continue;
-                }
-                // A sensor given again at the same instant (a logger whose
-                // clock stopped repeats its time): a reading of its own,
-                // which the store merges into the last sensor by sensor
-                // (the later value wins), so that a run of such rows is
-                // never held in memory as one reading.
+                p.values.push(value);
+                continue;
             }
             let timestamp = parse_reading_timestamp(r[1])
                 .map_err(|e| InputError::new(format!("line {line}"), e.to_string()))?
