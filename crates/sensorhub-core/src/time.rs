@@ -416,17 +416,9 @@ pub fn write_rfc3339(out: &mut Vec<u8>, second: i64, offset: Offset) {
     write_offset(out, offset);
 }
 
-/// `offset` to the nearest whole minute (half away from zero), which is
-/// all RFC 3339 can write: a zone's offset of whole seconds (Monrovia's
-/// -00:44:30 until 1972) would otherwise be written cut to -00:44 beside a
-/// clock that ran 30 s behind it, naming another instant. The clock is
-/// rendered in the rounded offset too, so the instant stays exact.
+/// `offset` to the nearest minute (RFC 3339's unit; Monrovia ran at -00:44:30), for clock and suffix alike.
 fn whole_minutes(offset: Offset) -> Offset {
-    let secs = offset.seconds();
-    if secs % 60 == 0 {
-        return offset;
-    }
-    let minutes = (f64::from(secs) / 60.0).round() as i32;
+    let minutes = (f64::from(offset.seconds()) / 60.0).round() as i32;
     Offset::from_seconds(minutes * 60).unwrap_or(offset)
 }
 

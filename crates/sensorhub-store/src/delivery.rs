@@ -134,6 +134,9 @@ pub struct Delivery {
     /// The most deliveries of its subscription one POST carries: 1 unless
     /// the subscription batches.
     pub batch_max: u32,
+    /// The device whose reading or alarm it carries (`None` once removed),
+    /// for the worker to check access again before a late attempt.
+    pub device_pk: Option<i64>,
 }
 
 impl std::fmt::Debug for Delivery {
@@ -191,6 +194,11 @@ pub enum Attempt {
     Retry { at: i64, status: Option<u16>, error: String },
     /// Given up: the row stays, failed, for `deliveries` and `replay`.
     Failed { status: Option<u16>, error: String },
+    /// Not attempted (its subscription or account changed while it waited
+    /// for its endpoint): due again at `at` (ms), for the next claim to
+    /// check; its attempts, last answer and the subscription's failing
+    /// state are left as they were.
+    Released { at: i64 },
 }
 
 /// The batching subscriptions among `claimed` with room for more rows in
@@ -219,7 +227,9 @@ pub struct Finished {
 pub(crate) fn failing_changes(done: &[Finished]) -> (Vec<&str>, Vec<&str>) {
     let mut last: std::collections::BTreeMap<&str, bool> = std::collections::BTreeMap::new();
     for f in done {
-        last.insert(&f.subscription_id, f.attempt == Attempt::Delivered);
+        if !matches!(f.attempt, Attempt::Released { .. }) {
+            last.insert(&f.subscription_id, f.attempt == Attempt::Delivered);
+        }
     }
     let (ok, failing): (Vec<_>, Vec<_>) = last.into_iter().partition(|(_, delivered)| *delivered);
     (ok.into_iter().map(|(s, _)| s).collect(), failing.into_iter().map(|(s, _)| s).collect())

@@ -316,6 +316,12 @@ pub trait Deliveries: Send + Sync {
     /// Deliveries pending, over all subscriptions.
     async fn outbox_backlog(&self) -> StoreResult<u64>;
 
+    /// Whether subscription `id` may still be sent a delivery of device
+    /// `device_pk` (enabled, of an enabled account that sees the device,
+    /// listing it): what a claim checked, asked again before an attempt
+    /// that waited.
+    async fn may_deliver(&self, id: &str, device_pk: Option<i64>) -> StoreResult<bool>;
+
     /// Removes failed deliveries whose reading was stored before `before`
     /// (ms); returns how many.
     async fn prune_failed_deliveries(&self, before: i64) -> StoreResult<u64>;

@@ -228,7 +228,7 @@ async fn lease_rows(c: &impl GenericClient, ids: &[i64], until: i64) -> StoreRes
              WHERE o.id = ANY ($1) AND s.id = o.subscription_id AND a.id = s.account_id
              RETURNING o.id, o.subscription_id, a.username, s.url, s.allow_http, s.secret, o.message_id, o.body,
                        o.attempts, o.created_at, s.failing_since, s.headers,
-                       CASE WHEN s.batch THEN greatest(s.batch_max, 1) ELSE 1 END",
+                       CASE WHEN s.batch THEN greatest(s.batch_max, 1) ELSE 1 END, o.device_pk",
             &[&ids, &until],
         )
         .await?;
@@ -248,6 +248,7 @@ async fn lease_rows(c: &impl GenericClient, ids: &[i64], until: i64) -> StoreRes
             failing_since: r.get(10),
             sealed_headers: r.get(11),
             batch_max: u32::try_from(r.get::<_, i32>(12)).unwrap_or(1),
+            device_pk: r.get(13),
         })
         .collect();
     let order: std::collections::HashMap<i64, usize> = ids.iter().enumerate().map(|(i, id)| (*id, i)).collect();
@@ -258,11 +259,13 @@ async fn lease_rows(c: &impl GenericClient, ids: &[i64], until: i64) -> StoreRes
 /// Records outcomes in one transaction, one statement per kind.
 pub(super) async fn finish(c: &mut Client, now: i64, done: &[Finished]) -> StoreResult<()> {
     let (mut delivered, mut retry, mut failed) = (Vec::new(), Outcomes::default(), Outcomes::default());
+    let mut released = Outcomes::default();
     for f in done {
         match &f.attempt {
             Attempt::Delivered => delivered.push(f.id),
             Attempt::Retry { at, status, error } => retry.push(f.id, *at, *status, error),
             Attempt::Failed { status, error } => failed.push(f.id, 0, *status, error),
+            Attempt::Released { at } => released.push(f.id, *at, None, ""),
         }
     }
     let tx = unsynced(c).await?;
@@ -276,6 +279,14 @@ pub(super) async fn finish(c: &mut Client, now: i64, done: &[Finished]) -> Store
              FROM unnest($1::bigint[], $2::bigint[], $3::integer[], $4::text[]) AS t (id, at, status, error)
              WHERE o.id = t.id",
             &[&retry.ids, &retry.at, &retry.status, &retry.error],
+        )
+        .await?;
+    }
+    if !released.ids.is_empty() {
+        tx.execute(
+            "UPDATE outbox o SET next_attempt = t.at, leased_until = NULL
+             FROM unnest($1::bigint[], $2::bigint[]) AS t (id, at) WHERE o.id = t.id",
+            &[&released.ids, &released.at],
         )
         .await?;
     }
@@ -395,6 +406,10 @@ impl crate::store::Deliveries for PgStore {
 
     async fn outbox_backlog(&self) -> StoreResult<u64> {
         outbox_log::backlog(&**self.pool.get().await?).await
+    }
+
+    async fn may_deliver(&self, id: &str, device_pk: Option<i64>) -> StoreResult<bool> {
+        self.on(async |c| subscriptions::may_deliver(c, id, device_pk).await).await
     }
 
     async fn prune_failed_deliveries(&self, before: i64) -> StoreResult<u64> {

@@ -55,7 +55,8 @@ pub(super) fn claim(c: &mut Connection, now: i64, lease: i64, req: &ClaimRequest
         let picked = picker.finish(looked + walked.looked);
         dropped += drop_rows(&tx, &picked.drop)? + walked.dropped;
         for f in walked.flights {
-            deliveries.push(parts.delivery(&tx, &f.subscription_id, f.id, f.message_id, f.body, 0, f.created_at)?);
+            let own = Own { message_id: f.message_id, body: f.body, attempts: 0, created_at: f.created_at };
+            deliveries.push(parts.delivery(&tx, &f.subscription_id, f.id, own, Some(f.device_pk))?);
         }
         tx.commit()?;
         let more = picked.more || walked.again;
@@ -199,15 +200,25 @@ fn drop_rows(tx: &Connection, rows: &[(i64, String)]) -> StoreResult<usize> {
 fn lease_rows(tx: &Connection, parts: &mut Parts, ids: &[i64], until: i64) -> StoreResult<Vec<Delivery>> {
     let mut lease = tx.prepare_cached(
         "UPDATE outbox SET leased_until = ?2 WHERE id = ?1
-         RETURNING subscription_id, message_id, body, attempts, created_at",
+         RETURNING subscription_id, message_id, body, attempts, created_at, device_pk",
     )?;
     let mut out = Vec::with_capacity(ids.len());
     for id in ids {
-        let (sub, message_id, body, attempts, created_at): (String, String, String, u32, i64) =
-            lease.query_row(params![id, until], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))?;
-        out.push(parts.delivery(tx, &sub, *id, message_id, body, attempts, created_at)?);
+        let (sub, own, device_pk) = lease.query_row(params![id, until], |r| {
+            let own = Own { message_id: r.get(1)?, body: r.get(2)?, attempts: r.get(3)?, created_at: r.get(4)? };
+            Ok((r.get::<_, String>(0)?, own, r.get(5)?))
+        })?;
+        out.push(parts.delivery(tx, &sub, *id, own, device_pk)?);
     }
     Ok(out)
+}
+
+/// A delivery's own fields, beside its subscription's.
+struct Own {
+    message_id: String,
+    body: String,
+    attempts: u32,
+    created_at: i64,
 }
 
 /// Each subscription's part of a delivery (its account, URL, secret and
@@ -216,17 +227,14 @@ fn lease_rows(tx: &Connection, parts: &mut Parts, ids: &[i64], until: i64) -> St
 struct Parts(HashMap<String, Delivery>);
 
 impl Parts {
-    /// Delivery `id` of subscription `sub`.
-    #[expect(clippy::too_many_arguments, reason = "a delivery's own fields, beside its subscription's")]
+    /// Delivery `id` of subscription `sub`, of device `device_pk`.
     fn delivery(
         &mut self,
         tx: &Connection,
         sub: &str,
         id: i64,
-        message_id: String,
-        body: String,
-        attempts: u32,
-        created_at: i64,
+        own: Own,
+        device_pk: Option<i64>,
     ) -> StoreResult<Delivery> {
         if !self.0.contains_key(sub) {
             let part = tx
@@ -250,12 +258,14 @@ impl Parts {
                         body: String::new(),
                         attempts: 0,
                         created_at: 0,
+                        device_pk: None,
                     })
                 })?;
             self.0.insert(sub.to_owned(), part);
         }
         let part = self.0.get(sub).ok_or_else(|| crate::StoreError::Backend("a subscription's part".into()))?;
-        Ok(Delivery { id, message_id, body, attempts, created_at, ..part.clone() })
+        let Own { message_id, body, attempts, created_at } = own;
+        Ok(Delivery { id, message_id, body, attempts, created_at, device_pk, ..part.clone() })
     }
 }
 
@@ -292,11 +302,14 @@ fn finish_unsynced(c: &mut Connection, now: i64, done: &[Finished], key: &str) -
             "UPDATE outbox SET state = 'failed', attempts = attempts + 1, last_status = ?2, last_error = ?3
              WHERE id = ?1",
         )?;
+        let mut released =
+            tx.prepare_cached("UPDATE outbox SET next_attempt = ?2, leased_until = NULL WHERE id = ?1")?;
         for f in done {
             let in_outbox = match &f.attempt {
                 Attempt::Delivered => delivered.execute([f.id])?,
                 Attempt::Retry { at, status, error } => retry.execute(params![f.id, at, status, error])?,
                 Attempt::Failed { status, error } => failed.execute(params![f.id, status, error])?,
+                Attempt::Released { at } => released.execute(params![f.id, at])?,
             };
             if in_outbox == 0 {
                 // A first attempt made from the log.
@@ -402,6 +415,11 @@ impl crate::store::Deliveries for SqliteStore {
 
     async fn outbox_backlog(&self) -> StoreResult<u64> {
         self.reads.run(|c| outbox_log::backlog(c)).await
+    }
+
+    async fn may_deliver(&self, id: &str, device_pk: Option<i64>) -> StoreResult<bool> {
+        let id = id.to_owned();
+        self.reads.run(move |c| on(c, async |c| subscriptions::may_deliver(c, &id, device_pk).await)).await
     }
 
     async fn prune_failed_deliveries(&self, before: i64) -> StoreResult<u64> {

@@ -227,16 +227,17 @@ pub(super) fn record(tx: &Connection, key: &str, f: &Finished) -> StoreResult<()
     if j >= MAX_OWED || j as i64 >= n || done & (1 << j) != 0 {
         return Ok(());
     }
-    let (state, next, status, error) = match &f.attempt {
+    let (state, attempts, next, status, error) = match &f.attempt {
         Attempt::Delivered => return mark(tx, row, n, done | (1 << j)),
-        Attempt::Retry { at, status, error } => ("pending", *at, status, error),
-        Attempt::Failed { status, error } => ("failed", created_at, status, error),
+        Attempt::Retry { at, status, error } => ("pending", 1, *at, *status, Some(error.as_str())),
+        Attempt::Failed { status, error } => ("failed", 1, created_at, *status, Some(error.as_str())),
+        Attempt::Released { at } => ("pending", 0, *at, None, None),
     };
     let message_id = log_message_id(key, row, created_at, ids.as_deref(), j)?;
     tx.prepare_cached(
         "INSERT INTO outbox (id, subscription_id, device_pk, message_id, body, created_at, state, attempts,
                              next_attempt, last_status, last_error)
-         SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, 1, ?8, ?9, ?10
+         SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?11, ?8, ?9, ?10
          WHERE EXISTS (SELECT 1 FROM subscriptions WHERE id = ?2)",
     )?
     .execute(params![
@@ -249,7 +250,8 @@ pub(super) fn record(tx: &Connection, key: &str, f: &Finished) -> StoreResult<()
         state,
         next,
         status,
-        error
+        error,
+        attempts
     ])?;
     mark(tx, row, n, done | (1 << j))
 }

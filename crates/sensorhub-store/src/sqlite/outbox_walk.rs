@@ -58,6 +58,7 @@ pub(super) fn subscriptions(tx: &Connection) -> StoreResult<Vec<(String, Sub)>> 
 /// A delivery the walk took: attempted from its log row.
 pub(super) struct Flight {
     pub id: i64,
+    pub device_pk: i64,
     pub subscription_id: String,
     pub message_id: String,
     pub body: String,
@@ -233,6 +234,7 @@ impl Walk<'_> {
                     flying += 1;
                     state.out.flights.push(Flight {
                         id: number(row.id, j),
+                        device_pk: row.device_pk,
                         subscription_id: sub.clone(),
                         message_id: self.message_id(row, j)?,
                         body: row.body.clone(),

@@ -134,6 +134,55 @@ async fn deliveries_of_a_device_a_subscription_no_longer_lists_are_dropped() {
     }
 }
 
+/// A claimed delivery that may no longer go is released unsent: due
+/// again, its attempts and the subscription's failing state as they were,
+/// from SQLite's log (a first attempt) and from `outbox` (a retry) alike;
+/// `may_deliver` says what the next claim will decide.
+#[tokio::test]
+async fn a_released_delivery_is_due_again_with_its_attempts_as_they_were() {
+    for b in backends().await {
+        let s = &*b.store;
+        s.add_subscription(subscription("sub_a", "https://a.example/h", Some(&["D1"]))).await.expect("add");
+        store_readings(s, T, 2).await;
+        let now = later();
+        let first = s.claim_deliveries(now, 30_000, &ClaimRequest::up_to(10)).await.expect("claim").deliveries;
+        assert_eq!(first.len(), 2);
+        let d1 = first[0].device_pk;
+        assert!(d1.is_some(), "a claimed delivery names its device");
+        assert!(s.may_deliver("sub_a", d1).await.expect("may"));
+        assert!(!s.may_deliver("sub_gone", d1).await.expect("may"), "no such subscription");
+        assert!(!s.may_deliver("sub_a", None).await.expect("may"), "a removed device");
+        let retry = Attempt::Retry { at: now, status: Some(503), error: "answered 503".into() };
+        let finish = |d: &sensorhub_store::delivery::Delivery, attempt: Attempt| Finished {
+            id: d.id,
+            subscription_id: "sub_a".into(),
+            attempt,
+        };
+        s.finish_deliveries(now, vec![finish(&first[1], retry)]).await.expect("a retry: failing from now");
+        s.finish_deliveries(now, vec![finish(&first[0], Attempt::Released { at: now + 5 })]).await.expect("release");
+        let again = s.claim_deliveries(now + 10, 30_000, &ClaimRequest::up_to(10)).await.expect("claim").deliveries;
+        let mut attempts: Vec<_> = again.iter().map(|d| d.attempts).collect();
+        attempts.sort_unstable();
+        assert_eq!(attempts, [0, 1], "the released one due again with no attempt counted");
+        let retried = again.iter().find(|d| d.attempts == 1).expect("the retried one");
+        s.finish_deliveries(now + 10, vec![finish(retried, Attempt::Released { at: now + 20 })])
+            .await
+            .expect("release");
+        let listed = s.deliveries("sub_a", false).await.expect("list");
+        let retried = listed.iter().find(|d| d.attempts == 1).expect("listed");
+        assert_eq!((retried.next_attempt, retried.last_status), (now + 20, Some(503)), "its last answer kept");
+        let third = s.claim_deliveries(now + 30, 30_000, &ClaimRequest::up_to(10)).await.expect("claim").deliveries;
+        let failing: Vec<_> = third.iter().map(|d| (d.attempts, d.failing_since)).collect();
+        assert!(
+            failing.contains(&(1, Some(now))),
+            "a release leaves the failing state as the retry set it: {failing:?}"
+        );
+
+        apply(s, r#"{"accounts":[{"username":"alice","disabled":true}]}"#).await.expect("disable");
+        assert!(!s.may_deliver("sub_a", d1).await.expect("may"), "a disabled account");
+    }
+}
+
 #[tokio::test]
 async fn a_claim_gives_an_endpoint_no_more_than_its_share() {
     for b in backends().await {

@@ -134,6 +134,7 @@ mod tests {
             created_at: 1000 + id,
             failing_since: None,
             batch_max,
+            device_pk: Some(1),
         }
     }
 

@@ -109,7 +109,8 @@ async fn write(store: &dyn Store, limit: i64, gathered: Vec<Outcome>) {
     }
     let mut disabled = std::collections::BTreeSet::new();
     for o in &gathered {
-        let failed = o.done.first().is_some_and(|f| f.attempt != Attempt::Delivered);
+        let failed =
+            o.done.first().is_some_and(|f| matches!(f.attempt, Attempt::Retry { .. } | Attempt::Failed { .. }));
         let Some(since) = o.failing_since.filter(|since| failed && o.now.saturating_sub(*since) >= limit) else {
             continue;
         };

@@ -256,11 +256,26 @@ async fn count_backlog(store: Arc<dyn Store>, metrics: Arc<Metrics>) {
     }
 }
 
+/// How long a claimed job may wait for its endpoint's turn before its
+/// subscription and account are checked again: behind a slow endpoint a
+/// job waits up to the lease, and access may have been taken meanwhile.
+pub const RECHECK_AFTER: Duration = Duration::from_secs(1);
+
 /// One attempt of `job` (a delivery, or a batch of them) when its
-/// endpoint's turn comes, recorded.
+/// endpoint's turn comes, recorded. A job that waited [`RECHECK_AFTER`] or
+/// more is checked again first, and released unsent (due at once, for the
+/// next claim to drop or send) when it may no longer go.
 async fn deliver(shared: Arc<Shared>, job: Job, permits: Arc<Semaphore>) {
+    let claimed = tokio::time::Instant::now();
     let sent = match permits.acquire().await {
-        Ok(_permit) => attempt(&shared, &job).await,
+        Ok(_permit) => {
+            if claimed.elapsed() >= RECHECK_AFTER && !still_owed(&shared, &job).await {
+                shared.release(&job.lead().url);
+                let now = shared.clock.now_ms();
+                return record(&shared, &job, now, Attempt::Released { at: now });
+            }
+            attempt(&shared, &job).await
+        }
         Err(_) => return shared.release(&job.lead().url),
     };
     shared.release(&job.lead().url);
@@ -268,6 +283,35 @@ async fn deliver(shared: Arc<Shared>, job: Job, permits: Arc<Semaphore>) {
     let result =
         shared.settings.policy.judge(&sent, job.attempts(), job.created_at(), now, 0.5 + fastrand::f64() / 2.0);
     record(&shared, &job, now, result);
+}
+
+/// Whether every delivery `job` carries may still go (a store that cannot
+/// say: not now).
+async fn still_owed(shared: &Shared, job: &Job) -> bool {
+    let sub = job.lead().subscription_id.clone();
+    let mut devices: Vec<Option<i64>> = job.members().map(|m| m.device_pk).collect();
+    devices.sort_unstable();
+    devices.dedup();
+    let store = shared.store.clone();
+    let asked = shared.lane.at_home(async move {
+        for device in devices {
+            if !store.may_deliver(&sub, device).await? {
+                return Ok(false);
+            }
+        }
+        Ok::<_, sensorhub_store::StoreError>(true)
+    });
+    match asked.await {
+        Ok(Ok(owed)) => owed,
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "cannot check a waiting webhook delivery again; released for the next claim");
+            false
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot check a waiting webhook delivery again; released for the next claim");
+            false
+        }
+    }
 }
 
 /// Signs and sends `job`; a secret that does not open is a failure to retry
@@ -299,16 +343,20 @@ async fn attempt(shared: &Shared, job: &Job) -> Sent {
 fn record(shared: &Shared, job: &Job, now: i64, result: Attempt) {
     let d = job.lead();
     let outcome = match &result {
-        Attempt::Delivered => "delivered",
-        Attempt::Retry { .. } => "retried",
-        Attempt::Failed { .. } => "failed",
+        Attempt::Delivered => Some("delivered"),
+        Attempt::Retry { .. } => Some("retried"),
+        Attempt::Failed { .. } => Some("failed"),
+        Attempt::Released { .. } => None,
     };
     for _ in 0..job.size() {
-        shared.metrics.deliveries.attempt(outcome);
+        outcome.inspect(|o| shared.metrics.deliveries.attempt(o));
     }
     let message = job.message_id();
     match &result {
         Attempt::Delivered => {}
+        Attempt::Released { .. } => {
+            tracing::info!(subscription = %d.subscription_id, %message, deliveries = job.size(), "webhook delivery not sent: its subscription or account changed while it waited");
+        }
         Attempt::Retry { error, .. } => {
             tracing::debug!(subscription = %d.subscription_id, %message, deliveries = job.size(), %error, "webhook delivery to be retried");
         }

@@ -10,6 +10,7 @@ mod delivery;
 mod provision;
 pub(crate) mod receiver;
 mod share;
+mod waiting;
 
 use crate::cli::{failed, ok};
 use crate::harness::TestApp;

@@ -1,0 +1,48 @@
+//! A delivery claimed while its endpoint is slow waits its turn, up to its
+//! lease; one that waited is checked again before it goes, so an account
+//! disabled meanwhile gets nothing more than the attempt already under
+//! way, and the next claim drops the rest with the reason.
+
+use super::delivery::{KEY, ingest, recorded, subscribe, worker_with};
+use super::receiver::{Receiver, Reply};
+use crate::cli::{ok, run};
+use crate::harness::TestApp;
+use sensorhub::config::delivery::DeliverySettings;
+use sensorhub_store::delivery::DROPPED_DISABLED;
+use serde_json::json;
+use std::time::Duration;
+
+fn envelope(second: u32) -> String {
+    json!({"event": "sensor-data", "device_id": "AWLR-001",
+           "timestamp": format!("2026-05-05T07:30:{second:02}+07:00"), "data": {"AWLR1-batt": 91.5}})
+    .to_string()
+}
+
+on_each_backend! {
+    async fn a_delivery_that_waited_for_a_slow_endpoint_is_checked_again_before_it_goes() {
+        let app = TestApp::with(ingest()).await;
+        let stall = Reply::Stall(Duration::from_secs(2));
+        let mut rx = Receiver::start(vec![stall.clone(), stall.clone(), stall.clone(), stall]).await;
+        let (sub, _) = subscribe(&*app.store, &rx.url).await;
+        for i in 0..4 {
+            assert_eq!(app.webhook(Some(KEY), &envelope(i)).await.status, 200);
+        }
+        let settings = DeliverySettings {
+            allow_private: true,
+            timeout: Duration::from_secs(5),
+            per_endpoint: 1,
+            ..DeliverySettings::default()
+        };
+        let (worker, _clock) = worker_with(app.store.clone(), settings);
+        worker.wake();
+        rx.next().await;
+        // One attempt under way (2 s), three claimed behind it.
+        ok(&run(&app.db, &["account", "disable", "alice"], ""));
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert!(rx.got.try_recv().is_err(), "nothing more went out after the account was disabled");
+        let list = recorded(&*app.store, &sub, |d| d.iter().filter(|d| d.state == "dropped").count() == 3).await;
+        for d in list.iter().filter(|d| d.state == "dropped") {
+            assert_eq!((d.attempts, d.last_error.as_deref()), (0, Some(DROPPED_DISABLED)), "{d:?}");
+        }
+    }
+}
