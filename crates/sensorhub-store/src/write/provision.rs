@@ -40,10 +40,20 @@ pub(crate) async fn apply(
             }
         }
     }
+    // The owners the document gives, by device number: an account's links
+    // are worked out against them (set below, once every account exists),
+    // so that a device moved to another owner leaves a listed account's
+    // view in this run, not the next.
+    let mut owners = Vec::new();
+    for d in &doc.devices {
+        if let (Some(owner), Some(pk)) = (&d.owner, tx.device_pk(&d.device_id).await?) {
+            owners.push((pk, owner.clone()));
+        }
+    }
     for (i, a) in std::mem::take(&mut doc.accounts).into_iter().enumerate() {
         let at = format!("accounts[{i}]");
         let subs = provisioned_of(hooks.as_ref(), &a, &at)?;
-        let (account_id, visible) = apply_account(tx, a, &at, &mut report).await?;
+        let (account_id, visible) = apply_account(tx, a, &owners, &at, &mut report).await?;
         for (p, sealer) in subs {
             report.subscriptions.count(provision_subscription(tx, account_id, &visible, p, sealer).await?);
         }
@@ -149,6 +159,7 @@ async fn listed(tx: &impl super::tx::Tx, list: Option<&Vec<String>>, at: String)
 async fn apply_account(
     tx: &impl SubscriptionTx,
     a: AccountSpec,
+    owners: &[(i64, String)],
     at: &str,
     report: &mut ApplyReport,
 ) -> StoreResult<(i64, BTreeSet<i64>)> {
@@ -169,7 +180,14 @@ async fn apply_account(
         change.touch();
     }
     let stored = tx.links_of(account_id).await?;
-    let owned = tx.owned_by(account_id).await?;
+    let mut owned = tx.owned_by(account_id).await?;
+    for (pk, owner) in owners {
+        if *owner == a.username {
+            owned.insert(*pk);
+        } else {
+            owned.remove(pk);
+        }
+    }
     let devices = listed(tx, a.devices.as_ref(), format!("{at}.devices")).await?;
     let writes = listed(tx, a.write.as_ref(), format!("{at}.write")).await?;
     let links = decide::account_links(&stored, &owned, devices.as_deref(), writes.as_deref(), at)?;

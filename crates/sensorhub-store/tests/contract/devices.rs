@@ -78,3 +78,43 @@ async fn an_hour_written_by_another_instance_is_appended_to_as_stored() {
         assert_eq!(w.first.timestamps, [start + 1, start + 2, start + 3, start + 4], "every reading, in order");
     }
 }
+
+/// A device moved to another owner by `apply` leaves the view of an
+/// account the same document lists without it in that run (not the next:
+/// a second run changes nothing), and an account may scope a key to a
+/// device the document makes it the owner of.
+#[tokio::test]
+async fn an_owner_moved_by_apply_leaves_the_old_owners_view_in_one_run() {
+    for b in backends().await {
+        let s = &*b.store;
+        let d2 = |owner: &str| {
+            format!(
+                r#""devices":[{{"device_id":"D2","name":"two","type":"AWLR","lat":1,"long":2,"interval_seconds":60,"owner":"{owner}"}}]"#
+            )
+        };
+        apply(s, &format!(r#"{{"accounts":[{{"username":"bob","password":"pw","devices":[]}}],{}}}"#, d2("bob")))
+            .await
+            .expect("bob owns D2");
+        let sees = async |user: &str| {
+            let id = s.account_auth(user).await.expect("auth").expect("known").account_id;
+            let scope = sensorhub_store::Scope::Account { account_id: id, key: None };
+            let list = s.list_devices(scope).await.expect("list");
+            list.into_iter().map(|d| d.device_id).collect::<Vec<_>>()
+        };
+        assert_eq!(sees("bob").await, ["D2"], "an owner sees its device");
+
+        let moved = format!(r#"{{"accounts":[{{"username":"bob","devices":[]}}],{}}}"#, d2("alice"));
+        apply(s, &moved).await.expect("D2 moves to alice");
+        assert!(sees("bob").await.is_empty(), "bob lists no device and owns none now");
+        assert_eq!(sees("alice").await, ["D1", "D2"]);
+        assert!(apply(s, &moved).await.expect("again").is_noop(), "a second run changes nothing");
+
+        let keyed = format!(
+            r#"{{"accounts":[{{"username":"carol","password":"pw","devices":[],
+                 "api_keys":[{{"id":"k-carol","devices":["D2"]}}]}}],{}}}"#,
+            d2("carol")
+        );
+        apply(s, &keyed).await.expect("a key of the device the document gives carol");
+        assert_eq!(sees("carol").await, ["D2"]);
+    }
+}
