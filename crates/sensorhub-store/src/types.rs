@@ -278,6 +278,8 @@ pub struct AccountRow {
     pub disabled: bool,
     /// Seconds since the epoch.
     pub created_at: i64,
+    /// Its own retention in seconds, if set (`account retention`).
+    pub retention_seconds: Option<i64>,
 }
 
 /// A device row.
@@ -297,6 +299,8 @@ pub struct DeviceRow {
     pub interval_seconds: i64,
     /// The owning account's username (it may write the device's readings).
     pub owner: Option<String>,
+    /// Its own retention in seconds, if set (`device retention`).
+    pub retention_seconds: Option<i64>,
 }
 
 /// An account's link to a device it sees, for `copy`.

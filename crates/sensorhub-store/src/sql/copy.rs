@@ -23,14 +23,23 @@ fn key_row(r: &Row) -> StoreResult<KeyRow> {
 
 /// Every row but readings, by natural key, sorted.
 pub(crate) async fn export(c: &impl Sql) -> StoreResult<Installation> {
-    let accounts =
-        rows(c, "SELECT username, password_hash, disabled, created_at FROM accounts ORDER BY username", |r| {
-            Ok(AccountRow { username: r.get(0)?, password_hash: r.get(1)?, disabled: r.get(2)?, created_at: r.get(3)? })
-        });
+    let accounts = rows(
+        c,
+        "SELECT username, password_hash, disabled, created_at, retention_seconds FROM accounts ORDER BY username",
+        |r| {
+            Ok(AccountRow {
+                username: r.get(0)?,
+                password_hash: r.get(1)?,
+                disabled: r.get(2)?,
+                created_at: r.get(3)?,
+                retention_seconds: r.get(4)?,
+            })
+        },
+    );
     let devices = rows(
         c,
-        "SELECT d.device_id, d.name, d.type, d.lat, d.long, d.interval_seconds, a.username FROM devices d
-         LEFT JOIN accounts a ON a.id = d.owner_id ORDER BY d.device_id",
+        "SELECT d.device_id, d.name, d.type, d.lat, d.long, d.interval_seconds, a.username, d.retention_seconds
+         FROM devices d LEFT JOIN accounts a ON a.id = d.owner_id ORDER BY d.device_id",
         |r| {
             Ok(DeviceRow {
                 device_id: r.get(0)?,
@@ -40,6 +49,7 @@ pub(crate) async fn export(c: &impl Sql) -> StoreResult<Installation> {
                 long: r.get(4)?,
                 interval_seconds: r.get(5)?,
                 owner: r.get(6)?,
+                retention_seconds: r.get(7)?,
             })
         },
     );

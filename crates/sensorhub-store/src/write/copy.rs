@@ -4,7 +4,7 @@
 //! device's stored hours added as they are, with the `latest` entries they
 //! hold.
 
-use super::tx::{DeviceFields, KeyKind, NewKey, ProvisionTx};
+use super::tx::{DeviceFields, KeyKind, NewKey, ProvisionTx, RetentionOf};
 use crate::decide::latest::Newest;
 use crate::decide::{HourRow, Links};
 use crate::{Installation, StoreError, StoreResult, StoredHour};
@@ -27,6 +27,9 @@ pub(crate) async fn restore(tx: &impl ProvisionTx, rows: Installation) -> StoreR
             return Err(exists(format!("account {:?}", a.username)));
         }
         let id = tx.insert_account(&a.username, &a.password_hash, a.disabled, a.created_at).await?;
+        if a.retention_seconds.is_some() {
+            tx.set_retention(RetentionOf::Account(id), a.retention_seconds).await?;
+        }
         accounts.insert(a.username.as_str(), id);
     }
     let account = |name: &str| accounts.get(name).copied().ok_or_else(|| missing("account", name));
@@ -42,7 +45,11 @@ pub(crate) async fn restore(tx: &impl ProvisionTx, rows: Installation) -> StoreR
             long: d.long,
             interval_seconds: d.interval_seconds,
         };
-        devices.insert(d.device_id.as_str(), tx.insert_device(&d.device_id, &fields).await?);
+        let pk = tx.insert_device(&d.device_id, &fields).await?;
+        if d.retention_seconds.is_some() {
+            tx.set_retention(RetentionOf::Device(pk), d.retention_seconds).await?;
+        }
+        devices.insert(d.device_id.as_str(), pk);
     }
     let device = |id: &str| devices.get(id).copied().ok_or_else(|| missing("device", id));
     for s in &rows.sensors {

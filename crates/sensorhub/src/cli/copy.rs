@@ -64,7 +64,14 @@ fn tally(rows: &Installation, keep: &Installation) -> Vec<(&'static str, (u64, S
     let mut out = Vec::new();
     let mut t = Tally::default();
     for a in rows.accounts.iter().filter(|a| users.contains(a.username.as_str())) {
-        t.add(&[a.username.as_bytes(), a.password_hash.as_bytes(), b(a.disabled), &a.created_at.to_le_bytes()]);
+        let retention = a.retention_seconds.map_or(Vec::new(), |s| s.to_le_bytes().to_vec());
+        t.add(&[
+            a.username.as_bytes(),
+            a.password_hash.as_bytes(),
+            b(a.disabled),
+            &a.created_at.to_le_bytes(),
+            &retention,
+        ]);
     }
     out.push(("accounts", t.finish()));
     let mut t = Tally::default();
@@ -77,6 +84,7 @@ fn tally(rows: &Installation, keep: &Installation) -> Vec<(&'static str, (u64, S
             &d.long.to_bits().to_le_bytes(),
             &d.interval_seconds.to_le_bytes(),
             d.owner.as_deref().unwrap_or_default().as_bytes(),
+            &d.retention_seconds.map_or(Vec::new(), |s| s.to_le_bytes().to_vec()),
         ]);
     }
     out.push(("devices", t.finish()));

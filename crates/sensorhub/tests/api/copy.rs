@@ -22,6 +22,10 @@ async fn an_installation_moves_to_postgres_and_back_verified() {
     let demo = sensorhub(&["demo", "--database", sqlite]);
     assert!(demo.status.success(), "{}", text(&demo));
     let pg = TempDatabase::create(&postgres_admin_url()).await.expect("test database");
+    for (kind, id, keep) in [("device", "AWLR-001", "90d"), ("account", "alice", "2y")] {
+        let set = sensorhub(&[kind, "retention", id, keep, "--database", sqlite]);
+        assert!(set.status.success(), "{}", text(&set));
+    }
 
     let out = sensorhub(&["copy", "--from", sqlite, "--to", pg.url()]);
     let report = text(&out);
@@ -78,4 +82,19 @@ async fn an_installation_moves_to_postgres_and_back_verified() {
     assert!(report.contains("verification failed") && report.contains("readings"), "{report}");
     let devices = report.lines().find(|l| l.starts_with("devices")).expect("devices line");
     assert!(devices.ends_with("ok"), "only the altered table differs: {report}");
+
+    // Retention came along, and is checked: cleared in the target, the devices differ.
+    let (client, conn) = tokio_postgres::connect(pg.url(), tokio_postgres::NoTls).await.expect("connect");
+    tokio::spawn(conn);
+    let kept = |sql: &'static str| {
+        let client = &client;
+        async move { client.query_one(sql, &[]).await.expect("retention").get::<_, Option<i64>>(0) }
+    };
+    assert_eq!(kept("SELECT retention_seconds FROM devices WHERE device_id = 'AWLR-001'").await, Some(90 * 86_400));
+    assert!(kept("SELECT retention_seconds FROM accounts WHERE username = 'alice'").await.is_some());
+    client.execute("UPDATE devices SET retention_seconds = NULL", &[]).await.expect("clear");
+    let verify = sensorhub(&["copy", "--from", sqlite, "--to", pg.url(), "--verify-only"]);
+    let report = text(&verify);
+    let devices = report.lines().find(|l| l.starts_with("devices")).expect("devices line");
+    assert!(!verify.status.success() && !devices.ends_with("ok"), "a lost retention is caught: {report}");
 }
