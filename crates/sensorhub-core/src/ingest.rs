@@ -145,8 +145,9 @@ pub fn reading(
     }
     Ok(ReadingInput {
         device_id: device_id.to_owned(),
-        // Readings are kept to the second: a fraction is dropped.
-        timestamp: timestamp.as_second(),
+        // Readings are kept to the second: a fraction is dropped (the
+        // second it falls in, before 1970 too, which the check refuses).
+        timestamp: timestamp.as_second() - i64::from(timestamp.subsec_nanosecond() < 0),
         values,
         origin: Origin::Item(origin),
     })
@@ -239,6 +240,12 @@ mod tests {
         assert_eq!(refusal(now, vec![at(0, "wl", Given::Number(1.5))]), None);
         assert_eq!(refusal(now, vec![]), Some(Reason::NoValues));
         assert_eq!(refusal(-10, vec![at(0, "wl", Given::Number(1.0))]), Some(Reason::BadTime));
+        // Half a second before 1970 is before 1970, not second 0.
+        let wl = || vec![at(0, "wl", Given::Number(1.0))];
+        let half =
+            |nanos: i32| reading("D", Timestamp::new(0, nanos).expect("ts"), wl(), &sensors(), rules(), "t".into());
+        assert_eq!(half(-500_000_000).err().map(|p| p.reason), Some(Reason::BadTime));
+        assert_eq!(half(500_000_000).map(|r| r.timestamp).ok(), Some(0), "a fraction after is dropped");
         assert_eq!(refusal(now + 601, vec![at(0, "wl", Given::Number(1.0))]), Some(Reason::InFuture));
         let twice = vec![at(0, "wl", Given::Number(1.0)), at(1, "wl", Given::Number(2.0))];
         assert_eq!(refusal(now, twice), Some(Reason::RepeatedSensor));

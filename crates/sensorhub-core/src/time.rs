@@ -81,7 +81,7 @@ const LAST_TIME: &str = "9999-12-29T23:59:59Z";
 
 /// Refuses `ts` outside [`FIRST_TIME`]..=[`LAST_TIME`], naming `name` and `raw`.
 fn in_stored_range(name: &'static str, raw: &str, ts: Timestamp) -> Result<Timestamp, TimeError> {
-    if (FIRST_SECOND..=LAST_SECOND).contains(&ts.as_second()) {
+    if (FIRST_SECOND..=LAST_SECOND).contains(&(ts.as_second() - i64::from(ts.subsec_nanosecond() < 0))) {
         Ok(ts)
     } else {
         Err(TimeError::OutOfRange { name, value: raw.to_owned() })
