@@ -185,8 +185,11 @@ impl DeviceAlarms {
         let not_replayed = self.transitions.iter().any(|(i, t)| {
             t.kind == TransitionKind::Acknowledged || matches!(self.rules[*i].kind, RuleKind::Silence(_))
         });
-        let due = self.must_write || active_moved || not_replayed || self.progress.due();
-        (self.moved() && due).then(|| DeviceStates {
+        let due = active_moved || not_replayed || self.progress.due();
+        // A late reading or a backfill writes the row even when it moved
+        // no state (a backfill moves no level rule): a replay in time order
+        // would judge it as live.
+        (self.must_write || (self.moved() && due)).then(|| DeviceStates {
             pk: self.pk,
             states: self.states().map(|(rule, state)| (rule.name.as_str(), state)).collect(),
             through: self.progress.seen,

@@ -102,6 +102,31 @@ async fn late_readings_and_backfills_are_stored_and_move_nothing() {
     }
 }
 
+/// A backfill heard by level rules only (no silence rule on the device)
+/// writes the device's states all the same, so that a load elsewhere (a
+/// restart, another instance) does not replay the history as live: no
+/// phantom episode, and the next live reading raises as it should.
+#[tokio::test]
+async fn a_backfill_heard_by_level_rules_only_is_no_episode_after_a_load() {
+    for b in backends().await {
+        let s = &*b.store;
+        let only_levels = d1_with(
+            r#"[{"name": "siaga", "sensor": "a", "direction": "above", "deadband": 0, "for": "0s",
+                 "levels": [{"name": "Siaga 3", "at": 90}, {"name": "Siaga 1", "at": 210}]}]"#,
+        );
+        apply(s, &only_levels).await.expect("apply");
+        let yesterday = now() - 86_400;
+        let history = (0..30).map(|i| Ok(reading("D1", yesterday + i * 60, &[("a", 250.0)]))).collect();
+        import(s, history).await.expect("backfill");
+        assert!(transitions(s).await.is_empty());
+        let elsewhere = sensorhub_store::open(&b.url).await.expect("a second store");
+        let alarms = elsewhere.alarms(Scope::All, "D1").await.expect("alarms").expect("visible");
+        assert_eq!(alarms[0].level_name(), None, "history is no episode, loaded anywhere: {:?}", alarms[0].state);
+        elsewhere.ingest(reading("D1", now() - 30, &[("a", 100.0)])).await.expect("live");
+        assert_eq!(transitions(s).await, [t("siaga", TransitionKind::Raised, Some("Siaga 3"))]);
+    }
+}
+
 #[tokio::test]
 async fn sixty_four_writers_of_one_station_make_one_episode() {
     for b in backends().await {
