@@ -169,11 +169,18 @@ pub(crate) async fn put_states(c: &impl Sql, devices: &[DeviceStates<'_>]) -> St
     Ok(())
 }
 
-/// Counts a transaction that moved states, written or not ([`marks`]):
-/// a store that keeps states in memory then reads them again.
-pub(crate) async fn count_state_write(c: &impl Sql) -> StoreResult<()> {
-    c.execute("UPDATE alarm_generation SET state_writes = state_writes + 1", &[]).await?;
-    Ok(())
+/// Marks a transaction that moved states, written or not ([`marks`]): a
+/// store that keeps states in memory then reads them again. The mark is a
+/// fresh random stamp, not a count: a transaction rolled back after its
+/// store kept the stamp leaves a value no later write sets again, where a
+/// count would come back to it after one other write and pass the
+/// rolled-back states off as the stored ones. Returns the stamp.
+pub(crate) async fn stamp_state_write(c: &impl Sql) -> StoreResult<i64> {
+    let mut bytes = [0u8; 8];
+    sensorhub_core::secret::fill_random(&mut bytes).map_err(|e| crate::StoreError::Backend(e.to_string().into()))?;
+    let stamp = i64::from_le_bytes(bytes);
+    c.execute("UPDATE alarm_generation SET state_writes = $1", &[stamp.into()]).await?;
+    Ok(stamp)
 }
 
 /// A device's states as stored: a JSON object by rule name.

@@ -7,13 +7,14 @@
 //! ([`super::checkpoint`]): what is kept is what a load of them would
 //! give. Two marks in
 //! `alarm_generation` say whether it still is: the rules' generation (a
-//! trigger moves it on any change of any rule) and the count of state
-//! writes (each transaction that writes states adds one). Writes are
-//! serialised (SQLite's one writer, PostgreSQL's write lock), so when the
-//! count is the one this store left, nobody else has moved a state
-//! since. Otherwise (another process or instance wrote, or a transaction
-//! of this store was rolled back after it kept its states) the kept
-//! states are dropped and read again.
+//! trigger moves it on any change of any rule) and the stamp of the last
+//! state write (each transaction that writes states sets a fresh random
+//! one). Writes are serialised (SQLite's one writer, PostgreSQL's write
+//! lock), so when the stamp is the one this store left, nobody else has
+//! moved a state since. Otherwise (another process or instance wrote, or
+//! a transaction of this store was rolled back after it kept its states,
+//! whose stamp no one writes again) the kept states are dropped and read
+//! again.
 
 use super::checkpoint::{self, Rules};
 use super::device_alarms::DeviceAlarms;
@@ -39,7 +40,7 @@ struct Kept {
     /// The rules' generation the rules were read at.
     generation: i64,
     rules: FastMap<i64, Rules>,
-    /// The count of state writes the states are as of (`None`: nothing kept).
+    /// The state-write stamp the states are as of (`None`: nothing kept).
     writes: Option<i64>,
     states: FastMap<i64, DeviceAlarms>,
 }
@@ -115,11 +116,11 @@ impl AlarmCache {
 
     /// Keeps `devices` as they are once the transaction that loaded them
     /// at `marks` has written what it must (and taken their transitions
-    /// out); `wrote` says whether it moved any state (and so counted one
-    /// write). Kept before the commit: if the commit fails, the count in
-    /// the database is not the one kept, and the next transaction reads
+    /// out); `wrote` is the stamp it set when it moved any state. Kept
+    /// before the commit: if the commit fails, the stamp in the database is
+    /// not the one kept (nor ever will be), and the next transaction reads
     /// them again.
-    pub(crate) fn keep(&self, marks: Marks, wrote: bool, devices: Vec<DeviceAlarms>) {
+    pub(crate) fn keep(&self, marks: Marks, wrote: Option<i64>, devices: Vec<DeviceAlarms>) {
         let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
         if kept.generation != marks.generation || kept.writes != Some(marks.writes) {
             // Another transaction of this store got in between: keep nothing.
@@ -127,8 +128,7 @@ impl AlarmCache {
             kept.writes = None;
             return;
         }
-        let writes = marks.writes + i64::from(wrote);
-        kept.writes = Some(writes);
+        kept.writes = Some(wrote.unwrap_or(marks.writes));
         for mut device in devices {
             let pk = device.pk();
             if kept.states.len() < KEPT_DEVICES || kept.states.contains_key(&pk) {

@@ -88,9 +88,7 @@ pub(crate) async fn write_all(
     written.sort_unstable();
     alarms::put_states(tx, &rows).await?;
     drop(rows);
-    if moved {
-        alarms::count_state_write(tx).await?;
-    }
+    let stamp = if moved { Some(alarms::stamp_state_write(tx).await?) } else { None };
     let mut transitions = Vec::new();
     for d in &mut devices {
         if written.binary_search(&d.pk()).is_ok() {
@@ -98,7 +96,7 @@ pub(crate) async fn write_all(
         }
         transitions.extend(d.take_moved());
     }
-    cache.keep(marks, moved, devices);
+    cache.keep(marks, stamp, devices);
     let mut events = Vec::new();
     if transitions.is_empty() {
         return Ok(events);
@@ -236,7 +234,7 @@ pub(crate) async fn replace_rules(
     let through = progress.seen.max(alarms::newest_second(tx, pk).await?);
     let states = kept.iter().map(|(name, state)| (name.as_str(), state)).collect();
     alarms::put_states(tx, &[DeviceStates { pk, states, through, active_kept: false }]).await?;
-    alarms::count_state_write(tx).await?;
+    alarms::stamp_state_write(tx).await?;
     alarms::set_rules(tx, pk, new).await?;
     Ok(Some(record(tx, ended, now, true).await?))
 }
@@ -258,5 +256,5 @@ pub(crate) async fn checkpoint_before_removal(tx: &impl Tx, pk: i64) -> StoreRes
     }
     let states = rules.iter().zip(&states).map(|(rule, state)| (rule.name.as_str(), state)).collect();
     alarms::put_states(tx, &[DeviceStates { pk, states, through: progress.seen, active_kept: true }]).await?;
-    alarms::count_state_write(tx).await
+    alarms::stamp_state_write(tx).await.map(|_| ())
 }

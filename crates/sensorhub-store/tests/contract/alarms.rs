@@ -127,6 +127,46 @@ async fn a_backfill_heard_by_level_rules_only_is_no_episode_after_a_load() {
     }
 }
 
+/// States a store kept from a transaction that was then rolled back are
+/// never taken for the stored ones, even after exactly one other state
+/// write (a count of writes would be back at the kept number then). The
+/// rollback is made by hand: the rows put back as they were before.
+#[tokio::test]
+async fn states_kept_from_a_rolled_back_transaction_are_read_again() {
+    for b in backends().await {
+        let s = &*b.store;
+        apply(s, &katulampa(0.0)).await.expect("apply");
+        let other = sensorhub_store::open(&b.url).await.expect("a second store");
+        let start = now() - 600;
+        super::access::outside(
+            &b,
+            "CREATE TABLE snap_states AS SELECT * FROM alarm_states;
+             CREATE TABLE snap_marks AS SELECT * FROM alarm_generation",
+        )
+        .await;
+        s.ingest(reading("D1", start, &[("a", 100.0)])).await.expect("raise");
+        assert_eq!(transitions(s).await, [t("siaga", TransitionKind::Raised, Some("Siaga 3"))]);
+        super::access::outside(
+            &b,
+            "DELETE FROM alarm_states; INSERT INTO alarm_states SELECT * FROM snap_states;
+             DELETE FROM alarm_generation; INSERT INTO alarm_generation SELECT * FROM snap_marks;
+             DELETE FROM alarm_events",
+        )
+        .await;
+        // One state write by someone else: it replays the stored reading
+        // (its states say nothing of it) and clears at a low one.
+        other.ingest(reading("D1", start + 60, &[("a", 20.0)])).await.expect("low");
+        let cleared = t("siaga", TransitionKind::Cleared, None);
+        assert_eq!(
+            transitions(s).await.into_iter().map(|(r, k, _)| (r, k)).collect::<Vec<_>>(),
+            [(cleared.0, cleared.1)]
+        );
+        s.ingest(reading("D1", start + 120, &[("a", 100.0)])).await.expect("raise again");
+        let last = transitions(s).await.pop();
+        assert_eq!(last, Some(t("siaga", TransitionKind::Raised, Some("Siaga 3"))), "judged from the stored states");
+    }
+}
+
 #[tokio::test]
 async fn sixty_four_writers_of_one_station_make_one_episode() {
     for b in backends().await {
