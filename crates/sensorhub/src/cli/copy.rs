@@ -202,7 +202,6 @@ pub async fn run(args: Args) -> CliResult {
             );
         }
         target.restore(rows.clone()).await?;
-        restore_rules(&*target, &rules).await?;
         let total_hours: u64 = source.export_hour_count().await?;
         let progress = Progress::start("copy", total_hours, Unit::Items("hours"));
         let copied = progress.counter();
@@ -224,6 +223,10 @@ pub async fn run(args: Args) -> CliResult {
             }
         }
         drop(progress);
+        // The rules after the readings: their states start at rest as of
+        // each device's newest copied reading, not before all of them (a
+        // load would replay the history as live).
+        restore_rules(&*target, &rules).await?;
         println!(
             "copied {} accounts, {} devices, {} API keys, {} webhook keys, {} alarm rules and {hours_copied} hours of readings from {from_name} to {to_name}",
             rows.accounts.len(),

@@ -41,6 +41,11 @@ async fn an_installation_moves_to_postgres_and_back_verified() {
     assert!(hours > 100, "the demo's readings were copied: {readings}");
     let rules = report.lines().find(|l| l.starts_with("alarm_rules")).expect("alarm_rules line");
     assert_eq!(rules.split_whitespace().nth(1), Some("2"), "the demo's two rules on AWLR-001: {rules}");
+    // A copied station's alarms start at rest, as of its newest copied reading.
+    let copied = sensorhub_store::open(pg.url()).await.expect("target");
+    let alarms = copied.alarms(sensorhub_store::Scope::All, "AWLR-001").await.expect("alarms").expect("device");
+    assert!(alarms.iter().all(|a| a.level_name().is_none() && !a.state.active), "at rest: {alarms:?}");
+    drop(copied);
 
     // A non-empty target is refused unless --append, and --append refuses overlaps.
     let again = sensorhub(&["copy", "--from", sqlite, "--to", pg.url()]);
