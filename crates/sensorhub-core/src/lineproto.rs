@@ -100,7 +100,11 @@ pub fn parse_line(line: &str) -> Result<Option<Point>, String> {
     if line.is_empty() || line.starts_with('#') {
         return Ok(None);
     }
-    let mut sections = split_unescaped(line, ' ', true);
+    // Quotes delimit string field values only: in the measurement and tags
+    // (before the first unescaped space) a `"` is a character like another.
+    let series_end = split_unescaped(line, ' ', false).first().map_or(0, |s| s.len());
+    let mut sections = vec![&line[..series_end]];
+    sections.extend(split_unescaped(&line[series_end..], ' ', true));
     sections.retain(|s| !s.is_empty());
     let (series, fields, timestamp) = match sections.as_slice() {
         [s, f] => (*s, *f, None),
@@ -240,6 +244,10 @@ mod tests {
         assert_eq!(p.fields[0].1, FieldValue::String(r#"he said "hi", ok"#.into()));
         assert_eq!(p.fields[1].1, FieldValue::Unsigned(1));
         assert_eq!(p.timestamp, None);
+        // A quote in the measurement or a tag is a character, not a string.
+        let p = point(r#"AWLR-001,pipe=2" AWLR1-wl=1 1700000000"#);
+        assert_eq!((p.tags[0].1.as_str(), p.timestamp), (r#"2""#, Some(1_700_000_000)));
+        assert_eq!(point(r#"m"x f="a b" 3"#).measurement, r#"m"x"#);
     }
 
     #[test]
