@@ -7,9 +7,15 @@
 //! (keeping its session) and unsubscribes it (nothing new is queued there;
 //! the new session has it), stores what the broker hands over through the
 //! writer's own rules, acknowledging each message after its commit, and
-//! leaves with a session expiry of 0, so that the broker forgets the old
-//! session. Done (or found empty), it is recorded in the database; an
-//! unreachable broker leaves it for the next start.
+//! then connects once with a clean start and a session expiry of 0, so that
+//! the broker forgets the old session. A broker that names a connection by
+//! its user (Mosquitto's `use_username_as_clientid`, as in
+//! examples/mosquitto) gives the old id the live link's own session: the
+//! live link loses its connection as the collection connects, and the
+//! collection then leaves that session as it is (no unsubscribe, nothing
+//! forgotten) for the live link to take back. Done (or found empty, or
+//! shared), it is recorded in the database; an unreachable broker leaves it
+//! for the next start.
 
 use super::queue::Message;
 use super::writer::{Memory, PUBLISHES_IN_FLIGHT, Writer};
@@ -32,6 +38,10 @@ const LEAVING: Duration = Duration::from_secs(5);
 /// The longest collection (if an old subscription under another filter
 /// keeps it busy).
 const AT_MOST: Duration = Duration::from_secs(600);
+/// How long after its connection the collection looks whether the live
+/// link lost its own (the broker closes the session's other connection as
+/// it accepts a new one).
+const DECIDE: Duration = Duration::from_millis(300);
 
 /// What collecting the old session needs.
 pub(super) struct Drain {
@@ -60,8 +70,10 @@ impl Drain {
             Ok(options) => options,
             Err(e) => return tracing::warn!(error = %e, "cannot collect the earlier MQTT session"),
         };
-        // Ends with this connection: the broker forgets the old session.
-        options.set_session_expiry_interval(Some(0));
+        // The live link's own expiry: a session shared with it outlives
+        // this connection (an expiry of 0 would end it as this one closes).
+        options.set_session_expiry_interval(Some(super::SESSION_EXPIRY_SECONDS));
+        let losses = status.losses.load(std::sync::atomic::Ordering::Relaxed);
         let (client, mut eventloop) = AsyncClient::new(options, PUBLISHES_IN_FLIGHT + 64);
         let writer = Writer {
             client: client.clone(),
@@ -74,16 +86,32 @@ impl Drain {
         let mut memory = Memory::new();
         let mut collected = 0usize;
         let until = tokio::time::Instant::now() + AT_MOST;
+        // The session found is looked at before it is unsubscribed: if the
+        // live link lost its connection as this one connected, the broker
+        // gave this one the live session.
+        let mut decide_at = None;
+        let mut found = false;
         while tokio::time::Instant::now() < until {
-            match tokio::time::timeout(QUIET, eventloop.poll()).await {
+            if decide_at.is_some_and(|at| tokio::time::Instant::now() >= at) {
+                decide_at = None;
+                if status.losses.load(std::sync::atomic::Ordering::Relaxed) != losses {
+                    let _ = client.disconnect().await;
+                    let _ = tokio::time::timeout(LEAVING, async { while eventloop.poll().await.is_ok() {} }).await;
+                    return self.shared(collected).await;
+                }
+                tracing::info!(client_id = %self.client_id, "collecting what the broker kept for the earlier client id");
+                if let Err(e) = client.unsubscribe(self.settings.filter()).await {
+                    tracing::warn!(error = %e, "cannot unsubscribe the earlier MQTT session");
+                }
+            }
+            let wait = if decide_at.is_some() { Duration::from_millis(50) } else { QUIET };
+            match tokio::time::timeout(wait, eventloop.poll()).await {
                 Ok(Ok(Event::Incoming(Packet::ConnAck(ack)))) => {
-                    if !ack.session_present {
+                    found = ack.session_present;
+                    if !found {
                         break;
                     }
-                    tracing::info!(client_id = %self.client_id, "collecting what the broker kept for the earlier client id");
-                    if let Err(e) = client.unsubscribe(self.settings.filter()).await {
-                        tracing::warn!(error = %e, "cannot unsubscribe the earlier MQTT session");
-                    }
+                    decide_at = Some(tokio::time::Instant::now() + DECIDE);
                 }
                 Ok(Ok(Event::Incoming(Packet::Publish(publish)))) => {
                     let message = Message::copied(&publish);
@@ -94,9 +122,16 @@ impl Drain {
                     collected += 1;
                 }
                 Ok(Ok(_)) => {}
+                Ok(Err(_))
+                    if decide_at.is_some() && status.losses.load(std::sync::atomic::Ordering::Relaxed) != losses =>
+                {
+                    // The live link took its session back already.
+                    return self.shared(collected).await;
+                }
                 Ok(Err(e)) => {
                     return tracing::info!(error = %e, client_id = %self.client_id, "cannot collect the earlier MQTT session now; trying at the next start");
                 }
+                Err(_deciding) if decide_at.is_some() => {}
                 Err(_quiet) => break,
             }
         }
@@ -106,12 +141,55 @@ impl Drain {
             while !matches!(eventloop.poll().await, Ok(Event::Outgoing(Outgoing::Disconnect)) | Err(_)) {}
         })
         .await;
-        let when = jiff::Timestamp::now().to_string();
-        if let Err(e) = self.store.record_installation_fact(DRAINED, &format!("{when} {collected} messages")).await {
-            tracing::warn!(error = %e, "cannot record that the earlier MQTT session was collected");
+        // The session this connection kept (or made, when none was found)
+        // is forgotten: a clean start ends it, and an expiry of 0 ends the new one.
+        if let Err(e) = self.forget().await {
+            return tracing::info!(error = %e, client_id = %self.client_id, "cannot end the earlier MQTT session now; trying at the next start");
         }
+        self.record(&format!("{collected} messages")).await;
         if collected > 0 {
-            tracing::info!(client_id = %self.client_id, messages = collected, "stored what the broker kept for the earlier client id; its session is gone");
+            tracing::info!(client_id = %self.client_id, messages = collected, found, "stored what the broker kept for the earlier client id; its session is gone");
+        }
+    }
+
+    /// Connects under the old id with a clean start and a session expiry
+    /// of 0, and leaves: the broker then keeps no session for it.
+    async fn forget(&self) -> Result<(), String> {
+        let mut options = options(&self.settings, &self.client_id)?;
+        options.set_clean_start(true).set_session_expiry_interval(Some(0));
+        let (client, mut eventloop) = AsyncClient::new(options, 8);
+        let connected = tokio::time::timeout(LEAVING, async {
+            loop {
+                match eventloop.poll().await {
+                    Ok(Event::Incoming(Packet::ConnAck(_))) => return Ok(()),
+                    Ok(_) => {}
+                    Err(e) => return Err(e.to_string()),
+                }
+            }
+        })
+        .await
+        .map_err(|_| "no answer from the broker".to_owned())?;
+        connected?;
+        let _ = client.disconnect().await;
+        let _ = tokio::time::timeout(LEAVING, async {
+            while !matches!(eventloop.poll().await, Ok(Event::Outgoing(Outgoing::Disconnect)) | Err(_)) {}
+        })
+        .await;
+        Ok(())
+    }
+
+    /// Records that the old id named the live link's session, which is
+    /// left as it is: there was nothing to collect.
+    async fn shared(&self, collected: usize) {
+        tracing::info!(client_id = %self.client_id, "the broker gives the earlier client id the live session (a client id per user): nothing to collect");
+        self.record(&format!("shared with the live session, {collected} messages")).await;
+    }
+
+    /// Records that the collection is done, with `what` came of it.
+    async fn record(&self, what: &str) {
+        let when = jiff::Timestamp::now().to_string();
+        if let Err(e) = self.store.record_installation_fact(DRAINED, &format!("{when} {what}")).await {
+            tracing::warn!(error = %e, "cannot record that the earlier MQTT session was collected");
         }
     }
 }

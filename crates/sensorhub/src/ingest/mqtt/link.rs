@@ -84,6 +84,7 @@ impl Link {
                 Ok(_) => {}
                 Err(e) => {
                     if self.status.connected.swap(false, Ordering::Relaxed) {
+                        self.status.losses.fetch_add(1, Ordering::Relaxed);
                         self.metrics.mqtt_connected(false);
                         tracing::warn!(error = %e, "MQTT link lost; reconnecting");
                         warned = true;

@@ -45,6 +45,9 @@ const MAX_BACKOFF: Duration = Duration::from_secs(30);
 #[derive(Debug, Default)]
 pub struct MqttStatus {
     connected: AtomicBool,
+    /// Connections lost so far (the earlier session's collection tells by
+    /// it that its own connection took the live link's session).
+    losses: std::sync::atomic::AtomicU64,
     /// Told at each connection: the alarm publisher then publishes every
     /// device's current state again (what the broker kept may be stale).
     connects: tokio::sync::Notify,
