@@ -90,7 +90,7 @@ impl Drain {
         // live link lost its connection as this one connected, the broker
         // gave this one the live session.
         let mut decide_at = None;
-        let mut found = false;
+        let (mut answered, mut found) = (false, false);
         while tokio::time::Instant::now() < until {
             if decide_at.is_some_and(|at| tokio::time::Instant::now() >= at) {
                 decide_at = None;
@@ -104,9 +104,14 @@ impl Drain {
                     tracing::warn!(error = %e, "cannot unsubscribe the earlier MQTT session");
                 }
             }
-            let wait = if decide_at.is_some() { Duration::from_millis(50) } else { QUIET };
+            let wait = match (answered, decide_at) {
+                (false, _) => LEAVING,
+                (true, Some(_)) => Duration::from_millis(50),
+                (true, None) => QUIET,
+            };
             match tokio::time::timeout(wait, eventloop.poll()).await {
                 Ok(Ok(Event::Incoming(Packet::ConnAck(ack)))) => {
+                    answered = true;
                     found = ack.session_present;
                     if !found {
                         break;
@@ -132,6 +137,11 @@ impl Drain {
                     return tracing::info!(error = %e, client_id = %self.client_id, "cannot collect the earlier MQTT session now; trying at the next start");
                 }
                 Err(_deciding) if decide_at.is_some() => {}
+                // No answer to the connection yet (a slow TLS handshake):
+                // nothing is ended on a guess, and the next start tries again.
+                Err(_) if !answered => {
+                    return tracing::info!(client_id = %self.client_id, "no answer from the broker under the earlier client id; trying at the next start");
+                }
                 Err(_quiet) => break,
             }
         }
