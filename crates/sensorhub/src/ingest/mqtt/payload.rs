@@ -107,9 +107,20 @@ fn reading(
         let value = entry.remove("value").unwrap_or(Value::Null);
         values.push(ValueAt { at: format!("{here}.value"), sensor_id: id, value: given(&value) });
     }
+    if values.is_empty() {
+        return Err(Rejection::new("bad_reading", format!("{} is empty", field("sensors"))));
+    }
     let origin = if at.is_empty() { "mqtt".to_owned() } else { format!("mqtt{at}") };
     let rules = Rules { now, max_future_skew };
-    Ok(ingest::reading(device_id, timestamp, values, sensors, rules, origin)?)
+    ingest::reading(device_id, timestamp, values, sensors, rules, origin).map_err(|p| {
+        // The time's refusals name the timestamp, not which reading of an array.
+        let timed = matches!(p.reason, ingest::Reason::BadTime | ingest::Reason::InFuture);
+        let mut rejection = Rejection::from(p);
+        if timed && !at.is_empty() {
+            rejection.detail = format!("{at}.{}", rejection.detail);
+        }
+        rejection
+    })
 }
 
 #[cfg(test)]
@@ -164,8 +175,10 @@ mod tests {
             (
                 r#"[{"timestamp":"2026-05-05T00:00:00Z","sensors":[{"id":"AWLR1-wl","value":1}]},{"timestamp":"2026-05-06T00:00:00Z","sensors":[{"id":"AWLR1-wl","value":1}]}]"#,
                 "bad_time",
-                "seconds ahead of the server's clock",
+                "[1].timestamp 2026-05-06T00:00:00Z is",
             ),
+            (r#"{"timestamp":"2026-05-05T00:00:00Z","sensors":[]}"#, "bad_reading", "sensors is empty"),
+            (r#"[{"timestamp":"2026-05-05T00:00:00Z","sensors":[]}]"#, "bad_reading", "[0].sensors is empty"),
         ];
         for (payload, reason, detail) in cases {
             let e = read(payload).expect_err(payload);
