@@ -86,11 +86,20 @@ pub(crate) fn parse_envelope(body: &[u8]) -> Result<Envelope, String> {
         Some(other) if data.len() == 1 => {
             return Err(format!("data.sensors must be an array of {{id, value}}, not {}", kind(other)));
         }
-        _ => values.extend(data.iter().map(|(k, v)| ValueAt {
-            at: format!("data.{k}"),
-            sensor_id: k.clone(),
-            value: given(v),
-        })),
+        // Each member as written: a name given twice is two values (which
+        // ingest refuses, and simulate warns of), not the last one alone.
+        _ => match flat_members(body) {
+            Some(members) => values.extend(members.into_iter().map(|(k, v)| ValueAt {
+                at: format!("data.{k}"),
+                value: given(&v),
+                sensor_id: k,
+            })),
+            None => values.extend(data.iter().map(|(k, v)| ValueAt {
+                at: format!("data.{k}"),
+                sensor_id: k.clone(),
+                value: given(v),
+            })),
+        },
     }
     let known = ["event", "device_id", "timestamp", "data", "metadata"];
     let mut warnings: Vec<String> = obj
@@ -103,6 +112,39 @@ pub(crate) fn parse_envelope(body: &[u8]) -> Result<Envelope, String> {
             .push("timestamp has a fraction of a second: readings are stored to the second, so it is dropped".into());
     }
     Ok(Envelope { device_id, timestamp, values, warnings })
+}
+
+/// The body's `data` object's members in the order written, a name given
+/// twice kept twice (`Value` keeps the last); `None` if the body does not
+/// read so (a `data` given twice at the top: `Value`'s reading stands).
+fn flat_members(body: &[u8]) -> Option<Vec<(String, Value)>> {
+    #[derive(serde::Deserialize)]
+    struct Body<'a> {
+        #[serde(borrow)]
+        data: &'a serde_json::value::RawValue,
+    }
+    struct Members(Vec<(String, Value)>);
+    impl<'de> serde::Deserialize<'de> for Members {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct Visit;
+            impl<'de> serde::de::Visitor<'de> for Visit {
+                type Value = Members;
+                fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                    f.write_str("an object")
+                }
+                fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Members, A::Error> {
+                    let mut out = Vec::new();
+                    while let Some(member) = map.next_entry::<String, Value>()? {
+                        out.push(member);
+                    }
+                    Ok(Members(out))
+                }
+            }
+            d.deserialize_map(Visit)
+        }
+    }
+    let body: Body<'_> = serde_json::from_slice(body).ok()?;
+    serde_json::from_str::<Members>(body.data.get()).ok().map(|m| m.0)
 }
 
 #[cfg(test)]
@@ -174,6 +216,13 @@ mod tests {
         .expect("valid");
         assert_eq!(e.values[0].at, "data.sensors[0].value");
         assert_eq!(e.values[0].sensor_id, "a");
+        // A name given twice is two values, in the order written.
+        let e = parse_envelope(
+            br#"{"event":"x","device_id":"D","timestamp":"2026-05-05T00:00:00Z","data":{"wl":1,"b":3,"wl":2}}"#,
+        )
+        .expect("valid");
+        let got: Vec<_> = e.values.iter().map(|v| (v.sensor_id.as_str(), v.at.as_str())).collect();
+        assert_eq!(got, [("wl", "data.wl"), ("b", "data.b"), ("wl", "data.wl")]);
     }
 
     #[test]

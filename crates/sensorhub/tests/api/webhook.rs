@@ -223,6 +223,12 @@ on_each_backend! {
         );
         let a = app.webhook(Some(KEY), &twice).await;
         assert!(a.body["detail"].as_str().is_some_and(|d| d.contains("given more than once")), "{}", a.text);
+        // The same in the flat form, where JSON keeps only the last member.
+        let flat_twice = r#"{"event":"sensor-data","device_id":"AWLR-001","timestamp":"2026-06-01T00:00:00Z",
+            "data":{"AWLR1-batt":1,"AWLR1-batt":2}}"#;
+        let a = app.webhook(Some(KEY), flat_twice).await;
+        assert_eq!(a.status, 400, "{}", a.text);
+        assert!(a.body["detail"].as_str().is_some_and(|d| d.contains("data.AWLR1-batt: sensor")), "{}", a.text);
         let ancient = envelope("AWLR-001", "0000-01-01T00:00:00Z", json!({"AWLR1-batt": 1}));
         assert_eq!(app.webhook(Some(KEY), &ancient).await.status, 400);
         assert_eq!(app.alice(window).await.text, r#"{"message":"Success","data":[]}"#, "nothing was written");
