@@ -85,9 +85,8 @@ pub struct DeviceHandle {
     pub sensors: Vec<SensorMeta>,
 }
 
-/// A batch of readings in columns: reading `i` is at `timestamps[i]` and
-/// holds the sensors in bit set `masks[i]`, whose values are the next
-/// `masks[i].count_ones()` entries of `values`.
+/// A batch of readings in columns: reading `i` is at `timestamps[i]` and holds the sensors in bit
+/// set `masks[i]`, whose values are the next `masks[i].count_ones()` entries of `values`.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ReadingBatch {
     /// Seconds since the epoch, ascending.
@@ -216,10 +215,8 @@ pub struct WebhookKeyAuth {
     pub generations: Generations,
 }
 
-/// The access and device generations read together, in one statement:
-/// an answer about a device and who may write it that was read at the
-/// same pair is still true (triggers move one of them on every change
-/// that could alter it, whoever makes it). Both only grow.
+/// The access and device generations read together (one statement): an answer about a device and
+/// who may write it read at the same pair is still true (triggers move one on any change). Both only grow.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Generations {
     /// `access_generation`: accounts, keys, grants, owners.
@@ -246,9 +243,8 @@ pub struct PoolStatus {
     pub idle: usize,
 }
 
-/// A whole installation but its readings, as rows keyed by their natural
-/// ids (username, device id, key digest) rather than a backend's numbers:
-/// what `sensorhub copy` moves and checks. Lists are sorted by natural key.
+/// A whole installation but its readings, as rows keyed by natural ids (username, device id, key
+/// digest), not a backend's numbers: what `sensorhub copy` moves and checks, sorted by natural key.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Installation {
     /// Accounts.

@@ -7,6 +7,8 @@
 
 #[path = "contract/access.rs"]
 mod access;
+#[path = "contract/alarm_loads.rs"]
+mod alarm_loads;
 #[path = "contract/alarms.rs"]
 mod alarms;
 #[path = "contract/checkpoints.rs"]
