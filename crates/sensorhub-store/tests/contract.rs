@@ -54,8 +54,7 @@ const BASE: &str = r#"{
   ]
 }"#;
 
-/// A store under test and what keeps its database alive (declared after the
-/// store, so the store's connections close first).
+/// A store under test and what keeps its database alive (declared after it: its connections close first).
 struct Backend {
     store: Arc<dyn Store>,
     _dir: tempfile::TempDir,
