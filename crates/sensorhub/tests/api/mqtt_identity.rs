@@ -184,6 +184,20 @@ on_each_backend! {
 }
 
 /// `examples/mosquitto/NAME`.
+/// What the collection of the earlier session recorded in database `db`,
+/// once it has (waiting up to 10 s).
+async fn drained(db: &str) -> Option<String> {
+    let store = sensorhub_store::open(db).await.expect("open");
+    for _ in 0..100 {
+        let recorded = store.installation_fact("mqtt_legacy_session_drained").await.expect("fact");
+        if recorded.is_some() {
+            return recorded;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    None
+}
+
 fn example(name: &str) -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/mosquitto").join(name)
 }
@@ -282,15 +296,7 @@ async fn with_the_example_acl_a_station_writes_only_its_own_topic() {
     assert_eq!(metric(&server, "sensorhub_mqtt_messages_total{outcome=\"stored\"}").await, 2.0);
     // With a client id per user, the earlier id names the live session:
     // collecting it must leave that session alone, once, and say so.
-    let store = sensorhub_store::open(&db).await.expect("open");
-    let mut recorded = None;
-    for _ in 0..100 {
-        recorded = store.installation_fact("mqtt_legacy_session_drained").await.expect("fact");
-        if recorded.is_some() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let recorded = drained(&db).await;
     let log = server.wait_log("MQTT", Duration::from_secs(1)).await;
     let recorded =
         recorded.unwrap_or_else(|| panic!("the collection is recorded, not tried again at every start: {log}"));
@@ -321,16 +327,7 @@ on_each_backend! {
         // New readings reach the new session.
         publisher.publish("sensorhub/AWLR-001/readings", payload(20)).await;
         assert_eq!(wait_stored(&server, 21, Duration::from_secs(20)).await.len(), 21);
-        let store = sensorhub_store::open(&db).await.expect("open");
-        let mut recorded = None;
-        for _ in 0..100 {
-            recorded = store.installation_fact("mqtt_legacy_session_drained").await.expect("fact");
-            if recorded.is_some() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        let recorded = recorded.expect("the collection is recorded");
+        let recorded = drained(&db).await.expect("the collection is recorded");
         // A reading published while the session is looked at (before it
         // is unsubscribed) reaches it too: stored once all the same.
         assert!(recorded.ends_with(" 20 messages") || recorded.ends_with(" 21 messages"), "{recorded}");
