@@ -151,3 +151,29 @@ mod tests {
         assert_eq!(order, ["S4", "S3", "S6", "S5", "S2", "S1"]);
     }
 }
+
+/// One change to a device's alarm rules, made inside the write
+/// transaction (so that two made at once both hold): `alarm add`,
+/// `alarm remove`.
+#[derive(Debug, Clone)]
+pub enum RuleEdit {
+    /// Adds the rule, or replaces the device's rule of its name.
+    Put(AlarmRule),
+    /// Removes the rule of this name.
+    Remove(String),
+}
+
+/// What a [`RuleEdit`] came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RuleEdited {
+    /// A rule of a new name.
+    Added,
+    /// The rule of its name, changed.
+    Replaced,
+    /// The rule of its name was this one already.
+    Unchanged,
+    /// Removed.
+    Removed,
+    /// The device has no rule of that name.
+    NoSuchRule,
+}

@@ -181,8 +181,8 @@ macro_rules! dropped_uncovered {
 }
 pub(crate) use dropped_uncovered;
 /// Why a delivery of a device's reading or alarm is no longer made: its
-/// subscription was narrowed to devices without it (the text is
-/// [`dropped_uncovered!`], which the claims' SQL spells out).
+/// subscription was narrowed to devices without it (the claims' SQL
+/// spells the same text out, from one macro).
 pub const DROPPED_UNCOVERED: &str = dropped_uncovered!();
 
 /// What an attempt came to.

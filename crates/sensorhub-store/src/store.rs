@@ -362,6 +362,17 @@ pub trait Alarms: Send + Sync {
     /// device's is refused.
     async fn set_alarm_rules(&self, device_id: &str, rules: Vec<AlarmRule>) -> StoreResult<bool>;
 
+    /// Changes one of device `device_id`'s rules as [`set_alarm_rules`]
+    /// would, the rules read and written in one write transaction: two
+    /// edits made at once (by two commands) both hold.
+    ///
+    /// [`set_alarm_rules`]: Alarms::set_alarm_rules
+    async fn edit_alarm_rules(
+        &self,
+        device_id: &str,
+        edit: crate::alarm::RuleEdit,
+    ) -> StoreResult<crate::alarm::RuleEdited>;
+
     /// The alarms of device `device_id` visible in `scope`, in rule order;
     /// `None` when the device is not visible.
     async fn alarms(&self, scope: Scope, device_id: &str) -> StoreResult<Option<Vec<Alarm>>>;

@@ -4,7 +4,7 @@
 //! record each transition once.
 
 use super::{PgStore, lookup_name};
-use crate::alarm::{Alarm, AlarmEvent, SilenceDue};
+use crate::alarm::{Alarm, AlarmEvent, RuleEdit, RuleEdited, SilenceDue};
 use crate::sql::alarms as sql;
 use crate::write::{alarm_reads, alarms, provision};
 use crate::{Scope, StoreResult};
@@ -23,6 +23,13 @@ impl crate::store::Alarms for PgStore {
         let changed = ended.is_some();
         self.observers.alarms(&ended.unwrap_or_default()).await;
         Ok(changed)
+    }
+
+    async fn edit_alarm_rules(&self, device_id: &str, edit: RuleEdit) -> StoreResult<RuleEdited> {
+        let device_id = &*lookup_name(device_id);
+        let (edited, ended) = self.in_tx(async |tx| provision::edit_alarm_rules(tx, device_id, &edit).await).await?;
+        self.observers.alarms(&ended).await;
+        Ok(edited)
     }
 
     async fn alarms(&self, scope: Scope, device_id: &str) -> StoreResult<Option<Vec<Alarm>>> {

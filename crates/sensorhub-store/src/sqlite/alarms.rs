@@ -4,7 +4,7 @@
 
 use super::SqliteStore;
 use super::tx::{in_tx, on};
-use crate::alarm::{Alarm, AlarmEvent, SilenceDue};
+use crate::alarm::{Alarm, AlarmEvent, RuleEdit, RuleEdited, SilenceDue};
 use crate::sql::alarms as sql;
 use crate::write::{alarm_reads, alarms, provision};
 use crate::{Scope, StoreResult};
@@ -26,6 +26,14 @@ impl crate::store::Alarms for SqliteStore {
         let changed = ended.is_some();
         self.observers.alarms(&ended.unwrap_or_default()).await;
         Ok(changed)
+    }
+
+    async fn edit_alarm_rules(&self, device_id: &str, edit: RuleEdit) -> StoreResult<RuleEdited> {
+        let id = device_id.to_owned();
+        let change = move |c: &mut _| in_tx(c, async |tx| provision::edit_alarm_rules(tx, &id, &edit).await);
+        let (edited, ended) = self.writes.run(change).await?;
+        self.observers.alarms(&ended).await;
+        Ok(edited)
     }
 
     async fn alarms(&self, scope: Scope, device_id: &str) -> StoreResult<Option<Vec<Alarm>>> {

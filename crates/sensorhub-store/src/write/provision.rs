@@ -6,7 +6,7 @@
 
 use super::readings::ReadingWriter;
 use super::tx::{DeviceFields, KeyKind, NewKey, RetentionOf, SubscriptionTx};
-use crate::alarm::AlarmEvent;
+use crate::alarm::{AlarmEvent, RuleEdit, RuleEdited};
 use crate::decide::subscriptions::{SubscriptionWrite, provisioned_of, subscription_devices, subscription_write};
 use crate::decide::{self, AccountWrite, Change, KeyWrite, ScopeRequest, SensorWrite, invalid, now};
 use crate::delivery::{Outbox, ProvisionedHooks, ProvisionedSubscription, Sealer};
@@ -102,6 +102,41 @@ pub(crate) async fn set_alarm_rules(
         }
     }
     super::alarms::replace_rules(tx, pk, device_id, rules, now()).await
+}
+
+/// Applies `edit` to device `device_id`'s rules as they are in `tx`, and
+/// what it came to, with the transitions it ended (as [`set_alarm_rules`]).
+pub(crate) async fn edit_alarm_rules(
+    tx: &impl SubscriptionTx,
+    device_id: &str,
+    edit: &RuleEdit,
+) -> StoreResult<(RuleEdited, Vec<AlarmEvent>)> {
+    let mut rules: Vec<AlarmRule> =
+        crate::sql::alarms::rules(tx, Some(device_id)).await?.into_iter().map(|(_, r)| r).collect();
+    let edited = match edit {
+        RuleEdit::Put(new) => match rules.iter_mut().find(|r| r.name == new.name) {
+            Some(old) => {
+                *old = new.clone();
+                RuleEdited::Replaced
+            }
+            None => {
+                rules.push(new.clone());
+                RuleEdited::Added
+            }
+        },
+        RuleEdit::Remove(name) => {
+            let before = rules.len();
+            rules.retain(|r| r.name != *name);
+            if rules.len() == before {
+                return Ok((RuleEdited::NoSuchRule, Vec::new()));
+            }
+            RuleEdited::Removed
+        }
+    };
+    match set_alarm_rules(tx, device_id, &rules, "rule").await? {
+        Some(ended) => Ok((edited, ended)),
+        None => Ok((RuleEdited::Unchanged, Vec::new())),
+    }
 }
 
 /// Creates or updates a device and its listed sensors.

@@ -154,6 +154,48 @@ async fn acknowledging_needs_an_active_episode_and_is_recorded_once() {
     }
 }
 
+/// Edits of one device's rules made at once (two commands, two stores)
+/// all hold: each reads the rules in the transaction that writes them.
+#[tokio::test]
+async fn rule_edits_made_at_once_all_hold() {
+    use sensorhub_store::alarm::{RuleEdit, RuleEdited};
+    for b in backends().await {
+        let s: Arc<dyn Store> = b.store.clone();
+        let other: Arc<dyn Store> = sensorhub_store::open(&b.url).await.expect("a second store").into();
+        let rule = |name: &str, at: f64| {
+            let spec = format!(
+                r#"{{"name":"{name}","sensor":"a","direction":"above","levels":[{{"name":"High","at":{at}}}]}}"#
+            );
+            serde_json::from_str::<RuleSpec>(&spec).expect("spec").check("rule").expect("rule")
+        };
+        let edits: Vec<_> = (0..8)
+            .map(|i| {
+                let store = if i % 2 == 0 { s.clone() } else { other.clone() };
+                let edit = RuleEdit::Put(rule(&format!("r{i}"), 10.0 + i as f64));
+                tokio::spawn(async move { store.edit_alarm_rules("D1", edit).await })
+            })
+            .collect();
+        for e in edits {
+            assert_eq!(e.await.expect("join").expect("edit"), RuleEdited::Added);
+        }
+        let names: Vec<_> = s.alarm_rules(Some("D1")).await.expect("rules").into_iter().map(|(_, r)| r.name).collect();
+        assert_eq!(names.len(), 8, "every edit holds: {names:?}");
+        assert_eq!(
+            s.edit_alarm_rules("D1", RuleEdit::Put(rule("r0", 10.0))).await.expect("again"),
+            RuleEdited::Unchanged
+        );
+        assert_eq!(
+            s.edit_alarm_rules("D1", RuleEdit::Put(rule("r0", 11.0))).await.expect("change"),
+            RuleEdited::Replaced
+        );
+        assert_eq!(s.edit_alarm_rules("D1", RuleEdit::Remove("r0".into())).await.expect("remove"), RuleEdited::Removed);
+        assert_eq!(
+            s.edit_alarm_rules("D1", RuleEdit::Remove("r0".into())).await.expect("again"),
+            RuleEdited::NoSuchRule
+        );
+    }
+}
+
 #[tokio::test]
 async fn removing_or_changing_a_rule_ends_its_episode() {
     use TransitionKind::*;

@@ -5,6 +5,7 @@
 
 use super::{CliResult, Context};
 use sensorhub_core::alarm::RuleSpec;
+use sensorhub_store::alarm::{RuleEdit, RuleEdited};
 
 /// Alarm subcommands.
 #[derive(Debug, clap::Subcommand)]
@@ -38,21 +39,12 @@ pub async fn run(ctx: &Context, cmd: Command) -> CliResult {
         Command::Add { device, rule } => {
             let spec: RuleSpec = serde_json::from_str(&rule).map_err(|e| format!("the rule is not valid JSON: {e}"))?;
             let new = spec.check("rule").map_err(|e| e.to_string())?;
-            let mut rules: Vec<_> = store.alarm_rules(Some(&device)).await?.into_iter().map(|(_, r)| r).collect();
-            let verb = match rules.iter_mut().find(|r| r.name == new.name) {
-                Some(old) => {
-                    *old = new.clone();
-                    "replaced"
-                }
-                None => {
-                    rules.push(new.clone());
-                    "added"
-                }
-            };
-            if store.set_alarm_rules(&device, rules).await? {
-                println!("alarm rule {} of device {device} {verb}", new.name);
-            } else {
-                println!("device {device} already has this rule {}: nothing changed", new.name);
+            let name = new.name.clone();
+            // Read and written in one transaction: a command run at the same time keeps its change too.
+            match store.edit_alarm_rules(&device, RuleEdit::Put(new)).await? {
+                RuleEdited::Unchanged => println!("device {device} already has this rule {name}: nothing changed"),
+                RuleEdited::Replaced => println!("alarm rule {name} of device {device} replaced"),
+                _ => println!("alarm rule {name} of device {device} added"),
             }
         }
         Command::List { device } => {
@@ -66,12 +58,9 @@ pub async fn run(ctx: &Context, cmd: Command) -> CliResult {
             }
         }
         Command::Remove { device, rule } => {
-            let rules = store.alarm_rules(Some(&device)).await?;
-            if !rules.iter().any(|(_, r)| r.name == rule) {
+            if store.edit_alarm_rules(&device, RuleEdit::Remove(rule.clone())).await? == RuleEdited::NoSuchRule {
                 return Err(format!("device {device:?} has no alarm rule {rule:?}").into());
             }
-            let kept = rules.into_iter().map(|(_, r)| r).filter(|r| r.name != rule).collect();
-            store.set_alarm_rules(&device, kept).await?;
             println!("alarm rule {rule} of device {device} removed");
         }
     }
