@@ -161,7 +161,7 @@ async fn rule_edits_made_at_once_all_hold() {
     use sensorhub_store::alarm::{RuleEdit, RuleEdited};
     for b in backends().await {
         let s: Arc<dyn Store> = b.store.clone();
-        let other: Arc<dyn Store> = sensorhub_store::open(&b.url).await.expect("a second store").into();
+        let other: Arc<dyn Store> = sensorhub_store::open(&b.url).await.expect("a second store");
         let rule = |name: &str, at: f64| {
             let spec = format!(
                 r#"{{"name":"{name}","sensor":"a","direction":"above","levels":[{{"name":"High","at":{at}}}]}}"#
