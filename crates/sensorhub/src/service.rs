@@ -101,8 +101,15 @@ pub async fn launch(
         "sensorhub serving /external/v1"
     );
     let router = app(state.clone());
-    let serving =
-        tokio::spawn(crate::http::serve(listener, router, shutdown, settings.connections, metrics.clone(), tls));
+    let serving = tokio::spawn(crate::http::serve(
+        listener,
+        router,
+        shutdown,
+        settings.connections,
+        settings.trusted_proxies.clone(),
+        metrics.clone(),
+        tls,
+    ));
     Ok(Service { state, address, serving })
 }
 

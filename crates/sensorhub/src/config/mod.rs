@@ -151,6 +151,8 @@ pub struct FileConfig {
     pub write_timeout: Option<u64>,
     /// Connections served at once.
     pub max_connections: Option<usize>,
+    /// Connections one client address may hold.
+    pub max_connections_per_address: Option<usize>,
     /// HTTPS certificate chain (PEM).
     pub tls_cert: Option<std::path::PathBuf>,
     /// HTTPS private key (PEM).

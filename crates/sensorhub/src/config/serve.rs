@@ -114,6 +114,9 @@ pub struct ServeFlags {
     /// Connections served at once; more wait in the listen backlog [default: 4096]
     #[arg(long, env = "SENSORHUB_MAX_CONNECTIONS")]
     pub max_connections: Option<usize>,
+    /// Connections one client address (an IPv4 address or an IPv6 /64) may hold at once; past it, a new one is answered 429 and closed. Trusted proxies are exempt [default: an eighth of --max-connections]
+    #[arg(long, env = "SENSORHUB_MAX_CONNECTIONS_PER_ADDRESS")]
+    pub max_connections_per_address: Option<usize>,
     /// Serve HTTPS with this certificate chain (PEM; with --tls-key); reloaded on SIGHUP
     #[arg(long, env = "SENSORHUB_TLS_CERT", requires = "tls_key")]
     pub tls_cert: Option<std::path::PathBuf>,
@@ -321,6 +324,11 @@ impl ServeSettings {
             )?,
             write_timeout: seconds("write-timeout", flags.write_timeout, file.write_timeout, DEFAULT_WRITE_TIMEOUT)?,
             max_connections,
+            per_address: match flags.max_connections_per_address.or(file.max_connections_per_address) {
+                Some(0) => return Err("--max-connections-per-address must be at least 1".into()),
+                Some(n) => n,
+                None => (max_connections / 8).max(1),
+            },
             shutdown_grace: Duration::from_secs(
                 flags.shutdown_grace.or(file.shutdown_grace).unwrap_or(DEFAULT_SHUTDOWN_GRACE),
             ),

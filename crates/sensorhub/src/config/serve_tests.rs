@@ -55,6 +55,21 @@ fn the_stream_budget_follows_the_connections_and_stays_below_them() {
 }
 
 #[test]
+fn an_address_share_follows_the_connections_unless_given() {
+    let resolve = |flags: ServeFlags| resolve_flags(&flags, &FileConfig::default());
+    assert_eq!(resolve(ServeFlags::default()).expect("default").connections.per_address, 512);
+    let s = resolve(ServeFlags { max_connections: Some(600), ..ServeFlags::default() }).expect("an eighth");
+    assert_eq!(s.connections.per_address, 75);
+    let s = resolve(ServeFlags { max_connections: Some(5), ..ServeFlags::default() }).expect("at least one");
+    assert_eq!(s.connections.per_address, 1);
+    let f = file("max_connections_per_address = 9");
+    assert_eq!(resolve_flags(&ServeFlags::default(), &f).expect("file").connections.per_address, 9);
+    let e = resolve(ServeFlags { max_connections_per_address: Some(0), ..ServeFlags::default() }).expect_err("zero");
+    assert!(e.contains("--max-connections-per-address must be at least 1"), "{e}");
+    assert_eq!(ServeSettings::default().connections.per_address, 512, "serve's default is ConnectionLimits'");
+}
+
+#[test]
 fn the_file_overrides_defaults_and_flags_override_the_file() {
     let f = file(
         r#"listen = "0.0.0.0:9000"

@@ -72,6 +72,9 @@ pub struct ConnectionLimits {
     pub write_timeout: Duration,
     /// Connections served at once; more wait in the listen backlog.
     pub max_connections: usize,
+    /// Connections one client address (an IPv4 address or an IPv6 /64) may
+    /// hold at once; past it, a connection is refused (trusted proxies exempt).
+    pub per_address: usize,
     /// Time in-flight requests get after a shutdown signal.
     pub shutdown_grace: Duration,
 }
@@ -84,6 +87,7 @@ impl Default for ConnectionLimits {
             keep_alive_timeout: Duration::from_secs(60),
             write_timeout: Duration::from_secs(30),
             max_connections: 4096,
+            per_address: 4096 / 8,
             shutdown_grace: Duration::from_secs(30),
         }
     }

@@ -43,6 +43,10 @@ pub enum ApiError {
     /// the connection is closed so that it does not hold a place either.
     #[error("too many streams")]
     TooManyStreams,
+    /// 429 for a connection past its address's share (see `http::peers`),
+    /// with `Retry-After: 1`; the connection is closed.
+    #[error("too many connections")]
+    TooManyConnections,
     /// 409 with a detail: the request clashes with the thing's state (an
     /// alarm acknowledged while it is not active).
     #[error("conflict: {0}")]
@@ -97,7 +101,9 @@ impl ApiError {
                 (StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed")
             }
             // The spec's spelling for the read endpoints, kept on purpose.
-            ApiError::TooManyRequests | ApiError::TooManyStreams => (StatusCode::TOO_MANY_REQUESTS, "To Many Request"),
+            ApiError::TooManyRequests | ApiError::TooManyStreams | ApiError::TooManyConnections => {
+                (StatusCode::TOO_MANY_REQUESTS, "To Many Request")
+            }
             ApiError::Conflict(_) => (StatusCode::CONFLICT, "Conflict"),
             ApiError::PayloadTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "Payload Too Large"),
             ApiError::UnsupportedMediaType(_) => (StatusCode::UNSUPPORTED_MEDIA_TYPE, "Unsupported Media Type"),
@@ -151,6 +157,10 @@ impl ApiError {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from(STREAM_RETRY_AFTER));
                 headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
             }
+            ApiError::TooManyConnections => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+                headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+            }
             ApiError::PayloadTooLarge => {
                 // The rest of the body is not read: the connection cannot be reused.
                 headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
@@ -198,7 +208,7 @@ impl IntoResponse for WebhookError {
     fn into_response(self) -> Response {
         let (_, message) = self.0.status_and_message();
         let message = match self.0 {
-            ApiError::TooManyRequests => "Too Many Requests",
+            ApiError::TooManyRequests | ApiError::TooManyConnections => "Too Many Requests",
             _ => message,
         };
         let body = serde_json::to_vec(&WebhookReply { message, detail: self.0.detail() }).unwrap_or_default();

@@ -65,7 +65,7 @@ impl IntoResponse for InfluxError {
             _ => "internal error",
         };
         let message = match &self.0 {
-            ApiError::TooManyRequests => "Too Many Requests",
+            ApiError::TooManyRequests | ApiError::TooManyConnections => "Too Many Requests",
             e => e.detail().unwrap_or(message),
         };
         let body =

@@ -18,6 +18,7 @@ mod log;
 pub mod logins;
 pub mod openapi;
 mod ops;
+mod peers;
 pub mod ratelimit;
 pub mod readings;
 pub mod received;

@@ -11,10 +11,13 @@
 //!   an answer for this long is cut; a slow reader that keeps taking bytes
 //!   is not, however long the answer;
 //! - **connections**: past the cap the server stops accepting; new clients
-//!   wait in the kernel's listen backlog until a connection closes.
+//!   wait in the kernel's listen backlog until a connection closes;
+//! - **an address's share** ([`super::peers`]): a connection from an
+//!   address that holds its share already is answered 429 and closed.
 //!
 //! The time limit of handlers is a middleware ([`super::deadline`]).
 
+use super::peers::PeerShares;
 use crate::config::server::ConnectionLimits;
 use crate::metrics::Metrics;
 use axum::Router;
@@ -23,6 +26,7 @@ use axum::extract::Request;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use ipnet::IpNet;
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
@@ -42,17 +46,20 @@ use tower::ServiceExt;
 /// accepting, closes idle connections and lets in-flight requests finish,
 /// for at most `limits.shutdown_grace`. With `tls`, connections speak TLS
 /// (HTTP/2 or HTTP/1.1 by ALPN); without, HTTP/1.1. Connections are counted
-/// in `metrics`.
+/// in `metrics`; those from `exempt` (the trusted proxies) do not count
+/// against their address's share.
 pub async fn serve(
     listener: TcpListener,
     app: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
     limits: ConnectionLimits,
+    exempt: Vec<IpNet>,
     metrics: Arc<Metrics>,
     tls: Option<TlsAcceptor>,
 ) -> io::Result<()> {
     let max = limits.max_connections.max(1);
     let slots = Arc::new(Semaphore::new(max));
+    let shares = PeerShares::new(limits.per_address, exempt);
     let (stop, stopping) = watch::channel(false);
     tokio::pin!(shutdown);
     loop {
@@ -72,6 +79,13 @@ pub async fn serve(
                 }
             },
         };
+        let Some(share) = shares.take(peer.ip()) else {
+            drop(permit);
+            metrics.connection_refused();
+            tracing::debug!(client = %peer, "connection refused: the address holds its share");
+            shares.refuse(stream, tls.is_some());
+            continue;
+        };
         let app = app.clone();
         let stopping = stopping.clone();
         let metrics = metrics.clone();
@@ -80,7 +94,7 @@ pub async fn serve(
         tokio::spawn(async move {
             let reason = serve_connection(stream, peer, app, limits, stopping, tls).await;
             metrics.connection_closed(reason);
-            drop(permit);
+            drop((share, permit));
         });
     }
     drop(listener);

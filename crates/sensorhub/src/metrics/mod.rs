@@ -77,6 +77,7 @@ pub struct Metrics {
     redis_unavailable: Family<OutcomeLabels, Counter>,
     connections: Gauge,
     connections_closed: Family<ReasonLabels, Counter>,
+    connections_refused: Counter,
     retention_readings: Counter,
     retention_bytes: Counter,
     retention_returned: Counter,
@@ -123,6 +124,12 @@ impl Default for Metrics {
         for reason in CLOSE_REASONS {
             let _ = connections_closed.get_or_create(&ReasonLabels { reason });
         }
+        let connections_refused = Counter::default();
+        registry.register(
+            "http_connections_refused",
+            "HTTP connections refused because their client address held its share (--max-connections-per-address)",
+            connections_refused.clone(),
+        );
         registry.register("http_requests", "HTTP requests by method, route template and status", requests.clone());
         registry.register(
             "http_request_duration_seconds",
@@ -226,6 +233,7 @@ impl Default for Metrics {
             redis_unavailable,
             connections,
             connections_closed,
+            connections_refused,
             retention_readings,
             retention_bytes,
             retention_returned,
@@ -271,6 +279,11 @@ impl Metrics {
     pub fn connection_closed(&self, reason: &'static str) {
         self.connections.dec();
         self.connections_closed.get_or_create(&ReasonLabels { reason }).inc();
+    }
+
+    /// Counts a connection refused for its address's share.
+    pub fn connection_refused(&self) {
+        self.connections_refused.inc();
     }
 
     /// Counts readings sent to a client.

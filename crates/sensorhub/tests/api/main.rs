@@ -13,6 +13,7 @@ mod backends;
 mod busy;
 mod cli;
 mod compression;
+mod connections;
 mod copy;
 mod corpus;
 mod dashboard;

@@ -21,6 +21,7 @@ fn limits() -> ConnectionLimits {
         keep_alive_timeout: Duration::from_secs(1),
         write_timeout: Duration::from_secs(1),
         max_connections: 4096,
+        per_address: 512,
         shutdown_grace: Duration::from_secs(2),
     }
 }
