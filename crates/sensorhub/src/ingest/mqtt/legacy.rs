@@ -23,7 +23,7 @@ use super::{MqttSettings, MqttStatus, options};
 use crate::metrics::Metrics;
 use rumqttc::Outgoing;
 use rumqttc::v5::mqttbytes::v5::Packet;
-use rumqttc::v5::{AsyncClient, Event};
+use rumqttc::v5::{AsyncClient, Event, EventLoop};
 use sensorhub_store::Store;
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
@@ -95,8 +95,7 @@ impl Drain {
             if decide_at.is_some_and(|at| tokio::time::Instant::now() >= at) {
                 decide_at = None;
                 if status.losses.load(std::sync::atomic::Ordering::Relaxed) != losses {
-                    let _ = client.disconnect().await;
-                    let _ = tokio::time::timeout(LEAVING, async { while eventloop.poll().await.is_ok() {} }).await;
+                    leave(&client, &mut eventloop).await;
                     return self.shared(collected).await;
                 }
                 tracing::info!(client_id = %self.client_id, "collecting what the broker kept for the earlier client id");
@@ -146,11 +145,7 @@ impl Drain {
             }
         }
         // The acknowledgements go out before the goodbye (in order).
-        let _ = client.disconnect().await;
-        let _ = tokio::time::timeout(LEAVING, async {
-            while !matches!(eventloop.poll().await, Ok(Event::Outgoing(Outgoing::Disconnect)) | Err(_)) {}
-        })
-        .await;
+        leave(&client, &mut eventloop).await;
         // The session this connection kept (or made, when none was found)
         // is forgotten: a clean start ends it, and an expiry of 0 ends the new one.
         if let Err(e) = self.forget().await {
@@ -180,11 +175,7 @@ impl Drain {
         .await
         .map_err(|_| "no answer from the broker".to_owned())?;
         connected?;
-        let _ = client.disconnect().await;
-        let _ = tokio::time::timeout(LEAVING, async {
-            while !matches!(eventloop.poll().await, Ok(Event::Outgoing(Outgoing::Disconnect)) | Err(_)) {}
-        })
-        .await;
+        leave(&client, &mut eventloop).await;
         Ok(())
     }
 
@@ -202,4 +193,14 @@ impl Drain {
             tracing::warn!(error = %e, "cannot record that the earlier MQTT session was collected");
         }
     }
+}
+
+/// Says goodbye: the disconnect goes out after what is queued before it (the
+/// acknowledgements, in order), waited for at most [`LEAVING`].
+async fn leave(client: &AsyncClient, eventloop: &mut EventLoop) {
+    let _ = client.disconnect().await;
+    let _ = tokio::time::timeout(LEAVING, async {
+        while !matches!(eventloop.poll().await, Ok(Event::Outgoing(Outgoing::Disconnect)) | Err(_)) {}
+    })
+    .await;
 }
