@@ -301,17 +301,13 @@ async fn still_owed(shared: &Shared, job: &Job) -> bool {
         }
         Ok::<_, sensorhub_store::StoreError>(true)
     });
-    match asked.await {
-        Ok(Ok(owed)) => owed,
-        Ok(Err(e)) => {
-            tracing::warn!(error = %e, "cannot check a waiting webhook delivery again; released for the next claim");
-            false
-        }
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot check a waiting webhook delivery again; released for the next claim");
-            false
-        }
-    }
+    let error = match asked.await {
+        Ok(Ok(owed)) => return owed,
+        Ok(Err(e)) => e.to_string(),
+        Err(e) => e.to_string(),
+    };
+    tracing::warn!(%error, "cannot check a waiting webhook delivery again; released for the next claim");
+    false
 }
 
 /// Signs and sends `job`; a secret that does not open is a failure to retry
