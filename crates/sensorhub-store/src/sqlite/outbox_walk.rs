@@ -131,8 +131,9 @@ struct State {
     complete: bool,
     /// Whether an account sees a device, as looked up.
     seen: HashMap<(i64, i64), bool>,
-    /// Whether a subscription of some devices still covers a device, as looked up.
-    covered: HashMap<(String, i64), bool>,
+    /// Whether a subscription of some devices still covers a device, as
+    /// looked up: by subscription, then device (looked up without a copy of the id).
+    covered: HashMap<String, HashMap<i64, bool>>,
 }
 
 impl Walk<'_> {
@@ -337,18 +338,25 @@ impl Walk<'_> {
         serde_json::from_str(&text).map_err(|e| crate::StoreError::Backend(e.into()))
     }
 
-    /// Whether account `key.0` sees device `key.1`.
     /// Whether subscription `sub` (of some devices) still lists `device_pk`.
     fn covers(&self, sub: &str, device_pk: i64, state: &mut State) -> StoreResult<bool> {
-        if let Some(covers) = state.covered.get(&(sub.to_owned(), device_pk)) {
+        if let Some(covers) = state.covered.get(sub).and_then(|devices| devices.get(&device_pk)) {
             return Ok(*covers);
         }
         let sql = "SELECT EXISTS (SELECT 1 FROM subscription_devices WHERE subscription_id = ?1 AND device_pk = ?2)";
         let covers = self.tx.prepare_cached(sql)?.query_row(params![sub, device_pk], |r| r.get(0))?;
-        state.covered.insert((sub.to_owned(), device_pk), covers);
+        match state.covered.get_mut(sub) {
+            Some(devices) => {
+                devices.insert(device_pk, covers);
+            }
+            None => {
+                state.covered.insert(sub.to_owned(), HashMap::from([(device_pk, covers)]));
+            }
+        }
         Ok(covers)
     }
 
+    /// Whether account `key.0` sees device `key.1`.
     fn sees(&self, key: (i64, i64)) -> StoreResult<bool> {
         let sql = "SELECT EXISTS (SELECT 1 FROM account_devices WHERE account_id = ?1 AND device_pk = ?2)";
         Ok(self.tx.prepare_cached(sql)?.query_row(params![key.0, key.1], |r| r.get(0))?)
