@@ -37,6 +37,9 @@ pub struct MqttSettings {
     pub max_future_skew: jiff::SignedDuration,
     /// The most bytes of received messages held at once (queued or being written).
     pub queue_bytes: usize,
+    /// How often the retained alarm states are compared with the stored
+    /// ones, to publish what another process changed.
+    pub alarm_resync: std::time::Duration,
 }
 
 /// The client id sensorhub connects with.
@@ -83,6 +86,7 @@ impl MqttSettings {
 const DEFAULT_PREFIX: &str = "sensorhub";
 /// Default bound on the bytes of received messages held at once: 32 MiB.
 const DEFAULT_QUEUE_BYTES: usize = 32 << 20;
+const DEFAULT_ALARM_RESYNC_SECONDS: u64 = 15;
 
 /// The MQTT flags of `serve`; `None` means "not given here".
 #[derive(Debug, Default, clap::Args)]
@@ -116,6 +120,9 @@ pub struct MqttFlags {
     /// Most bytes of received messages held at once, queued or being written; past it QoS 0 messages are dropped and QoS 1 ones wait at the broker [default: 33554432 (32 MiB); at least 1048576]
     #[arg(long, env = "SENSORHUB_MQTT_QUEUE_BYTES")]
     pub mqtt_queue_bytes: Option<usize>,
+    /// Seconds between looks for alarm states changed by another process (a command, another instance), whose retained states are then published again [default: 15]
+    #[arg(long, env = "SENSORHUB_MQTT_ALARM_RESYNC")]
+    pub mqtt_alarm_resync: Option<u64>,
 }
 
 /// The `[mqtt]` table of the config file.
@@ -140,6 +147,8 @@ pub struct MqttFile {
     pub errors: Option<bool>,
     /// `--mqtt-queue-bytes`.
     pub queue_bytes: Option<usize>,
+    /// `--mqtt-alarm-resync`.
+    pub alarm_resync: Option<u64>,
 }
 
 /// A topic level given as a setting: no wildcard, separator or `$` start.
@@ -209,6 +218,10 @@ impl MqttSettings {
         if queue_bytes < MAX_PACKET_BYTES {
             return Err(format!("--mqtt-queue-bytes must be at least {MAX_PACKET_BYTES}, the largest message"));
         }
+        let alarm_resync = match flags.mqtt_alarm_resync.or(file.alarm_resync) {
+            Some(0) => return Err("--mqtt-alarm-resync must be at least 1 second".into()),
+            seconds => std::time::Duration::from_secs(seconds.unwrap_or(DEFAULT_ALARM_RESYNC_SECONDS)),
+        };
         let username = flags.mqtt_username.clone().or_else(|| file.username.clone());
         let password = flags.mqtt_password.as_ref().map(|s| s.0.clone()).or_else(|| file.password.clone());
         let credentials = match (username, password) {
@@ -236,6 +249,7 @@ impl MqttSettings {
             publish_errors: flags.mqtt_errors || file.errors.unwrap_or(false),
             max_future_skew,
             queue_bytes,
+            alarm_resync,
         }))
     }
 }
@@ -279,6 +293,12 @@ mod tests {
             "per installation"
         );
         assert_eq!(s.queue_bytes, 32 << 20);
+        assert_eq!(s.alarm_resync, std::time::Duration::from_secs(15));
+        let file = MqttFile { url: Some("mqtt://h".into()), alarm_resync: Some(2), ..MqttFile::default() };
+        let s = MqttSettings::resolve(&MqttFlags::default(), Some(&file), jiff::SignedDuration::ZERO);
+        assert_eq!(s.ok().flatten().map(|s| s.alarm_resync), Some(std::time::Duration::from_secs(2)));
+        let zero = MqttFlags { mqtt_url: Some("mqtt://h".into()), mqtt_alarm_resync: Some(0), ..MqttFlags::default() };
+        assert!(resolve(zero).is_err_and(|e| e.contains("--mqtt-alarm-resync must be at least 1 second")));
         let file = MqttFile { url: Some("mqtt://h".into()), group: Some("ingest".into()), ..MqttFile::default() };
         let s = MqttSettings::resolve(&MqttFlags::default(), Some(&file), jiff::SignedDuration::ZERO)
             .ok()

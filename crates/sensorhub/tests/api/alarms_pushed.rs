@@ -343,3 +343,65 @@ async fn a_device_whose_transitions_overflowed_the_queue_has_its_state_published
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
+
+/// Writes one reading of AWLR-001's water level, `ago` seconds ago, by
+/// `sensorhub import`: another process than the server's.
+fn import_elsewhere(db: &str, value: f64, ago: i64) {
+    let dir = tempfile::tempdir().expect("dir");
+    let file = dir.path().join("one.ndjson");
+    let at = jiff::Timestamp::from_second(jiff::Timestamp::now().as_second() - ago).expect("a time");
+    let line = serde_json::json!({"device_id": "AWLR-001", "timestamp": at.to_string(), "sensors": [{"id": "AWLR1-wl", "value": value}]});
+    std::fs::write(&file, format!("{line}\n")).expect("write");
+    ok(&crate::cli::run(db, &["import", file.to_str().expect("a path")], ""));
+}
+
+#[tokio::test]
+async fn what_another_process_changes_is_published_at_the_next_resync_and_nothing_else_is() {
+    let broker = Broker::start();
+    let (db, _dir, _pg) = provisioned().await;
+    ok(&crate::cli::run(&db, &["alarm", "add", "AWLR-001", SIAGA], ""));
+    let _server = serve(&db, &broker, &client_id("alarms"), &["--mqtt-alarm-resync", "1"]).await;
+    kept(broker.port, |state| state["event"].is_null() && state["alarms"][0]["state"] == "ok").await;
+    // A subscriber that sees every publication from now on.
+    let options = MqttOptions::new(client_id("alarms-live"), "127.0.0.1", broker.port);
+    let (client, mut eventloop) = AsyncClient::new(options, 10);
+    client.subscribe("sensorhub/AWLR-001/alarms", QoS::AtLeastOnce).await.expect("subscribe");
+    let mut next = async |within: Duration| -> Option<Value> {
+        let deadline = Instant::now() + within;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match tokio::time::timeout(left, eventloop.poll()).await {
+                Err(_) => return None,
+                Ok(Ok(Event::Incoming(Packet::Publish(p)))) if !p.retain => {
+                    return Some(serde_json::from_slice(&p.payload).expect("JSON"));
+                }
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => panic!("the subscriber's link: {e}"),
+            }
+        }
+    };
+    assert_eq!(next(Duration::from_secs(1)).await, None, "the retained state only");
+    // A quiet reading stored by another process moves the last value, not
+    // an episode: three resyncs publish nothing.
+    import_elsewhere(&db, 10.0, 120);
+    assert_eq!(next(Duration::from_secs(3)).await, None, "nothing changed that a subscriber is told");
+    // Siaga 3 raised by another process: published at the next resync.
+    import_elsewhere(&db, 100.0, 60);
+    let state = next(Duration::from_secs(10)).await.expect("the raised state within 10 s");
+    assert!(state["event"].is_null(), "{state}");
+    assert_eq!(
+        (state["alarms"][0]["state"].as_str(), state["alarms"][0]["level"].as_str()),
+        (Some("active"), Some("Siaga 3")),
+        "{state}"
+    );
+    assert_eq!(next(Duration::from_secs(3)).await, None, "published once");
+    // The device's last rule removed by a command: an empty list, retained.
+    ok(&crate::cli::run(&db, &["alarm", "remove", "AWLR-001", "siaga"], ""));
+    let state = next(Duration::from_secs(10)).await.expect("the empty list within 10 s");
+    assert_eq!(state, serde_json::json!({"alarms": [], "event": null}));
+    assert_eq!(next(Duration::from_secs(3)).await, None, "published once");
+    let _ = client.disconnect().await;
+    let (state, retain) = retained(broker.port, "sensorhub/AWLR-001/alarms").await;
+    assert!(retain, "{state}");
+    assert_eq!(state, serde_json::json!({"alarms": [], "event": null}), "what a new subscriber finds");
+}

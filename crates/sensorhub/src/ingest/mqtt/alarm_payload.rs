@@ -103,7 +103,37 @@ pub(super) fn alarms<'a>(
     device_id: &str,
     rules: impl IntoIterator<Item = (&'a AlarmRule, &'a AlarmState)>,
 ) -> Option<String> {
-    let list: Vec<Alarm<'_>> = rules
+    serde_json::to_string(&list(clock, device_id, rules)).ok()
+}
+
+/// A digest of what the list of [`alarms`] says of the episodes: the rules,
+/// and each one's state, level and times, but not the last value heard
+/// and its time, which move with every reading. Two lists with the same
+/// digest tell a subscriber the same alarms.
+pub(super) fn episodes<'a>(
+    clock: &mut Clock,
+    device_id: &str,
+    rules: impl IntoIterator<Item = (&'a AlarmRule, &'a AlarmState)>,
+) -> u64 {
+    let mut list = list(clock, device_id, rules);
+    for alarm in &mut list {
+        (alarm.value, alarm.timestamp) = (None, None);
+    }
+    let text = serde_json::to_vec(&list).unwrap_or_default();
+    let mut hasher = std::hash::DefaultHasher::new();
+    std::hash::Hash::hash(&text, &mut hasher);
+    std::hash::Hasher::finish(&hasher)
+}
+
+fn list<'a, 'r>(
+    clock: &mut Clock,
+    device_id: &'r str,
+    rules: impl IntoIterator<Item = (&'a AlarmRule, &'a AlarmState)>,
+) -> Vec<Alarm<'r>>
+where
+    'a: 'r,
+{
+    rules
         .into_iter()
         .map(|(rule, s)| Alarm {
             acknowledged_at: clock.maybe(s.acknowledged_at.filter(|_| s.active)),
@@ -118,8 +148,7 @@ pub(super) fn alarms<'a>(
             timestamp: clock.maybe(s.timestamp),
             value: s.value,
         })
-        .collect();
-    serde_json::to_string(&list).ok()
+        .collect()
 }
 
 /// Transition `e` as published.

@@ -15,9 +15,12 @@
 //! is not published; the events list and webhook deliveries have every
 //! one). So that the retained state is not left stale by one, each
 //! connection to the broker publishes every device's current state again,
-//! with `"event": null`; and a device whose transition found the queue
-//! full has its current state published again, so, once the queue has
-//! drained.
+//! with `"event": null`; a device whose transition found the queue full
+//! has its current state published again, so, once the queue has drained;
+//! and every `--mqtt-alarm-resync` the stored states are compared with
+//! what was published ([`Retained`]), so that what another process
+//! recorded (a command, another instance) or a device's last rule removed
+//! is published too, with `"event": null`.
 
 use super::alarm_payload;
 use super::writer::PUBLISHES_IN_FLIGHT;
@@ -123,28 +126,37 @@ pub(super) struct Publisher {
 
 impl Publisher {
     /// Publishes the queued transitions, every device's state at each
-    /// connection, and, whenever the queue is empty, the state of each
-    /// device whose transition found it full.
-    pub(super) async fn run(self, mut queue: mpsc::Receiver<AlarmEvent>) {
+    /// connection, whenever the queue is empty the state of each device
+    /// whose transition found it full, and every `resync` the states that
+    /// differ from what was published (changed by another process).
+    pub(super) async fn run(self, mut queue: mpsc::Receiver<AlarmEvent>, resync: Duration) {
         let mut batch = Vec::with_capacity(BATCH);
+        let mut retained = Retained::default();
+        let mut resyncs = tokio::time::interval(resync);
+        resyncs.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
+            let mut due = false;
             tokio::select! {
                 n = queue.recv_many(&mut batch, BATCH) => {
                     if n == 0 {
                         return;
                     }
-                    self.publish_batch(&batch).await;
+                    self.publish_batch(&batch, &mut retained).await;
                     batch.clear();
                 }
                 () = self.unpublished.wake.notified() => {}
-                () = self.status.connects.notified() => self.publish_all().await,
+                () = self.status.connects.notified() => self.publish_all(&mut retained).await,
+                _ = resyncs.tick() => due = true,
             }
             // After what was queued (a state read now is newer than any
             // transition dropped), and never ahead of a later transition.
             if queue.is_empty() {
                 let again = self.unpublished.take_dropped();
                 if !again.is_empty() {
-                    self.publish_states(&again).await;
+                    self.publish_states(&again, &mut retained, false).await;
+                }
+                if due {
+                    self.resync(&mut retained).await;
                 }
             }
         }
@@ -154,13 +166,15 @@ impl Publisher {
     /// the last of them (rendered once per device): those the writer
     /// recorded with them, or for a device without (its rules were
     /// changed), read once its transitions were committed.
-    async fn publish_batch(&self, events: &[AlarmEvent]) {
+    async fn publish_batch(&self, events: &[AlarmEvent], retained: &mut Retained) {
         let mut clock = Clock::new(Zone::Fixed(jiff::tz::Offset::UTC));
-        let mut rendered: HashMap<&str, Option<String>> = HashMap::new();
+        let mut rendered: HashMap<&str, Option<(String, u64)>> = HashMap::new();
         for event in events.iter().rev() {
             if let Entry::Vacant(slot) = rendered.entry(event.device_id.as_str()) {
                 slot.insert(event.after.as_deref().and_then(|after| {
-                    alarm_payload::alarms(&mut clock, &event.device_id, after.rules.iter().zip(&after.states))
+                    let rules = || after.rules.iter().zip(&after.states);
+                    let json = alarm_payload::alarms(&mut clock, &event.device_id, rules())?;
+                    Some((json, alarm_payload::episodes(&mut clock, &event.device_id, rules())))
                 }));
             }
         }
@@ -170,7 +184,9 @@ impl Publisher {
                 Ok(devices) => {
                     for (id, alarms) in devices {
                         if let Some(slot) = rendered.get_mut(id.as_str()) {
-                            *slot = alarm_payload::alarms(&mut clock, &id, alarms.iter().map(|a| (&a.rule, &a.state)));
+                            let rules = || alarms.iter().map(|a| (&a.rule, &a.state));
+                            *slot = alarm_payload::alarms(&mut clock, &id, rules())
+                                .map(|json| (json, alarm_payload::episodes(&mut clock, &id, rules())));
                         }
                     }
                 }
@@ -181,28 +197,61 @@ impl Publisher {
         }
         for event in events {
             let id = event.device_id.as_str();
-            let alarms = rendered.get(id).and_then(Option::as_deref).unwrap_or("[]");
+            let alarms = rendered.get(id).and_then(Option::as_ref).map_or("[]", |(json, _)| json.as_str());
             self.send(id, alarms, &alarm_payload::event(&mut clock, event)).await;
+        }
+        for (id, state) in rendered {
+            match state {
+                Some((_, episodes)) => retained.published(id, episodes),
+                None => retained.unknown(id),
+            }
         }
     }
 
     /// Every device with alarm rules: its current state, retained.
-    async fn publish_all(&self) {
-        let devices = match self.store.alarm_rules(None).await {
-            Ok(rules) => rules.into_iter().map(|(device, _)| device).collect::<BTreeSet<_>>(),
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot list the devices with alarms; their retained states are published at their next transition");
-                return;
-            }
-        };
-        let devices: Vec<String> = devices.into_iter().collect();
-        self.publish_states(&devices).await;
+    async fn publish_all(&self, retained: &mut Retained) {
+        if let Some(devices) = self.ruled().await {
+            self.publish_states(&devices, retained, false).await;
+        }
     }
 
-    /// `devices`' current states, retained, with `"event": null`. Read
-    /// [`BATCH`] devices a call (a fleet of 10,000 stations is 40 reads,
-    /// not 10,000, each time the link connects).
-    async fn publish_states(&self, devices: &[String]) {
+    /// The devices with alarm rules, or `None` (said) when they cannot be read.
+    async fn ruled(&self) -> Option<Vec<String>> {
+        match self.store.alarm_rules(None).await {
+            Ok(rules) => {
+                Some(rules.into_iter().map(|(device, _)| device).collect::<BTreeSet<_>>().into_iter().collect())
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot list the devices with alarms; their retained states are published at their next transition");
+                None
+            }
+        }
+    }
+
+    /// Publishes again the states that differ from what this process
+    /// last published: transitions recorded by another process (a command,
+    /// another instance), rules changed there, and, as an empty list, the
+    /// devices whose last rule was removed.
+    async fn resync(&self, retained: &mut Retained) {
+        let Some(devices) = self.ruled().await else { return };
+        let ruled: BTreeSet<&str> = devices.iter().map(String::as_str).collect();
+        let gone: Vec<String> = retained.devices().filter(|id| !ruled.contains(id.as_str())).cloned().collect();
+        let none = alarm_payload::episodes(&mut Clock::new(Zone::Fixed(jiff::tz::Offset::UTC)), "", []);
+        for id in gone {
+            // Published as an empty list already (its rules went in this process).
+            if !retained.is(&id, none) {
+                self.send(&id, "[]", "null").await;
+            }
+            retained.forget(&id);
+        }
+        self.publish_states(&devices, retained, true).await;
+    }
+
+    /// `devices`' current states, retained, with `"event": null` (with
+    /// `changed_only`, only those whose episodes differ from what was last
+    /// published). Read [`BATCH`] devices a call (a fleet of 10,000
+    /// stations is 40 reads, not 10,000).
+    async fn publish_states(&self, devices: &[String], retained: &mut Retained, changed_only: bool) {
         let mut clock = Clock::new(Zone::Fixed(jiff::tz::Offset::UTC));
         for chunk in devices.chunks(BATCH) {
             let ids: Vec<&str> = chunk.iter().map(String::as_str).collect();
@@ -214,11 +263,19 @@ impl Publisher {
                 }
             };
             for (device_id, alarms) in found {
+                let rules = || alarms.iter().map(|a| (&a.rule, &a.state));
+                let episodes = alarm_payload::episodes(&mut clock, &device_id, rules());
+                if changed_only && retained.is(&device_id, episodes) {
+                    continue;
+                }
                 // A state published again carries nothing but
                 // the alarms: without them it would retain an empty list.
-                let rules = alarms.iter().map(|a| (&a.rule, &a.state));
-                if let Some(json) = alarm_payload::alarms(&mut clock, &device_id, rules) {
+                if let Some(json) = alarm_payload::alarms(&mut clock, &device_id, rules()) {
+                    if changed_only {
+                        tracing::debug!(device_id, "alarm state changed by another process: published again");
+                    }
                     self.send(&device_id, &json, "null").await;
+                    retained.published(&device_id, episodes);
                 }
             }
         }
@@ -239,5 +296,34 @@ impl Publisher {
             }
             Err(_) => self.unpublished.one("the link's request queue is full or closed"),
         }
+    }
+}
+
+/// What this process last published for each device, as a digest of its
+/// episodes ([`alarm_payload::episodes`]): what a resync compares the
+/// stored states with. One entry a device with rules.
+#[derive(Default)]
+struct Retained(HashMap<String, Option<u64>>);
+
+impl Retained {
+    fn published(&mut self, device_id: &str, episodes: u64) {
+        self.0.insert(device_id.to_owned(), Some(episodes));
+    }
+
+    /// Published without its state (it could not be read): the next resync publishes it again.
+    fn unknown(&mut self, device_id: &str) {
+        self.0.insert(device_id.to_owned(), None);
+    }
+
+    fn is(&self, device_id: &str, episodes: u64) -> bool {
+        self.0.get(device_id) == Some(&Some(episodes))
+    }
+
+    fn devices(&self) -> impl Iterator<Item = &String> {
+        self.0.keys()
+    }
+
+    fn forget(&mut self, device_id: &str) {
+        self.0.remove(device_id);
     }
 }

@@ -124,7 +124,7 @@ pub fn spawn(
         unpublished,
         status: status.clone(),
     };
-    let publish = publish.run(queued);
+    let publish = publish.run(queued, settings.alarm_resync);
     tokio::spawn(publish);
     let writer = writer::Writer { client, store, metrics, settings, publishes_in_flight, acks_in_flight };
     tokio::spawn(writer.run(rx));
