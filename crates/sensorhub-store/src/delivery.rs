@@ -2,8 +2,27 @@
 //! to what, where deliveries go, and the sealed signing secret (the store
 //! never sees it in clear).
 
-/// The one event kind so far: a stored reading.
+/// The event kind of a stored reading.
 pub const SENSOR_DATA: &str = "sensor-data";
+/// The event kind of an alarm transition.
+pub const ALARMS: &str = "alarms";
+
+/// How an alarm transition's message ids begin; a reading's are `msg_`
+/// and hex digits, so the two never meet.
+pub const ALARM_MESSAGE_PREFIX: &str = "msg_alarm_";
+
+/// Whether the delivery of message `message_id` is an alarm transition's
+/// (else a reading's).
+pub fn is_alarm_delivery(message_id: &str) -> bool {
+    message_id.starts_with(ALARM_MESSAGE_PREFIX)
+}
+
+/// Whether a subscription to `events` (as [`Subscription::events`]) asks
+/// for the deliveries of alarm transitions (`alarm`) or of readings.
+pub fn asks_for(events: &[String], alarm: bool) -> bool {
+    let kind = if alarm { ALARMS } else { SENSOR_DATA };
+    events.iter().any(|e| e == kind)
+}
 
 /// Whether a write of readings owes deliveries to subscriptions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -184,6 +203,35 @@ pub(crate) use dropped_uncovered;
 /// subscription was narrowed to devices without it (the claims' SQL
 /// spells the same text out, from one macro).
 pub const DROPPED_UNCOVERED: &str = dropped_uncovered!();
+/// [`DROPPED_UNASKED`] as a literal, for the claims' statements.
+macro_rules! dropped_unasked {
+    () => {
+        "dropped: the subscription no longer asks for the event"
+    };
+}
+pub(crate) use dropped_unasked;
+/// Why a delivery of a reading or of an alarm transition is no longer
+/// made: its subscription's `events` no longer name that kind.
+pub const DROPPED_UNASKED: &str = dropped_unasked!();
+
+/// The claims' branches that drop a delivery of a kind its subscription
+/// (`s`) no longer asks for (`o` the outbox row, by its message id), for
+/// the `CASE` that says why a row may no longer go.
+macro_rules! unasked_sql {
+    () => {
+        concat!(
+            "WHEN substr(o.message_id, 1, 10) = 'msg_alarm_' AND (',' || s.events || ',') NOT LIKE '%,alarms,%'
+             THEN '",
+            $crate::delivery::dropped_unasked!(),
+            "'
+             WHEN substr(o.message_id, 1, 10) <> 'msg_alarm_' AND (',' || s.events || ',') NOT LIKE '%,sensor-data,%'
+             THEN '",
+            $crate::delivery::dropped_unasked!(),
+            "'"
+        )
+    };
+}
+pub(crate) use unasked_sql;
 
 /// What an attempt came to.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -317,10 +317,11 @@ pub trait Deliveries: Send + Sync {
     async fn outbox_backlog(&self) -> StoreResult<u64>;
 
     /// Whether subscription `id` may still be sent a delivery of device
-    /// `device_pk` (enabled, of an enabled account that sees the device,
-    /// listing it): what a claim checked, asked again before an attempt
-    /// that waited.
-    async fn may_deliver(&self, id: &str, device_pk: Option<i64>) -> StoreResult<bool>;
+    /// `device_pk`, of an alarm transition (`alarm`) or a reading (enabled,
+    /// of an enabled account that sees the device, listing it, asking for
+    /// that kind of event): what a claim checked, asked again before an
+    /// attempt that waited.
+    async fn may_deliver(&self, id: &str, device_pk: Option<i64>, alarm: bool) -> StoreResult<bool>;
 
     /// Removes failed deliveries whose reading was stored before `before`
     /// (ms); returns how many.

@@ -9,7 +9,7 @@ use crate::StoreResult;
 use crate::decide::{claim, merge};
 use crate::delivery::{
     Attempt, ClaimRequest, Claimed, DROPPED_DISABLED, DROPPED_UNSEEN, Delivery, DeliveryRecord, Finished, Replay,
-    batch_room, dropped_uncovered, failing_changes,
+    batch_room, dropped_uncovered, failing_changes, unasked_sql,
 };
 use crate::sql::{outbox, subscriptions};
 use async_trait::async_trait;
@@ -121,7 +121,10 @@ const CANDIDATES: &str = concat!(
                   WHERE sd.subscription_id = s.id AND sd.device_pk = o.device_pk)
              THEN '",
     dropped_uncovered!(),
-    "' END
+    "'
+             ",
+    unasked_sql!(),
+    " END
     FROM outbox o JOIN subscriptions s ON s.id = o.subscription_id JOIN accounts a ON a.id = s.account_id
     WHERE o.state = 'pending' AND o.next_attempt <= $1 AND (o.leased_until IS NULL OR o.leased_until <= $1)
       AND s.enabled
@@ -149,7 +152,10 @@ const CANDIDATES_EACH: &str = concat!(
                   WHERE sd.subscription_id = s.id AND sd.device_pk = o.device_pk)
              THEN '",
     dropped_uncovered!(),
-    "' END,
+    "'
+             ",
+    unasked_sql!(),
+    " END,
         s.id, c.next_attempt
     FROM subscriptions s JOIN accounts a ON a.id = s.account_id
     CROSS JOIN LATERAL (SELECT d.id, d.next_attempt FROM outbox d
@@ -408,8 +414,8 @@ impl crate::store::Deliveries for PgStore {
         outbox_log::backlog(&**self.pool.get().await?).await
     }
 
-    async fn may_deliver(&self, id: &str, device_pk: Option<i64>) -> StoreResult<bool> {
-        self.on(async |c| subscriptions::may_deliver(c, id, device_pk).await).await
+    async fn may_deliver(&self, id: &str, device_pk: Option<i64>, alarm: bool) -> StoreResult<bool> {
+        self.on(async |c| subscriptions::may_deliver(c, id, device_pk, alarm).await).await
     }
 
     async fn prune_failed_deliveries(&self, before: i64) -> StoreResult<u64> {

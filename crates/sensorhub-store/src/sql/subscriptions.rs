@@ -106,15 +106,18 @@ pub(crate) async fn set_enabled(c: &impl Sql, id: &str, enabled: bool) -> StoreR
 }
 
 /// Whether subscription `id` may still be sent a delivery of device
-/// `device_pk`, as a claim would decide: it is enabled, of an enabled
-/// account that sees the device, and lists it (or all).
-pub(crate) async fn may_deliver(c: &impl Sql, id: &str, device_pk: Option<i64>) -> StoreResult<bool> {
+/// `device_pk`, of an alarm transition (`alarm`) or a reading, as a claim
+/// would decide: it is enabled, of an enabled account that sees the
+/// device, lists it (or all), and asks for that kind of event.
+pub(crate) async fn may_deliver(c: &impl Sql, id: &str, device_pk: Option<i64>, alarm: bool) -> StoreResult<bool> {
     let sql = "SELECT EXISTS (SELECT 1 FROM subscriptions s JOIN accounts a ON a.id = s.account_id
                WHERE s.id = $1 AND s.enabled AND NOT a.disabled
                  AND EXISTS (SELECT 1 FROM account_devices x WHERE x.account_id = a.id AND x.device_pk = $2)
                  AND (s.all_devices OR EXISTS (SELECT 1 FROM subscription_devices sd
-                                               WHERE sd.subscription_id = s.id AND sd.device_pk = $2)))";
-    c.query_one(sql, &[id.into(), device_pk.into()]).await?.get(0)
+                                               WHERE sd.subscription_id = s.id AND sd.device_pk = $2))
+                 AND (',' || s.events || ',') LIKE $3)";
+    let kind = format!("%,{},%", if alarm { crate::delivery::ALARMS } else { crate::delivery::SENSOR_DATA });
+    c.query_one(sql, &[id.into(), device_pk.into(), kind.as_str().into()]).await?.get(0)
 }
 
 /// Runs `sql` (an update of subscription `$1` to `$2`); refuses an unknown id.

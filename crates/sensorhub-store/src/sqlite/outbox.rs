@@ -78,7 +78,10 @@ macro_rules! due_sql {
                               WHERE sd.subscription_id = s.id AND sd.device_pk = o.device_pk)
                          THEN '",
             $crate::delivery::dropped_uncovered!(),
-            "' END,
+            "'
+                         ",
+            $crate::delivery::unasked_sql!(),
+            " END,
                     o.next_attempt
              FROM outbox o ",
             $from,
@@ -417,9 +420,9 @@ impl crate::store::Deliveries for SqliteStore {
         self.reads.run(|c| outbox_log::backlog(c)).await
     }
 
-    async fn may_deliver(&self, id: &str, device_pk: Option<i64>) -> StoreResult<bool> {
+    async fn may_deliver(&self, id: &str, device_pk: Option<i64>, alarm: bool) -> StoreResult<bool> {
         let id = id.to_owned();
-        self.reads.run(move |c| on(c, async |c| subscriptions::may_deliver(c, &id, device_pk).await)).await
+        self.reads.run(move |c| on(c, async |c| subscriptions::may_deliver(c, &id, device_pk, alarm).await)).await
     }
 
     async fn prune_failed_deliveries(&self, before: i64) -> StoreResult<u64> {

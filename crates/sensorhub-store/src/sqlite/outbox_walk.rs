@@ -13,7 +13,10 @@
 use super::outbox_log::{self, MAX_OWED, all_done, number};
 use crate::StoreResult;
 use crate::decide::claim::{Candidate, Offered, Picker};
-use crate::delivery::{DROPPED_DISABLED, DROPPED_UNCOVERED, DROPPED_UNSEEN, endpoint};
+use crate::delivery::{
+    DROPPED_DISABLED, DROPPED_UNASKED, DROPPED_UNCOVERED, DROPPED_UNSEEN, asks_for, endpoint, is_alarm_delivery,
+    split_events,
+};
 use rusqlite::{Connection, params};
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
@@ -31,13 +34,15 @@ pub(super) struct Sub {
     pub account_disabled: bool,
     /// Every device the account sees, or only those of `subscription_devices`.
     pub all_devices: bool,
+    /// Whether its `events` name readings, and alarm transitions.
+    pub asks: (bool, bool),
 }
 
 /// Every subscription, by id, in id order.
 pub(super) fn subscriptions(tx: &Connection) -> StoreResult<Vec<(String, Sub)>> {
     let mut stmt = tx.prepare_cached(
         "SELECT s.id, s.url, s.enabled, CASE WHEN s.batch = 1 THEN max(s.batch_max, 1) ELSE 1 END,
-                s.account_id, a.disabled, s.all_devices
+                s.account_id, a.disabled, s.all_devices, s.events
          FROM subscriptions s JOIN accounts a ON a.id = s.account_id ORDER BY s.id",
     )?;
     let rows = stmt.query_map([], |r| {
@@ -49,6 +54,10 @@ pub(super) fn subscriptions(tx: &Connection) -> StoreResult<Vec<(String, Sub)>> 
             account: r.get(4)?,
             account_disabled: r.get(5)?,
             all_devices: r.get(6)?,
+            asks: {
+                let events = split_events(&r.get::<_, String>(7)?);
+                (asks_for(&events, false), asks_for(&events, true))
+            },
         };
         Ok((r.get(0)?, sub))
     })?;
@@ -218,7 +227,7 @@ impl Walk<'_> {
             if done & (1 << j) != 0 {
                 continue;
             }
-            match self.fate(row, sub, number(row.id, j), picker, state)? {
+            match self.fate(row, j, sub, picker, state)? {
                 Fate::Gone => done |= 1 << j,
                 Fate::Wait => {
                     self.wait(row, j, sub, None)?;
@@ -257,15 +266,16 @@ impl Walk<'_> {
         Ok(())
     }
 
-    /// What becomes of delivery `id` of `row`, to subscription `sub`.
+    /// What becomes of delivery `j` of `row`, to subscription `sub`.
     fn fate(
         &mut self,
         row: &LogRow,
+        j: usize,
         sub: &str,
-        id: i64,
         picker: &mut Picker<'_>,
         state: &mut State,
     ) -> StoreResult<Fate> {
+        let id = number(row.id, j);
         let Some(s) = self.subs.get(sub) else { return Ok(Fate::Gone) };
         if !s.enabled || self.excluded.contains(sub) {
             return Ok(Fate::Wait);
@@ -292,6 +302,13 @@ impl Walk<'_> {
         }
         if !s.all_devices && !self.covers(sub, row.device_pk, state)? {
             return Ok(Fate::Drop(DROPPED_UNCOVERED));
+        }
+        if s.asks != (true, true) {
+            // Only an alarm's row keeps its ids.
+            let alarm = row.ids.is_some() && is_alarm_delivery(&self.message_id(row, j)?);
+            if !(if alarm { s.asks.1 } else { s.asks.0 }) {
+                return Ok(Fate::Drop(DROPPED_UNASKED));
+            }
         }
         if top_up {
             return Ok(Fate::Take);

@@ -11,7 +11,7 @@ pub(crate) fn message_id(subscription: &str, event_id: i64) -> String {
     let digest =
         sensorhub_core::secret::digest_parts(&[b"sensorhub alarm", subscription.as_bytes(), &event_id.to_le_bytes()]);
     let hex: String = digest.iter().take(16).map(|b| format!("{b:02x}")).collect();
-    format!("msg_alarm_{hex}")
+    format!("{}{hex}", crate::delivery::ALARM_MESSAGE_PREFIX)
 }
 
 /// The body delivered for `event`: the shape of the sensor-data envelope

@@ -1,16 +1,16 @@
 //! Deliveries keep to what their account may see while they wait: a claim
 //! drops those of a disabled account, of a device taken from it or from
-//! the subscription's own devices (the reason stays, for `subscription
-//! deliveries`), a re-enabled account is
-//! owed new readings only; each endpoint gets its share of a claim; each
+//! the subscription's own devices, or of an event kind taken from its
+//! events (the reason stays, for `subscription deliveries`), a re-enabled
+//! account is owed new readings only; each endpoint gets its share of a claim; each
 //! subscription numbers its own message ids. On every backend.
 
 use super::hooks::{Counting, apply_subs, provisioned};
 use super::{apply, backends, reading};
 use sensorhub_store::Store;
 use sensorhub_store::delivery::{
-    Attempt, ClaimRequest, DROPPED_DISABLED, DROPPED_UNCOVERED, DROPPED_UNSEEN, Finished, NewSubscription, Outbox,
-    SENSOR_DATA,
+    ALARMS, Attempt, ClaimRequest, DROPPED_DISABLED, DROPPED_UNASKED, DROPPED_UNCOVERED, DROPPED_UNSEEN, Finished,
+    NewSubscription, Outbox, SENSOR_DATA, is_alarm_delivery,
 };
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -134,6 +134,67 @@ async fn deliveries_of_a_device_a_subscription_no_longer_lists_are_dropped() {
     }
 }
 
+#[tokio::test]
+async fn deliveries_of_an_event_kind_a_subscription_no_longer_asks_for_are_dropped() {
+    for b in backends().await {
+        let s = &*b.store;
+        apply(s, &super::alarms::katulampa(5.0)).await.expect("rules on D1");
+        let sealer = Arc::new(Counting::default());
+        let both = |name: &str, url: &str, events: &[&str]| {
+            let mut p = provisioned(name, url, None, 1);
+            p.events = events.iter().map(|e| (*e).to_owned()).collect();
+            p
+        };
+        let subs = |readings: &[&str], alarms: &[&str]| {
+            vec![both("readings", "https://r.example/hook", readings), both("alarms", "https://a.example/hook", alarms)]
+        };
+        apply_subs(s, &sealer, subs(&[SENSOR_DATA, ALARMS], &[SENSOR_DATA, ALARMS])).await.expect("subscribe");
+        let now = super::alarms::now();
+        let store = |at: i64, value: f64| {
+            let r = Ok(reading("D1", at, &[("a", value)]));
+            s.import(Box::new(std::iter::once(r)), Outbox::Deliver)
+        };
+        // Siaga 3 raised: a reading and an alarm owed to each; all four
+        // wait for a retry (`outbox` rows). Then Siaga 2: four more in the
+        // log.
+        store(now - 600, 100.0).await.expect("import");
+        let first = s.claim_deliveries(later(), 30_000, &ClaimRequest::up_to(10)).await.expect("claim");
+        assert_eq!(first.deliveries.len(), 4);
+        let retry = || Attempt::Retry { at: 0, status: Some(503), error: "answered 503".into() };
+        let done = first.deliveries.iter().map(|d| Finished {
+            id: d.id,
+            subscription_id: d.subscription_id.clone(),
+            attempt: retry(),
+        });
+        s.finish_deliveries(later(), done.collect()).await.expect("finish");
+        store(now - 300, 170.0).await.expect("import");
+
+        // One narrowed to readings, the other to alarms.
+        apply_subs(s, &sealer, subs(&[SENSOR_DATA], &[ALARMS])).await.expect("narrow");
+        let ids: BTreeMap<String, String> =
+            s.subscriptions().await.expect("list").into_iter().map(|sub| (sub.url.clone(), sub.id)).collect();
+        let (readings, alarms) = (&ids["https://r.example/hook"], &ids["https://a.example/hook"]);
+        let d1 = Some(1);
+        for (sub, alarm, may) in [(readings, false, true), (readings, true, false), (alarms, true, true)] {
+            let asked = s.may_deliver(sub, d1, alarm).await.expect("may");
+            assert_eq!(asked, may, "{sub} alarm {alarm}");
+        }
+        let claimed = s.claim_deliveries(later() + 60_000, 30_000, &ClaimRequest::up_to(20)).await.expect("claim");
+        let mut went: Vec<(bool, bool)> = claimed
+            .deliveries
+            .iter()
+            .map(|d| (&d.subscription_id == readings, is_alarm_delivery(&d.message_id)))
+            .collect();
+        went.sort_unstable();
+        assert_eq!(went, [(false, true), (false, true), (true, false), (true, false)], "{:?}", claimed.deliveries);
+        assert_eq!(claimed.dropped, 4, "each one's two of the other kind, a retry and one in the log");
+        for sub in [readings, alarms] {
+            let dropped: Vec<_> = states(s, sub).await.into_iter().filter(|(state, _)| state == "dropped").collect();
+            assert_eq!(dropped, vec![("dropped".to_owned(), Some(DROPPED_UNASKED.to_owned())); 2], "{sub}");
+        }
+    }
+}
+
 /// A claimed delivery that may no longer go is released unsent: due
 /// again, its attempts and the subscription's failing state as they were,
 /// from SQLite's log (a first attempt) and from `outbox` (a retry) alike;
@@ -149,9 +210,10 @@ async fn a_released_delivery_is_due_again_with_its_attempts_as_they_were() {
         assert_eq!(first.len(), 2);
         let d1 = first[0].device_pk;
         assert!(d1.is_some(), "a claimed delivery names its device");
-        assert!(s.may_deliver("sub_a", d1).await.expect("may"));
-        assert!(!s.may_deliver("sub_gone", d1).await.expect("may"), "no such subscription");
-        assert!(!s.may_deliver("sub_a", None).await.expect("may"), "a removed device");
+        assert!(s.may_deliver("sub_a", d1, false).await.expect("may"));
+        assert!(!s.may_deliver("sub_a", d1, true).await.expect("may"), "an alarm's, to a subscription to readings");
+        assert!(!s.may_deliver("sub_gone", d1, false).await.expect("may"), "no such subscription");
+        assert!(!s.may_deliver("sub_a", None, false).await.expect("may"), "a removed device");
         let retry = Attempt::Retry { at: now, status: Some(503), error: "answered 503".into() };
         let finish = |d: &sensorhub_store::delivery::Delivery, attempt: Attempt| Finished {
             id: d.id,
@@ -179,7 +241,7 @@ async fn a_released_delivery_is_due_again_with_its_attempts_as_they_were() {
         );
 
         apply(s, r#"{"accounts":[{"username":"alice","disabled":true}]}"#).await.expect("disable");
-        assert!(!s.may_deliver("sub_a", d1).await.expect("may"), "a disabled account");
+        assert!(!s.may_deliver("sub_a", d1, false).await.expect("may"), "a disabled account");
     }
 }
 

@@ -20,7 +20,7 @@ use super::yielding::IngestFirst;
 use crate::config::delivery::{AttemptPriority, DeliverySettings};
 use crate::metrics::Metrics;
 use sensorhub_store::Store;
-use sensorhub_store::delivery::{Attempt, ClaimRequest, Claimed, Finished, endpoint};
+use sensorhub_store::delivery::{Attempt, ClaimRequest, Claimed, Finished, endpoint, is_alarm_delivery};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -289,13 +289,14 @@ async fn deliver(shared: Arc<Shared>, job: Job, permits: Arc<Semaphore>) {
 /// say: not now).
 async fn still_owed(shared: &Shared, job: &Job) -> bool {
     let sub = job.lead().subscription_id.clone();
-    let mut devices: Vec<Option<i64>> = job.members().map(|m| m.device_pk).collect();
+    let mut devices: Vec<(Option<i64>, bool)> =
+        job.members().map(|m| (m.device_pk, is_alarm_delivery(&m.message_id))).collect();
     devices.sort_unstable();
     devices.dedup();
     let store = shared.store.clone();
     let asked = shared.lane.at_home(async move {
-        for device in devices {
-            if !store.may_deliver(&sub, device).await? {
+        for (device, alarm) in devices {
+            if !store.may_deliver(&sub, device, alarm).await? {
                 return Ok(false);
             }
         }
