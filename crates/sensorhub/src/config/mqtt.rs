@@ -117,7 +117,7 @@ pub struct MqttFlags {
     /// Publish each refused message's reason and detail to PREFIX/DEVICE_ID/errors
     #[arg(long, env = "SENSORHUB_MQTT_ERRORS")]
     pub mqtt_errors: bool,
-    /// Most bytes of received messages held at once, queued or being written; past it QoS 0 messages are dropped and QoS 1 ones wait at the broker [default: 33554432 (32 MiB); at least 1048576]
+    /// Most bytes of received messages held at once, queued or being written, a quarter of them at most for one station; past it QoS 0 messages are dropped and QoS 1 ones wait at the broker [default: 33554432 (32 MiB); at least 1048576]
     #[arg(long, env = "SENSORHUB_MQTT_QUEUE_BYTES")]
     pub mqtt_queue_bytes: Option<usize>,
     /// Seconds between looks for alarm states changed by another process (a command, another instance), whose retained states are then published again [default: 15]

@@ -129,3 +129,50 @@ async fn a_backlog_sent_without_an_inflight_limit_is_all_stored() {
     let queued = metric(&server, "sensorhub_mqtt_queue_bytes").await;
     assert_eq!(got.len(), BACKLOG as usize, "stored of the backlog within 90 s ({queued} bytes still queued)");
 }
+
+/// Single readings from the flooding station, and the other station's,
+/// one among every [`EVERY`] of them: messages of one size, so that a full
+/// queue has no room for either.
+const FLOOD_MESSAGES: i64 = 40_000;
+const EVERY: i64 = 200;
+const OTHER_READINGS: i64 = FLOOD_MESSAGES / EVERY;
+
+/// A station flooding at QoS 0 fills no more than its quarter of a small
+/// queue: past it its own messages are dropped, and a quiet station's QoS 0
+/// readings sent among them all find room. (With one bound for all, the
+/// flood held the whole queue and the quiet station's readings were
+/// dropped with the flood's.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_station_flooding_at_qos0_has_its_own_messages_dropped_not_a_quiet_ones() {
+    let broker = Broker::start();
+    let (db, _dir, _pg) = provisioned().await;
+    let server = serve(&db, &broker, &client_id("fair"), &["--mqtt-queue-bytes", "1048576"]).await;
+    let publisher = Publisher::connect_with(broker.port, &client_id("flooder"), 64);
+    let aws = ["AWS2-temp", "AWS2-hum", "AWS2-rain", "AWS2-wind"];
+    let awlr = ["AWLR1-batt", "AWLR1-wl", "AWLR1-sig", "AWLR1-status"];
+    let one = |sensors: &[&str], at: i64| {
+        let a = array(sensors, at, 1);
+        a[1..a.len() - 1].to_owned()
+    };
+    for k in 0..FLOOD_MESSAGES {
+        publisher.publish_qos0("sensorhub/AWS-002/readings", one(&aws, T0 - 400 * 86_400 + k * 60)).await;
+        if k % EVERY == EVERY - 1 {
+            publisher.publish_qos0("sensorhub/AWLR-001/readings", one(&awlr, T0 + k / EVERY * 60)).await;
+        }
+    }
+    // QoS 0 is not acknowledged: wait until the quiet station's count stays put.
+    let last = T0 + (OTHER_READINGS - 1) * 60;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let (mut stored, mut since) = (0, Instant::now());
+    while stored < OTHER_READINGS as usize && since.elapsed() < Duration::from_secs(5) {
+        assert!(Instant::now() < deadline, "still storing after 120 s");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let now = count(&server, T0, last).await;
+        if now != stored {
+            (stored, since) = (now, Instant::now());
+        }
+    }
+    let dropped = metric(&server, "sensorhub_mqtt_qos0_dropped_total").await;
+    assert_eq!(stored, OTHER_READINGS as usize, "the quiet station's readings ({dropped} QoS 0 messages dropped)");
+    assert!(dropped > 0.0, "the flood did overflow its share");
+}
