@@ -132,10 +132,12 @@ impl Publisher {
     pub(super) async fn run(self, mut queue: mpsc::Receiver<AlarmEvent>, resync: Duration) {
         let mut batch = Vec::with_capacity(BATCH);
         let mut retained = Retained::default();
-        let mut resyncs = tokio::time::interval(resync);
+        // The first look one period on: the link's connection publishes every state first.
+        let mut resyncs = tokio::time::interval_at(tokio::time::Instant::now() + resync, resync);
         resyncs.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Kept until the look is made: transitions arriving all along must not skip it.
+        let mut due = false;
         loop {
-            let mut due = false;
             tokio::select! {
                 n = queue.recv_many(&mut batch, BATCH) => {
                     if n == 0 {
@@ -156,6 +158,7 @@ impl Publisher {
                     self.publish_states(&again, &mut retained, false).await;
                 }
                 if due {
+                    due = false;
                     self.resync(&mut retained).await;
                 }
             }
@@ -189,6 +192,12 @@ impl Publisher {
                                 .map(|json| (json, alarm_payload::episodes(&mut clock, &id, rules())));
                         }
                     }
+                    // Not found: the device is gone, and so are its alarms.
+                    for id in unknown {
+                        if let Some(slot @ None) = rendered.get_mut(id) {
+                            *slot = Some(("[]".to_owned(), alarm_payload::episodes(&mut clock, id, [])));
+                        }
+                    }
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot read the devices' alarms for MQTT; the transitions are published alone");
@@ -198,12 +207,10 @@ impl Publisher {
         for event in events {
             let id = event.device_id.as_str();
             let alarms = rendered.get(id).and_then(Option::as_ref).map_or("[]", |(json, _)| json.as_str());
-            self.send(id, alarms, &alarm_payload::event(&mut clock, event)).await;
-        }
-        for (id, state) in rendered {
-            match state {
-                Some((_, episodes)) => retained.published(id, episodes),
-                None => retained.unknown(id),
+            let sent = self.send(id, alarms, &alarm_payload::event(&mut clock, event)).await;
+            match rendered.get(id) {
+                Some(Some((_, episodes))) if sent => retained.published(id, *episodes),
+                _ => retained.unknown(id),
             }
         }
     }
@@ -239,10 +246,9 @@ impl Publisher {
         let none = alarm_payload::episodes(&mut Clock::new(Zone::Fixed(jiff::tz::Offset::UTC)), "", []);
         for id in gone {
             // Published as an empty list already (its rules went in this process).
-            if !retained.is(&id, none) {
-                self.send(&id, "[]", "null").await;
+            if retained.is(&id, none) || self.send(&id, "[]", "null").await {
+                retained.forget(&id);
             }
-            retained.forget(&id);
         }
         self.publish_states(&devices, retained, true).await;
     }
@@ -274,8 +280,11 @@ impl Publisher {
                     if changed_only {
                         tracing::debug!(device_id, "alarm state changed by another process: published again");
                     }
-                    self.send(&device_id, &json, "null").await;
-                    retained.published(&device_id, episodes);
+                    if self.send(&device_id, &json, "null").await {
+                        retained.published(&device_id, episodes);
+                    } else {
+                        retained.unknown(&device_id);
+                    }
                 }
             }
         }
@@ -284,7 +293,9 @@ impl Publisher {
     /// Publishes `{"alarms": …, "event": …}` to the device's topic,
     /// retained: the bytes `serde_json::json!` gave when this was one
     /// object (its keys sorted), the alarms rendered once per device.
-    async fn send(&self, device_id: &str, alarms: &str, event: &str) {
+    /// False when it could not be handed to the link (a later look
+    /// publishes the state again).
+    async fn send(&self, device_id: &str, alarms: &str, event: &str) -> bool {
         let payload = format!(r#"{{"alarms":{alarms},"event":{event}}}"#);
         while self.in_flight.load(Ordering::Relaxed) >= PUBLISHES_IN_FLIGHT {
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -293,8 +304,12 @@ impl Publisher {
         match self.client.try_publish(topic, QoS::AtLeastOnce, true, payload) {
             Ok(()) => {
                 self.in_flight.fetch_add(1, Ordering::Relaxed);
+                true
             }
-            Err(_) => self.unpublished.one("the link's request queue is full or closed"),
+            Err(_) => {
+                self.unpublished.one("the link's request queue is full or closed");
+                false
+            }
         }
     }
 }

@@ -8,7 +8,10 @@
 //! One station (a topic's device id) holds at most a quarter of the bound
 //! ([`Stations`]): a station flooding the broker with large arrays at QoS 0
 //! has its own messages dropped past its share, not the other stations'.
-//! A station holding nothing may always queue one message, however large.
+//! Its QoS 1 messages past its share wait (and the link with them, as for
+//! a full queue: the others' wait at the broker, in order, not dropped).
+//! A station's first message is not held to its share, however large
+//! (only to the queue's bound).
 
 use crate::metrics::Metrics;
 use bytes::Bytes;
