@@ -2,8 +2,9 @@
 //! `--tls-key`, asked by curl (a client nobody here wrote) trusting the
 //! test CA: HTTP/2 and HTTP/1.1 by ALPN, a SIGHUP that swaps the
 //! certificate for the next handshake while an open stream goes on, a
-//! handshake that never comes closed by the header read timeout, and a
-//! key that does not match refused at start.
+//! handshake that never comes closed by the header read timeout, a key
+//! that does not match refused at start, and a connection past its
+//! address's share closed before its handshake.
 
 use crate::faults::provision;
 use crate::harness::{ALICE_PASSWORD, ServeProcess};
@@ -153,4 +154,63 @@ async fn a_handshake_that_never_comes_is_cut_and_a_mismatched_key_is_refused() {
         .expect("run");
     let said = String::from_utf8_lossy(&wrong.stderr);
     assert!(!wrong.status.success() && said.contains("do not belong together"), "{said}");
+}
+
+/// Over HTTPS a connection past its address's share is closed before any
+/// handshake (one would cost more than the refusal saves), and served
+/// again once the address holds less.
+#[tokio::test]
+async fn past_its_address_share_a_tls_connection_is_closed_unanswered() {
+    let dir = tempfile::tempdir().expect("dir");
+    let db = dir.path().join("tls.db").to_str().expect("utf-8").to_owned();
+    provision(&db, dir.path());
+    let (cert, key) = (fixture("server-a.pem"), fixture("server-a.key"));
+    let server = ServeProcess::start(&[
+        "--database",
+        &db,
+        "--tls-cert",
+        cert.to_str().expect("utf-8"),
+        "--tls-key",
+        key.to_str().expect("utf-8"),
+        "--max-connections-per-address",
+        "1",
+        // Loopback is no trusted proxy here: the tests' address counts.
+        "--client-ip-header",
+        "X-Forwarded-For",
+        "--trusted-proxies",
+        "10.0.0.0/8",
+    ]);
+    let addr = server.base.trim_start_matches("http://").split('/').next().expect("address").to_owned();
+    let port = addr.rsplit(':').next().expect("port").to_owned();
+    let base = format!("https://localhost:{port}/external/v1");
+    let resolve = format!("localhost:{port}:127.0.0.1");
+    let held = std::net::TcpStream::connect(&addr).expect("connect");
+    std::thread::sleep(Duration::from_millis(200));
+    let started = Instant::now();
+    let refused = Command::new("curl")
+        .args(["-sS", "--max-time", "5", "--resolve", &resolve, "--cacert"])
+        .arg(fixture("ca.pem"))
+        .args(["-u", &format!("alice:{ALICE_PASSWORD}")])
+        .arg(format!("{base}/devices"))
+        .output()
+        .expect("curl");
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "the second connection of the address is refused: {said}");
+    assert!(started.elapsed() < Duration::from_secs(4), "closed at once, not timed out: {said}");
+    drop(held);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let ok = Command::new("curl")
+            .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "5", "--resolve", &resolve, "--cacert"])
+            .arg(fixture("ca.pem"))
+            .args(["-u", &format!("alice:{ALICE_PASSWORD}")])
+            .arg(format!("{base}/devices"))
+            .output()
+            .expect("curl");
+        if String::from_utf8_lossy(&ok.stdout) == "200" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "not served once the held connection closed");
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
