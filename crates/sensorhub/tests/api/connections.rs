@@ -68,17 +68,23 @@ async fn closed(conn: &mut TcpStream) -> bool {
     }
 }
 
+/// `n` connections, each served one answer and kept open.
+async fn served(app: &TestApp, n: usize) -> Vec<TcpStream> {
+    let mut held = Vec::with_capacity(n);
+    for i in 0..n {
+        let mut conn = connect(app).await;
+        let answer = exchange(&mut conn, &devices(), "").await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "connection {i} of the address: {answer}");
+        held.push(conn);
+    }
+    held
+}
+
 #[tokio::test]
 async fn an_address_past_its_share_is_answered_429_and_closed_while_its_others_are_served() {
     // Loopback is not a trusted proxy here: the tests' address counts.
     let app = app(3, "10.0.0.0/8").await;
-    let mut held = Vec::new();
-    for _ in 0..3 {
-        let mut conn = connect(&app).await;
-        let answer = exchange(&mut conn, &devices(), "").await;
-        assert!(answer.starts_with("HTTP/1.1 200"), "within the share: {answer}");
-        held.push(conn);
-    }
+    let mut held = served(&app, 3).await;
     // The fourth of the address: the read API's 429, as the spec spells it.
     let mut fourth = connect(&app).await;
     let answer = exchange(&mut fourth, &devices(), "").await;
@@ -123,11 +129,6 @@ async fn the_trusted_proxies_hold_any_number() {
     // Loopback, the default trusted proxy: a reverse proxy on the same host
     // carries every client's connections.
     let app = app(1, "127.0.0.0/8,::1").await;
-    let mut held = Vec::new();
-    for _ in 0..6 {
-        let mut conn = connect(&app).await;
-        let answer = exchange(&mut conn, &devices(), "").await;
-        assert!(answer.starts_with("HTTP/1.1 200"), "a proxy is not counted: {answer}");
-        held.push(conn);
-    }
+    let held = served(&app, 6).await;
+    assert_eq!(held.len(), 6, "a proxy is not counted");
 }

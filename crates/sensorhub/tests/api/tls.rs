@@ -37,6 +37,18 @@ fn curl(base: &str, path: &str, args: &[&str]) -> (String, u16, String, String) 
     (version.to_owned(), status.parse().expect("status"), subject, body.to_owned())
 }
 
+/// The binary serving HTTPS with `cert` and `key`, over a database
+/// provisioned in `dir` (its path returned too), with `extra` flags.
+fn serve_tls(dir: &Path, cert: &Path, key: &Path, extra: &[&str]) -> (String, ServeProcess) {
+    let db = dir.join("tls.db").to_str().expect("utf-8").to_owned();
+    provision(&db, dir);
+    let (cert, key) = (cert.to_str().expect("utf-8"), key.to_str().expect("utf-8"));
+    let mut args = vec!["--database", &db, "--tls-cert", cert, "--tls-key", key];
+    args.extend_from_slice(extra);
+    let server = ServeProcess::start(&args);
+    (db, server)
+}
+
 fn install(dir: &Path, which: &str) {
     std::fs::copy(fixture(&format!("server-{which}.pem")), dir.join("cert.pem")).expect("cert");
     std::fs::copy(fixture(&format!("server-{which}.key")), dir.join("key.pem")).expect("key");
@@ -45,20 +57,9 @@ fn install(dir: &Path, which: &str) {
 #[tokio::test]
 async fn https_speaks_http2_and_http1_and_a_sighup_swaps_the_certificate_under_an_open_stream() {
     let dir = tempfile::tempdir().expect("dir");
-    let db = dir.path().join("tls.db").to_str().expect("utf-8").to_owned();
-    provision(&db, dir.path());
     install(dir.path(), "a");
     let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
-    let server = ServeProcess::start(&[
-        "--database",
-        &db,
-        "--webhook-mode",
-        "ingest",
-        "--tls-cert",
-        cert.to_str().expect("utf-8"),
-        "--tls-key",
-        key.to_str().expect("utf-8"),
-    ]);
+    let (_, server) = serve_tls(dir.path(), &cert, &key, &["--webhook-mode", "ingest"]);
     let base = server.base.replace("http://127.0.0.1", "https://localhost");
     let (version, status, subject, body) = curl(&base, "/devices", &["--http2"]);
     assert_eq!((version.as_str(), status), ("2", 200), "{body}");
@@ -124,19 +125,8 @@ async fn https_speaks_http2_and_http1_and_a_sighup_swaps_the_certificate_under_a
 #[tokio::test]
 async fn a_handshake_that_never_comes_is_cut_and_a_mismatched_key_is_refused() {
     let dir = tempfile::tempdir().expect("dir");
-    let db = dir.path().join("tls.db").to_str().expect("utf-8").to_owned();
-    provision(&db, dir.path());
     let (cert, key) = (fixture("server-a.pem"), fixture("server-a.key"));
-    let server = ServeProcess::start(&[
-        "--database",
-        &db,
-        "--header-read-timeout",
-        "1",
-        "--tls-cert",
-        cert.to_str().expect("utf-8"),
-        "--tls-key",
-        key.to_str().expect("utf-8"),
-    ]);
+    let (db, server) = serve_tls(dir.path(), &cert, &key, &["--header-read-timeout", "1"]);
     let addr = server.base.trim_start_matches("http://").split('/').next().expect("address").to_owned();
     let mut silent = std::net::TcpStream::connect(&addr).expect("connect");
     silent.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
@@ -162,24 +152,11 @@ async fn a_handshake_that_never_comes_is_cut_and_a_mismatched_key_is_refused() {
 #[tokio::test]
 async fn past_its_address_share_a_tls_connection_is_closed_unanswered() {
     let dir = tempfile::tempdir().expect("dir");
-    let db = dir.path().join("tls.db").to_str().expect("utf-8").to_owned();
-    provision(&db, dir.path());
     let (cert, key) = (fixture("server-a.pem"), fixture("server-a.key"));
-    let server = ServeProcess::start(&[
-        "--database",
-        &db,
-        "--tls-cert",
-        cert.to_str().expect("utf-8"),
-        "--tls-key",
-        key.to_str().expect("utf-8"),
-        "--max-connections-per-address",
-        "1",
-        // Loopback is no trusted proxy here: the tests' address counts.
-        "--client-ip-header",
-        "X-Forwarded-For",
-        "--trusted-proxies",
-        "10.0.0.0/8",
-    ]);
+    // Loopback is no trusted proxy here: the tests' address counts.
+    let untrusted = ["--client-ip-header", "X-Forwarded-For", "--trusted-proxies", "10.0.0.0/8"];
+    let (_, server) =
+        serve_tls(dir.path(), &cert, &key, &[&["--max-connections-per-address", "1"][..], &untrusted].concat());
     let addr = server.base.trim_start_matches("http://").split('/').next().expect("address").to_owned();
     let port = addr.rsplit(':').next().expect("port").to_owned();
     let base = format!("https://localhost:{port}/external/v1");
