@@ -96,59 +96,57 @@ fn spec(rule: &AlarmRule) -> Spec<'_> {
     }
 }
 
-/// Rules of device `device_id` with their states, as the list published
-/// (`None` when it cannot be written; finite values always can).
-pub(super) fn alarms<'a>(
-    clock: &mut Clock,
-    device_id: &str,
-    rules: impl IntoIterator<Item = (&'a AlarmRule, &'a AlarmState)>,
-) -> Option<String> {
-    serde_json::to_string(&list(clock, device_id, rules)).ok()
-}
+/// The alarms of a device as published: its rules with their states,
+/// built once for both what is sent and what a resync compares.
+pub(super) struct Alarms<'r>(Vec<Alarm<'r>>);
 
-/// A digest of what the list of [`alarms`] says of the episodes: the rules,
-/// and each one's state, level and times, but not the last value heard
-/// and its time, which move with every reading. Two lists with the same
-/// digest tell a subscriber the same alarms.
-pub(super) fn episodes<'a>(
-    clock: &mut Clock,
-    device_id: &str,
-    rules: impl IntoIterator<Item = (&'a AlarmRule, &'a AlarmState)>,
-) -> u64 {
-    let mut list = list(clock, device_id, rules);
-    for alarm in &mut list {
-        (alarm.value, alarm.timestamp) = (None, None);
+impl<'r> Alarms<'r> {
+    /// Rules of device `device_id` with their states.
+    pub(super) fn of<'a: 'r>(
+        clock: &mut Clock,
+        device_id: &'r str,
+        rules: impl IntoIterator<Item = (&'a AlarmRule, &'a AlarmState)>,
+    ) -> Self {
+        Alarms(
+            rules
+                .into_iter()
+                .map(|(rule, s)| Alarm {
+                    acknowledged_at: clock.maybe(s.acknowledged_at.filter(|_| s.active)),
+                    device_id,
+                    kind: rule.kind.name(),
+                    level: episode_level(rule, s),
+                    level_since: clock.maybe(s.level_since.filter(|_| s.active)),
+                    raised_at: clock.maybe(s.raised_at.filter(|_| s.active)),
+                    rule: &rule.name,
+                    spec: spec(rule),
+                    state: if s.active { "active" } else { "ok" },
+                    timestamp: clock.maybe(s.timestamp),
+                    value: s.value,
+                })
+                .collect(),
+        )
     }
-    let text = serde_json::to_vec(&list).unwrap_or_default();
-    let mut hasher = std::hash::DefaultHasher::new();
-    std::hash::Hash::hash(&text, &mut hasher);
-    std::hash::Hasher::finish(&hasher)
-}
 
-fn list<'a, 'r>(
-    clock: &mut Clock,
-    device_id: &'r str,
-    rules: impl IntoIterator<Item = (&'a AlarmRule, &'a AlarmState)>,
-) -> Vec<Alarm<'r>>
-where
-    'a: 'r,
-{
-    rules
-        .into_iter()
-        .map(|(rule, s)| Alarm {
-            acknowledged_at: clock.maybe(s.acknowledged_at.filter(|_| s.active)),
-            device_id,
-            kind: rule.kind.name(),
-            level: episode_level(rule, s),
-            level_since: clock.maybe(s.level_since.filter(|_| s.active)),
-            raised_at: clock.maybe(s.raised_at.filter(|_| s.active)),
-            rule: &rule.name,
-            spec: spec(rule),
-            state: if s.active { "active" } else { "ok" },
-            timestamp: clock.maybe(s.timestamp),
-            value: s.value,
-        })
-        .collect()
+    /// The list as published (`None` when it cannot be written; finite
+    /// values always can).
+    pub(super) fn json(&self) -> Option<String> {
+        serde_json::to_string(&self.0).ok()
+    }
+
+    /// A digest of what the list says of the episodes: the rules, and
+    /// each one's state, level and times, but not the last value heard
+    /// and its time, which move with every reading. Two lists with the
+    /// same digest tell a subscriber the same alarms.
+    pub(super) fn episodes(&mut self) -> u64 {
+        let heard: Vec<_> = self.0.iter_mut().map(|a| (a.value.take(), a.timestamp.take())).collect();
+        let text = serde_json::to_vec(&self.0).unwrap_or_default();
+        for (alarm, (value, timestamp)) in self.0.iter_mut().zip(heard) {
+            (alarm.value, alarm.timestamp) = (value, timestamp);
+        }
+        let mut hasher = std::hash::DefaultHasher::new();
+        std::hash::Hash::hash(&text, &mut hasher);
+        std::hash::Hasher::finish(&hasher)
+    }
 }
 
 /// Transition `e` as published.
@@ -222,7 +220,22 @@ mod tests {
             let mut clock = utc();
             let views: Vec<_> = pairs.iter().map(|(r, s)| clock.rule_state("AWLR-001", r, s)).collect();
             let through_value = serde_json::to_value(views).expect("a value").to_string();
-            assert_eq!(alarms(&mut utc(), "AWLR-001", pairs).as_deref(), Some(through_value.as_str()));
+            let mut published = Alarms::of(&mut utc(), "AWLR-001", pairs);
+            let episodes = published.episodes();
+            assert_eq!(published.json().as_deref(), Some(through_value.as_str()), "the digest leaves the list whole");
+            let mut heard: Vec<_> = zone_rules.iter().zip(&states).map(|(r, s)| (r, s.clone())).collect();
+            for (_, s) in &mut heard {
+                (s.value, s.timestamp) = (Some(-1.0), None);
+            }
+            let digest = |pairs: &[(&AlarmRule, AlarmState)]| {
+                Alarms::of(&mut utc(), "AWLR-001", pairs.iter().map(|(r, s)| (*r, s))).episodes()
+            };
+            assert_eq!(digest(&heard), episodes, "the last value and its time are not an episode's");
+            if let Some((_, first)) = heard.first_mut() {
+                first.active = !first.active;
+                let flipped = digest(&heard);
+                assert_ne!(flipped, episodes, "a state raised or cleared is a new episode");
+            }
         }
     }
 

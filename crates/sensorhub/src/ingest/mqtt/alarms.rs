@@ -22,7 +22,7 @@
 //! recorded (a command, another instance) or a device's last rule removed
 //! is published too, with `"event": null`.
 
-use super::alarm_payload;
+use super::alarm_payload::{self, Alarms};
 use super::writer::PUBLISHES_IN_FLIGHT;
 use crate::alarm_view::Clock;
 use async_trait::async_trait;
@@ -175,9 +175,8 @@ impl Publisher {
         for event in events.iter().rev() {
             if let Entry::Vacant(slot) = rendered.entry(event.device_id.as_str()) {
                 slot.insert(event.after.as_deref().and_then(|after| {
-                    let rules = || after.rules.iter().zip(&after.states);
-                    let json = alarm_payload::alarms(&mut clock, &event.device_id, rules())?;
-                    Some((json, alarm_payload::episodes(&mut clock, &event.device_id, rules())))
+                    let mut alarms = Alarms::of(&mut clock, &event.device_id, after.rules.iter().zip(&after.states));
+                    Some((alarms.json()?, alarms.episodes()))
                 }));
             }
         }
@@ -187,15 +186,14 @@ impl Publisher {
                 Ok(devices) => {
                     for (id, alarms) in devices {
                         if let Some(slot) = rendered.get_mut(id.as_str()) {
-                            let rules = || alarms.iter().map(|a| (&a.rule, &a.state));
-                            *slot = alarm_payload::alarms(&mut clock, &id, rules())
-                                .map(|json| (json, alarm_payload::episodes(&mut clock, &id, rules())));
+                            let mut alarms = Alarms::of(&mut clock, &id, alarms.iter().map(|a| (&a.rule, &a.state)));
+                            *slot = alarms.json().map(|json| (json, alarms.episodes()));
                         }
                     }
                     // Not found: the device is gone, and so are its alarms.
                     for id in unknown {
                         if let Some(slot @ None) = rendered.get_mut(id) {
-                            *slot = Some(("[]".to_owned(), alarm_payload::episodes(&mut clock, id, [])));
+                            *slot = Some(("[]".to_owned(), Alarms::of(&mut clock, id, []).episodes()));
                         }
                     }
                 }
@@ -243,7 +241,7 @@ impl Publisher {
         let Some(devices) = self.ruled().await else { return };
         let ruled: BTreeSet<&str> = devices.iter().map(String::as_str).collect();
         let gone: Vec<String> = retained.devices().filter(|id| !ruled.contains(id.as_str())).cloned().collect();
-        let none = alarm_payload::episodes(&mut Clock::new(Zone::Fixed(jiff::tz::Offset::UTC)), "", []);
+        let none = Alarms::of(&mut Clock::new(Zone::Fixed(jiff::tz::Offset::UTC)), "", []).episodes();
         for id in gone {
             // Published as an empty list already (its rules went in this process).
             if retained.is(&id, none) || self.send(&id, "[]", "null").await {
@@ -269,14 +267,14 @@ impl Publisher {
                 }
             };
             for (device_id, alarms) in found {
-                let rules = || alarms.iter().map(|a| (&a.rule, &a.state));
-                let episodes = alarm_payload::episodes(&mut clock, &device_id, rules());
+                let mut published = Alarms::of(&mut clock, &device_id, alarms.iter().map(|a| (&a.rule, &a.state)));
+                let episodes = published.episodes();
                 if changed_only && retained.is(&device_id, episodes) {
                     continue;
                 }
                 // A state published again carries nothing but
                 // the alarms: without them it would retain an empty list.
-                if let Some(json) = alarm_payload::alarms(&mut clock, &device_id, rules()) {
+                if let Some(json) = published.json() {
                     if changed_only {
                         tracing::debug!(device_id, "alarm state changed by another process: published again");
                     }
@@ -315,7 +313,7 @@ impl Publisher {
 }
 
 /// What this process last published for each device, as a digest of its
-/// episodes ([`alarm_payload::episodes`]): what a resync compares the
+/// episodes ([`Alarms::episodes`]): what a resync compares the
 /// stored states with. One entry a device with rules.
 #[derive(Default)]
 struct Retained(HashMap<String, Option<u64>>);
