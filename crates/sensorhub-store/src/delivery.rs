@@ -158,6 +158,39 @@ pub struct Delivery {
     pub device_pk: Option<i64>,
 }
 
+impl Delivery {
+    /// Its subscription as the claim read it, for a late attempt to check
+    /// against the subscription as it is ([`crate::Store::may_deliver`]).
+    pub fn as_claimed(&self) -> ClaimedSubscription {
+        ClaimedSubscription {
+            id: self.subscription_id.clone(),
+            url: self.url.clone(),
+            allow_http: self.allow_http,
+            sealed_secret: self.sealed_secret.clone(),
+            sealed_headers: self.sealed_headers.clone(),
+        }
+    }
+}
+
+/// A subscription as a claim read it for its deliveries: where they go
+/// and how they are signed. An attempt that waited goes only while the
+/// subscription still says all of this: after a new URL, secret or
+/// headers, what was claimed under the old ones is released and claimed
+/// again under the new.
+#[derive(Clone)]
+pub struct ClaimedSubscription {
+    /// The subscription.
+    pub id: String,
+    /// Where to POST.
+    pub url: String,
+    /// Whether a plain `http://` URL is allowed.
+    pub allow_http: bool,
+    /// The signing secret, sealed.
+    pub sealed_secret: Vec<u8>,
+    /// Extra request headers, sealed.
+    pub sealed_headers: Option<Vec<u8>>,
+}
+
 impl std::fmt::Debug for Delivery {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Delivery")

@@ -316,12 +316,18 @@ pub trait Deliveries: Send + Sync {
     /// Deliveries pending, over all subscriptions.
     async fn outbox_backlog(&self) -> StoreResult<u64>;
 
-    /// Whether subscription `id` may still be sent a delivery of device
+    /// Whether subscription `sub` may still be sent a delivery of device
     /// `device_pk`, of an alarm transition (`alarm`) or a reading (enabled,
     /// of an enabled account that sees the device, listing it, asking for
-    /// that kind of event): what a claim checked, asked again before an
-    /// attempt that waited.
-    async fn may_deliver(&self, id: &str, device_pk: Option<i64>, alarm: bool) -> StoreResult<bool>;
+    /// that kind of event, and still at the URL and with the secret and
+    /// headers the claim read): what a claim checked, asked again before
+    /// an attempt that waited.
+    async fn may_deliver(
+        &self,
+        sub: &crate::delivery::ClaimedSubscription,
+        device_pk: Option<i64>,
+        alarm: bool,
+    ) -> StoreResult<bool>;
 
     /// Removes failed deliveries whose reading was stored before `before`
     /// (ms); returns how many.

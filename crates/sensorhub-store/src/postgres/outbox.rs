@@ -8,8 +8,8 @@ use super::outbox_log::{self, Others};
 use crate::StoreResult;
 use crate::decide::{claim, merge};
 use crate::delivery::{
-    Attempt, ClaimRequest, Claimed, DROPPED_DISABLED, DROPPED_UNSEEN, Delivery, DeliveryRecord, Finished, Replay,
-    batch_room, dropped_uncovered, failing_changes, unasked_sql,
+    Attempt, ClaimRequest, Claimed, ClaimedSubscription, DROPPED_DISABLED, DROPPED_UNSEEN, Delivery, DeliveryRecord,
+    Finished, Replay, batch_room, dropped_uncovered, failing_changes, unasked_sql,
 };
 use crate::sql::{outbox, subscriptions};
 use async_trait::async_trait;
@@ -414,8 +414,8 @@ impl crate::store::Deliveries for PgStore {
         outbox_log::backlog(&**self.pool.get().await?).await
     }
 
-    async fn may_deliver(&self, id: &str, device_pk: Option<i64>, alarm: bool) -> StoreResult<bool> {
-        self.on(async |c| subscriptions::may_deliver(c, id, device_pk, alarm).await).await
+    async fn may_deliver(&self, sub: &ClaimedSubscription, device_pk: Option<i64>, alarm: bool) -> StoreResult<bool> {
+        self.on(async |c| subscriptions::may_deliver(c, sub, device_pk, alarm).await).await
     }
 
     async fn prune_failed_deliveries(&self, before: i64) -> StoreResult<u64> {

@@ -4,7 +4,9 @@
 
 use super::{Param, Sql};
 use crate::decide::now;
-use crate::delivery::{NewSubscription, Subscription, join_events, no_such_subscription, split_events, unseen_device};
+use crate::delivery::{
+    ClaimedSubscription, NewSubscription, Subscription, join_events, no_such_subscription, split_events, unseen_device,
+};
 use crate::{StoreError, StoreResult};
 
 /// Adds `sub`, inside the caller's transaction.
@@ -105,19 +107,35 @@ pub(crate) async fn set_enabled(c: &impl Sql, id: &str, enabled: bool) -> StoreR
     update(c, id, "UPDATE subscriptions SET enabled = $2 WHERE id = $1", enabled.into()).await
 }
 
-/// Whether subscription `id` may still be sent a delivery of device
+/// Whether subscription `sub` may still be sent a delivery of device
 /// `device_pk`, of an alarm transition (`alarm`) or a reading, as a claim
 /// would decide: it is enabled, of an enabled account that sees the
-/// device, lists it (or all), and asks for that kind of event.
-pub(crate) async fn may_deliver(c: &impl Sql, id: &str, device_pk: Option<i64>, alarm: bool) -> StoreResult<bool> {
+/// device, lists it (or all), and asks for that kind of event; and as
+/// the claim read it: the same URL, secret and headers.
+pub(crate) async fn may_deliver(
+    c: &impl Sql,
+    sub: &ClaimedSubscription,
+    device_pk: Option<i64>,
+    alarm: bool,
+) -> StoreResult<bool> {
     let sql = "SELECT EXISTS (SELECT 1 FROM subscriptions s JOIN accounts a ON a.id = s.account_id
                WHERE s.id = $1 AND s.enabled AND NOT a.disabled
                  AND EXISTS (SELECT 1 FROM account_devices x WHERE x.account_id = a.id AND x.device_pk = $2)
                  AND (s.all_devices OR EXISTS (SELECT 1 FROM subscription_devices sd
                                                WHERE sd.subscription_id = s.id AND sd.device_pk = $2))
-                 AND (',' || s.events || ',') LIKE $3)";
+                 AND (',' || s.events || ',') LIKE $3
+                 AND s.url = $4 AND s.allow_http = $5 AND s.secret = $6 AND s.headers IS NOT DISTINCT FROM $7)";
     let kind = format!("%,{},%", if alarm { crate::delivery::ALARMS } else { crate::delivery::SENSOR_DATA });
-    c.query_one(sql, &[id.into(), device_pk.into(), kind.as_str().into()]).await?.get(0)
+    let params = [
+        (&sub.id).into(),
+        device_pk.into(),
+        kind.as_str().into(),
+        (&sub.url).into(),
+        sub.allow_http.into(),
+        sub.sealed_secret.as_slice().into(),
+        sub.sealed_headers.as_deref().into(),
+    ];
+    c.query_one(sql, &params).await?.get(0)
 }
 
 /// Runs `sql` (an update of subscription `$1` to `$2`); refuses an unknown id.

@@ -9,8 +9,8 @@ use super::tx::{begin, in_tx, on};
 use crate::StoreResult;
 use crate::decide::{claim, merge};
 use crate::delivery::{
-    Attempt, ClaimRequest, Claimed, DROPPED_DISABLED, DROPPED_UNSEEN, Delivery, DeliveryRecord, Finished, Replay,
-    batch_room, failing_changes,
+    Attempt, ClaimRequest, Claimed, ClaimedSubscription, DROPPED_DISABLED, DROPPED_UNSEEN, Delivery, DeliveryRecord,
+    Finished, Replay, batch_room, failing_changes,
 };
 use crate::sql::{outbox, subscriptions};
 use async_trait::async_trait;
@@ -420,9 +420,9 @@ impl crate::store::Deliveries for SqliteStore {
         self.reads.run(|c| outbox_log::backlog(c)).await
     }
 
-    async fn may_deliver(&self, id: &str, device_pk: Option<i64>, alarm: bool) -> StoreResult<bool> {
-        let id = id.to_owned();
-        self.reads.run(move |c| on(c, async |c| subscriptions::may_deliver(c, &id, device_pk, alarm).await)).await
+    async fn may_deliver(&self, sub: &ClaimedSubscription, device_pk: Option<i64>, alarm: bool) -> StoreResult<bool> {
+        let sub = sub.clone();
+        self.reads.run(move |c| on(c, async |c| subscriptions::may_deliver(c, &sub, device_pk, alarm).await)).await
     }
 
     async fn prune_failed_deliveries(&self, before: i64) -> StoreResult<u64> {

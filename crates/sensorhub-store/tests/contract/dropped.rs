@@ -9,8 +9,8 @@ use super::hooks::{Counting, apply_subs, provisioned};
 use super::{apply, backends, reading};
 use sensorhub_store::Store;
 use sensorhub_store::delivery::{
-    ALARMS, Attempt, ClaimRequest, DROPPED_DISABLED, DROPPED_UNASKED, DROPPED_UNCOVERED, DROPPED_UNSEEN, Finished,
-    NewSubscription, Outbox, SENSOR_DATA, is_alarm_delivery,
+    ALARMS, Attempt, ClaimRequest, ClaimedSubscription, DROPPED_DISABLED, DROPPED_UNASKED, DROPPED_UNCOVERED,
+    DROPPED_UNSEEN, Finished, NewSubscription, Outbox, ProvisionedSubscription, SENSOR_DATA, is_alarm_delivery,
 };
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -160,6 +160,8 @@ async fn deliveries_of_an_event_kind_a_subscription_no_longer_asks_for_are_dropp
         store(now - 600, 100.0).await.expect("import");
         let first = s.claim_deliveries(later(), 30_000, &ClaimRequest::up_to(10)).await.expect("claim");
         assert_eq!(first.deliveries.len(), 4);
+        let as_claimed: BTreeMap<_, _> =
+            first.deliveries.iter().map(|d| (d.subscription_id.clone(), d.as_claimed())).collect();
         let retry = || Attempt::Retry { at: 0, status: Some(503), error: "answered 503".into() };
         let done = first.deliveries.iter().map(|d| Finished {
             id: d.id,
@@ -176,7 +178,7 @@ async fn deliveries_of_an_event_kind_a_subscription_no_longer_asks_for_are_dropp
         let (readings, alarms) = (&ids["https://r.example/hook"], &ids["https://a.example/hook"]);
         let d1 = Some(1);
         for (sub, alarm, may) in [(readings, false, true), (readings, true, false), (alarms, true, true)] {
-            let asked = s.may_deliver(sub, d1, alarm).await.expect("may");
+            let asked = s.may_deliver(&as_claimed[sub], d1, alarm).await.expect("may");
             assert_eq!(asked, may, "{sub} alarm {alarm}");
         }
         let claimed = s.claim_deliveries(later() + 60_000, 30_000, &ClaimRequest::up_to(20)).await.expect("claim");
@@ -210,10 +212,12 @@ async fn a_released_delivery_is_due_again_with_its_attempts_as_they_were() {
         assert_eq!(first.len(), 2);
         let d1 = first[0].device_pk;
         assert!(d1.is_some(), "a claimed delivery names its device");
-        assert!(s.may_deliver("sub_a", d1, false).await.expect("may"));
-        assert!(!s.may_deliver("sub_a", d1, true).await.expect("may"), "an alarm's, to a subscription to readings");
-        assert!(!s.may_deliver("sub_gone", d1, false).await.expect("may"), "no such subscription");
-        assert!(!s.may_deliver("sub_a", None, false).await.expect("may"), "a removed device");
+        let sub_a = first[0].as_claimed();
+        let sub_gone = ClaimedSubscription { id: "sub_gone".into(), ..sub_a.clone() };
+        assert!(s.may_deliver(&sub_a, d1, false).await.expect("may"));
+        assert!(!s.may_deliver(&sub_a, d1, true).await.expect("may"), "an alarm's, to a subscription to readings");
+        assert!(!s.may_deliver(&sub_gone, d1, false).await.expect("may"), "no such subscription");
+        assert!(!s.may_deliver(&sub_a, None, false).await.expect("may"), "a removed device");
         let retry = Attempt::Retry { at: now, status: Some(503), error: "answered 503".into() };
         let finish = |d: &sensorhub_store::delivery::Delivery, attempt: Attempt| Finished {
             id: d.id,
@@ -241,7 +245,52 @@ async fn a_released_delivery_is_due_again_with_its_attempts_as_they_were() {
         );
 
         apply(s, r#"{"accounts":[{"username":"alice","disabled":true}]}"#).await.expect("disable");
-        assert!(!s.may_deliver("sub_a", d1, false).await.expect("may"), "a disabled account");
+        assert!(!s.may_deliver(&sub_a, d1, false).await.expect("may"), "a disabled account");
+    }
+}
+
+/// A delivery claimed before its subscription was given a new URL, secret
+/// or headers may not go as it was claimed (it would carry the old
+/// headers to the old address): `may_deliver` compares what the claim
+/// read with what the subscription says now, and once released the
+/// delivery is claimed again under the new.
+#[tokio::test]
+async fn a_delivery_claimed_before_its_endpoint_changed_may_not_go_as_claimed() {
+    for b in backends().await {
+        let s = &*b.store;
+        let sealer = Arc::new(Counting::default());
+        let mut partner = provisioned("partner", "https://p.example/hook", None, 1);
+        apply_subs(s, &sealer, vec![partner.clone()]).await.expect("subscribe");
+        store_readings(s, T, 1).await;
+        let mut at = later();
+        let claim_one = async |at: i64| {
+            let claimed = s.claim_deliveries(at, 30_000, &ClaimRequest::up_to(10)).await.expect("claim").deliveries;
+            let [d] = <[_; 1]>::try_from(claimed).expect("one delivery");
+            d
+        };
+        let mut d = claim_one(at).await;
+        assert!(s.may_deliver(&d.as_claimed(), d.device_pk, false).await.expect("may"), "nothing changed");
+        let changes: [(&str, fn(&mut _)); 4] = [
+            ("a new URL", |p: &mut ProvisionedSubscription| p.url = "https://q.example/hook".into()),
+            ("a new secret", |p| p.secret = vec![2; 32]),
+            ("new headers", |p| p.headers = vec![("X-API-KEY".into(), "k2".into())]),
+            ("http allowed", |p| p.allow_http = true),
+        ];
+        for (what, change) in changes {
+            change(&mut partner);
+            apply_subs(s, &sealer, vec![partner.clone()]).await.expect("change");
+            assert!(!s.may_deliver(&d.as_claimed(), d.device_pk, false).await.expect("may"), "{what}");
+            let released =
+                Finished { id: d.id, subscription_id: d.subscription_id.clone(), attempt: Attempt::Released { at } };
+            s.finish_deliveries(at, vec![released]).await.expect("release");
+            at += 1_000;
+            d = claim_one(at).await;
+            assert_eq!((d.url.as_str(), d.allow_http), (partner.url.as_str(), partner.allow_http), "{what}");
+            assert!(
+                s.may_deliver(&d.as_claimed(), d.device_pk, false).await.expect("may"),
+                "claimed again after {what}"
+            );
+        }
     }
 }
 

@@ -258,7 +258,8 @@ async fn count_backlog(store: Arc<dyn Store>, metrics: Arc<Metrics>) {
 
 /// How long a claimed job may wait for its endpoint's turn before its
 /// subscription and account are checked again: behind a slow endpoint a
-/// job waits up to the lease, and access may have been taken meanwhile.
+/// job waits up to the lease, and meanwhile access may have been taken
+/// or the subscription given a new URL, secret or headers.
 pub const RECHECK_AFTER: Duration = Duration::from_secs(1);
 
 /// One attempt of `job` (a delivery, or a batch of them) when its
@@ -285,10 +286,11 @@ async fn deliver(shared: Arc<Shared>, job: Job, permits: Arc<Semaphore>) {
     record(&shared, &job, now, result);
 }
 
-/// Whether every delivery `job` carries may still go (a store that cannot
+/// Whether every delivery `job` carries may still go, to the URL and
+/// with the secret and headers it was claimed with (a store that cannot
 /// say: not now).
 async fn still_owed(shared: &Shared, job: &Job) -> bool {
-    let sub = job.lead().subscription_id.clone();
+    let sub = job.lead().as_claimed();
     let mut devices: Vec<(Option<i64>, bool)> =
         job.members().map(|m| (m.device_pk, is_alarm_delivery(&m.message_id))).collect();
     devices.sort_unstable();

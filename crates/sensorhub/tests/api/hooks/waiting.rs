@@ -1,13 +1,17 @@
 //! A delivery claimed while its endpoint is slow waits its turn, up to its
 //! lease; one that waited is checked again before it goes, so an account
 //! disabled meanwhile gets nothing more than the attempt already under
-//! way, and the next claim drops the rest with the reason.
+//! way, and the next claim drops the rest with the reason; and one whose
+//! subscription was given a new secret (or URL, or headers) meanwhile
+//! goes as the subscription is now, not as it was claimed.
 
-use super::delivery::{KEY, ingest, recorded, subscribe, worker_with};
+use super::delivery::{KEY, ingest, recorded, subscribe, verify, worker_with};
 use super::receiver::{Receiver, Reply};
+use super::{SECRET_KEY, id_and_secret, subscription};
 use crate::cli::{ok, run};
 use crate::harness::TestApp;
 use sensorhub::config::delivery::DeliverySettings;
+use sensorhub::delivery::sign::SigningSecret;
 use sensorhub_store::delivery::DROPPED_DISABLED;
 use serde_json::json;
 use std::time::Duration;
@@ -44,5 +48,30 @@ on_each_backend! {
         for d in list.iter().filter(|d| d.state == "dropped") {
             assert_eq!((d.attempts, d.last_error.as_deref()), (0, Some(DROPPED_DISABLED)), "{d:?}");
         }
+    }
+
+    async fn a_delivery_that_waited_goes_with_the_secret_its_subscription_has_now() {
+        let app = TestApp::with(ingest()).await;
+        let mut rx = Receiver::start(vec![Reply::Stall(Duration::from_secs(2))]).await;
+        let (sub, old) = subscribe(&*app.store, &rx.url).await;
+        for i in 0..4 {
+            assert_eq!(app.webhook(Some(KEY), &envelope(i)).await.status, 200);
+        }
+        let settings = DeliverySettings {
+            allow_private: true,
+            timeout: Duration::from_secs(5),
+            per_endpoint: 1,
+            ..DeliverySettings::default()
+        };
+        let (worker, _clock) = worker_with(app.store.clone(), settings);
+        worker.wake();
+        verify(&old, &rx.next().await);
+        // One attempt under way (2 s), three claimed behind it under the old secret.
+        let (_, new) = id_and_secret(&ok(&subscription(&app.db, Some(SECRET_KEY), &["rotate-secret", &sub])));
+        let new = SigningSecret::parse(&new).expect("whsec");
+        for _ in 0..3 {
+            verify(&new, &rx.next().await);
+        }
+        recorded(&*app.store, &sub, <[_]>::is_empty).await;
     }
 }
