@@ -76,6 +76,12 @@ pub trait Access: Send + Sync {
     /// when it moved. One row, read without waiting on writers.
     async fn access_generation(&self) -> StoreResult<i64>;
 
+    /// The access generation ([`Access::access_generation`]) and the
+    /// device generation, which grows with every change of a device or
+    /// its sensors, whoever made it: for a cache of devices kept outside
+    /// the store (the MQTT writer's), to know when to read them again.
+    async fn generations(&self) -> StoreResult<Generations>;
+
     /// Whether account `account_id` may write the readings of device
     /// `device_pk`: it owns the device, or sees it with a write grant.
     /// Seeing a device does not allow writing it.

@@ -300,6 +300,10 @@ impl crate::store::Access for PgStore {
         self.on(async |c| access::access_generation(c).await).await
     }
 
+    async fn generations(&self) -> StoreResult<Generations> {
+        self.on(async |c| access::current_generations(c).await).await
+    }
+
     async fn may_write(&self, account_id: i64, device_pk: i64) -> StoreResult<bool> {
         self.on(async |c| access::may_write(c, account_id, device_pk).await).await
     }

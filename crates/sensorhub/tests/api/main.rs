@@ -26,6 +26,7 @@ mod instances;
 mod latest;
 mod long_answers;
 mod mqtt;
+mod mqtt_devices;
 mod mqtt_identity;
 mod mqtt_memory;
 mod mqtt_tls;

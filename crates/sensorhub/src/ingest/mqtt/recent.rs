@@ -53,6 +53,12 @@ impl<V> Recent<V> {
         true
     }
 
+    /// Forgets every id.
+    pub fn clear(&mut self) {
+        self.current.clear();
+        self.previous.clear();
+    }
+
     /// How many ids are held.
     #[cfg(test)]
     fn len(&self) -> usize {
@@ -80,5 +86,8 @@ mod tests {
             assert!(short.len() <= 8);
         }
         assert_eq!(short.get("D-999"), None, "expired at once");
+        recent.clear();
+        assert_eq!((recent.get("D-3"), recent.len()), (None, 0));
+        assert!(recent.insert("D-new", 99), "room again");
     }
 }

@@ -26,7 +26,8 @@ const MAX_BATCH: usize = 2048;
 /// Most bytes of messages in one batch (the message that reaches it
 /// included): what is parsed and held as readings at once.
 const MAX_BATCH_BYTES: usize = 4 << 20;
-/// How long a device's sensors are remembered before they are looked up again.
+/// How long a device's sensors are remembered before they are looked up
+/// again (sooner when the store's device generation moves).
 const DEVICE_TTL: Duration = Duration::from_secs(10);
 /// How often a device's refusals are logged.
 const LOG_EVERY: Duration = Duration::from_secs(60);
@@ -102,6 +103,8 @@ struct RefusalLog {
 /// which devices' refusals were logged.
 pub(super) struct Memory {
     devices: Recent<CachedDevice>,
+    /// The store's device generation when `devices` were looked up.
+    devices_at: Option<i64>,
     log: RefusalLog,
 }
 
@@ -109,8 +112,20 @@ impl Memory {
     pub(super) fn new() -> Self {
         Self {
             devices: Recent::new(DEVICE_TTL, REMEMBERED_DEVICES),
+            devices_at: None,
             log: RefusalLog { devices: Recent::new(LOG_EVERY, REMEMBERED_DEVICES), crowded: None },
         }
+    }
+
+    /// Forgets the devices looked up when the store's device generation
+    /// moved since (or cannot be read): a device registered, or given a
+    /// sensor, while its station publishes has its next messages stored,
+    /// not refused (and acknowledged) by what was remembered of it.
+    fn follow(&mut self, generation: Option<i64>) {
+        if generation.is_none() || generation != self.devices_at {
+            self.devices.clear();
+        }
+        self.devices_at = generation;
     }
 }
 
@@ -145,18 +160,28 @@ impl Writer {
         messages: impl Iterator<Item = &'a Message>,
         memory: &mut Memory,
     ) -> usize {
+        let generation = match self.store.generations().await {
+            Ok(g) => Some(g.devices),
+            Err(e) => {
+                tracing::debug!(error = %e, "cannot read the device generation; devices are looked up again");
+                None
+            }
+        };
+        memory.follow(generation);
         let mut readings: Vec<ReadingInput> = Vec::new();
+        // Where each message's readings end in `readings`.
+        let mut ends: Vec<usize> = Vec::new();
         for message in messages {
             match self.readings_of(message, &mut memory.devices).await {
                 Ok(r) => {
                     self.metrics.mqtt_message("stored");
                     readings.extend(r);
+                    ends.push(readings.len());
                 }
                 Err(rejection) => self.refuse(message.device_id(), rejection, &mut memory.log),
             }
         }
-        let stored = readings.len();
-        self.store_all(readings).await;
+        let stored = self.store_all(readings, &ends).await;
         self.metrics.mqtt_readings(stored);
         stored
     }
@@ -202,49 +227,47 @@ impl Writer {
         }
     }
 
-    /// Stores `readings` in one transaction, retrying while the database
-    /// cannot take them (the messages stay unacknowledged meanwhile); a
-    /// reading the store refuses (its device or sensor removed since it was
-    /// checked) is refused alone.
-    async fn store_all(&self, readings: Vec<ReadingInput>) {
-        if readings.is_empty() {
-            return;
+    /// Stores `readings` (the messages' readings, each message's ending
+    /// at its place in `ends`) in one transaction, retrying while the
+    /// database cannot take them (the messages stay unacknowledged
+    /// meanwhile); says how many were stored. A message the store refuses
+    /// (its device or a sensor removed since it was checked) is refused
+    /// whole, as a message refused before: an array is all or nothing.
+    async fn store_all(&self, readings: Vec<ReadingInput>, ends: &[usize]) -> usize {
+        if readings.is_empty() || self.store_now(&readings).await.is_ok() {
+            return readings.len();
         }
-        let mut wait = Duration::from_millis(100);
-        loop {
-            let source = Box::new(readings.clone().into_iter().map(Ok));
-            match self.store.import(source, sensorhub_store::delivery::Outbox::Deliver).await {
-                Ok(_) => return,
-                Err(StoreError::Invalid(e)) => {
-                    tracing::warn!(error = %e, "a batch was refused; storing its readings one by one");
-                    for reading in readings {
-                        self.store_one(reading).await;
-                    }
-                    return;
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, retry_in = ?wait, "cannot store MQTT readings; retrying");
-                    tokio::time::sleep(wait).await;
-                    wait = (wait * 2).min(MAX_BACKOFF);
+        tracing::warn!("a batch of MQTT readings was refused; storing its messages one by one");
+        let mut start = 0;
+        let mut stored = 0;
+        for &end in ends {
+            let message = &readings[start..end];
+            match self.store_now(message).await {
+                Ok(()) => stored += message.len(),
+                Err(error) => {
+                    self.metrics.mqtt_message("bad_reading");
+                    let device = message.first().map_or("", |r| r.device_id.as_str());
+                    tracing::warn!(%error, %device, "an MQTT message was refused whole");
                 }
             }
+            start = end;
         }
+        stored
     }
 
-    /// Stores one reading, retrying while the database cannot take it; a
-    /// refused one is counted and dropped.
-    async fn store_one(&self, reading: ReadingInput) {
+    /// Stores `readings` in one transaction, retrying while the database
+    /// cannot take them; why, when it refuses them.
+    async fn store_now(&self, readings: &[ReadingInput]) -> Result<(), String> {
         let mut wait = Duration::from_millis(100);
         loop {
-            match self.store.ingest(reading.clone()).await {
-                Ok(()) => return,
-                Err(StoreError::Invalid(e)) => {
-                    self.metrics.mqtt_message("bad_reading");
-                    tracing::warn!(error = %e, device = %reading.device_id, "an MQTT reading was refused");
-                    return;
-                }
+            // The store takes them (an owned source); a retry takes them again.
+            let owned: Vec<ReadingInput> = readings.to_vec();
+            let source = Box::new(owned.into_iter().map(Ok));
+            match self.store.import(source, sensorhub_store::delivery::Outbox::Deliver).await {
+                Ok(_) => return Ok(()),
+                Err(StoreError::Invalid(e)) => return Err(e.to_string()),
                 Err(e) => {
-                    tracing::warn!(error = %e, retry_in = ?wait, "cannot store an MQTT reading; retrying");
+                    tracing::warn!(error = %e, retry_in = ?wait, "cannot store MQTT readings; retrying");
                     tokio::time::sleep(wait).await;
                     wait = (wait * 2).min(MAX_BACKOFF);
                 }
