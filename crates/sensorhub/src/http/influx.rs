@@ -85,6 +85,14 @@ pub struct InfluxCaller {
     key: WebhookCaller,
 }
 
+impl InfluxCaller {
+    /// [`WebhookCaller::refreshed`]: the caller as its key stands once the
+    /// body has come.
+    async fn refreshed(self, state: &AppState) -> Result<Self, ApiError> {
+        Ok(Self { account_id: self.account_id, key: self.key.refreshed(state).await? })
+    }
+}
+
 impl FromRequestParts<AppState> for InfluxCaller {
     type Rejection = InfluxError;
 
@@ -144,7 +152,7 @@ pub async fn write_v2(
     headers: HeaderMap,
     body: Body,
 ) -> Result<StatusCode, InfluxError> {
-    write(&state, &caller, precision(uri.query())?, &headers, body).await
+    write(&state, caller, precision(uri.query())?, &headers, body).await
 }
 
 /// InfluxDB 1.x line protocol: the webhook key as Basic password, `p`, or `Authorization: Token`.
@@ -173,7 +181,7 @@ pub async fn write_v1(
     headers: HeaderMap,
     body: Body,
 ) -> Result<StatusCode, InfluxError> {
-    write(&state, &caller, precision(uri.query())?, &headers, body).await
+    write(&state, caller, precision(uri.query())?, &headers, body).await
 }
 
 /// InfluxDB's `/ping`, which its clients ask before they write.
@@ -185,15 +193,16 @@ pub async fn ping() -> impl IntoResponse {
 
 async fn write(
     state: &AppState,
-    caller: &InfluxCaller,
+    caller: InfluxCaller,
     precision: Precision,
     headers: &HeaderMap,
     body: Body,
 ) -> Result<StatusCode, InfluxError> {
     let max = state.webhook.max_body_bytes;
     let bytes = read_body(headers, body, max).await?;
+    let caller = caller.refreshed(state).await?;
     let text = String::from_utf8(bytes).map_err(|_| ApiError::BadRequest("the body is not UTF-8".into()))?;
-    let readings = readings_of(state, caller, &text, precision).await?;
+    let readings = readings_of(state, &caller, &text, precision).await?;
     let n = readings.len();
     let mut readings = readings.into_iter();
     match (readings.next(), n) {

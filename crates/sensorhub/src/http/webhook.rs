@@ -99,6 +99,7 @@ async fn handle(state: &AppState, caller: WebhookCaller, headers: &HeaderMap, bo
         Ok(arrived) => arrived,
         Err(e) => return Err(caller.refusing(state, e).await),
     };
+    let caller = caller.refreshed(state).await?;
     let now = jiff::Timestamp::now();
     let rules = Rules { now, max_future_skew: state.webhook.max_future_skew };
     let caller = if state.webhook.mode == WebhookMode::Ingest {

@@ -15,10 +15,11 @@ use sensorhub_core::secret::{KeyDigest, key_digest};
 use sensorhub_store::Generations;
 
 /// A sender of webhook envelopes, identified by `X-API-KEY`.
-#[derive(Debug)]
 pub struct WebhookCaller {
     /// The key's account.
     pub account_id: i64,
+    /// The key's digest.
+    digest: KeyDigest,
     /// The generations read with the key.
     generations: Generations,
     /// When the key was looked up.
@@ -32,9 +33,18 @@ pub struct WebhookCaller {
 /// A kept key's request: its quota spent (and allowed) but not answered
 /// yet, and what looking the key up again needs.
 struct Unconfirmed {
-    digest: KeyDigest,
     guard: Detached,
     spent: Spent,
+}
+
+impl std::fmt::Debug for WebhookCaller {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WebhookCaller")
+            .field("account_id", &self.account_id)
+            .field("generations", &self.generations)
+            .field("kept", &self.kept)
+            .finish_non_exhaustive()
+    }
 }
 
 impl std::fmt::Debug for Unconfirmed {
@@ -97,7 +107,29 @@ impl WebhookCaller {
     /// request, `failure` is the answer.
     pub async fn again(&self, state: &AppState, failure: ApiError) -> Result<WebhookCaller, ApiError> {
         let Some(kept) = &self.kept else { return Err(failure) };
-        Self::lookup(&kept.guard.attach(state), state, kept.digest, Some(kept.spent)).await
+        Self::lookup(&kept.guard.attach(state), state, self.digest, Some(kept.spent)).await
+    }
+
+    /// The caller as its key stands once the request's body has come: a
+    /// key looked up by this request more than `KEPT_ANSWER_AGE` ago (a
+    /// slow body) is looked up again, so that a key revoked or an account
+    /// disabled while the body came is refused (401) and nothing is
+    /// written for it. A kept key's answer is confirmed by the store as it
+    /// writes ([`WebhookCaller::kept_at`]); no quota is spent again.
+    pub async fn refreshed(self, state: &AppState) -> Result<Self, ApiError> {
+        if self.kept.is_some() || self.looked_up.elapsed() < KEPT_ANSWER_AGE {
+            return Ok(self);
+        }
+        let looked_up = std::time::Instant::now();
+        match state.store.webhook_key_auth(&self.digest).await? {
+            Some(k) if constant_time_eq(&k.digest, &self.digest) && !k.revoked && !k.account_disabled => {
+                Ok(WebhookCaller { account_id: k.account_id, generations: k.generations, looked_up, ..self })
+            }
+            _ => {
+                state.kept_hooks.forget(&self.digest);
+                Err(ApiError::Unauthorized)
+            }
+        }
     }
 
     /// [`WebhookCaller::again`] for a failure that another decision would
@@ -128,9 +160,10 @@ impl WebhookCaller {
                     // Refused on a kept answer: looked up, so that a revoked key is still a 401.
                     return Ok(Self::lookup(&guard, state, digest, Some(spent)).await?);
                 }
-                let kept_answer = Unconfirmed { digest, guard: guard.detach(), spent };
+                let kept_answer = Unconfirmed { guard: guard.detach(), spent };
                 return Ok(WebhookCaller {
                     account_id: kept.account_id,
+                    digest,
                     generations: kept.generations,
                     looked_up: std::time::Instant::now(),
                     kept: Some(kept_answer),
@@ -164,7 +197,13 @@ impl WebhookCaller {
             Some(k) if constant_time_eq(&k.digest, &digest) && !k.revoked && !k.account_disabled => {
                 state.kept_hooks.keep(digest, KeptHook { account_id: k.account_id, generations: k.generations });
                 guard.admit(b"hook", &digest, spent).await?;
-                Ok(WebhookCaller { account_id: k.account_id, generations: k.generations, looked_up, kept: None })
+                Ok(WebhookCaller {
+                    account_id: k.account_id,
+                    digest,
+                    generations: k.generations,
+                    looked_up,
+                    kept: None,
+                })
             }
             _ => {
                 state.kept_hooks.forget(&digest);
@@ -183,6 +222,7 @@ mod tests {
         let generations = sensorhub_store::Generations { access: 3, devices: 4 };
         let caller = |age| WebhookCaller {
             account_id: 1,
+            digest: key_digest("wh-test"),
             generations,
             looked_up: std::time::Instant::now().checked_sub(age).expect("the clock has run that long"),
             kept: None,

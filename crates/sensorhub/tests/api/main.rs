@@ -36,6 +36,7 @@ mod ratelimit;
 mod readings;
 mod shared;
 mod slow;
+mod slow_writes;
 mod stream;
 mod tls;
 mod upgrade;
