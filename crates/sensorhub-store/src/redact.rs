@@ -6,13 +6,22 @@
 /// The credentials are everything after `://` up to the first `@`, as
 /// tokio-postgres reads them (so a password may hold `/` or `?`); a user
 /// name that could be anything else (it holds `/`, `?`, `#`, `&` or `=`,
-/// when the first `@` is past the authority) is hidden too. Query
+/// when the first `@` is past the authority) is hidden too. A Redis URL
+/// is read as the `url` crate reads it for the redis client: up to the
+/// last `@` of the authority (so a password may hold `@`). Query
 /// parameters whose name holds `pass` lose their value.
 pub fn redact_url(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_owned();
     };
-    let (mut out, tail) = match rest.split_once('@') {
+    let first = rest.find('@');
+    let at = if scheme.starts_with("redis") {
+        let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+        authority.rfind('@').max(first)
+    } else {
+        first
+    };
+    let (mut out, tail) = match at.map(|at| (&rest[..at], &rest[at + 1..])) {
         Some((userinfo, tail)) => {
             let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
             let user = if user.contains(['/', '?', '#', '&', '=']) { "***" } else { user };
@@ -60,6 +69,10 @@ mod tests {
         assert_eq!(redact_url("postgres://app:pa/ss@db/x"), "postgres://app:***@db/x");
         assert_eq!(redact_url("postgres://app:pa?ss@db/x?sslmode=disable"), "postgres://app:***@db/x?sslmode=disable");
         assert_eq!(redact_url("postgres://app:p@ss@db/x"), "postgres://app:***@ss@db/x");
+        // The redis client reads the credentials up to the authority's last `@`.
+        assert_eq!(redact_url("redis://:p@ss@cache:6379/0"), "redis://:***@cache:6379/0");
+        assert_eq!(redact_url("rediss://u:a@b@c@cache/0?x=1"), "rediss://u:***@cache/0?x=1");
+        assert_eq!(redact_url("redis://:pa/ss@cache"), "redis://:***@cache");
         for url in ["postgres://app:pa/ss@db/x", "postgres://app:pa?ss@db/x", "postgres://h/db?password=x@y"] {
             let shown = redact_url(url);
             assert!(!shown.contains("pa/ss") && !shown.contains("pa?ss") && !shown.contains("=x"), "{url} -> {shown}");

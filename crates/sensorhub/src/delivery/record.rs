@@ -121,7 +121,7 @@ async fn write(store: &dyn Store, limit: i64, gathered: Vec<Outcome>) {
             Ok(()) => tracing::warn!(
                 account = %o.username,
                 subscription = %o.subscription_id,
-                url = %o.url,
+                endpoint = %sensorhub_store::delivery::endpoint(&o.url),
                 failing_for_s = (o.now - since) / 1000,
                 "webhook endpoint failing for too long: subscription disabled (`sensorhub subscription enable` turns it on again)"
             ),
