@@ -131,8 +131,7 @@ impl DeliverySettings {
         let d = Self::default();
         let file = file.cloned().unwrap_or_default();
         let secs = |name: &str, v: Option<u64>, default: Duration| match v {
-            Some(0) => Err(format!("--{name} must be at least 1 second")),
-            Some(s) => Ok(Duration::from_secs(s)),
+            Some(s) => super::setting_seconds(name, s, 1),
             None => Ok(default),
         };
         let per_endpoint = match flags.webhook_concurrency.or(file.concurrency) {

@@ -198,12 +198,38 @@ impl std::fmt::Debug for FileConfig {
 }
 
 impl FileConfig {
-    /// Reads `path`, or an empty config when no path is given.
+    /// Reads `path`, or an empty config when no path is given. An error
+    /// names the line and column but does not show the line: it may hold
+    /// a password or a token.
     pub fn load(path: Option<&Path>) -> Result<Self, String> {
         let Some(path) = path else { return Ok(Self::default()) };
         let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read config {}: {e}", path.display()))?;
-        toml::from_str(&text).map_err(|e| format!("config {}: {e}", path.display()))
+        toml::from_str(&text).map_err(|e| {
+            let at = e.span().and_then(|span| text.get(..span.start)).map_or_else(String::new, |before| {
+                let line = before.matches('\n').count() + 1;
+                let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+                format!(", line {line}, column {column}")
+            });
+            format!("config {}{at}: {}", path.display(), e.message().trim_end())
+        })
     }
+}
+
+/// The longest a duration setting may be: a year. Longer ones overflow
+/// the clocks they are added to, and none of them means "never".
+pub(crate) const MAX_SETTING_SECONDS: u64 = 366 * 24 * 3600;
+
+/// Setting `--name` of `seconds` as a duration: refused below `min`
+/// seconds or above [`MAX_SETTING_SECONDS`].
+pub(crate) fn setting_seconds(name: &str, seconds: u64, min: u64) -> Result<std::time::Duration, String> {
+    if seconds < min {
+        let unit = if min == 1 { "second" } else { "seconds" };
+        return Err(format!("--{name} must be at least {min} {unit}"));
+    }
+    if seconds > MAX_SETTING_SECONDS {
+        return Err(format!("--{name} must be at most {MAX_SETTING_SECONDS} seconds (a year)"));
+    }
+    Ok(std::time::Duration::from_secs(seconds))
 }
 
 #[cfg(test)]
@@ -235,5 +261,30 @@ mod tests {
             ..FileConfig::default()
         };
         assert!(!format!("{file:?}").contains("hunter2"), "{file:?}");
+    }
+
+    #[test]
+    fn a_config_error_names_its_place_but_never_shows_the_line() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("sensorhub.toml");
+        for (text, place) in [
+            ("log_format = \"text\"\n[mqtt]\npasword = \"hunter2\"\n", "line 3, column 1"),
+            ("database = \"postgres://u:hunter2@db/x\n", "line 1, column"),
+            ("[webhooks]\nmetrics_token = hunter2\n", "line 2, column"),
+        ] {
+            std::fs::write(&path, text).expect("write");
+            let e = FileConfig::load(Some(&path)).expect_err("refused");
+            assert!(e.contains(place) && !e.contains("hunter2"), "{e}");
+        }
+    }
+
+    #[test]
+    fn durations_are_held_between_their_least_and_a_year() {
+        assert_eq!(super::setting_seconds("write-timeout", 30, 1), Ok(std::time::Duration::from_secs(30)));
+        let zero = super::setting_seconds("write-timeout", 0, 1).expect_err("zero");
+        assert_eq!(zero, "--write-timeout must be at least 1 second");
+        let forever = super::setting_seconds("keep-alive-timeout", u64::MAX, 1).expect_err("forever");
+        assert!(forever.starts_with("--keep-alive-timeout must be at most 31622400 seconds"), "{forever}");
+        assert!(super::setting_seconds("shutdown-grace", 0, 0).is_ok());
     }
 }

@@ -218,10 +218,11 @@ impl MqttSettings {
         if queue_bytes < MAX_PACKET_BYTES {
             return Err(format!("--mqtt-queue-bytes must be at least {MAX_PACKET_BYTES}, the largest message"));
         }
-        let alarm_resync = match flags.mqtt_alarm_resync.or(file.alarm_resync) {
-            Some(0) => return Err("--mqtt-alarm-resync must be at least 1 second".into()),
-            seconds => std::time::Duration::from_secs(seconds.unwrap_or(DEFAULT_ALARM_RESYNC_SECONDS)),
-        };
+        let alarm_resync = super::setting_seconds(
+            "mqtt-alarm-resync",
+            flags.mqtt_alarm_resync.or(file.alarm_resync).unwrap_or(DEFAULT_ALARM_RESYNC_SECONDS),
+            1,
+        )?;
         let username = flags.mqtt_username.clone().or_else(|| file.username.clone());
         let password = flags.mqtt_password.as_ref().map(|s| s.0.clone()).or_else(|| file.password.clone());
         let credentials = match (username, password) {

@@ -300,11 +300,9 @@ impl ServeSettings {
                 ));
             }
         };
-        let seconds =
-            |name: &str, flag: Option<u64>, file: Option<u64>, default: u64| match flag.or(file).unwrap_or(default) {
-                0 => Err(format!("--{name} must be at least 1 second")),
-                s => Ok(Duration::from_secs(s)),
-            };
+        let seconds = |name: &str, flag: Option<u64>, file: Option<u64>, default: u64| {
+            super::setting_seconds(name, flag.or(file).unwrap_or(default), 1)
+        };
         let max_connections = flags.max_connections.or(file.max_connections).unwrap_or(DEFAULT_MAX_CONNECTIONS);
         if max_connections == 0 {
             return Err("--max-connections must be at least 1".into());
@@ -329,9 +327,11 @@ impl ServeSettings {
                 Some(n) => n,
                 None => (max_connections / 8).max(1),
             },
-            shutdown_grace: Duration::from_secs(
+            shutdown_grace: super::setting_seconds(
+                "shutdown-grace",
                 flags.shutdown_grace.or(file.shutdown_grace).unwrap_or(DEFAULT_SHUTDOWN_GRACE),
-            ),
+                0,
+            )?,
         };
         let streams = resolve_streams(flags, file, max_connections)?;
         let tls =
@@ -351,7 +351,13 @@ impl ServeSettings {
         };
         let retention_every = match flags.retention_every.or(file.retention_every).unwrap_or(60) {
             0 => return Err("--retention-every must be at least 1 minute".into()),
-            m => Duration::from_secs(m.saturating_mul(60)),
+            m if m > super::MAX_SETTING_SECONDS / 60 => {
+                return Err(format!(
+                    "--retention-every must be at most {} minutes (a year)",
+                    super::MAX_SETTING_SECONDS / 60
+                ));
+            }
+            m => Duration::from_secs(m * 60),
         };
         let mqtt = MqttSettings::resolve(&args.mqtt, file.mqtt.as_ref(), webhook.max_future_skew)?;
         let deliveries = DeliverySettings::resolve(&args.deliveries, file.webhooks.as_ref())?;
