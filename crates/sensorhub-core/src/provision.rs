@@ -234,6 +234,9 @@ pub fn check_device(d: &DeviceSpec, at: &str) -> Result<(), InputError> {
     if d.kind.trim().is_empty() {
         return err("type", "must not be empty");
     }
+    if let Some((field, _)) = [("name", &d.name), ("type", &d.kind)].iter().find(|(_, v)| v.contains('\0')) {
+        return err(field, "must not hold a NUL character"); // which PostgreSQL's text cannot hold
+    }
     if !(d.lat.is_finite() && (-90.0..=90.0).contains(&d.lat)) {
         return err("lat", "must be between -90 and 90");
     }
@@ -260,6 +263,9 @@ pub fn check_device(d: &DeviceSpec, at: &str) -> Result<(), InputError> {
         }
         if s.name.trim().is_empty() || s.kind.trim().is_empty() || s.unit.is_empty() {
             return Err(InputError::new(sat, "name, type and unit must not be empty (use \".\" for no unit)"));
+        }
+        if [&s.name, &s.kind, &s.unit].iter().any(|f| f.contains('\0')) {
+            return Err(InputError::new(sat, "name, type and unit must not hold a NUL character"));
         }
     }
     crate::alarm::check_rules(d.alarms.as_deref().unwrap_or_default(), at)?;
@@ -423,6 +429,16 @@ mod tests {
         )
         .expect_err("dup");
         assert_eq!(e.position, "devices[1]");
+    }
+
+    #[test]
+    fn nul_in_a_name_or_unit_is_refused_on_every_backend() {
+        const DEVICE: &str = r#"{"devices":[{"device_id":"D","name":"NAME","type":"AWS","lat":0,"long":0,
+            "interval_seconds":60,"sensors":[{"sensor_id":"s","name":"n","type":"T","unit":"UNIT"}]}]}"#;
+        let device = |name: &str, unit: &str| DEVICE.replace("NAME", name).replace("UNIT", unit);
+        assert_eq!(check(&device("a\\u0000b", "%")).expect_err("NUL").position, "devices[0].name");
+        assert_eq!(check(&device("a", "\\u0000")).expect_err("NUL").position, "devices[0].sensors[0]");
+        assert_eq!(check(&device("a\\tb", "%")), Ok(vec![]), "other characters as before");
     }
 
     #[test]

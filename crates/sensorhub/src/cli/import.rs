@@ -5,7 +5,7 @@
 
 use super::progress::{CountingReader, Progress, Unit};
 use super::{CliResult, Context};
-use sensorhub_core::model::{Origin, ReadingInput, ValueInput};
+use sensorhub_core::model::{Origin, ReadingInput, ValueInput, is_valid_identifier};
 use sensorhub_core::provision::{InputError, ReadingSpec, parse_json_at};
 use sensorhub_core::time::parse_reading_timestamp;
 use sensorhub_store::delivery::Outbox;
@@ -207,6 +207,12 @@ impl<R: std::io::Read> CsvReadings<R> {
                 p.values.push(value);
                 continue;
             }
+            if !is_valid_identifier(r[0]) {
+                return Err(InputError::new(
+                    format!("line {line}"),
+                    format!("device_id {:?} is not a device id", r[0]),
+                ));
+            }
             let timestamp = parse_reading_timestamp(r[1])
                 .map_err(|e| InputError::new(format!("line {line}"), e.to_string()))?
                 .as_second();
@@ -290,6 +296,14 @@ mod tests {
             let csv = format!("device_id,timestamp,sensor_id,value\n{device},{ts},{id},{value}\n");
             let _ = CsvReadings::new(csv.as_bytes()).count();
         }
+    }
+
+    #[test]
+    fn a_csv_device_id_that_no_device_can_have_is_refused_by_its_line() {
+        let text = "device_id,timestamp,sensor_id,value\nD,2026-05-05T00:00:00Z,a,1\nD\0x,2026-05-05T00:01:00Z,a,1\n";
+        let got: Vec<_> = CsvReadings::new(text.as_bytes()).collect();
+        let e = got.last().and_then(|r| r.as_ref().err()).expect("refused");
+        assert_eq!(e.position, "line 3", "{e}");
     }
 
     #[test]
