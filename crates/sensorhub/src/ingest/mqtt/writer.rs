@@ -27,7 +27,8 @@ const MAX_BATCH: usize = 2048;
 /// included): what is parsed and held as readings at once.
 const MAX_BATCH_BYTES: usize = 4 << 20;
 /// How long a device's sensors are remembered before they are looked up
-/// again (sooner when the store's device generation moves).
+/// again (sooner when a message they would refuse finds the store's
+/// device generation moved).
 const DEVICE_TTL: Duration = Duration::from_secs(10);
 /// How often a device's refusals are logged.
 const LOG_EVERY: Duration = Duration::from_secs(60);
@@ -118,14 +119,14 @@ impl Memory {
     }
 
     /// Forgets the devices looked up when the store's device generation
-    /// moved since (or cannot be read): a device registered, or given a
-    /// sensor, while its station publishes has its next messages stored,
-    /// not refused (and acknowledged) by what was remembered of it.
-    fn follow(&mut self, generation: Option<i64>) {
-        if generation.is_none() || generation != self.devices_at {
+    /// moved since (or cannot be read); says whether it did.
+    fn follow(&mut self, generation: Option<i64>) -> bool {
+        let moved = generation.is_none() || generation != self.devices_at;
+        if moved {
             self.devices.clear();
         }
         self.devices_at = generation;
+        moved
     }
 }
 
@@ -160,19 +161,28 @@ impl Writer {
         messages: impl Iterator<Item = &'a Message>,
         memory: &mut Memory,
     ) -> usize {
-        let generation = match self.store.generations().await {
-            Ok(g) => Some(g.devices),
-            Err(e) => {
-                tracing::debug!(error = %e, "cannot read the device generation; devices are looked up again");
-                None
-            }
-        };
-        memory.follow(generation);
         let mut readings: Vec<ReadingInput> = Vec::new();
         // Where each message's readings end in `readings`.
         let mut ends: Vec<usize> = Vec::new();
+        // Whether what is remembered of the devices was checked in this batch.
+        let mut checked = false;
         for message in messages {
-            match self.readings_of(message, &mut memory.devices).await {
+            let mut parsed = self.readings_of(message, &mut memory.devices).await;
+            // A refusal that what is remembered of a device decided is
+            // decided again if a device or a sensor changed since (a device
+            // registered, or given a sensor, while its station publishes):
+            // refused, the message would be acknowledged and never sent
+            // again. Once a batch, and never on the way to a store.
+            if let Err(r) = &parsed
+                && !checked
+                && [Reason::UnknownDevice, Reason::UnknownSensor].iter().any(|u| u.metric_label() == r.reason)
+            {
+                checked = true;
+                if memory.follow(self.device_generation().await) {
+                    parsed = self.readings_of(message, &mut memory.devices).await;
+                }
+            }
+            match parsed {
                 Ok(r) => {
                     self.metrics.mqtt_message("stored");
                     readings.extend(r);
@@ -209,6 +219,17 @@ impl Writer {
         };
         let now = jiff::Timestamp::now();
         payload::readings(device_id, &sensors, &message.payload, now, self.settings.max_future_skew)
+    }
+
+    /// The store's device generation (`None`: it cannot be read now).
+    async fn device_generation(&self) -> Option<i64> {
+        match self.store.generations().await {
+            Ok(g) => Some(g.devices),
+            Err(e) => {
+                tracing::debug!(error = %e, "cannot read the device generation; devices are looked up again");
+                None
+            }
+        }
     }
 
     /// The sensors of `device_id` (`None`: no such device), asked again
