@@ -210,9 +210,37 @@ impl FileConfig {
                 let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
                 format!(", line {line}, column {column}")
             });
-            format!("config {}{at}: {}", path.display(), e.message().trim_end())
+            format!("config {}{at}: {}", path.display(), without_values(e.message().trim_end()))
         })
     }
+}
+
+/// A toml error's message with the values it quotes masked: serde's
+/// "invalid type: integer `20240601`, expected a string" names the value
+/// of the setting, which may be a password or a token. Names of settings
+/// (as in "unknown field `pasword`") stay.
+fn without_values(message: &str) -> String {
+    if !message.starts_with("invalid ") {
+        return message.to_owned();
+    }
+    let mut out = String::with_capacity(message.len());
+    let mut quote = None;
+    for c in message.chars() {
+        match quote {
+            Some(q) if c == q => {
+                out.push('…');
+                out.push(c);
+                quote = None;
+            }
+            Some(_) => {}
+            None if c == '`' || c == '"' => {
+                out.push(c);
+                quote = Some(c);
+            }
+            None => out.push(c),
+        }
+    }
+    out
 }
 
 /// The longest a duration setting may be: a year. Longer ones overflow
@@ -271,10 +299,12 @@ mod tests {
             ("log_format = \"text\"\n[mqtt]\npasword = \"hunter2\"\n", "line 3, column 1"),
             ("database = \"postgres://u:hunter2@db/x\n", "line 1, column"),
             ("[webhooks]\nmetrics_token = hunter2\n", "line 2, column"),
+            ("[mqtt]\nurl = \"mqtt://h\"\npassword = 2024060112345\n", "line 3, column"),
+            ("metrics_token = [\"hunter2\"]\n", "line 1, column"),
         ] {
             std::fs::write(&path, text).expect("write");
             let e = FileConfig::load(Some(&path)).expect_err("refused");
-            assert!(e.contains(place) && !e.contains("hunter2"), "{e}");
+            assert!(e.contains(place) && !e.contains("hunter2") && !e.contains("2024060112345"), "{e}");
         }
     }
 

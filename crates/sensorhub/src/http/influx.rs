@@ -199,7 +199,10 @@ async fn write(
     body: Body,
 ) -> Result<StatusCode, InfluxError> {
     let max = state.webhook.max_body_bytes;
-    let bytes = read_body(headers, body, max).await?;
+    let bytes = match read_body(headers, body, max).await {
+        Ok(bytes) => bytes,
+        Err(e) => return Err(caller.key.refusing(state, e).await.into()),
+    };
     let caller = caller.refreshed(state).await?;
     let text = String::from_utf8(bytes).map_err(|_| ApiError::BadRequest("the body is not UTF-8".into()))?;
     let readings = readings_of(state, &caller, &text, precision).await?;

@@ -117,13 +117,25 @@ impl WebhookCaller {
     /// written for it. A kept key's answer is confirmed by the store as it
     /// writes ([`WebhookCaller::kept_at`]); no quota is spent again.
     pub async fn refreshed(self, state: &AppState) -> Result<Self, ApiError> {
-        if self.kept.is_some() || self.looked_up.elapsed() < KEPT_ANSWER_AGE {
+        if !self.stale_lookup() {
             return Ok(self);
         }
-        let looked_up = std::time::Instant::now();
+        let (account_id, generations) = self.recheck(state).await?;
+        Ok(WebhookCaller { account_id, generations, looked_up: std::time::Instant::now(), ..self })
+    }
+
+    /// Whether this request looked its key up itself, more than
+    /// `KEPT_ANSWER_AGE` ago (a slow body).
+    fn stale_lookup(&self) -> bool {
+        self.kept.is_none() && self.looked_up.elapsed() >= KEPT_ANSWER_AGE
+    }
+
+    /// The key looked up again, no quota spent: its account and
+    /// generations, or 401 when it is refused now.
+    async fn recheck(&self, state: &AppState) -> Result<(i64, Generations), ApiError> {
         match state.store.webhook_key_auth(&self.digest).await? {
             Some(k) if constant_time_eq(&k.digest, &self.digest) && !k.revoked && !k.account_disabled => {
-                Ok(WebhookCaller { account_id: k.account_id, generations: k.generations, looked_up, ..self })
+                Ok((k.account_id, k.generations))
             }
             _ => {
                 state.kept_hooks.forget(&self.digest);
@@ -134,10 +146,12 @@ impl WebhookCaller {
 
     /// [`WebhookCaller::again`] for a failure that another decision would
     /// not change (a body that does not parse): the failure, unless the key
-    /// is refused now.
+    /// is refused now (asked for a kept key, and for one this request
+    /// looked up before a slow body, [`WebhookCaller::refreshed`]).
     pub async fn refusing(&self, state: &AppState, failure: ApiError) -> ApiError {
         match &self.kept {
             Some(_) => self.again(state, ApiError::Unauthorized).await.err().unwrap_or(failure),
+            None if self.stale_lookup() => self.recheck(state).await.err().unwrap_or(failure),
             None => failure,
         }
     }
@@ -192,8 +206,11 @@ impl WebhookCaller {
         digest: KeyDigest,
         spent: Option<Spent>,
     ) -> Result<Self, ApiError> {
+        let found = state.store.webhook_key_auth(&digest).await?;
+        // The generations were read just now: a slow pool or query does
+        // not age the answer before it is used.
         let looked_up = std::time::Instant::now();
-        match state.store.webhook_key_auth(&digest).await? {
+        match found {
             Some(k) if constant_time_eq(&k.digest, &digest) && !k.revoked && !k.account_disabled => {
                 state.kept_hooks.keep(digest, KeptHook { account_id: k.account_id, generations: k.generations });
                 guard.admit(b"hook", &digest, spent).await?;

@@ -1,7 +1,7 @@
 //! A write whose body comes slowly is decided on the key as it stands
 //! once the body has come: a key revoked while a webhook envelope or a
-//! line-protocol body is still arriving gets a 401 and nothing is
-//! stored, on each backend.
+//! line-protocol body is still arriving gets a 401 (whether the body
+//! parses or not) and nothing is stored, on each backend.
 
 use crate::cli::{ok, run};
 use crate::harness::TestApp;
@@ -11,6 +11,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 const KEY: &str = "wh-alice-secret";
+/// A key of alice's that only the request with a body that does not
+/// parse uses: its answer is not kept from another request's lookup.
+const SECOND: &str = "wh-alice-second";
 
 /// A request whose head and first half of `body` are sent now; the rest
 /// goes with [`Slow::finish`].
@@ -45,23 +48,38 @@ on_each_backend! {
         let mut settings = TestApp::settings();
         settings.webhook.mode = WebhookMode::Ingest;
         let app = TestApp::with(settings).await;
+        let dir = tempfile::tempdir().expect("dir");
+        let keys = |revoked: bool| {
+            let file = dir.path().join(format!("keys-{revoked}.json"));
+            let keys = [KEY, SECOND].map(|key| serde_json::json!({"key": key, "revoked": revoked}));
+            let document = serde_json::json!({"accounts": [{"username": "alice", "webhook_keys": keys}]});
+            std::fs::write(&file, document.to_string()).expect("write");
+            ok(&run(&app.db, &["apply", file.to_str().expect("utf-8")], ""));
+        };
+        keys(false);
         let envelope = serde_json::json!({"event": "sensor-data", "device_id": "AWLR-001",
             "timestamp": "2026-05-06T07:00:00Z", "data": {"AWLR1-wl": 321.5}})
         .to_string();
-        let webhook = "POST /external/v1/webhook/sensor-data HTTP/1.1\r\nContent-Type: application/json\r\nX-API-KEY: wh-alice-secret\r\n";
+        let webhook = |key: &str| {
+            format!("POST /external/v1/webhook/sensor-data HTTP/1.1\r\nContent-Type: application/json\r\nX-API-KEY: {key}\r\n")
+        };
         let line = "AWLR-001 AWLR1-wl=654.25 1778050860000000000\n";
         let influx = format!("POST /api/v2/write HTTP/1.1\r\nAuthorization: Token {KEY}\r\n");
         let started = Instant::now();
-        let slow = [Slow::start(&app, webhook, &envelope).await, Slow::start(&app, &influx, line).await];
-        // The keys looked up (at the heads) before they are revoked.
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        let dir = tempfile::tempdir().expect("dir");
-        let revoke = dir.path().join("revoke.json");
-        let document = serde_json::json!({"accounts": [{"username": "alice", "webhook_keys": [{"key": KEY, "revoked": true}]}]});
-        std::fs::write(&revoke, document.to_string()).expect("write");
-        ok(&run(&app.db, &["apply", revoke.to_str().expect("utf-8")], ""));
+        let slow = [
+            Slow::start(&app, &webhook(KEY), &envelope).await,
+            Slow::start(&app, &influx, line).await,
+            // A body that does not parse is refused as the key is now, too.
+            Slow::start(&app, &webhook(SECOND), "{\"event\": not JSON}").await,
+            Slow::start(&app, &influx, "AWLR-001 AWLR1-wl=oops\n").await,
+        ];
+        // The keys looked up (at the heads) before they are revoked (were
+        // they not, the heads' own lookups would refuse them, and the test
+        // would pass without deciding again after the bodies).
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        keys(true);
         // Past the second within which a key's answer is taken as it was read.
-        tokio::time::sleep(Duration::from_millis(1_600).saturating_sub(started.elapsed())).await;
+        tokio::time::sleep(Duration::from_millis(2_300).saturating_sub(started.elapsed())).await;
         for request in slow {
             let status = request.finish().await;
             assert!(status.starts_with("HTTP/1.1 401"), "{status}");

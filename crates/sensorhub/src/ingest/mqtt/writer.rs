@@ -255,10 +255,15 @@ impl Writer {
     /// (its device or a sensor removed since it was checked) is refused
     /// whole, as a message refused before: an array is all or nothing.
     async fn store_all(&self, readings: Vec<ReadingInput>, ends: &[usize]) -> usize {
-        if readings.is_empty() || self.store_now(&readings).await.is_ok() {
-            return readings.len();
+        if readings.is_empty() {
+            return 0;
         }
-        tracing::warn!("a batch of MQTT readings was refused; storing its messages one by one");
+        match self.store_now(&readings).await {
+            Ok(()) => return readings.len(),
+            Err(error) => {
+                tracing::warn!(%error, "a batch of MQTT readings was refused; storing its messages one by one")
+            }
+        }
         let mut start = 0;
         let mut stored = 0;
         for &end in ends {
