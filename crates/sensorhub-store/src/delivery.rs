@@ -160,7 +160,7 @@ pub struct Delivery {
 
 impl Delivery {
     /// Its subscription as the claim read it, for a late attempt to check
-    /// against the subscription as it is ([`crate::Store::may_deliver`]).
+    /// against the subscription as it is ([`crate::Deliveries::may_deliver`]).
     pub fn as_claimed(&self) -> ClaimedSubscription {
         ClaimedSubscription {
             id: self.subscription_id.clone(),
