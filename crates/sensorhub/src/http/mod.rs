@@ -25,6 +25,7 @@ pub mod received;
 pub mod rendered;
 pub mod schema;
 mod server;
+mod stall;
 pub mod stream;
 pub mod tls;
 pub mod webhook;

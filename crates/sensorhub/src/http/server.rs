@@ -9,7 +9,9 @@
 //!   flight that has received no byte for this long is closed;
 //! - **write stall** ([`GuardedStream`]): a client that accepts no byte of
 //!   an answer for this long is cut; a slow reader that keeps taking bytes
-//!   is not, however long the answer;
+//!   is not, however long the answer; over HTTP/2, where a client can shut
+//!   one stream's window and keep the connection busy, each answer is
+//!   watched on its own ([`super::stall`]);
 //! - **connections**: past the cap the server stops accepting; new clients
 //!   wait in the kernel's listen backlog until a connection closes;
 //! - **an address's share** ([`super::peers`]): a connection from an
@@ -18,6 +20,7 @@
 //! The time limit of handlers is a middleware ([`super::deadline`]).
 
 use super::peers::PeerShares;
+use super::stall::Watch;
 use crate::config::server::ConnectionLimits;
 use crate::metrics::Metrics;
 use axum::Router;
@@ -126,10 +129,11 @@ async fn serve_connection(
     let _ = stream.set_nodelay(true);
     let activity = Arc::new(Activity::new());
     let guarded = GuardedStream::new(stream, limits.write_timeout, activity.clone());
-    let service = service(app, peer, activity.clone());
+    let watch = Watch::new();
+    let service = service(app, peer, activity.clone(), watch.clone());
     let Some(acceptor) = tls else {
         let conn = http1(&limits).serve_connection(TokioIo::new(guarded), service);
-        return drive(conn, peer, &activity, limits, stopping).await;
+        return drive(conn, peer, &activity, limits, stopping, std::future::pending()).await;
     };
     let stream = match tokio::time::timeout(limits.header_read_timeout, acceptor.accept(guarded)).await {
         Ok(Ok(stream)) => stream,
@@ -142,10 +146,11 @@ async fn serve_connection(
     if super::tls::is_h2(stream.get_ref().1.alpn_protocol()) {
         let mut http = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
         http.timer(TokioTimer::new()).max_concurrent_streams(Some(MAX_H2_STREAMS));
-        drive(http.serve_connection(TokioIo::new(stream), service), peer, &activity, limits, stopping).await
+        let conn = http.serve_connection(TokioIo::new(stream), service);
+        drive(conn, peer, &activity, limits, stopping, watch.stalled(limits.write_timeout)).await
     } else {
         let conn = http1(&limits).serve_connection(TokioIo::new(stream), service);
-        drive(conn, peer, &activity, limits, stopping).await
+        drive(conn, peer, &activity, limits, stopping, std::future::pending()).await
     }
 }
 
@@ -161,11 +166,13 @@ fn http1(limits: &ConnectionLimits) -> hyper::server::conn::http1::Builder {
 
 /// The application as a connection's service: each request carries the
 /// client's address and counts as in flight until its body is dropped
-/// (sent whole, or the connection gone).
+/// (sent whole, or the connection gone); an HTTP/2 answer goes out sliced
+/// and watched in `watch`.
 fn service(
     app: Router,
     peer: SocketAddr,
     tracked: Arc<Activity>,
+    watch: Arc<Watch>,
 ) -> impl hyper::service::Service<
     Request<Incoming>,
     Response = axum::response::Response,
@@ -176,13 +183,18 @@ fn service(
         req.extensions_mut().insert(ConnectInfo(peer));
         let request = tracked.begin();
         let app = app.clone();
+        let watch = (req.version() == hyper::Version::HTTP_2).then(|| watch.clone());
         async move {
             let response = app.oneshot(req.map(axum::body::Body::new)).await?;
             Ok::<_, std::convert::Infallible>(response.map(|body| {
-                axum::body::Body::new(body.map_frame(move |frame| {
+                let body = body.map_frame(move |frame| {
                     let _in_flight = &request;
                     frame
-                }))
+                });
+                match watch {
+                    Some(watch) => axum::body::Body::new(watch.body(body)),
+                    None => axum::body::Body::new(body),
+                }
             }))
         }
     })
@@ -221,15 +233,19 @@ where
 }
 
 /// Runs `conn` until it ends, finishing it gracefully once idle for the
-/// keep-alive timeout or when the server stops; why it ended.
+/// keep-alive timeout or when the server stops, and cutting it when
+/// `stalled` resolves (an HTTP/2 answer the client stopped taking); why it
+/// ended.
 async fn drive(
     conn: impl Connection,
     peer: SocketAddr,
     activity: &Activity,
     limits: ConnectionLimits,
     mut stopping: watch::Receiver<bool>,
+    stalled: impl Future<Output = ()>,
 ) -> &'static str {
     tokio::pin!(conn);
+    tokio::pin!(stalled);
     let idle = activity.idle(limits.keep_alive_timeout);
     tokio::pin!(idle);
     let mut closing = None;
@@ -243,6 +259,10 @@ async fn drive(
                         close_reason(&e)
                     }
                 };
+            }
+            () = &mut stalled => {
+                tracing::debug!(client = %peer, "an HTTP/2 answer took no byte for the write timeout; connection cut");
+                return "write_stall";
             }
             () = &mut idle, if closing.is_none() => {
                 closing = Some("idle");

@@ -20,6 +20,7 @@ mod dashboard;
 mod devices;
 mod docs;
 mod faults;
+mod h2_stall;
 mod hooks;
 mod influx;
 mod instances;

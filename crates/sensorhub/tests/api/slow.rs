@@ -119,9 +119,14 @@ async fn an_idle_keep_alive_connection_is_closed_after_the_keep_alive_timeout() 
     assert!(waited >= Duration::from_millis(900), "not before the keep-alive timeout: {waited:?}");
 }
 
-/// 60,000 one-minute readings of AWLR-001 (four sensors): an answer of
-/// about 12 MB, more than the kernel buffers of both ends hold.
-async fn long_history(app: &TestApp) -> String {
+/// The path of the long answer [`add_long_history`] makes.
+pub(crate) const LONG_PATH: &str =
+    "/external/v1/pk-alice-all/devices/AWLR-001/data?start=2026-01-01T00:00:00Z&end=2026-03-01T00:00:00Z";
+
+/// 60,000 one-minute readings of AWLR-001 (four sensors) from 2026-01-01:
+/// an answer of about 12 MB at [`LONG_PATH`], more than the kernel buffers
+/// of both ends hold.
+pub(crate) async fn add_long_history(app: &TestApp) {
     let start = 1_767_225_600; // 2026-01-01T00:00:00Z
     let readings = (0..60_000i64)
         .map(|i| ReadingInput {
@@ -140,9 +145,12 @@ async fn long_history(app: &TestApp) -> String {
         })
         .collect();
     app.add_readings(readings).await;
-    "GET /external/v1/pk-alice-all/devices/AWLR-001/data?start=2026-01-01T00:00:00Z&end=2026-03-01T00:00:00Z \
-     HTTP/1.1\r\nHost: x\r\n\r\n"
-        .to_owned()
+}
+
+/// [`add_long_history`], and the raw HTTP/1.1 request of its long answer.
+async fn long_history(app: &TestApp) -> String {
+    add_long_history(app).await;
+    format!("GET {LONG_PATH} HTTP/1.1\r\nHost: x\r\n\r\n")
 }
 
 /// A connection with a small receive buffer, so that a reader that stops
