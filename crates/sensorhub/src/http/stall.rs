@@ -7,12 +7,17 @@
 //!
 //! So every HTTP/2 answer body is [`Watched`]: it goes out in slices of at
 //! most [`SLICE`] bytes (the bytes are the same; a slice is a view, not a
-//! copy), and notes when it handed a slice over. hyper asks for the next
-//! slice once the previous one has gone out, so a body asked for nothing
-//! for the write timeout since its last slice belongs to a client that
-//! opened no window for it: [`Watch::stalled`] resolves and the connection
-//! is cut, as it would be over HTTP/1.1. A slow reader that keeps opening
-//! windows keeps being asked, however long the answer.
+//! copy), and keeps a mark of when it last handed a slice to hyper or had
+//! one written out (h2 drops a slice once it is written). hyper asks for
+//! more once the window has room for what it queued, and the mark is
+//! cleared then. An answer whose mark is older than the write timeout has
+//! had data waiting for that long with none of it written: its client
+//! opened no window. [`Watch::stalled`] resolves and the connection is cut,
+//! as it would be over HTTP/1.1. The last slice keeps the mark alive until
+//! it is written, so a small answer behind a shut window is watched too. A
+//! reader that keeps opening windows is not cut, however long the answer;
+//! h2 sends the answers of a connection in turn, a frame each, so one with
+//! `k` answers waiting at once must carry `k` slices per write timeout.
 
 use bytes::{Buf, Bytes};
 use hyper::body::{Body, Frame, SizeHint};
@@ -30,6 +35,11 @@ pub const SLICE: usize = 16 << 10;
 
 /// A body's mark when it has no slice out.
 const ASKED: u64 = u64::MAX;
+
+/// Milliseconds since `origin`, short of [`ASKED`].
+fn ms_since(origin: Instant) -> u64 {
+    u64::try_from(origin.elapsed().as_millis()).unwrap_or(ASKED - 1)
+}
 
 /// The answers of one connection still being sent.
 #[derive(Debug)]
@@ -54,7 +64,7 @@ impl Watch {
     }
 
     fn now(&self) -> u64 {
-        u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(ASKED - 1)
+        ms_since(self.origin)
     }
 
     fn bodies(&self) -> std::sync::MutexGuard<'_, Bodies> {
@@ -110,9 +120,31 @@ pub struct Watched<B> {
 impl<B> Watched<B> {
     /// The next slice of `rest`, noted as handed out now.
     fn hand(&mut self) -> Frame<Bytes> {
-        let slice = self.rest.split_to(self.rest.len().min(SLICE));
-        self.mark.store(self.watch.now(), Ordering::Release);
-        Frame::data(slice)
+        let bytes = self.rest.split_to(self.rest.len().min(SLICE));
+        let now = self.watch.now();
+        self.mark.store(now, Ordering::Release);
+        Frame::data(Bytes::from_owner(Slice { bytes, mark: self.mark.clone(), origin: self.watch.origin }))
+    }
+}
+
+/// A slice handed to hyper: it keeps its answer's mark alive, and moves it
+/// on when h2 drops it, written out.
+struct Slice {
+    bytes: Bytes,
+    mark: Arc<AtomicU64>,
+    origin: Instant,
+}
+
+impl AsRef<[u8]> for Slice {
+    fn as_ref(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+impl Drop for Slice {
+    fn drop(&mut self) {
+        let now = ms_since(self.origin);
+        let _ = self.mark.fetch_update(Ordering::AcqRel, Ordering::Acquire, |m| (m != ASKED).then_some(now));
     }
 }
 
@@ -183,22 +215,23 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_slice_not_asked_past_for_the_timeout_is_a_stall() {
+    async fn an_answer_with_a_slice_waiting_the_timeout_and_nothing_written_is_a_stall() {
         let watch = Watch::new();
         let timeout = Duration::from_secs(30);
+        let quiet = |d: u64| tokio::time::timeout(Duration::from_secs(d), watch.stalled(timeout));
         let mut body = watch.body(Full::new(Bytes::from(vec![7u8; SLICE * 3])));
-        let _first = body.frame().await;
-        // Asked again every 20 s: a slow reader, never a stall.
-        for _ in 0..2 {
-            let waited = tokio::time::timeout(Duration::from_secs(20), watch.stalled(timeout)).await;
-            assert!(waited.is_err(), "cut while being read");
-            let _next = body.frame().await;
-        }
+        let first = body.frame().await;
+        assert!(quiet(20).await.is_err(), "handed out 20 s ago");
+        drop(first);
+        assert!(quiet(20).await.is_err(), "written out 20 s ago: a slow reader");
+        drop(body.frame().await);
+        let last = body.frame().await;
+        assert!(body.is_end_stream());
+        drop(body);
         let started = Instant::now();
         watch.stalled(timeout).await;
-        assert_eq!(started.elapsed(), Duration::from_secs(30), "cut 30 s after the last slice went out");
-        drop(body);
-        let finished = tokio::time::timeout(Duration::from_secs(60), watch.stalled(timeout)).await;
-        assert!(finished.is_err(), "a finished body is no stall");
+        assert_eq!(started.elapsed(), timeout, "the last slice, handed out and never written, is watched");
+        drop(last);
+        assert!(quiet(60).await.is_err(), "a finished answer is no stall");
     }
 }

@@ -1,10 +1,11 @@
 //! HTTP/2 over HTTPS: a client that shuts one answer's stream window and
 //! keeps the connection open is cut after the write timeout, as a stalled
 //! HTTP/1.1 reader is; a slow HTTP/2 reader that keeps opening its window
-//! gets whole answers, byte for byte what HTTP/1.1 gets. The client is the
+//! gets whole answers, byte for byte what HTTP/1.1 gets, and a quiet live
+//! stream beside them is left alone. The client is the
 //! h2 crate, so that the windows are the test's to hold shut.
 
-use crate::harness::TestApp;
+use crate::harness::{ALICE_PASSWORD, TestApp, basic};
 use crate::slow::{LONG_PATH, add_long_history};
 use axum::http::{Request, Response, StatusCode};
 use bytes::Bytes;
@@ -74,7 +75,16 @@ async fn connect(app: &TestApp, window: u32) -> (SendRequest<Bytes>, JoinHandle<
 
 /// The head of `GET path`, its body still to be read.
 async fn get(send: &SendRequest<Bytes>, path: &str) -> Response<RecvStream> {
-    let request = Request::get(format!("https://localhost{path}")).body(()).expect("request");
+    get_as(send, path, None).await
+}
+
+/// The head of `GET path` with an optional `Authorization`.
+async fn get_as(send: &SendRequest<Bytes>, path: &str, auth: Option<&str>) -> Response<RecvStream> {
+    let mut request = Request::get(format!("https://localhost{path}"));
+    if let Some(auth) = auth {
+        request = request.header("authorization", auth);
+    }
+    let request = request.body(()).expect("request");
     let (response, _) = send.clone().ready().await.expect("ready").send_request(request, true).expect("send");
     response.await.expect("an answer's head")
 }
@@ -109,17 +119,26 @@ async fn an_http2_answer_whose_window_stays_shut_is_cut_and_others_are_served() 
     let long = get(&send, LONG_PATH).await;
     let day = get(&send, DAY_PATH).await;
     assert_eq!((long.status(), day.status()), (StatusCode::OK, StatusCode::OK));
-    // Neither body is read: their windows stay shut. The connection itself
-    // is healthy (its window is wide, the client task answers pings).
+    // A small answer behind a window of one byte: hyper is done with its
+    // body once it has queued the only slice, which h2 then holds. (Each
+    // answer's head is kept: a dropped one would reset its stream.)
+    let (tiny, tiny_conn) = connect(&app, 1).await;
+    let devices = get(&tiny, "/external/v1/pk-alice-all/devices").await;
+    assert_eq!(devices.status(), StatusCode::OK);
+    // No body is read: the windows stay shut. The connections themselves
+    // are healthy (their windows are wide, the client tasks answer pings).
     let started = Instant::now();
     let ended = tokio::time::timeout(Duration::from_secs(10), conn).await;
     assert!(ended.is_ok(), "the connection holding shut streams is still open after 10 s");
     let waited = started.elapsed();
     assert!(waited < Duration::from_secs(5), "cut after {waited:?} with a write timeout of 1 s");
+    let ended = tokio::time::timeout(Duration::from_secs(5), tiny_conn).await;
+    assert!(ended.is_ok(), "the connection holding a small answer's last slice is still open");
 
     let (other, _conn) = connect(&app, 65_535).await;
     let cut = metric(&other, "sensorhub_http_connections_closed_total{reason=\"write_stall\"}").await;
-    assert!(cut >= 1.0, "counted as a write stall: {cut}");
+    assert!(cut >= 2.0, "counted as write stalls: {cut}");
+    drop((long, day, devices));
     let devices = get(&other, "/external/v1/pk-alice-all/devices").await;
     assert_eq!(devices.status(), StatusCode::OK, "the service goes on");
 }
@@ -130,6 +149,10 @@ async fn a_slow_http2_reader_gets_whole_answers_byte_for_byte_what_http1_gets() 
     let plain = TestApp::builder().configure(|s| s.rate_limit = RateLimitSetting::Off).start().await;
     add_long_history(&plain).await;
     let (send, conn) = connect(&app, 16 << 10).await;
+    // A live stream on the same connection, quiet throughout: waiting for
+    // events is not waiting for the client.
+    let live = get_as(&send, "/external/v1/devices/AWLR-001/stream", Some(&basic("alice", ALICE_PASSWORD))).await;
+    assert_eq!(live.status(), StatusCode::OK);
 
     // A window of 16 KiB given back 150 ms after each piece: the day's
     // answer takes seconds, each piece well within the write timeout.
@@ -152,5 +175,6 @@ async fn a_slow_http2_reader_gets_whole_answers_byte_for_byte_what_http1_gets() 
     let http1 = plain.request(reqwest::Method::GET, &format!("{}{LONG_PATH}", plain.root()), &[], None).await;
     assert!(body.len() > 8_000_000, "a long answer: {} bytes", body.len());
     assert!(body == http1.text.as_bytes(), "the long answer over HTTP/2 is the same over HTTP/1.1");
-    assert!(!conn.is_finished(), "the connection is still open");
+    assert!(!conn.is_finished(), "the connection, and its quiet live stream, are still open");
+    drop(live);
 }
