@@ -22,9 +22,12 @@ struct Running {
     /// Whether `decimal_sum` is still exact (it has not overflowed).
     exact: bool,
     /// The sum of values that are not decimals (and of decimals once the
-    /// exact sum overflowed).
+    /// exact sum overflowed); times [`SCALE`] once `scaled`.
     float_sum: f64,
     floats: u64,
+    /// Whether the sum of doubles went past the largest double, and went on
+    /// scaled down.
+    scaled: bool,
     /// The value `min`, `max`, `first` or `last` keeps, and it as a double.
     kept: StoredValue,
     kept_f64: f64,
@@ -38,6 +41,7 @@ impl Running {
         exact: true,
         float_sum: 0.0,
         floats: 0,
+        scaled: false,
         kept: StoredValue::Decimal { n: 0, k: 0 },
         kept_f64: 0.0,
     };
@@ -73,16 +77,34 @@ impl Running {
         }
     }
 
+    /// Adds a double; a sum that would pass the largest double goes on
+    /// scaled by [`SCALE`] (values that large make a sum no smaller value
+    /// moves), so that the mean of values near it is still a number.
     fn add_float(&mut self, v: f64) {
-        self.float_sum += v;
         self.floats += 1;
+        if self.scaled {
+            self.float_sum += v * SCALE;
+            return;
+        }
+        let sum = self.float_sum + v;
+        if sum.is_finite() || !v.is_finite() {
+            self.float_sum = sum;
+        } else {
+            (self.float_sum, self.scaled) = (self.float_sum * SCALE + v * SCALE, true);
+        }
     }
 
     /// The exact sum overflowed: it and `n / 10^k` go on as doubles.
     fn lose_exactness(&mut self, n: i64, k: u8) {
-        self.float_sum += self.decimal_sum as f64 / crate::codec::pow10(self.k) + n as f64 / crate::codec::pow10(k);
-        self.floats += 1;
+        self.add_float(self.decimal_sum as f64 / crate::codec::pow10(self.k) + n as f64 / crate::codec::pow10(k));
         (self.decimal_sum, self.exact) = (0, false);
+    }
+
+    /// The decimal sum plus the sum of doubles, and the factor it is scaled
+    /// by ([`SCALE`] once the doubles' sum passed the largest double, else 1).
+    fn scaled_total(&self) -> (f64, f64) {
+        let decimals = self.decimal_sum as f64 / crate::codec::pow10(self.k);
+        if self.scaled { (decimals * SCALE + self.float_sum, SCALE) } else { (decimals + self.float_sum, 1.0) }
     }
 
     /// The sum: exact when every value was a decimal and it fits the
@@ -99,7 +121,8 @@ impl Running {
                 return StoredValue::Decimal { n, k };
             }
         }
-        StoredValue::Float(self.decimal_sum as f64 / crate::codec::pow10(self.k) + self.float_sum)
+        let (total, scale) = self.scaled_total();
+        StoredValue::Float(total / scale)
     }
 
     /// The mean: the exact decimal sum divided by the count where that is
@@ -109,7 +132,8 @@ impl Running {
         if self.floats == 0 {
             return StoredValue::Float(self.decimal_sum as f64 / (count * crate::codec::pow10(self.k)));
         }
-        StoredValue::Float((self.decimal_sum as f64 / crate::codec::pow10(self.k) + self.float_sum) / count)
+        let (total, scale) = self.scaled_total();
+        StoredValue::Float(total / count / scale)
     }
 
     fn value(&self, agg: Agg) -> StoredValue {
@@ -121,6 +145,10 @@ impl Running {
         }
     }
 }
+
+/// 2^-64: what a sum of doubles past the largest double is scaled by. A
+/// power of two, so scaling rounds nothing (for values above 1e-288).
+const SCALE: f64 = 1.0 / 18_446_744_073_709_551_616.0;
 
 /// `10^k` as an integer, for `k` in `0..=38`.
 fn pow10_i128(k: u8) -> i128 {

@@ -1,5 +1,5 @@
 //! Tests of the calendar fold: buckets, summaries folded like readings,
-//! and exact sums.
+//! exact sums, and sums past the largest double.
 
 use super::*;
 use sensorhub_core::bucket::Interval;
@@ -134,4 +134,24 @@ fn exact_sums_overflow_into_doubles() {
         },
     );
     assert_eq!(json(&mean.values), vec!["1.2333333333333334"]);
+}
+
+#[test]
+fn sums_past_the_largest_double_go_on_scaled() {
+    let f = StoredValue::Float;
+    let batch = |values: Vec<StoredValue>| ReadingBatch {
+        timestamps: (0..values.len() as i64).collect(),
+        masks: vec![1; values.len()],
+        values,
+    };
+    let huge = batch(vec![f(1.5e308), f(1.7e308), f(1.6e308), dec(3, 0)]);
+    let mean = fold(Agg::Mean, &huge).values[0].to_f64();
+    assert!((mean / 1.2e308 - 1.0).abs() < 1e-15, "the mean of values near the largest double: {mean}");
+    assert_eq!(json(&fold(Agg::Sum, &huge).values), vec!["null"], "a sum past the largest double");
+    let back = batch(vec![f(1.5e308), f(1.5e308), f(-1.5e308), dec(25, 1)]);
+    assert_eq!(json(&fold(Agg::Sum, &back).values), vec!["1.5e+308"], "a sum that comes back is a number");
+    assert_eq!(json(&fold(Agg::Mean, &back).values), vec!["3.75e+307"]);
+    let fine = batch(vec![f(0.1), f(0.2), dec(3, 1)]);
+    let before = (0.3 + (0.1f64 + 0.2)) / 3.0;
+    assert_eq!(json(&fold(Agg::Mean, &fine).values), json(&[f(before)]), "unchanged below the largest double");
 }

@@ -151,7 +151,9 @@ pub fn decode(data: &[u8]) -> Option<Vec<SensorStats>> {
             1 => {
                 let mut next = || r.take(8).and_then(|b| b.first_chunk::<8>()).map(|b| f64::from_le_bytes(*b));
                 let (first, min, max, last, sum) = (next()?, next()?, next()?, next()?, next()?);
-                if ![first, min, max, last].iter().all(|v| v.is_finite()) {
+                // A sum past the largest double: the hour is folded from
+                // its readings, whose sum goes on scaled.
+                if ![first, min, max, last, sum].iter().all(|v| v.is_finite()) {
                     return None;
                 }
                 let f = StoredValue::Float;

@@ -219,3 +219,30 @@ on_each_backend! {
         assert_error(&app.alice(&format!("/devices/NOPE/data?{range}&interval=0h")).await, 400, "Bad Request");
     }
 }
+
+on_each_backend! {
+    async fn a_mean_of_values_near_the_largest_double_is_a_number() {
+        let app = TestApp::start().await;
+        // Hour 00 of readings 1.7e308 one a minute (enough for the hour's
+        // stored summary, whose sum overflows), hour 01 of two that do.
+        let at = |h: i64, m: i64| secs("2026-06-10T00:00:00Z") + h * 3600 + m * 60;
+        let mut readings: Vec<_> = (0..20).map(|m| reading("AWLR-001", at(0, m), "AWLR1-wl", 1.7e308)).collect();
+        readings.push(reading("AWLR-001", at(1, 0), "AWLR1-wl", 1.5e308));
+        readings.push(reading("AWLR-001", at(1, 1), "AWLR1-wl", 1.3e308));
+        app.add_readings(readings).await;
+        let range = "start=2026-06-10T00:00:00Z&end=2026-06-10T01:59:59Z";
+        let values = |text: &str| -> Vec<String> {
+            let body: serde_json::Value = serde_json::from_str(text).expect("json");
+            body["data"].as_array().expect("data").iter().map(|b| b["sensors"][0]["value"].to_string()).collect()
+        };
+        let hourly = app.alice(&format!("/devices/AWLR-001/data?{range}&interval=1h&agg=mean")).await;
+        assert_eq!(hourly.status, 200, "{}", hourly.text);
+        assert_eq!(values(&hourly.text), ["1.7e+308", "1.4e+308"], "{}", hourly.text);
+        let daily = app.alice(&format!("/devices/AWLR-001/data?{range}&interval=1d&agg=mean")).await;
+        let mean: f64 = values(&daily.text)[0].parse().expect("a number");
+        let expected = 1.7e308 / 22.0 * 20.0 + 1.5e308 / 22.0 + 1.3e308 / 22.0;
+        assert!((mean / expected - 1.0).abs() < 1e-12, "{}", daily.text);
+        let sum = app.alice(&format!("/devices/AWLR-001/data?{range}&interval=1h&agg=sum")).await;
+        assert_eq!(values(&sum.text), ["null", "null"], "a sum beyond a double: {}", sum.text);
+    }
+}
