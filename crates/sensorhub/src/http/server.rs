@@ -129,10 +129,8 @@ async fn serve_connection(
     let _ = stream.set_nodelay(true);
     let activity = Arc::new(Activity::new());
     let guarded = GuardedStream::new(stream, limits.write_timeout, activity.clone());
-    let watch = Watch::new();
-    let service = service(app, peer, activity.clone(), watch.clone());
     let Some(acceptor) = tls else {
-        let conn = http1(&limits).serve_connection(TokioIo::new(guarded), service);
+        let conn = http1(&limits).serve_connection(TokioIo::new(guarded), service(app, peer, activity.clone(), plain));
         return drive(conn, peer, &activity, limits, stopping, std::future::pending()).await;
     };
     let stream = match tokio::time::timeout(limits.header_read_timeout, acceptor.accept(guarded)).await {
@@ -146,10 +144,15 @@ async fn serve_connection(
     if super::tls::is_h2(stream.get_ref().1.alpn_protocol()) {
         let mut http = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
         http.timer(TokioTimer::new()).max_concurrent_streams(Some(MAX_H2_STREAMS));
-        let conn = http.serve_connection(TokioIo::new(stream), service);
+        let watch = Watch::new();
+        let watched = {
+            let watch = watch.clone();
+            move |body: axum::body::Body, request: InFlight| watch.body(plain(body, request))
+        };
+        let conn = http.serve_connection(TokioIo::new(stream), service(app, peer, activity.clone(), watched));
         drive(conn, peer, &activity, limits, stopping, watch.stalled(limits.write_timeout)).await
     } else {
-        let conn = http1(&limits).serve_connection(TokioIo::new(stream), service);
+        let conn = http1(&limits).serve_connection(TokioIo::new(stream), service(app, peer, activity.clone(), plain));
         drive(conn, peer, &activity, limits, stopping, std::future::pending()).await
     }
 }
@@ -166,38 +169,37 @@ fn http1(limits: &ConnectionLimits) -> hyper::server::conn::http1::Builder {
 
 /// The application as a connection's service: each request carries the
 /// client's address and counts as in flight until its body is dropped
-/// (sent whole, or the connection gone); an HTTP/2 answer goes out sliced
-/// and watched in `watch`.
-fn service(
+/// (sent whole, or the connection gone); `answer` makes the body sent of
+/// the application's and the request's [`InFlight`] ([`plain`], or over
+/// HTTP/2 [`Watch::body`] of it).
+fn service<B: hyper::body::Body + Send + 'static>(
     app: Router,
     peer: SocketAddr,
     tracked: Arc<Activity>,
-    watch: Arc<Watch>,
+    answer: impl Fn(axum::body::Body, InFlight) -> B + Clone + Send + Sync + 'static,
 ) -> impl hyper::service::Service<
     Request<Incoming>,
-    Response = axum::response::Response,
+    Response = hyper::Response<B>,
     Error = std::convert::Infallible,
-    Future = impl Future<Output = Result<axum::response::Response, std::convert::Infallible>> + Send,
+    Future = impl Future<Output = Result<hyper::Response<B>, std::convert::Infallible>> + Send,
 > + Clone {
     hyper::service::service_fn(move |mut req: Request<Incoming>| {
         req.extensions_mut().insert(ConnectInfo(peer));
         let request = tracked.begin();
-        let app = app.clone();
-        let watch = (req.version() == hyper::Version::HTTP_2).then(|| watch.clone());
+        let (app, answer) = (app.clone(), answer.clone());
         async move {
             let response = app.oneshot(req.map(axum::body::Body::new)).await?;
-            Ok::<_, std::convert::Infallible>(response.map(|body| {
-                let body = body.map_frame(move |frame| {
-                    let _in_flight = &request;
-                    frame
-                });
-                match watch {
-                    Some(watch) => axum::body::Body::new(watch.body(body)),
-                    None => axum::body::Body::new(body),
-                }
-            }))
+            Ok::<_, std::convert::Infallible>(response.map(|body| answer(body, request)))
         }
     })
+}
+
+/// The application's body, holding `request` in flight until it is dropped.
+fn plain(body: axum::body::Body, request: InFlight) -> axum::body::Body {
+    axum::body::Body::new(body.map_frame(move |frame| {
+        let _in_flight = &request;
+        frame
+    }))
 }
 
 /// A served connection of either protocol, which can be told to finish.

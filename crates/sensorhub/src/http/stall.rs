@@ -5,35 +5,29 @@
 //! more: nothing is written, so the socket's guard never fires, and the
 //! answer's rendered bytes are held for as long as the connection lives.
 //!
-//! So every HTTP/2 answer body is [`Watched`]: it goes out in slices of at
-//! most [`SLICE`] bytes (the bytes are the same; a slice is a view, not a
-//! copy), and keeps a mark of when it last handed a slice to hyper or had
-//! one written out (h2 drops a slice once it is written). hyper asks for
-//! more once the window has room for what it queued, and the mark is
-//! cleared then. An answer whose mark is older than the write timeout has
-//! had data waiting for that long with none of it written: its client
-//! opened no window. [`Watch::stalled`] resolves and the connection is cut,
-//! as it would be over HTTP/1.1. The last slice keeps the mark alive until
-//! it is written, so a small answer behind a shut window is watched too. A
-//! reader that keeps opening windows is not cut, however long the answer;
-//! h2 sends the answers of a connection in turn, a frame each, so one with
-//! `k` answers waiting at once must carry `k` slices per write timeout.
+//! So every HTTP/2 answer body is [`Watched`]: its data goes to hyper as
+//! [`Piece`]s (the same bytes, not copied) that keep a mark of when the
+//! answer last handed data over or had some of it written out (h2 advances
+//! a piece as it writes its frames, as the client's window lets it). The
+//! mark is cleared while hyper asks the body for more. An answer whose mark
+//! is older than the write timeout has had data waiting that long with
+//! none of it written: its client opened no window. [`Watch::stalled`]
+//! resolves and the connection is cut, as it would be over HTTP/1.1. A
+//! piece keeps the mark alive until it is written whole, so the end of an
+//! answer, after hyper is done with its body, is watched too. A reader that
+//! keeps taking bytes is never cut, however long the answer; h2 sends the
+//! answers of a connection in turn, a frame (16 KiB at most) each.
 
 use bytes::{Buf, Bytes};
 use hyper::body::{Body, Frame, SizeHint};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, ready};
 use std::time::Duration;
 use tokio::time::Instant;
 
-/// The most an answer body hands to hyper at once over HTTP/2: HTTP/2's
-/// default frame size. A client must take this much within the write
-/// timeout.
-pub const SLICE: usize = 16 << 10;
-
-/// A body's mark when it has no slice out.
+/// A body's mark while hyper is asking it for more.
 const ASKED: u64 = u64::MAX;
 
 /// Milliseconds since `origin`, short of [`ASKED`].
@@ -50,8 +44,8 @@ pub struct Watch {
 
 #[derive(Debug, Default)]
 struct Bodies {
-    /// Each body's mark: milliseconds since `origin` at which it handed out
-    /// the slice it waits to be asked past, or [`ASKED`].
+    /// Each answer's mark: milliseconds since `origin` at which it last
+    /// handed data to hyper or had some written, or [`ASKED`].
     marks: Vec<Weak<AtomicU64>>,
     /// Length at which `marks` is next rid of finished bodies.
     prune_at: usize,
@@ -71,7 +65,7 @@ impl Watch {
         self.bodies.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// `inner`, sliced and watched.
+    /// `inner`, watched.
     pub fn body<B>(self: &Arc<Self>, inner: B) -> Watched<B> {
         let mark = Arc::new(AtomicU64::new(ASKED));
         let mut bodies = self.bodies();
@@ -81,10 +75,10 @@ impl Watch {
         }
         bodies.marks.push(Arc::downgrade(&mark));
         drop(bodies);
-        Watched { inner, rest: Bytes::new(), mark, watch: self.clone() }
+        Watched { inner, mark, origin: self.origin }
     }
 
-    /// When the longest-waiting slice was handed out, if one is out.
+    /// The oldest mark, if an answer has data waiting.
     fn oldest(&self) -> Option<u64> {
         let mut bodies = self.bodies();
         bodies.marks.retain(|m| m.strong_count() > 0);
@@ -106,87 +100,71 @@ impl Watch {
     }
 }
 
-/// An HTTP/2 answer body: `B`'s frames in slices of at most [`SLICE`]
-/// bytes, its waits noted in its connection's [`Watch`].
+/// An HTTP/2 answer body: `B`'s frames, their data as [`Piece`]s, its
+/// waits noted in its connection's [`Watch`].
 #[derive(Debug)]
 pub struct Watched<B> {
     inner: B,
-    /// What is left of the data frame being sliced.
-    rest: Bytes,
-    mark: Arc<AtomicU64>,
-    watch: Arc<Watch>,
-}
-
-impl<B> Watched<B> {
-    /// The next slice of `rest`, noted as handed out now.
-    fn hand(&mut self) -> Frame<Bytes> {
-        let bytes = self.rest.split_to(self.rest.len().min(SLICE));
-        let now = self.watch.now();
-        self.mark.store(now, Ordering::Release);
-        Frame::data(Bytes::from_owner(Slice { bytes, mark: self.mark.clone(), origin: self.watch.origin }))
-    }
-}
-
-/// A slice handed to hyper: it keeps its answer's mark alive, and moves it
-/// on when h2 drops it, written out.
-struct Slice {
-    bytes: Bytes,
     mark: Arc<AtomicU64>,
     origin: Instant,
-}
-
-impl AsRef<[u8]> for Slice {
-    fn as_ref(&self) -> &[u8] {
-        &self.bytes
-    }
-}
-
-impl Drop for Slice {
-    fn drop(&mut self) {
-        let now = ms_since(self.origin);
-        let _ = self.mark.fetch_update(Ordering::AcqRel, Ordering::Acquire, |m| (m != ASKED).then_some(now));
-    }
 }
 
 impl<B> Body for Watched<B>
 where
     B: Body<Data = Bytes> + Unpin,
 {
-    type Data = Bytes;
+    type Data = Piece;
     type Error = B::Error;
 
-    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Piece>, B::Error>>> {
         let this = &mut *self;
         this.mark.store(ASKED, Ordering::Release);
-        if this.rest.has_remaining() {
-            return Poll::Ready(Some(Ok(this.hand())));
-        }
-        match Pin::new(&mut this.inner).poll_frame(cx) {
-            Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
-                Ok(data) if data.is_empty() => Poll::Ready(Some(Ok(Frame::data(data)))),
-                Ok(data) => {
-                    this.rest = data;
-                    Poll::Ready(Some(Ok(this.hand())))
-                }
-                Err(other) => Poll::Ready(Some(Ok(other))),
-            },
-            other => other,
-        }
+        let frame = match ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
+            Some(Ok(frame)) => frame,
+            Some(Err(e)) => return Poll::Ready(Some(Err(e))),
+            None => return Poll::Ready(None),
+        };
+        Poll::Ready(Some(Ok(frame.map_data(|bytes| {
+            if !bytes.is_empty() {
+                this.mark.store(ms_since(this.origin), Ordering::Release);
+            }
+            Piece { bytes, mark: this.mark.clone(), origin: this.origin }
+        }))))
     }
 
     fn is_end_stream(&self) -> bool {
-        self.rest.is_empty() && self.inner.is_end_stream()
+        self.inner.is_end_stream()
     }
 
     fn size_hint(&self) -> SizeHint {
-        let inner = self.inner.size_hint();
-        let rest = self.rest.len() as u64;
-        let mut hint = SizeHint::new();
-        hint.set_lower(inner.lower().saturating_add(rest));
-        if let Some(upper) = inner.upper() {
-            hint.set_upper(upper.saturating_add(rest));
+        self.inner.size_hint()
+    }
+}
+
+/// Data of an HTTP/2 answer handed to hyper: its bytes, and its answer's
+/// mark, kept alive while h2 holds the piece and moved on as h2 writes it.
+#[derive(Debug)]
+pub struct Piece {
+    bytes: Bytes,
+    mark: Arc<AtomicU64>,
+    origin: Instant,
+}
+
+impl Buf for Piece {
+    fn remaining(&self) -> usize {
+        self.bytes.len()
+    }
+
+    fn chunk(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    fn advance(&mut self, cnt: usize) {
+        self.bytes.advance(cnt);
+        if cnt > 0 {
+            let now = ms_since(self.origin);
+            let _ = self.mark.fetch_update(Ordering::AcqRel, Ordering::Acquire, |m| (m != ASKED).then_some(now));
         }
-        hint
     }
 }
 
@@ -196,42 +174,35 @@ mod tests {
     use http_body_util::{BodyExt, Full};
 
     #[tokio::test]
-    async fn a_body_goes_in_slices_with_its_exact_length_and_same_bytes() {
+    async fn an_answer_goes_as_it_is_with_its_exact_length() {
         let watch = Watch::new();
-        let bytes: Bytes = (0..(SLICE * 2 + 5)).map(|i| (i % 251) as u8).collect();
+        let bytes: Bytes = (0..70_000).map(|i| (i % 251) as u8).collect();
         let mut body = watch.body(Full::new(bytes.clone()));
         assert_eq!(body.size_hint().exact(), Some(bytes.len() as u64));
-        let mut got = Vec::new();
-        let mut sizes = Vec::new();
-        while let Some(frame) = body.frame().await {
-            let data = frame.expect("frame").into_data().expect("data");
-            sizes.push(data.len());
-            got.extend_from_slice(&data);
-            assert_eq!(body.size_hint().exact(), Some((bytes.len() - got.len()) as u64));
-        }
-        assert_eq!(sizes, [SLICE, SLICE, 5]);
-        assert_eq!(got, bytes);
+        let mut piece = body.frame().await.expect("a frame").expect("data").into_data().expect("data");
+        assert_eq!(piece.copy_to_bytes(piece.remaining()), bytes);
         assert!(body.is_end_stream());
+        assert!(body.frame().await.is_none());
     }
 
     #[tokio::test(start_paused = true)]
-    async fn an_answer_with_a_slice_waiting_the_timeout_and_nothing_written_is_a_stall() {
+    async fn an_answer_with_data_waiting_the_timeout_and_none_written_is_a_stall() {
         let watch = Watch::new();
         let timeout = Duration::from_secs(30);
         let quiet = |d: u64| tokio::time::timeout(Duration::from_secs(d), watch.stalled(timeout));
-        let mut body = watch.body(Full::new(Bytes::from(vec![7u8; SLICE * 3])));
-        let first = body.frame().await;
-        assert!(quiet(20).await.is_err(), "handed out 20 s ago");
-        drop(first);
-        assert!(quiet(20).await.is_err(), "written out 20 s ago: a slow reader");
-        drop(body.frame().await);
-        let last = body.frame().await;
+        let mut body = watch.body(Full::new(Bytes::from(vec![7u8; 3000])));
+        let mut piece = body.frame().await.expect("a frame").expect("data").into_data().expect("data");
         assert!(body.is_end_stream());
         drop(body);
+        assert!(quiet(20).await.is_err(), "handed out 20 s ago");
+        piece.advance(1000);
+        assert!(quiet(20).await.is_err(), "a byte written 20 s ago: a slow reader");
+        piece.advance(1000);
         let started = Instant::now();
         watch.stalled(timeout).await;
-        assert_eq!(started.elapsed(), timeout, "the last slice, handed out and never written, is watched");
-        drop(last);
+        assert_eq!(started.elapsed(), timeout, "the end of an answer, held and never written, is watched");
+        piece.advance(1000);
+        drop(piece);
         assert!(quiet(60).await.is_err(), "a finished answer is no stall");
     }
 }

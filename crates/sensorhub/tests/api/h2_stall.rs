@@ -120,7 +120,7 @@ async fn an_http2_answer_whose_window_stays_shut_is_cut_and_others_are_served() 
     let day = get(&send, DAY_PATH).await;
     assert_eq!((long.status(), day.status()), (StatusCode::OK, StatusCode::OK));
     // A small answer behind a window of one byte: hyper is done with its
-    // body once it has queued the only slice, which h2 then holds. (Each
+    // body once it has queued its only frame, which h2 then holds. (Each
     // answer's head is kept: a dropped one would reset its stream.)
     let (tiny, tiny_conn) = connect(&app, 1).await;
     let devices = get(&tiny, "/external/v1/pk-alice-all/devices").await;
@@ -133,7 +133,7 @@ async fn an_http2_answer_whose_window_stays_shut_is_cut_and_others_are_served() 
     let waited = started.elapsed();
     assert!(waited < Duration::from_secs(5), "cut after {waited:?} with a write timeout of 1 s");
     let ended = tokio::time::timeout(Duration::from_secs(5), tiny_conn).await;
-    assert!(ended.is_ok(), "the connection holding a small answer's last slice is still open");
+    assert!(ended.is_ok(), "the connection holding a small answer's last frame is still open");
 
     let (other, _conn) = connect(&app, 65_535).await;
     let cut = metric(&other, "sensorhub_http_connections_closed_total{reason=\"write_stall\"}").await;
