@@ -6,9 +6,26 @@
 use super::AppState;
 use super::auth::Caller;
 use crate::live::access::still_allowed;
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
 use sensorhub_store::Store;
 use std::sync::Arc;
 use tokio::sync::watch;
+
+/// The access generation as it stood before the request was authenticated
+/// (listed before the caller among a handler's extractors): an answer whose
+/// store read finds a later one was checked against an older state, since a
+/// login (an Argon2 check) takes a while, and checks its caller again
+/// before its next page, as a stream does at once.
+pub struct AccessSeen(pub i64);
+
+impl FromRequestParts<AppState> for AccessSeen {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(_: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
+        Ok(AccessSeen(*state.access.borrow()))
+    }
+}
 
 /// Why an answer under way was cut.
 #[derive(Debug)]
@@ -47,6 +64,9 @@ pub struct Guard {
     access: watch::Receiver<i64>,
     /// The access generation the caller was last found allowed at.
     seen: i64,
+    /// A generation the store is known to have reached (read with the
+    /// answer's first page), before the watch may show it.
+    known: i64,
     caller: Caller,
     device_id: String,
     store: Arc<dyn Store>,
@@ -57,14 +77,19 @@ impl Guard {
     /// generation `seen`.
     pub fn new(state: &AppState, caller: &Caller, device_id: &str, seen: i64) -> Self {
         let (access, store) = (state.access.clone(), state.store.clone());
-        Self { access, seen, caller: caller.clone(), device_id: device_id.to_owned(), store }
+        Self { access, seen, known: seen, caller: caller.clone(), device_id: device_id.to_owned(), store }
+    }
+
+    /// This guard, knowing that the store has reached generation `known`.
+    pub fn knowing(self, known: i64) -> Self {
+        Self { known, ..self }
     }
 
     /// Whether the answer may go on: the store is asked again only when the
     /// access generation (read every second) moved since the caller was
     /// last found allowed; a store that cannot answer ends it too.
     pub async fn holds(&mut self) -> bool {
-        let now = *self.access.borrow();
+        let now = (*self.access.borrow()).max(self.known);
         if now <= self.seen {
             return true;
         }

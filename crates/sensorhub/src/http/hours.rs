@@ -239,21 +239,24 @@ impl<T> Windowed<T> {
 /// The raw readings of `device_id` visible to `caller` within `range`,
 /// rendered by the encoder `encoder` makes for its sensors, as a response
 /// body. With `confirm`, the caller's scope is a kept one that holds only at that
-/// access generation, which the store reads with the device. The first page
+/// access generation, which the store reads with the device; `checked` is
+/// the generation the caller was checked at (or a later one). The first page
 /// is fetched before this returns, so that a failing store is a 500 rather
 /// than a cut-off 200; an answer of more pages checks its caller again
 /// before each ([`Guard`]).
 pub async fn window(
     state: &AppState,
     caller: &Caller,
-    confirm: Option<i64>,
+    (confirm, checked): (Option<i64>, i64),
     device_id: &str,
     range: TimeRange,
     encoder: impl FnOnce(&[SensorMeta]) -> ReadingEncoder,
 ) -> Result<Windowed, ApiError> {
     let (first, last) = (StoredHour::of(range.start), StoredHour::of(range.end));
     let head = state.store.window_hours(caller.scope, device_id, first, last, PAGE_HOURS).await?;
-    let seen = head.access;
+    // The caller was checked at `checked`: if access moved since, the
+    // guard asks again before the next page.
+    let (seen, known) = (head.access.min(checked), head.access);
     if confirm.is_some_and(|g| g != head.access) {
         return Ok(Windowed::Unconfirmed);
     }
@@ -289,7 +292,7 @@ pub async fn window(
         let remaining = pieces.iter().map(|b| b.len() as u64).sum();
         return Ok(Windowed::Body(axum::body::Body::new(Pieces { left: pieces, remaining })));
     }
-    rest.guard = Some(Guard::new(state, caller, device_id, seen));
+    rest.guard = Some(Guard::new(state, caller, device_id, seen).knowing(known));
     let later = stream::unfold(rest, |mut rest| async move { rest.step().await.map(|r| (r, rest)) });
     let body = stream::iter([Ok(pieces)]).chain(later).flat_map(|r| {
         let items: Vec<Result<Bytes, std::io::Error>> = match r {

@@ -5,7 +5,7 @@ use super::AppState;
 use super::auth::{BasicCaller, Caller, KeptReader, PublicReader, path_param};
 use super::encode::{Format, ReadingEncoder};
 use super::error::ApiError;
-use super::guard::{Cut, Guard};
+use super::guard::{AccessSeen, Cut, Guard};
 use super::hours::Windowed;
 use super::schema::{ErrorBody, ReadingList};
 use axum::body::Body;
@@ -87,11 +87,12 @@ impl<S: Send + Sync> FromRequestParts<S> for DevicePath {
     ))]
 pub async fn read_basic(
     State(state): State<AppState>,
+    AccessSeen(seen): AccessSeen,
     BasicCaller(caller): BasicCaller,
     DevicePath(device_id): DevicePath,
     params: RangeParams,
 ) -> Result<Response, ApiError> {
-    read(&state, &caller, &device_id, &params).await
+    read(&state, &caller, seen, &device_id, &params).await
 }
 
 /// Spec 4.4.
@@ -111,6 +112,7 @@ pub async fn read_basic(
     ))]
 pub async fn read_public(
     State(state): State<AppState>,
+    AccessSeen(seen): AccessSeen,
     reader: PublicReader,
     DevicePath(device_id): DevicePath,
     params: Result<RangeParams, ApiError>,
@@ -125,7 +127,7 @@ pub async fn read_public(
             Some(Ok(Windowed::Unconfirmed)) | None => kept.check(&state).await?,
         },
     };
-    read(&state, &caller, &device_id, &params?).await
+    read(&state, &caller, seen, &device_id, &params?).await
 }
 
 /// A raw window read on an API key's kept answer, confirmed by the access
@@ -144,7 +146,7 @@ async fn kept_raw(
     if asked.aggregation.is_some() {
         return None;
     }
-    Some(raw(state, &kept.caller, Some(kept.access), device_id, asked).await)
+    Some(raw(state, &kept.caller, Some(kept.access), kept.access, device_id, asked).await)
 }
 
 /// What a readings request asks for, checked.
@@ -181,48 +183,59 @@ impl Asked {
     }
 }
 
-/// Spec 4.2 and 4.4, for `caller`.
-async fn read(state: &AppState, caller: &Caller, device_id: &str, params: &RangeParams) -> Result<Response, ApiError> {
+/// Spec 4.2 and 4.4, for `caller`, authenticated at access generation
+/// `seen` or later.
+async fn read(
+    state: &AppState,
+    caller: &Caller,
+    seen: i64,
+    device_id: &str,
+    params: &RangeParams,
+) -> Result<Response, ApiError> {
     let asked = Asked::of(state, params)?;
     match asked.aggregation {
-        None => match raw(state, caller, None, device_id, asked).await? {
+        None => match raw(state, caller, None, seen, device_id, asked).await? {
             Windowed::Body(response) => Ok(response),
             // (Unconfirmed needs a generation to confirm; none was given.)
             Windowed::NotVisible | Windowed::Unconfirmed => Err(ApiError::DeviceNotFound),
         },
-        Some(a) => aggregated(state, caller, device_id, asked, a).await,
+        Some(a) => aggregated(state, caller, seen, device_id, asked, a).await,
     }
 }
 
-/// A raw window as a response ([`super::hours::window`]; `confirm` as there).
+/// A raw window as a response ([`super::hours::window`]; `confirm` and
+/// `seen` as there).
 /// The device and the first readings come together, so that a failing store
 /// still gets a 500 rather than a cut-off 200.
 async fn raw(
     state: &AppState,
     caller: &Caller,
     confirm: Option<i64>,
+    seen: i64,
     device_id: &str,
     asked: Asked,
 ) -> Result<Windowed<Response>, ApiError> {
     let Asked { format, resolved, .. } = asked;
     let (offset, zone) = (resolved.offset, resolved.zone);
     let encoder = move |sensors: &[_]| ReadingEncoder::with_format(format, sensors, offset, zone);
-    let windowed = super::hours::window(state, caller, confirm, device_id, resolved.range, encoder).await?;
+    let windowed = super::hours::window(state, caller, (confirm, seen), device_id, resolved.range, encoder).await?;
     Ok(windowed.map(|body| ([(header::CONTENT_TYPE, format.content_type())], body).into_response()))
 }
 
-/// An aggregated window, batch by batch; the caller checked again before
-/// each batch after the first ([`Guard`]).
+/// An aggregated window, batch by batch; the caller (authenticated at
+/// access generation `seen` or later) checked again before each batch
+/// after the first ([`Guard`]).
 async fn aggregated(
     state: &AppState,
     caller: &Caller,
+    seen: i64,
     device_id: &str,
     asked: Asked,
     a: Aggregation,
 ) -> Result<Response, ApiError> {
     let Asked { format, resolved, zone, .. } = asked;
     let aggregator = Aggregator::new(Buckets::new(a.interval, zone), a.agg);
-    let seen = *state.access.borrow();
+    let known = *state.access.borrow();
     let window = aggregated_window(state.store.clone(), caller.scope, device_id, resolved.range, aggregator)
         .await?
         .ok_or(ApiError::DeviceNotFound)?;
@@ -239,7 +252,7 @@ async fn aggregated(
         return Ok(([(header::CONTENT_TYPE, content_type.clone())], body).into_response());
     }
     let head = Bytes::from(encoder.begin(&window.first));
-    let guard = Guard::new(state, caller, device_id, seen);
+    let guard = Guard::new(state, caller, device_id, seen.min(known)).knowing(known);
     let rest = stream::unfold((window.rest, Some(guard)), |(mut rest, guard)| async move {
         let mut guard = guard?;
         if !guard.holds().await {

@@ -12,6 +12,7 @@ use super::AppState;
 use super::auth::{BasicCaller, Caller, PublicCaller};
 use super::encode::{Format, ReadingEncoder};
 use super::error::ApiError;
+use super::guard::AccessSeen;
 use super::ratelimit::ClientAddress;
 use super::readings::DevicePath;
 use super::schema::ErrorBody;
@@ -115,19 +116,6 @@ pub async fn stream_public(
     address: ClientAddress,
 ) -> Result<Response, ApiError> {
     stream(state, seen, caller, device, params, address).await
-}
-
-/// The access generation as it stood before the request was authenticated:
-/// a stream whose caller was checked against an older state checks again
-/// at once. Listed before the caller among a handler's extractors.
-pub struct AccessSeen(i64);
-
-impl FromRequestParts<AppState> for AccessSeen {
-    type Rejection = std::convert::Infallible;
-
-    async fn from_request_parts(_: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
-        Ok(AccessSeen(*state.access.borrow()))
-    }
 }
 
 /// Both stream endpoints: `tz` is checked before the store is asked, as on

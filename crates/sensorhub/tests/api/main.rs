@@ -25,6 +25,7 @@ mod hooks;
 mod influx;
 mod instances;
 mod latest;
+mod login_race;
 mod long_answers;
 mod mqtt;
 mod mqtt_devices;

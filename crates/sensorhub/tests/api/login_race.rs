@@ -1,0 +1,60 @@
+//! A long answer whose account is disabled while its login is being
+//! checked (an Argon2 check takes a while) stops at its next page, as one
+//! disabled after its first page does: its first store read finds access
+//! changed since the request was authenticated, so its caller is asked
+//! again before the next page.
+
+use crate::harness::{TestApp, basic};
+use crate::slow::add_long_history;
+use std::time::{Duration, Instant};
+
+const SLOW_PASSWORD: &str = "slow-login-password";
+
+/// Its hash at the largest cost `apply` accepts (64 MiB, 8 passes), so that
+/// a login takes long enough to disable the account during one.
+const SLOW_HASH: &str =
+    "$argon2id$v=19$m=65536,t=8,p=1$9AxN3VUOnq14hDozKX+aSg$AmahjGQQNqCmOs9dgFLjeX/UhMyhyBdPsbIXq7JzMYM";
+
+async fn provision(app: &TestApp, text: &str) {
+    let mut doc: sensorhub_core::provision::Provision =
+        sensorhub_core::provision::parse_json(text).expect("document parses");
+    let readings = doc.check().expect("document is valid");
+    app.store.apply(doc, readings).await.expect("document applies");
+}
+
+on_each_backend! {
+    async fn a_long_answer_whose_account_is_disabled_during_its_login_stops_at_its_next_page() {
+        let app = TestApp::start().await;
+        add_long_history(&app).await;
+        provision(&app, &format!(r#"{{"accounts":[{{"username":"alice","password_hash":"{SLOW_HASH}"}}]}}"#)).await;
+        // How long a login takes: a wrong password costs the same check.
+        let started = Instant::now();
+        assert_eq!(app.get_as("alice", "not-the-password", "/devices").await.status, 401);
+        let login = started.elapsed();
+        assert!(login >= Duration::from_millis(200), "a login took {login:?}: too quick to disable during one");
+
+        let url = format!("{}/devices/AWLR-001/data?start=2026-01-01T00:00:00Z&end=2026-03-01T00:00:00Z", app.base);
+        let request = reqwest::Client::new().get(url).header("Authorization", basic("alice", SLOW_PASSWORD)).send();
+        let answer = tokio::spawn(async move {
+            let mut response = request.await.expect("an answer");
+            let (status, mut got) = (response.status(), 0);
+            loop {
+                match response.chunk().await {
+                    Ok(Some(chunk)) => got += chunk.len(),
+                    Ok(None) => return (status, got, true),
+                    Err(_) => return (status, got, false),
+                }
+            }
+        });
+        // The account is read at once, then the password checked: disable
+        // it a quarter of the way through the check.
+        tokio::time::sleep(login / 4).await;
+        provision(&app, r#"{"accounts":[{"username":"alice","disabled":true}]}"#).await;
+        let (status, got, whole) = answer.await.expect("the request's task");
+        assert_eq!(status, 200, "authenticated before the account was disabled");
+        assert!(!whole, "the answer went on whole ({got} bytes) for an account disabled during its login");
+        // Its first page is a day and a little more (about 400 KB), of 16 MB.
+        assert!(got < 1 << 20, "cut after {got} bytes: not at its second page");
+        assert_eq!(app.get_as("alice", SLOW_PASSWORD, "/devices").await.status, 403, "and is refused after");
+    }
+}
