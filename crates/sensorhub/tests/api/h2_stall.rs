@@ -5,7 +5,7 @@
 //! stream beside them is left alone. The client is the
 //! h2 crate, so that the windows are the test's to hold shut.
 
-use crate::harness::{ALICE_PASSWORD, TestApp, basic};
+use crate::harness::{ALICE_PASSWORD, TestApp, basic, metric_in};
 use crate::slow::{LONG_PATH, add_long_history};
 use axum::http::{Request, Response, StatusCode};
 use bytes::Bytes;
@@ -112,12 +112,7 @@ async fn read_all(mut body: RecvStream, pause: Duration) -> Vec<u8> {
 /// The value of the metric line starting with `prefix`, asked over HTTP/2.
 async fn metric(send: &SendRequest<Bytes>, prefix: &str) -> f64 {
     let text = read_all(get(send, "/metrics").await.into_body(), Duration::ZERO).await;
-    let text = String::from_utf8(text).expect("utf-8");
-    text.lines()
-        .find(|l| l.starts_with(prefix))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no metric {prefix} in {text}"))
+    metric_in(&String::from_utf8(text).expect("utf-8"), prefix)
 }
 
 #[tokio::test]

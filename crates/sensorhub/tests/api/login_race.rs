@@ -15,18 +15,11 @@ const SLOW_PASSWORD: &str = "slow-login-password";
 const SLOW_HASH: &str =
     "$argon2id$v=19$m=65536,t=8,p=1$9AxN3VUOnq14hDozKX+aSg$AmahjGQQNqCmOs9dgFLjeX/UhMyhyBdPsbIXq7JzMYM";
 
-async fn provision(app: &TestApp, text: &str) {
-    let mut doc: sensorhub_core::provision::Provision =
-        sensorhub_core::provision::parse_json(text).expect("document parses");
-    let readings = doc.check().expect("document is valid");
-    app.store.apply(doc, readings).await.expect("document applies");
-}
-
 on_each_backend! {
     async fn a_long_answer_whose_account_is_disabled_during_its_login_stops_at_its_next_page() {
         let app = TestApp::start().await;
         add_long_history(&app).await;
-        provision(&app, &format!(r#"{{"accounts":[{{"username":"alice","password_hash":"{SLOW_HASH}"}}]}}"#)).await;
+        app.apply(&format!(r#"{{"accounts":[{{"username":"alice","password_hash":"{SLOW_HASH}"}}]}}"#)).await;
         // How long a login takes: a wrong password costs the same check.
         let started = Instant::now();
         assert_eq!(app.get_as("alice", "not-the-password", "/devices").await.status, 401);
@@ -49,7 +42,7 @@ on_each_backend! {
         // The account is read at once, then the password checked: disable
         // it a quarter of the way through the check.
         tokio::time::sleep(login / 4).await;
-        provision(&app, r#"{"accounts":[{"username":"alice","disabled":true}]}"#).await;
+        app.apply(r#"{"accounts":[{"username":"alice","disabled":true}]}"#).await;
         let (status, got, whole) = answer.await.expect("the request's task");
         assert_eq!(status, 200, "authenticated before the account was disabled");
         assert!(!whole, "the answer went on whole ({got} bytes) for an account disabled during its login");

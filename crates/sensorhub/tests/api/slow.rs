@@ -3,7 +3,7 @@
 //! send half a request head (or nothing), and readers that stop reading a
 //! long answer. A slow reader that keeps taking bytes is not cut.
 
-use crate::harness::{ALICE_PASSWORD, TestApp, basic};
+use crate::harness::{ALICE_PASSWORD, TestApp, basic, metric_in};
 use sensorhub::config::serve::ServeSettings;
 use sensorhub::config::server::ConnectionLimits;
 use sensorhub::limiter::RateLimitSetting;
@@ -52,11 +52,7 @@ async fn closed_within(conn: &mut TcpStream, within: Duration) -> Option<Duratio
 /// A value of the `sensorhub_…` metric line starting with `prefix`.
 async fn metric(app: &TestApp, prefix: &str) -> f64 {
     let text = app.request(reqwest::Method::GET, &format!("{}/metrics", app.root()), &[], None).await.text;
-    text.lines()
-        .find(|l| l.starts_with(prefix))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no metric {prefix} in {text}"))
+    metric_in(&text, prefix)
 }
 
 #[tokio::test]

@@ -241,20 +241,12 @@ on_each_backend! {
     }
 }
 
-/// Applies a provisioning document to the app's store.
-async fn provision(app: &TestApp, text: &str) {
-    let mut doc: sensorhub_core::provision::Provision =
-        sensorhub_core::provision::parse_json(text).expect("document parses");
-    let readings = doc.check().expect("document is valid");
-    app.store.apply(doc, readings).await.expect("document applies");
-}
-
 on_each_backend! {
     async fn seeing_a_device_does_not_let_a_key_write_it() {
         let app = TestApp::with(ingest_app()).await;
         let window = "/devices/AWS-002/data?start=2026-06-01T00:00:00Z&end=2026-06-02T00:00:00Z";
         // carol is shown alice's station, read-only.
-        provision(&app, r#"{"accounts":[{"username":"carol","devices":["AWS-002"]}]}"#).await;
+        app.apply(r#"{"accounts":[{"username":"carol","devices":["AWS-002"]}]}"#).await;
         let body = envelope("AWS-002", "2026-06-01T00:00:00Z", json!({"AWS2-temp": -99}));
         let a = app.webhook(Some("wh-carol-secret"), &body).await;
         assert_eq!(a.status, 403, "{}", a.text);
@@ -263,7 +255,7 @@ on_each_backend! {
         assert_eq!(app.alice(window).await.data(), &json!([]), "nothing was written");
         // The owner writes; a write grant lets carol write too.
         assert_eq!(app.webhook(Some(KEY), &body).await.status, 200);
-        provision(&app, r#"{"accounts":[{"username":"carol","write":["AWS-002"]}]}"#).await;
+        app.apply(r#"{"accounts":[{"username":"carol","write":["AWS-002"]}]}"#).await;
         let carol = envelope("AWS-002", "2026-06-01T00:10:00Z", json!({"AWS2-temp": 24.5}));
         assert_eq!(app.webhook(Some("wh-carol-secret"), &carol).await.status, 200);
         assert_eq!(app.alice(window).await.data().as_array().map(Vec::len), Some(2));
@@ -275,14 +267,14 @@ on_each_backend! {
 on_each_backend! {
     async fn a_changed_grant_or_sensor_holds_at_the_next_request() {
         let app = TestApp::with(ingest_app()).await;
-        provision(&app, r#"{"accounts":[{"username":"carol","devices":["AWS-002"],"write":["AWS-002"]}]}"#).await;
+        app.apply(r#"{"accounts":[{"username":"carol","devices":["AWS-002"],"write":["AWS-002"]}]}"#).await;
         let at = |minute: u32| format!("2026-06-01T00:{minute:02}:00Z");
         let temp = |minute| envelope("AWS-002", &at(minute), json!({"AWS2-temp": 20}));
         assert_eq!(app.webhook(Some("wh-carol-secret"), &temp(1)).await.status, 200);
         assert_eq!(app.webhook(Some("wh-carol-secret"), &temp(2)).await.status, 200, "asked again");
-        provision(&app, r#"{"accounts":[{"username":"carol","write":[]}]}"#).await;
+        app.apply(r#"{"accounts":[{"username":"carol","write":[]}]}"#).await;
         assert_eq!(app.webhook(Some("wh-carol-secret"), &temp(3)).await.status, 403, "the grant taken away");
-        provision(&app, r#"{"accounts":[{"username":"carol","write":["AWS-002"]}]}"#).await;
+        app.apply(r#"{"accounts":[{"username":"carol","write":["AWS-002"]}]}"#).await;
         assert_eq!(app.webhook(Some("wh-carol-secret"), &temp(4)).await.status, 200, "granted again");
         let gust = envelope("AWS-002", &at(5), json!({"AWS2-gust": 12.5}));
         assert_eq!(app.webhook(Some("wh-carol-secret"), &gust).await.status, 400, "no such sensor yet");
@@ -296,8 +288,7 @@ on_each_backend! {
         ]
         .map(|(id, name, kind, unit)| format!(r#"{{"sensor_id":"{id}","name":"{name}","type":"{kind}","unit":"{unit}"}}"#))
         .join(",");
-        provision(
-            &app,
+        app.apply(
             &format!(
                 r#"{{"devices":[{{"device_id":"AWS-002","name":"Stasiun Cuaca Bantul","type":"AWS","lat":-7.8881,
                     "long":110.3289,"interval_seconds":600,"owner":"alice","sensors":[{sensors}]}}]}}"#
@@ -317,7 +308,7 @@ on_each_backend! {
 on_each_backend! {
     async fn a_kept_key_revoked_or_disabled_is_refused_at_the_next_request() {
         let app = TestApp::with(ingest_app()).await;
-        provision(&app, r#"{"accounts":[{"username":"carol","devices":["AWS-002"],"write":["AWS-002"]}]}"#).await;
+        app.apply(r#"{"accounts":[{"username":"carol","devices":["AWS-002"],"write":["AWS-002"]}]}"#).await;
         let temp = |minute: u32| envelope("AWS-002", &format!("2026-06-01T00:{minute:02}:00Z"), json!({"AWS2-temp": 20}));
         let carol = async |body: String| app.webhook(Some("wh-carol-secret"), &body).await;
         assert_eq!(carol(temp(1)).await.status, 200);
@@ -325,22 +316,22 @@ on_each_backend! {
         let key = |revoked: bool| {
             format!(r#"{{"accounts":[{{"username":"carol","webhook_keys":[{{"key":"wh-carol-secret","revoked":{revoked}}}]}}]}}"#)
         };
-        provision(&app, &key(true)).await;
+        app.apply(&key(true)).await;
         // The first request after the revocation comes on the kept answer.
         assert_eq!(carol("{".into()).await.status, 401, "a bad body from a revoked key: still 401");
         let a = carol(temp(3)).await;
         assert_eq!(a.status, 401, "the key revoked");
         assert_eq!(a.text, r#"{"message":"Unauthorized"}"#);
-        provision(&app, &key(false)).await;
+        app.apply(&key(false)).await;
         assert_eq!(carol(temp(4)).await.status, 200, "active again");
-        provision(&app, &key(true)).await;
+        app.apply(&key(true)).await;
         assert_eq!(carol(temp(7)).await.status, 401, "revoked again, on a kept answer: nothing written");
-        provision(&app, &key(false)).await;
+        app.apply(&key(false)).await;
         assert_eq!(carol(temp(4)).await.status, 200, "active again");
         assert_eq!(carol("{".into()).await.status, 400, "a bad body from a valid key");
-        provision(&app, r#"{"accounts":[{"username":"carol","disabled":true}]}"#).await;
+        app.apply(r#"{"accounts":[{"username":"carol","disabled":true}]}"#).await;
         assert_eq!(carol(temp(5)).await.status, 401, "the account disabled");
-        provision(&app, r#"{"accounts":[{"username":"carol","disabled":false}]}"#).await;
+        app.apply(r#"{"accounts":[{"username":"carol","disabled":false}]}"#).await;
         assert_eq!(carol(temp(6)).await.status, 200, "enabled again");
         let window = "/devices/AWS-002/data?start=2026-06-01T00:00:00Z&end=2026-06-02T00:00:00Z";
         let minutes: Vec<String> =

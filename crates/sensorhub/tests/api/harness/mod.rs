@@ -219,6 +219,13 @@ impl TestApp {
         Self::builder().over(db, dir, pg).start().await
     }
 
+    /// Applies the provisioning document `text` as `apply` does.
+    pub async fn apply(&self, text: &str) {
+        let mut doc: Provision = parse_json(text).expect("document parses");
+        let readings = doc.check().expect("document is valid");
+        self.store.apply(doc, readings).await.expect("document applies");
+    }
+
     /// Stores readings directly.
     pub async fn add_readings(&self, readings: Vec<ReadingInput>) {
         self.store
@@ -365,6 +372,15 @@ impl Drop for TestApp {
 pub fn basic(user: &str, password: &str) -> String {
     use base64::Engine;
     format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}")))
+}
+
+/// The value of the metric line starting with `prefix` in a `/metrics` text.
+pub fn metric_in(text: &str, prefix: &str) -> f64 {
+    text.lines()
+        .find(|l| l.starts_with(prefix))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no metric {prefix} in {text}"))
 }
 
 /// Asserts an error answer: status, exact envelope, JSON content type.
