@@ -235,7 +235,6 @@ async fn aggregated(
 ) -> Result<Response, ApiError> {
     let Asked { format, resolved, zone, .. } = asked;
     let aggregator = Aggregator::new(Buckets::new(a.interval, zone), a.agg);
-    let known = *state.access.borrow();
     let window = aggregated_window(state.store.clone(), caller.scope, device_id, resolved.range, aggregator)
         .await?
         .ok_or(ApiError::DeviceNotFound)?;
@@ -252,6 +251,9 @@ async fn aggregated(
         return Ok(([(header::CONTENT_TYPE, content_type.clone())], body).into_response());
     }
     let head = Bytes::from(encoder.begin(&window.first));
+    // An answer of more batches: the store's generation now holds any
+    // change made while the caller was checked (the watch may not yet).
+    let known = state.store.access_generation().await?;
     let guard = Guard::new(state, caller, device_id, seen.min(known)).knowing(known);
     let rest = stream::unfold((window.rest, Some(guard)), |(mut rest, guard)| async move {
         let mut guard = guard?;
