@@ -72,7 +72,7 @@ pub async fn launch(
         crate::demo::keep_reporting(store.clone());
     }
     crate::retention::spawn(store.clone(), settings.retention, settings.retention_every, metrics.clone());
-    crate::silence::spawn(store.clone(), jiff::Timestamp::now().as_second());
+    crate::silence::spawn(store.clone(), crate::silence::started_now());
     crate::vacuum::spawn(store.clone(), metrics.clone());
     if let Some(addr) = settings.metrics_listen {
         let ops = TcpListener::bind(addr).await.map_err(|e| format!("cannot listen on {addr}: {e}"))?;

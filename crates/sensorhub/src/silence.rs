@@ -148,3 +148,11 @@ impl Watch {
 fn now() -> i64 {
     jiff::Timestamp::now().as_second()
 }
+
+/// This server's start for the watch: now, rounded up to the second. The
+/// rules count whole seconds, so a start rounded down would give a
+/// station up to a second less than its rule's time after a restart.
+pub fn started_now() -> i64 {
+    let t = jiff::Timestamp::now();
+    t.as_second() + i64::from(t.subsec_nanosecond() > 0)
+}
