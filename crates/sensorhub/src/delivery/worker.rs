@@ -201,7 +201,7 @@ async fn run(shared: Arc<Shared>, wake: Arc<Notify>) {
                     for job in jobs(claimed.deliveries) {
                         let permits = shared.hold(&job.lead().url);
                         // On the lane: an attempt takes only the CPU the server leaves.
-                        tasks.spawn_on(deliver(shared.clone(), job, permits), shared.lane.handle());
+                        tasks.spawn_on(deliver(shared.clone(), job, permits, last_claim), shared.lane.handle());
                     }
                 }
                 Err(e) => tracing::warn!(error = %e, "cannot claim webhook deliveries; trying again"),
@@ -264,10 +264,13 @@ pub const RECHECK_AFTER: Duration = Duration::from_secs(1);
 
 /// One attempt of `job` (a delivery, or a batch of them) when its
 /// endpoint's turn comes, recorded. A job that waited [`RECHECK_AFTER`] or
-/// more is checked again first, and released unsent (due at once, for the
-/// next claim to drop or send) when it may no longer go.
-async fn deliver(shared: Arc<Shared>, job: Job, permits: Arc<Semaphore>) {
-    let claimed = tokio::time::Instant::now();
+/// more since `claimed` (taken before the claim's transaction, whose view
+/// of access it went out with) is checked again first, and released
+/// unsent (due at once, for the next claim to drop or send) when it may no
+/// longer go. The wait counts from the claim, not from the task's first
+/// poll: on a busy machine the lane's idle-class threads may take seconds
+/// to start it.
+async fn deliver(shared: Arc<Shared>, job: Job, permits: Arc<Semaphore>, claimed: tokio::time::Instant) {
     let sent = match permits.acquire().await {
         Ok(_permit) => {
             if claimed.elapsed() >= RECHECK_AFTER && !still_owed(&shared, &job).await {
