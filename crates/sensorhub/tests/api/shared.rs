@@ -65,6 +65,44 @@ async fn the_received_list_is_shared_and_capped() {
 }
 
 #[tokio::test]
+async fn a_received_list_in_redis_is_capped_by_the_sizes_kept_beside_it() {
+    let prefix = RedisPrefix::new();
+    let app = TestApp::with(options(600, prefix.counters())).await;
+    let envelope = |i: usize| {
+        format!(
+            r#"{{"event":"sensor-data","device_id":"AWLR-001","timestamp":"2026-05-05T07:00:00+07:00","data":{{"AWLR1-wl":{i}}}}}"#
+        )
+    };
+    assert_eq!(app.webhook(Some("wh-alice-secret"), &envelope(0)).await.status, 200);
+    let client = redis::Client::open(crate::harness::redis_url()).expect("redis url");
+    let mut conn = client.get_multiplexed_async_connection().await.expect("redis");
+    let list: Vec<String> =
+        redis::cmd("KEYS").arg(format!("{}:received:*", prefix.prefix)).query_async(&mut conn).await.expect("keys");
+    let [list] = <[String; 1]>::try_from(list).expect("one account's list");
+    let sizes = list.replacen(":received:", ":received-sizes:", 1);
+    // A list as an older version left it: 70 items of 60 KB (4.2 MB, past
+    // the cap), and no sizes beside it.
+    let old = format!(r#"{{"received_at":"old","envelope":{{"pad":"{}"}},"warnings":[]}}"#, "x".repeat(60_000));
+    let () = redis::cmd("DEL").arg(&sizes).query_async(&mut conn).await.expect("del");
+    let () = redis::cmd("RPUSH").arg(&list).arg(vec![old.clone(); 70]).query_async(&mut conn).await.expect("rpush");
+    for i in 1..=3 {
+        assert_eq!(app.webhook(Some("wh-alice-secret"), &envelope(i)).await.status, 200);
+    }
+    let items: Vec<String> =
+        redis::cmd("LRANGE").arg(&list).arg(0).arg(-1).query_async(&mut conn).await.expect("lrange");
+    let kept: Vec<usize> = redis::cmd("LRANGE").arg(&sizes).arg(0).arg(-1).query_async(&mut conn).await.expect("sizes");
+    assert_eq!(kept, items.iter().map(String::len).collect::<Vec<_>>(), "the sizes are in step with the items");
+    let total: usize = kept.iter().sum();
+    assert!(total <= 4 << 20, "within 4 MiB: {total}");
+    assert!(total + old.len() > 4 << 20, "and no more was dropped than needed: {total}");
+    assert_eq!(items.iter().filter(|i| !i.contains(r#""old""#)).count(), 4, "the newest four are kept");
+    assert!(items[0].contains(r#""AWLR1-wl":3"#), "newest first: {}", &items[0][..100]);
+    let url = format!("{}/webhook/sensor-data/received", app.base);
+    let read = app.request(Method::GET, &url, &[("X-API-KEY", "wh-alice-secret")], None).await;
+    assert_eq!(read.data().as_array().map(Vec::len), Some(items.len()), "the endpoint reads the same list");
+}
+
+#[tokio::test]
 async fn without_redis_requests_are_served_and_logins_limited_in_memory() {
     let app = TestApp::with(options(3, stopped_redis())).await;
     for _ in 0..6 {
