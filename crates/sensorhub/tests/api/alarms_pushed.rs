@@ -121,6 +121,9 @@ on_each_backend! {
             "1",
             "--webhook-concurrency",
             "16",
+            // Attempts in the normal class (see hooks::delivery::worker_metered).
+            "--webhook-priority",
+            "normal",
         ];
         let key = [("SENSORHUB_SECRET_KEY", SECRET_KEY)];
 

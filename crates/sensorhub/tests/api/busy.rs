@@ -115,8 +115,9 @@ on_each_backend! {
         eprintln!("during the import: {reads} reads (slowest {slowest:?}), {stored} ingests stored, {refused} refused");
         assert!(reads >= 5, "the import ran long enough to test anything ({reads} reads)");
         // Before reads and writes had connections of their own, a read could
-        // wait behind ingest requests that waited up to 10 s for the lock.
-        assert!(slowest < Duration::from_secs(2), "a read took {slowest:?} during the import");
+        // wait behind ingest requests that waited up to 10 s for the lock
+        // (the bound leaves room for a machine loaded by the tests beside).
+        assert!(slowest < Duration::from_secs(5), "a read took {slowest:?} during the import");
         assert!(stored > 0, "ingest got its turn between the import's transactions ({refused} refused)");
         // Everything acknowledged is there.
         let a = app.alice(window).await;

@@ -246,8 +246,9 @@ async fn a_quiet_stream_gets_heartbeats_and_outlives_the_request_and_keep_alive_
     let limits = ConnectionLimits { keep_alive_timeout: Duration::from_secs(1), ..ConnectionLimits::default() };
     let options = ServeSettings { request_timeout: Duration::from_secs(1), ..ingest() };
     let app = TestApp::with_limits(options, limits).await;
-    let mut quiet = Sse::open(&format!("{}/pk-alice-all/devices/AWLR-001/stream", app.base), &[]).await;
+    // Counted from before the request: the server's 15 s start before its head arrives here.
     let opened = tokio::time::Instant::now();
+    let mut quiet = Sse::open(&format!("{}/pk-alice-all/devices/AWLR-001/stream", app.base), &[]).await;
     let heartbeat = quiet.block_within(Duration::from_secs(20)).await;
     assert_eq!(heartbeat, ":", "a comment line");
     let after = opened.elapsed();

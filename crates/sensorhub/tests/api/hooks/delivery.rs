@@ -8,7 +8,7 @@ use super::receiver::{Received, Receiver, Reply};
 use super::{SECRET_KEY, id_and_secret, subscription};
 use crate::cli::ok;
 use crate::harness::{ServeProcess, TestApp, fresh_database};
-use sensorhub::config::delivery::DeliverySettings;
+use sensorhub::config::delivery::{AttemptPriority, DeliverySettings};
 use sensorhub::config::serve::ServeSettings;
 use sensorhub::config::server::WebhookMode;
 use sensorhub::delivery::seal::SealingKey;
@@ -93,6 +93,10 @@ pub(super) fn worker_with(store: Arc<dyn Store>, settings: DeliverySettings) -> 
 
 /// A worker as [`worker_with`] makes, and its metrics.
 fn worker_metered(store: Arc<dyn Store>, settings: DeliverySettings) -> (WorkerHandle, Arc<TestClock>, Arc<Metrics>) {
+    // Attempts in the normal scheduling class: in the idle class (the
+    // default; lane.rs tests it) they would get no CPU while the suite's
+    // heavy tests run beside, and every bound here would bound the load.
+    let settings = DeliverySettings { priority: AttemptPriority::Normal, ..settings };
     let clock = Arc::new(TestClock(AtomicI64::new(jiff::Timestamp::now().as_millisecond() + 60_000)));
     let metrics = Arc::new(Metrics::default());
     (spawn(store, key(), settings, metrics.clone(), clock.clone()).expect("worker"), clock, metrics)
@@ -329,7 +333,8 @@ on_each_backend! {
         let _ = first.child.wait();
 
         let _second = ServeProcess::start_with(
-            &["--database", &db, "--webhook-allow-private"],
+            // Attempts in the normal class (see worker_metered).
+            &["--database", &db, "--webhook-allow-private", "--webhook-priority", "normal"],
             &[("SENSORHUB_SECRET_KEY", SECRET_KEY)],
         );
         let got = rx.next().await;
