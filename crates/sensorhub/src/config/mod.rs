@@ -153,6 +153,8 @@ pub struct FileConfig {
     pub max_connections: Option<usize>,
     /// Connections one client address may hold.
     pub max_connections_per_address: Option<usize>,
+    /// Bytes of answers one client address may have unsent.
+    pub max_answer_bytes_per_address: Option<usize>,
     /// HTTPS certificate chain (PEM).
     pub tls_cert: Option<std::path::PathBuf>,
     /// HTTPS private key (PEM).

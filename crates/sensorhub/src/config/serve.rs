@@ -117,6 +117,9 @@ pub struct ServeFlags {
     /// Connections one client address (an IPv4 address or an IPv6 /64) may hold at once; past it, a new one is answered 429 and closed. Trusted proxies are exempt [default: an eighth of --max-connections]
     #[arg(long, env = "SENSORHUB_MAX_CONNECTIONS_PER_ADDRESS")]
     pub max_connections_per_address: Option<usize>,
+    /// Bytes of answers one client address may have rendered and not yet sent; past it, its next request waits up to 5 s for them to drain, then gets 429. Trusted proxies are exempt [default: 67108864 (64 MiB); at least 1048576]
+    #[arg(long, env = "SENSORHUB_MAX_ANSWER_BYTES_PER_ADDRESS")]
+    pub max_answer_bytes_per_address: Option<usize>,
     /// Serve HTTPS with this certificate chain (PEM; with --tls-key); reloaded on SIGHUP
     #[arg(long, env = "SENSORHUB_TLS_CERT", requires = "tls_key")]
     pub tls_cert: Option<std::path::PathBuf>,
@@ -326,6 +329,13 @@ impl ServeSettings {
                 Some(0) => return Err("--max-connections-per-address must be at least 1".into()),
                 Some(n) => n,
                 None => (max_connections / 8).max(1),
+            },
+            answer_bytes_per_address: match flags.max_answer_bytes_per_address.or(file.max_answer_bytes_per_address) {
+                Some(n) if n < 1 << 20 => {
+                    return Err("--max-answer-bytes-per-address must be at least 1048576 (1 MiB)".into());
+                }
+                Some(n) => n,
+                None => ConnectionLimits::DEFAULT_ANSWER_BYTES_PER_ADDRESS,
             },
             shutdown_grace: super::setting_seconds(
                 "shutdown-grace",

@@ -70,6 +70,18 @@ fn an_address_share_follows_the_connections_unless_given() {
 }
 
 #[test]
+fn an_addresss_answer_bytes_are_64_mib_unless_given_and_at_least_1_mib() {
+    let resolve = |flags: ServeFlags| resolve_flags(&flags, &FileConfig::default());
+    assert_eq!(resolve(ServeFlags::default()).expect("default").connections.answer_bytes_per_address, 64 << 20);
+    let f = file("max_answer_bytes_per_address = 2097152");
+    assert_eq!(resolve_flags(&ServeFlags::default(), &f).expect("file").connections.answer_bytes_per_address, 2 << 20);
+    let flags = ServeFlags { max_answer_bytes_per_address: Some(1000), ..ServeFlags::default() };
+    let e = resolve(flags).expect_err("too small");
+    assert!(e.contains("--max-answer-bytes-per-address must be at least 1048576"), "{e}");
+    assert_eq!(ServeSettings::default().connections.answer_bytes_per_address, 64 << 20);
+}
+
+#[test]
 fn the_file_overrides_defaults_and_flags_override_the_file() {
     let f = file(
         r#"listen = "0.0.0.0:9000"

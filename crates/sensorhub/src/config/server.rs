@@ -75,8 +75,16 @@ pub struct ConnectionLimits {
     /// Connections one client address (an IPv4 address or an IPv6 /64) may
     /// hold at once; past it, a connection is refused (trusted proxies exempt).
     pub per_address: usize,
+    /// Bytes of answers one client address may have rendered and not yet
+    /// sent before its requests wait (trusted proxies exempt).
+    pub answer_bytes_per_address: usize,
     /// Time in-flight requests get after a shutdown signal.
     pub shutdown_grace: Duration,
+}
+
+impl ConnectionLimits {
+    /// The default of `--max-answer-bytes-per-address`: 64 MiB.
+    pub const DEFAULT_ANSWER_BYTES_PER_ADDRESS: usize = 64 << 20;
 }
 
 impl Default for ConnectionLimits {
@@ -88,6 +96,7 @@ impl Default for ConnectionLimits {
             write_timeout: Duration::from_secs(30),
             max_connections: 4096,
             per_address: 4096 / 8,
+            answer_bytes_per_address: Self::DEFAULT_ANSWER_BYTES_PER_ADDRESS,
             shutdown_grace: Duration::from_secs(30),
         }
     }

@@ -123,30 +123,41 @@ impl Renderer {
     }
 }
 
-/// Pieces sent with their total length (`Content-Length`).
+/// Rendered pieces, sent with their total length (`Content-Length`), or
+/// followed by the rest of a streamed answer (`then`). Either way the size
+/// hint's lower bound is the rendered bytes still held, which the answer's
+/// address is counted by (answer_bytes.rs).
 struct Pieces {
     left: VecDeque<Bytes>,
     remaining: u64,
+    then: Option<axum::body::Body>,
 }
 
 impl hyper::body::Body for Pieces {
     type Data = Bytes;
-    type Error = std::convert::Infallible;
+    type Error = axum::Error;
 
-    fn poll_frame(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         let this = self.get_mut();
-        Poll::Ready(this.left.pop_front().map(|b| {
+        if let Some(b) = this.left.pop_front() {
             this.remaining -= b.len() as u64;
-            Ok(Frame::data(b))
-        }))
+            return Poll::Ready(Some(Ok(Frame::data(b))));
+        }
+        match &mut this.then {
+            Some(then) => Pin::new(then).poll_frame(cx),
+            None => Poll::Ready(None),
+        }
     }
 
     fn is_end_stream(&self) -> bool {
-        self.left.is_empty()
+        self.left.is_empty() && self.then.as_ref().is_none_or(hyper::body::Body::is_end_stream)
     }
 
     fn size_hint(&self) -> SizeHint {
-        SizeHint::with_exact(self.remaining)
+        let Some(then) = &self.then else { return SizeHint::with_exact(self.remaining) };
+        let mut hint = SizeHint::new();
+        hint.set_lower(self.remaining.saturating_add(then.size_hint().lower()));
+        hint
     }
 }
 
@@ -290,11 +301,11 @@ pub async fn window(
     if rest.exhausted && rest.page.len() == 0 {
         pieces.push_back(Bytes::from_static(tail));
         let remaining = pieces.iter().map(|b| b.len() as u64).sum();
-        return Ok(Windowed::Body(axum::body::Body::new(Pieces { left: pieces, remaining })));
+        return Ok(Windowed::Body(axum::body::Body::new(Pieces { left: pieces, remaining, then: None })));
     }
     rest.guard = Some(Guard::new(state, caller, device_id, seen).knowing(known));
     let later = stream::unfold(rest, |mut rest| async move { rest.step().await.map(|r| (r, rest)) });
-    let body = stream::iter([Ok(pieces)]).chain(later).flat_map(|r| {
+    let later = later.flat_map(|r| {
         let items: Vec<Result<Bytes, std::io::Error>> = match r {
             Ok(pieces) => pieces.into_iter().map(Ok).collect(),
             Err(cut) => vec![Err(cut.ended())],
@@ -302,5 +313,7 @@ pub async fn window(
         stream::iter(items)
     });
     // Fused: a compressing layer polls again after the end.
-    Ok(Windowed::Body(axum::body::Body::from_stream(body.fuse())))
+    let then = Some(axum::body::Body::from_stream(later.fuse()));
+    let remaining = pieces.iter().map(|b| b.len() as u64).sum();
+    Ok(Windowed::Body(axum::body::Body::new(Pieces { left: pieces, remaining, then })))
 }

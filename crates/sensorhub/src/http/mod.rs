@@ -2,6 +2,7 @@
 //! `/external/v1`, its state, and a server with graceful shutdown.
 
 pub mod alarms;
+pub mod answer_bytes;
 pub mod auth;
 pub mod client_ip;
 pub mod dashboard;
@@ -332,6 +333,7 @@ pub fn app(state: AppState) -> Router {
     }
     router
         .fallback(|| async { ApiError::NotFound })
+        .layer(axum::middleware::from_fn_with_state(state.clone(), answer_bytes::count))
         .layer(compression())
         .layer(axum::middleware::from_fn(ratelimit::headers))
         .layer(axum::middleware::from_fn_with_state(state.clone(), deadline::limit))

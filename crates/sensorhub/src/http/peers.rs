@@ -10,7 +10,11 @@
 //! without a word (a handshake for a refusal would cost more than the
 //! refusal saves). At most [`REFUSING`] refusals run at once; past that a
 //! connection is closed unanswered.
+//!
+//! Each address's entry also holds its answer bytes not yet sent
+//! (answer_bytes.rs), which its requests are admitted by.
 
+use super::answer_bytes::{AddressBytes, AnswerBytes};
 use super::error::{ApiError, WebhookError};
 use super::influx::InfluxError;
 use axum::extract::Request;
@@ -35,23 +39,33 @@ const REFUSAL_TIME: Duration = Duration::from_secs(2);
 #[derive(Debug)]
 pub struct PeerShares {
     per_address: usize,
+    /// Answer bytes an address may have unsent before its requests wait.
+    answer_bytes: usize,
     exempt: Vec<IpNet>,
-    held: Mutex<HashMap<u128, usize>>,
+    held: Mutex<HashMap<u128, Held>>,
     refusing: Arc<Semaphore>,
+}
+
+/// What one address holds: connections, and their answers' bytes.
+#[derive(Debug)]
+struct Held {
+    connections: usize,
+    bytes: Arc<AddressBytes>,
 }
 
 impl PeerShares {
     /// No connection held yet; `exempt` addresses are never counted.
-    pub fn new(per_address: usize, exempt: Vec<IpNet>) -> Arc<Self> {
+    pub fn new(per_address: usize, answer_bytes: usize, exempt: Vec<IpNet>) -> Arc<Self> {
         Arc::new(Self {
             per_address: per_address.max(1),
+            answer_bytes,
             exempt,
             held: Mutex::default(),
             refusing: Arc::new(Semaphore::new(REFUSING)),
         })
     }
 
-    fn held(&self) -> MutexGuard<'_, HashMap<u128, usize>> {
+    fn held(&self) -> MutexGuard<'_, HashMap<u128, Held>> {
         self.held.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
@@ -60,16 +74,18 @@ impl PeerShares {
     pub fn take(self: &Arc<Self>, ip: IpAddr) -> Option<PeerSlot> {
         let ip = ip.to_canonical();
         if self.exempt.iter().any(|n| n.contains(&ip)) {
-            return Some(PeerSlot { shares: None, key: 0 });
+            return Some(PeerSlot { shares: None, key: 0, bytes: None });
         }
         let key = address_key(ip);
         let mut held = self.held();
-        let n = held.entry(key).or_default();
-        if *n >= self.per_address {
+        let entry =
+            held.entry(key).or_insert_with(|| Held { connections: 0, bytes: AddressBytes::new(self.answer_bytes) });
+        if entry.connections >= self.per_address {
             return None;
         }
-        *n += 1;
-        Some(PeerSlot { shares: Some(self.clone()), key })
+        entry.connections += 1;
+        let bytes = Some(AnswerBytes(entry.bytes.clone()));
+        Some(PeerSlot { shares: Some(self.clone()), key, bytes })
     }
 
     /// Addresses holding a connection now (exempt ones not counted).
@@ -100,7 +116,7 @@ impl PeerShares {
 
 /// The 429 of the path's family: the read API's envelope ("To Many
 /// Request", as the spec spells it), the webhook's or InfluxDB's form.
-fn refusal(path: &str) -> Response {
+pub(super) fn refusal(path: &str) -> Response {
     if path.starts_with("/external/v1/webhook/") {
         WebhookError(ApiError::TooManyConnections).into_response()
     } else if matches!(path, "/write" | "/api/v2/write") {
@@ -123,15 +139,23 @@ fn address_key(ip: IpAddr) -> u128 {
 pub struct PeerSlot {
     shares: Option<Arc<PeerShares>>,
     key: u128,
+    bytes: Option<AnswerBytes>,
+}
+
+impl PeerSlot {
+    /// The address's answer bytes, for its requests (none when exempt).
+    pub fn answer_bytes(&self) -> Option<AnswerBytes> {
+        self.bytes.clone()
+    }
 }
 
 impl Drop for PeerSlot {
     fn drop(&mut self) {
         let Some(shares) = &self.shares else { return };
         let mut held = shares.held();
-        if let Some(n) = held.get_mut(&self.key) {
-            *n -= 1;
-            if *n == 0 {
+        if let Some(entry) = held.get_mut(&self.key) {
+            entry.connections -= 1;
+            if entry.connections == 0 {
                 held.remove(&self.key);
             }
         }
@@ -149,10 +173,12 @@ mod tests {
 
     #[test]
     fn an_address_holds_its_share_and_gets_it_back() {
-        let shares = PeerShares::new(2, parse_networks("10.0.0.0/8").expect("networks"));
+        let shares = PeerShares::new(2, 1 << 20, parse_networks("10.0.0.0/8").expect("networks"));
         let a = shares.take(ip("203.0.113.7")).expect("first");
         let _b = shares.take(ip("::ffff:203.0.113.7")).expect("second, the same address mapped");
         assert!(shares.take(ip("203.0.113.7")).is_none(), "a third is refused");
+        let (one, other) = (a.answer_bytes().expect("counted"), _b.answer_bytes().expect("counted"));
+        assert!(Arc::ptr_eq(&one.0, &other.0), "an address's connections count their answers together");
         assert!(shares.take(ip("203.0.113.8")).is_some(), "another address has its own share");
         drop(a);
         let _c = shares.take(ip("203.0.113.7")).expect("a place freed is taken again");
@@ -163,6 +189,7 @@ mod tests {
         assert!(shares.take(ip("2001:db8:0:1::3")).is_some(), "the next /64 is another client");
         // Trusted proxies are never counted.
         let proxies: Vec<_> = (0..10).map(|_| shares.take(ip("10.1.2.3")).expect("a proxy")).collect();
+        assert!(proxies.iter().all(|p| p.answer_bytes().is_none()), "nor its answers");
         assert_eq!(shares.addresses(), 2, "the proxy holds no count: {proxies:?}");
         drop((_b, _c, _d, _e));
         assert_eq!(shares.addresses(), 0, "every place given back");

@@ -19,6 +19,7 @@
 //!
 //! The time limit of handlers is a middleware ([`super::deadline`]).
 
+use super::answer_bytes::AnswerBytes;
 use super::peers::PeerShares;
 use super::stall::Watch;
 use crate::config::server::ConnectionLimits;
@@ -62,7 +63,7 @@ pub async fn serve(
 ) -> io::Result<()> {
     let max = limits.max_connections.max(1);
     let slots = Arc::new(Semaphore::new(max));
-    let shares = PeerShares::new(limits.per_address, exempt);
+    let shares = PeerShares::new(limits.per_address, limits.answer_bytes_per_address, exempt);
     let (stop, stopping) = watch::channel(false);
     tokio::pin!(shutdown);
     loop {
@@ -94,8 +95,9 @@ pub async fn serve(
         let metrics = metrics.clone();
         let tls = tls.clone();
         metrics.connection_opened();
+        let bytes = share.answer_bytes();
         tokio::spawn(async move {
-            let reason = serve_connection(stream, peer, app, limits, stopping, tls).await;
+            let reason = serve_connection(stream, (peer, bytes), app, limits, stopping, tls).await;
             metrics.connection_closed(reason);
             drop((share, permit));
         });
@@ -120,7 +122,7 @@ pub async fn serve(
 /// A TLS handshake must be done within the header read timeout.
 async fn serve_connection(
     stream: TcpStream,
-    peer: SocketAddr,
+    (peer, bytes): (SocketAddr, Option<AnswerBytes>),
     app: Router,
     limits: ConnectionLimits,
     stopping: watch::Receiver<bool>,
@@ -130,7 +132,8 @@ async fn serve_connection(
     let activity = Arc::new(Activity::new());
     let guarded = GuardedStream::new(stream, limits.write_timeout, activity.clone());
     let Some(acceptor) = tls else {
-        let conn = http1(&limits).serve_connection(TokioIo::new(guarded), service(app, peer, activity.clone(), plain));
+        let conn = http1(&limits)
+            .serve_connection(TokioIo::new(guarded), service(app, (peer, bytes), activity.clone(), plain));
         return drive(conn, peer, &activity, limits, stopping, std::future::pending()).await;
     };
     let stream = match tokio::time::timeout(limits.header_read_timeout, acceptor.accept(guarded)).await {
@@ -149,10 +152,11 @@ async fn serve_connection(
             let watch = watch.clone();
             move |body: axum::body::Body, request: InFlight| watch.body(plain(body, request))
         };
-        let conn = http.serve_connection(TokioIo::new(stream), service(app, peer, activity.clone(), watched));
+        let conn = http.serve_connection(TokioIo::new(stream), service(app, (peer, bytes), activity.clone(), watched));
         drive(conn, peer, &activity, limits, stopping, watch.stalled(limits.write_timeout)).await
     } else {
-        let conn = http1(&limits).serve_connection(TokioIo::new(stream), service(app, peer, activity.clone(), plain));
+        let conn =
+            http1(&limits).serve_connection(TokioIo::new(stream), service(app, (peer, bytes), activity.clone(), plain));
         drive(conn, peer, &activity, limits, stopping, std::future::pending()).await
     }
 }
@@ -168,13 +172,13 @@ fn http1(limits: &ConnectionLimits) -> hyper::server::conn::http1::Builder {
 }
 
 /// The application as a connection's service: each request carries the
-/// client's address and counts as in flight until its body is dropped
+/// client's address (and its [`AnswerBytes`], unless exempt) and counts as in flight until its body is dropped
 /// (sent whole, or the connection gone); `answer` makes the body sent of
 /// the application's and the request's [`InFlight`] ([`plain`], or over
 /// HTTP/2 [`Watch::body`] of it).
 fn service<B: hyper::body::Body + Send + 'static>(
     app: Router,
-    peer: SocketAddr,
+    (peer, bytes): (SocketAddr, Option<AnswerBytes>),
     tracked: Arc<Activity>,
     answer: impl Fn(axum::body::Body, InFlight) -> B + Clone + Send + Sync + 'static,
 ) -> impl hyper::service::Service<
@@ -185,6 +189,9 @@ fn service<B: hyper::body::Body + Send + 'static>(
 > + Clone {
     hyper::service::service_fn(move |mut req: Request<Incoming>| {
         req.extensions_mut().insert(ConnectInfo(peer));
+        if let Some(bytes) = &bytes {
+            req.extensions_mut().insert(bytes.clone());
+        }
         let request = tracked.begin();
         let (app, answer) = (app.clone(), answer.clone());
         async move {

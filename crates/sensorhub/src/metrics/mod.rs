@@ -78,6 +78,7 @@ pub struct Metrics {
     connections: Gauge,
     connections_closed: Family<ReasonLabels, Counter>,
     connections_refused: Counter,
+    answer_bytes_refused: Counter,
     retention_readings: Counter,
     retention_bytes: Counter,
     retention_returned: Counter,
@@ -129,6 +130,12 @@ impl Default for Metrics {
             "http_connections_refused",
             "HTTP connections refused because their client address held its share (--max-connections-per-address)",
             connections_refused.clone(),
+        );
+        let answer_bytes_refused = Counter::default();
+        registry.register(
+            "http_answer_bytes_refused",
+            "Requests answered 429 because their client address had --max-answer-bytes-per-address of answers unsent for 5 s",
+            answer_bytes_refused.clone(),
         );
         registry.register("http_requests", "HTTP requests by method, route template and status", requests.clone());
         registry.register(
@@ -234,6 +241,7 @@ impl Default for Metrics {
             connections,
             connections_closed,
             connections_refused,
+            answer_bytes_refused,
             retention_readings,
             retention_bytes,
             retention_returned,
@@ -284,6 +292,11 @@ impl Metrics {
     /// Counts a connection refused for its address's share.
     pub fn connection_refused(&self) {
         self.connections_refused.inc();
+    }
+
+    /// Counts a request refused by its address's answer bytes.
+    pub fn answer_bytes_refused(&self) {
+        self.answer_bytes_refused.inc();
     }
 
     /// Counts readings sent to a client.

@@ -8,6 +8,7 @@ mod access;
 mod aggregate;
 mod alarms;
 mod alarms_pushed;
+mod answer_bytes;
 mod auth;
 mod backends;
 mod busy;

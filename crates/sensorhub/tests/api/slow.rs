@@ -23,6 +23,7 @@ fn limits() -> ConnectionLimits {
         max_connections: 4096,
         per_address: 512,
         shutdown_grace: Duration::from_secs(2),
+        ..ConnectionLimits::default()
     }
 }
 
@@ -126,11 +127,15 @@ pub(crate) const LONG_PATH: &str =
 /// an answer of about 12 MB at [`LONG_PATH`], more than the kernel buffers
 /// of both ends hold.
 pub(crate) async fn add_long_history(app: &TestApp) {
-    let start = 1_767_225_600; // 2026-01-01T00:00:00Z
+    add_history(app, 1_767_225_600, 60).await; // from 2026-01-01T00:00:00Z
+}
+
+/// 60,000 readings of AWLR-001 (four sensors) from `start`, `step` seconds apart.
+pub(crate) async fn add_history(app: &TestApp, start: i64, step: i64) {
     let readings = (0..60_000i64)
         .map(|i| ReadingInput {
             device_id: "AWLR-001".into(),
-            timestamp: start + i * 60,
+            timestamp: start + i * step,
             values: ["AWLR1-batt", "AWLR1-wl", "AWLR1-sig", "AWLR1-status"]
                 .iter()
                 .enumerate()
