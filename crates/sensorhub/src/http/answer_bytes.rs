@@ -2,12 +2,13 @@
 //! rendered (a one-page window whole, a streamed window's first page of up
 //! to 8 MiB and more for a dense logger, its later runs of up to 512 KiB)
 //! and what it has produced, counted until the connection takes it, in
-//! pieces of at most [`SLICE`] (hyper then holds only a few hundred KiB of
-//! a connection's answer in its own buffer, and h2 only what the client's
-//! window lets it send). A client that reads slowly but steadily is never
-//! cut by the write timeout, so without a bound one address could hold its
-//! every connection (`--max-connections-per-address`, 512) with 8 MiB
-//! each: 4 GiB of the server's memory, which every caller shares.
+//! pieces of at most [`SLICE`]: hyper holds at most about one piece of a
+//! connection's answer beyond its own buffer of a few hundred KiB, and h2
+//! only what the client's window lets it send, so what goes uncounted is
+//! bounded by the connection. A client that reads slowly but steadily is
+//! never cut by the write timeout, so without a bound one address could
+//! hold its every connection (`--max-connections-per-address`, 512) with
+//! 8 MiB each: 4 GiB of the server's memory, which every caller shares.
 //!
 //! Past `--max-answer-bytes-per-address` of unsent answers, an address's
 //! next request waits (at most [`ADMIT_WAIT`]) for its earlier answers to
@@ -31,8 +32,11 @@ use std::task::{Context, Poll, ready};
 use std::time::Duration;
 use tokio::sync::Notify;
 
-/// The most of an answer handed on at once.
-pub const SLICE: usize = super::stall::SLICE;
+/// The most of an answer handed on at once: a run of rendered hours (a
+/// day of a five-sensor station) goes whole. Pieces of 64 KiB cost a day
+/// window 6-7 % of its requests per second over HTTP/1.1 (bench/h1,
+/// bench/RESULTS.md).
+pub const SLICE: usize = 512 << 10;
 
 /// The longest a request waits for its address's answers to drain.
 pub const ADMIT_WAIT: Duration = Duration::from_secs(5);
@@ -189,14 +193,7 @@ where
     }
 
     fn size_hint(&self) -> SizeHint {
-        let inner = self.inner.size_hint();
-        let rest = self.rest.len() as u64;
-        let mut hint = SizeHint::new();
-        hint.set_lower(inner.lower().saturating_add(rest));
-        if let Some(upper) = inner.upper() {
-            hint.set_upper(upper.saturating_add(rest));
-        }
-        hint
+        super::stall::with_rest(self.inner.size_hint(), &self.rest)
     }
 }
 

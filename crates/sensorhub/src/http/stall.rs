@@ -173,15 +173,19 @@ where
     }
 
     fn size_hint(&self) -> SizeHint {
-        let inner = self.inner.size_hint();
-        let rest = self.rest.len() as u64;
-        let mut hint = SizeHint::new();
-        hint.set_lower(inner.lower().saturating_add(rest));
-        if let Some(upper) = inner.upper() {
-            hint.set_upper(upper.saturating_add(rest));
-        }
-        hint
+        with_rest(self.inner.size_hint(), &self.rest)
     }
+}
+
+/// The size hint of a body that holds `rest` of a frame ahead of `inner`'s.
+pub(super) fn with_rest(inner: SizeHint, rest: &Bytes) -> SizeHint {
+    let rest = rest.len() as u64;
+    let mut hint = SizeHint::new();
+    hint.set_lower(inner.lower().saturating_add(rest));
+    if let Some(upper) = inner.upper() {
+        hint.set_upper(upper.saturating_add(rest));
+    }
+    hint
 }
 
 /// Data of an HTTP/2 answer handed to hyper: its bytes, counted in its
