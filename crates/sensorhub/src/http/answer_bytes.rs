@@ -1,22 +1,26 @@
-//! Each client address's answer bytes not yet sent: what a body holds
-//! rendered (a one-page window whole, a streamed window's first page of up
-//! to 8 MiB and more for a dense logger, its later runs of up to 512 KiB)
-//! and what it has produced, counted until the connection takes it, in
-//! pieces of at most [`SLICE`]: hyper holds at most about one piece of a
-//! connection's answer beyond its own buffer of a few hundred KiB, and h2
-//! only what the client's window lets it send, so what goes uncounted is
-//! bounded by the connection. A client that reads slowly but steadily is
-//! never cut by the write timeout, so without a bound one address could
-//! hold its every connection (`--max-connections-per-address`, 512) with
-//! 8 MiB each: 4 GiB of the server's memory, which every caller shares.
+//! Each client address's answer bytes not yet sent, so that slow readers
+//! from one address cannot hold what every caller shares: a client that
+//! reads slowly but steadily is never cut by the write timeout, and one
+//! address could otherwise hold its every connection
+//! (`--max-connections-per-address`, 512) with a rendered window of 8 MiB
+//! and more (a one-page window whole; a dense logger's first page).
 //!
-//! Past `--max-answer-bytes-per-address` of unsent answers, an address's
-//! next request waits (at most [`ADMIT_WAIT`]) for its earlier answers to
-//! drain below it, and is then answered 429 in its path's form. The check
-//! comes before the handler renders anything, so an address holds at most
-//! its bound and the answers admitted while it was under it. The trusted
-//! proxies are exempt, as from the connection share: their connections
-//! carry many clients.
+//! A GET is admitted by reserving [`RESERVE`] bytes, what a window renders
+//! before a byte of it goes, once its address holds less than
+//! `--max-answer-bytes-per-address`; past it, the request waits (at most
+//! [`ADMIT_WAIT`]) for the address's answers to drain below it, and is then
+//! answered 429 in its path's form. Other requests need only the address
+//! under its bound. When the handler has answered, the reservation becomes
+//! what the body holds ([`Counted`]): its size hint's lower bound (a sized
+//! body whole, a streamed window's rendered first page) and the piece being
+//! handed on, which is let go as the connection takes it. So an address
+//! holds at most its bound and one reservation more, besides what each
+//! answer holds outside the count: the piece hyper or h2 has been handed
+//! (pieces are at most [`SLICE`], over HTTP/2 h2's own 64 KiB), hyper's
+//! buffer of a few hundred KiB a connection, a compressor's buffer, and a
+//! streamed window's next run of hours (512 KiB or so) once rendered.
+//! The trusted proxies are exempt, as from the connection share: their
+//! connections carry many clients.
 
 use super::AppState;
 use axum::body::Body;
@@ -38,8 +42,13 @@ use tokio::sync::Notify;
 /// bench/RESULTS.md).
 pub const SLICE: usize = 512 << 10;
 
-/// The longest a request waits for its address's answers to drain.
+/// The longest a request waits for its address's answers to drain (or
+/// less: the request timeout runs meanwhile).
 pub const ADMIT_WAIT: Duration = Duration::from_secs(5);
+
+/// Bytes a GET sets aside while its handler renders: the most a window
+/// renders before its answer goes (hours.rs).
+pub const RESERVE: usize = 8 << 20;
 
 /// One client address's answer bytes not yet taken by its connections.
 #[derive(Debug)]
@@ -76,42 +85,89 @@ impl AddressBytes {
         }
     }
 
-    /// Whether the address holds less than its bound, waiting at most
-    /// `wait` for it to.
-    pub async fn admit(&self, wait: Duration) -> bool {
+    /// `n` bytes set aside, if the address holds less than its bound.
+    fn try_reserve(self: &Arc<Self>, n: usize) -> Option<Reserved> {
+        let cap = self.cap;
+        let taken =
+            self.held.fetch_update(Ordering::AcqRel, Ordering::Acquire, |h| (h < cap).then(|| h.saturating_add(n)));
+        taken.ok().map(|_| Reserved { bytes: self.clone(), amount: n })
+    }
+
+    /// `reserve` bytes set aside once the address holds less than its
+    /// bound, waiting at most `wait` for it to; `None` past the wait.
+    pub async fn admit(self: &Arc<Self>, reserve: usize, wait: Duration) -> Option<Reserved> {
         let deadline = tokio::time::Instant::now() + wait;
         loop {
             let drained = self.drained.notified();
             tokio::pin!(drained);
             drained.as_mut().enable();
-            if self.held() < self.cap {
-                return true;
+            if let Some(reserved) = self.try_reserve(reserve) {
+                return Some(reserved);
             }
             if tokio::time::timeout_at(deadline, drained).await.is_err() {
-                return self.held() < self.cap;
+                return self.try_reserve(reserve);
             }
         }
     }
 }
 
+/// Bytes set aside in an address for an answer being rendered; let go
+/// when dropped (the handler failed, or the request was dropped) unless
+/// an answer's [`Counted`] took them over.
+#[derive(Debug)]
+pub struct Reserved {
+    bytes: Arc<AddressBytes>,
+    amount: usize,
+}
+
+impl Drop for Reserved {
+    fn drop(&mut self) {
+        self.bytes.sub(self.amount);
+    }
+}
+
 /// A request's extension: its connection's address's bytes (none for a
-/// trusted proxy's connection).
+/// trusted proxy's connection), and the most of an answer handed on at
+/// once on that connection.
 #[derive(Debug, Clone)]
-pub struct AnswerBytes(pub Arc<AddressBytes>);
+pub struct AnswerBytes {
+    bytes: Arc<AddressBytes>,
+    slice: usize,
+}
+
+impl AnswerBytes {
+    /// An HTTP/1.1 connection's: pieces of [`SLICE`].
+    pub fn new(bytes: Arc<AddressBytes>) -> Self {
+        Self { bytes, slice: SLICE }
+    }
+
+    /// An HTTP/2 connection's: pieces of h2's own size, so that the watch
+    /// of unwritten bytes (stall.rs), which slices again, holds none of a
+    /// piece uncounted.
+    pub fn for_h2(self) -> Self {
+        Self { slice: super::stall::SLICE, ..self }
+    }
+
+    /// The address's bytes.
+    pub fn address(&self) -> &Arc<AddressBytes> {
+        &self.bytes
+    }
+}
 
 /// The middleware, innermost (below compression, which would otherwise
 /// hold the rendered body uncounted): admits the request by its address's
 /// bytes and counts its answer's.
 pub async fn count(State(state): State<AppState>, req: Request, next: Next) -> Response {
-    let Some(AnswerBytes(bytes)) = req.extensions().get::<AnswerBytes>().cloned() else {
+    let Some(answer) = req.extensions().get::<AnswerBytes>().cloned() else {
         return next.run(req).await;
     };
-    if !bytes.admit(ADMIT_WAIT).await {
+    let reserve = if req.method() == axum::http::Method::GET { RESERVE } else { 0 };
+    let Some(reserved) = answer.bytes.admit(reserve, ADMIT_WAIT).await else {
         state.metrics.answer_bytes_refused();
-        tracing::debug!(held = bytes.held(), "request refused: its address holds its answer bytes");
+        tracing::debug!(held = answer.bytes.held(), "request refused: its address holds its answer bytes");
         return super::peers::refusal(req.uri().path());
-    }
-    next.run(req).await.map(|body| Body::new(Counted::new(body, bytes)))
+    };
+    next.run(req).await.map(|body| Body::new(Counted::new(body, reserved, answer.slice)))
 }
 
 /// An answer body counted in its address's bytes: what the body holds
@@ -127,12 +183,18 @@ pub struct Counted<B: hyper::body::Body> {
     /// The bytes counted in the address for this body.
     counted: usize,
     bytes: Arc<AddressBytes>,
+    /// The most handed on at once.
+    slice: usize,
 }
 
 impl<B: hyper::body::Body> Counted<B> {
-    /// `inner`, what it holds counted at once.
-    pub fn new(inner: B, bytes: Arc<AddressBytes>) -> Self {
-        let mut body = Self { inner, rest: Bytes::new(), counted: 0, bytes };
+    /// `inner`, counted in place of `reserved`, handed on in pieces of at
+    /// most `slice` bytes.
+    pub fn new(inner: B, mut reserved: Reserved, slice: usize) -> Self {
+        let counted = std::mem::take(&mut reserved.amount);
+        let bytes = reserved.bytes.clone();
+        drop(reserved);
+        let mut body = Self { inner, rest: Bytes::new(), counted, bytes, slice: slice.max(1) };
         body.settle();
         body
     }
@@ -151,7 +213,7 @@ impl<B: hyper::body::Body> Counted<B> {
 
     /// The next piece of `rest`; what is held after it counted.
     fn hand(&mut self) -> Frame<Bytes> {
-        let piece = self.rest.split_to(self.rest.len().min(SLICE));
+        let piece = self.rest.split_to(self.rest.len().min(self.slice));
         self.settle();
         Frame::data(piece)
     }

@@ -84,7 +84,7 @@ impl PeerShares {
             return None;
         }
         entry.connections += 1;
-        let bytes = Some(AnswerBytes(entry.bytes.clone()));
+        let bytes = Some(AnswerBytes::new(entry.bytes.clone()));
         Some(PeerSlot { shares: Some(self.clone()), key, bytes })
     }
 
@@ -178,7 +178,7 @@ mod tests {
         let _b = shares.take(ip("::ffff:203.0.113.7")).expect("second, the same address mapped");
         assert!(shares.take(ip("203.0.113.7")).is_none(), "a third is refused");
         let (one, other) = (a.answer_bytes().expect("counted"), _b.answer_bytes().expect("counted"));
-        assert!(Arc::ptr_eq(&one.0, &other.0), "an address's connections count their answers together");
+        assert!(Arc::ptr_eq(one.address(), other.address()), "an address's connections count their answers together");
         assert!(shares.take(ip("203.0.113.8")).is_some(), "another address has its own share");
         drop(a);
         let _c = shares.take(ip("203.0.113.7")).expect("a place freed is taken again");

@@ -152,6 +152,7 @@ async fn serve_connection(
             let watch = watch.clone();
             move |body: axum::body::Body, request: InFlight| watch.body(plain(body, request))
         };
+        let bytes = bytes.map(AnswerBytes::for_h2);
         let conn = http.serve_connection(TokioIo::new(stream), service(app, (peer, bytes), activity.clone(), watched));
         drive(conn, peer, &activity, limits, stopping, watch.stalled(limits.write_timeout)).await
     } else {
