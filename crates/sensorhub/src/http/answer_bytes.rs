@@ -165,7 +165,7 @@ pub async fn count(State(state): State<AppState>, req: Request, next: Next) -> R
     let Some(reserved) = answer.bytes.admit(reserve, ADMIT_WAIT).await else {
         state.metrics.answer_bytes_refused();
         tracing::debug!(held = answer.bytes.held(), "request refused: its address holds its answer bytes");
-        return super::peers::refusal(req.uri().path());
+        return super::refusal::refusal(req.uri().path());
     };
     next.run(req).await.map(|body| Body::new(Counted::new(body, reserved, answer.slice)))
 }

@@ -23,6 +23,7 @@ mod peers;
 pub mod ratelimit;
 pub mod readings;
 pub mod received;
+mod refusal;
 pub mod rendered;
 pub mod schema;
 mod server;

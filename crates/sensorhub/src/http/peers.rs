@@ -15,10 +15,8 @@
 //! (answer_bytes.rs), which its requests are admitted by.
 
 use super::answer_bytes::{AddressBytes, AnswerBytes};
-use super::error::{ApiError, WebhookError};
-use super::influx::InfluxError;
+use super::refusal::refusal;
 use axum::extract::Request;
-use axum::response::{IntoResponse, Response};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use ipnet::IpNet;
@@ -114,18 +112,6 @@ impl PeerShares {
     }
 }
 
-/// The 429 of the path's family: the read API's envelope ("To Many
-/// Request", as the spec spells it), the webhook's or InfluxDB's form.
-pub(super) fn refusal(path: &str) -> Response {
-    if path.starts_with("/external/v1/webhook/") {
-        WebhookError(ApiError::TooManyConnections).into_response()
-    } else if matches!(path, "/write" | "/api/v2/write") {
-        InfluxError(ApiError::TooManyConnections).into_response()
-    } else {
-        ApiError::TooManyConnections.into_response()
-    }
-}
-
 /// The address as the share counts it: an IPv4 address, or an IPv6 /64.
 fn address_key(ip: IpAddr) -> u128 {
     match ip {
@@ -193,16 +179,5 @@ mod tests {
         assert_eq!(shares.addresses(), 2, "the proxy holds no count: {proxies:?}");
         drop((_b, _c, _d, _e));
         assert_eq!(shares.addresses(), 0, "every place given back");
-    }
-
-    #[test]
-    fn each_family_gets_its_own_429() {
-        let status = |path: &str| refusal(path).status().as_u16();
-        assert_eq!(status("/external/v1/devices"), 429);
-        assert_eq!(status("/external/v1/webhook/sensor-data"), 429);
-        assert_eq!(status("/write"), 429);
-        let retry = refusal("/external/v1/devices");
-        assert!(retry.headers().contains_key("retry-after"));
-        assert_eq!(retry.headers().get("connection").map(|v| v.as_bytes()), Some(&b"close"[..]));
     }
 }
